@@ -1,0 +1,167 @@
+"""Parsing and formatting of kernel CPU and node lists and bitmasks (pure).
+
+The list grammar is the kernel's ``bitmap_parselist`` one: comma-separated
+groups ``N``, ``N-M`` and ``N-M:used/group`` ("in each block of *group* ids,
+take the first *used*"), plus the shorthand ``N-M:step`` for ``N-M:1/step``.
+Masks are the kernel's hex form: 32-bit words, most significant first,
+separated by commas (``Cpus_allowed: 00000000,0000000f``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from .errors import PlanError
+
+__all__ = [
+    "MAX_ID",
+    "parse_cpulist",
+    "format_cpulist",
+    "parse_mask",
+    "format_mask",
+    "ids_to_words",
+    "words_to_ids",
+]
+
+#: Largest CPU or node id accepted. The kernel's NR_CPUS is at most 8192 and
+#: MAX_NUMNODES at most 1024; the cap stops a typo such as ``0-4000000000``
+#: from building a set of billions of ids.
+MAX_ID = 65535
+
+_GROUP = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+)(?:/([0-9]+))?)?)?")
+
+
+def _check_id(value: int, text: str, what: str) -> int:
+    if value > MAX_ID:
+        raise PlanError(
+            f"{what} {text!r}: id {value} is larger than numabind's cap of {MAX_ID} "
+            f"(no kernel has that many CPUs or nodes); check the list for a typo"
+        )
+    return value
+
+
+def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
+    """Parse a kernel cpulist or nodelist into a frozenset of ids.
+
+    >>> sorted(parse_cpulist("0-3,8,10-14:2"))
+    [0, 1, 2, 3, 8, 10, 12, 14]
+    >>> sorted(parse_cpulist("0-15:2/4"))
+    [0, 1, 4, 5, 8, 9, 12, 13]
+    >>> parse_cpulist("  \\n")
+    frozenset()
+    """
+    if not isinstance(text, str):
+        raise PlanError(f"{what} must be a string, got {type(text).__name__}: {text!r}")
+    body = text.strip()
+    if not body:
+        return frozenset()
+    out: set[int] = set()
+    for group in body.split(","):
+        m = _GROUP.fullmatch(group)
+        if m is None:
+            raise PlanError(
+                f"{what} {text!r}: cannot parse {group!r}; expected N, N-M or N-M:used/group "
+                f"separated by commas (e.g. '0-3,8')"
+            )
+        lo = _check_id(int(m.group(1)), text, what)
+        if m.group(2) is None:
+            out.add(lo)
+            continue
+        hi = _check_id(int(m.group(2)), text, what)
+        if hi < lo:
+            raise PlanError(f"{what} {text!r}: range {group!r} ends before it starts")
+        if m.group(3) is None:
+            out.update(range(lo, hi + 1))
+            continue
+        if m.group(4) is None:
+            used, size = 1, int(m.group(3))
+        else:
+            used, size = int(m.group(3)), int(m.group(4))
+        if size == 0 or used == 0 or used > size:
+            raise PlanError(
+                f"{what} {text!r}: in {group!r} the group size must be > 0 and "
+                f"0 < used <= group size"
+            )
+        for start in range(lo, hi + 1, size):
+            out.update(range(start, min(start + used, hi + 1)))
+    return frozenset(out)
+
+
+def format_cpulist(ids: Iterable[int]) -> str:
+    """Canonical cpulist: sorted, runs of two or more as ``a-b``.
+
+    >>> format_cpulist({0, 1, 2, 3, 8})
+    '0-3,8'
+    """
+    items = sorted(set(ids))
+    for i in items:
+        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            raise PlanError(f"ids must be non-negative integers, got {i!r}")
+    parts: list[str] = []
+    k = 0
+    while k < len(items):
+        start = items[k]
+        while k + 1 < len(items) and items[k + 1] == items[k] + 1:
+            k += 1
+        end = items[k]
+        parts.append(str(start) if start == end else f"{start}-{end}")
+        k += 1
+    return ",".join(parts)
+
+
+def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
+    """Parse a kernel hex bitmask (``"00000000,0000000f"``) into ids."""
+    body = text.strip()
+    if not body:
+        return frozenset()
+    words = body.split(",")
+    value = 0
+    for w in words:
+        if not w or len(w) > 8 or not re.fullmatch(r"[0-9a-fA-F]+", w):
+            raise PlanError(
+                f"{what} {text!r}: {w!r} is not a hex word of at most 8 digits "
+                f"(expected e.g. '00000000,0000000f')"
+            )
+        value = (value << 32) | int(w, 16)
+    if value.bit_length() - 1 > MAX_ID:
+        raise PlanError(f"{what} {text!r}: sets a bit above numabind's cap of {MAX_ID}")
+    return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
+
+
+def format_mask(ids: Iterable[int], nbits: int | None = None) -> str:
+    """Kernel hex mask of ``ids`` in 32-bit words, most significant first.
+
+    ``nbits`` (default: enough for the largest id, at least 32) sets the width.
+    """
+    items = set(ids)
+    top = max(items) + 1 if items else 1
+    width = max(nbits or 0, top, 1)
+    nwords = (width + 31) // 32
+    value = 0
+    for i in items:
+        value |= 1 << i
+    return ",".join(f"{(value >> (32 * k)) & 0xFFFFFFFF:08x}" for k in reversed(range(nwords)))
+
+
+def ids_to_words(ids: Iterable[int], nbits: int, word_bits: int = 64) -> list[int]:
+    """The ids as a little-endian array of ``word_bits``-bit words covering ``nbits`` bits."""
+    nwords = max(1, (nbits + word_bits - 1) // word_bits)
+    words = [0] * nwords
+    for i in ids:
+        if i < 0 or i >= nwords * word_bits:
+            raise PlanError(f"id {i} does not fit a mask of {nbits} bits")
+        words[i // word_bits] |= 1 << (i % word_bits)
+    return words
+
+
+def words_to_ids(words: Iterable[int], word_bits: int = 64) -> frozenset[int]:
+    """Inverse of :func:`ids_to_words`."""
+    out = set()
+    for k, w in enumerate(words):
+        base = k * word_bits
+        while w:
+            low = w & -w
+            out.add(base + low.bit_length() - 1)
+            w ^= low
+    return frozenset(out)

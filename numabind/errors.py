@@ -1,0 +1,45 @@
+"""Exceptions raised by numabind.
+
+Every error names the input or the system call that caused it and, where
+there is one, the fix.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+
+__all__ = ["NumabindError", "PlanError", "BindError"]
+
+
+class NumabindError(Exception):
+    """Base class of every error numabind raises on purpose."""
+
+
+class PlanError(NumabindError, ValueError):
+    """A plan, cpulist or nodelist is invalid, or does not fit the machine."""
+
+
+class BindError(NumabindError, OSError):
+    """The kernel (or a helper binary) refused a binding.
+
+    ``errno`` is the error number, ``syscall`` the call that failed
+    (``"set_mempolicy"``, ``"sched_setaffinity"``, ...), ``detail`` what was
+    being attempted.
+    """
+
+    def __init__(self, err: int, syscall: str, detail: str = "") -> None:
+        name = _errno.errorcode.get(err, f"errno {err}")
+        msg = f"{syscall} failed with {name} ({os.strerror(err)})"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(err, msg)
+        self.syscall = syscall
+        self.detail = detail
+        self.errno_name = name
+
+    def __str__(self) -> str:  # OSError's default prefixes "[Errno N]"
+        return self.args[1]
+
+    def __reduce__(self):
+        return (type(self), (self.errno, self.syscall, self.detail))

@@ -1,0 +1,347 @@
+"""The frozen :class:`Plan`: which CPUs and which memory policy a process gets.
+
+Pure: nothing here reads a file or calls the kernel. Checks that need the
+machine take a :class:`~numabind.topology.Topology` argument.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .cpulist import format_cpulist, parse_cpulist
+from .errors import PlanError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .topology import Topology
+
+__all__ = ["MEM_POLICIES", "Plan"]
+
+#: Memory policies a plan may carry (``None`` means "leave as is").
+MEM_POLICIES = ("bind", "preferred", "preferred-many", "interleave", "local", "default")
+_NODELESS = ("local", "default")
+_NUMACTL_MEM_FLAG = {
+    "bind": "--membind",
+    "preferred": "--preferred",
+    "preferred-many": "--preferred-many",
+    "interleave": "--interleave",
+}
+_TEXT_VERSION = "v1"
+_TEXT_MAX = 65536
+
+
+def _as_ids(value, what: str) -> frozenset[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return parse_cpulist(value, what=what)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    try:
+        ids = frozenset(value)
+    except TypeError:
+        raise PlanError(f"{what} must be a cpulist string or an iterable of ints, got {value!r}") from None
+    for i in ids:
+        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            raise PlanError(f"{what} must hold non-negative ints, got {i!r}")
+    return ids
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A binding to apply: CPU affinity and/or a NUMA memory policy.
+
+    ``cpus=None`` leaves the affinity as it is; ``mem_policy=None`` leaves the
+    memory policy as it is. ``migrate=True`` also moves the pages the process
+    already has onto ``mem_nodes``. ``reason`` is free text explaining where
+    the plan came from; it does not take part in equality.
+    """
+
+    cpus: frozenset[int] | None = None
+    mem_policy: str | None = None
+    mem_nodes: frozenset[int] | None = None
+    migrate: bool = False
+    reason: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        cpus = _as_ids(self.cpus, "cpus")
+        nodes = _as_ids(self.mem_nodes, "mem_nodes")
+        policy = self.mem_policy
+        if policy is not None and policy not in MEM_POLICIES:
+            raise PlanError(
+                f"mem_policy {policy!r} is not one of {', '.join(MEM_POLICIES)} (or None to leave it)"
+            )
+        if cpus is not None and not cpus:
+            raise PlanError("cpus is empty: a process needs at least one CPU (use cpus=None to leave the affinity)")
+        if policy is None:
+            if nodes:
+                raise PlanError(
+                    f"mem_nodes {format_cpulist(nodes)!r} given without a mem_policy; "
+                    f"say how to use them, e.g. mem_policy='bind'"
+                )
+            nodes = None
+        elif policy in _NODELESS:
+            if nodes:
+                raise PlanError(f"mem_policy {policy!r} takes no nodes, got mem_nodes {format_cpulist(nodes)!r}")
+            nodes = frozenset()
+        elif not nodes:
+            raise PlanError(f"mem_policy {policy!r} needs at least one node in mem_nodes")
+        elif policy == "preferred" and len(nodes) != 1:
+            raise PlanError(
+                f"mem_policy 'preferred' takes exactly one node, got {format_cpulist(nodes)!r}; "
+                f"use 'preferred-many' for several"
+            )
+        if not isinstance(self.migrate, bool):
+            raise PlanError(f"migrate must be True or False, got {self.migrate!r}")
+        if self.migrate and policy in (None, "default", "local"):
+            raise PlanError("migrate=True needs mem_nodes to move pages to (a bind/preferred/interleave policy)")
+        object.__setattr__(self, "cpus", cpus)
+        object.__setattr__(self, "mem_nodes", nodes)
+
+    # ------------------------------------------------------------------ checks
+    def validate(self, topology: Topology) -> Plan:
+        """Raise :class:`PlanError` unless this plan fits ``topology``; return self."""
+        if self.cpus is not None:
+            unknown = self.cpus - topology.online_cpus
+            if unknown:
+                raise PlanError(
+                    f"CPUs {format_cpulist(unknown)} are not online on this machine "
+                    f"(online: {format_cpulist(topology.online_cpus)})"
+                )
+            outside = self.cpus - topology.allowed_cpus
+            if outside:
+                raise PlanError(
+                    f"CPUs {format_cpulist(outside)} are outside the CPUs this process may use "
+                    f"({format_cpulist(topology.allowed_cpus)}, from {topology.allowed_source or 'affinity'}); "
+                    f"pick CPUs inside that set or widen the cpuset"
+                )
+        if self.mem_nodes:
+            unknown = self.mem_nodes - set(topology.nodes)
+            if unknown:
+                raise PlanError(
+                    f"NUMA nodes {format_cpulist(unknown)} do not exist "
+                    f"(nodes: {format_cpulist(topology.nodes)})"
+                )
+            memless = {n for n in self.mem_nodes if not topology.nodes[n].has_memory}
+            if memless:
+                raise PlanError(
+                    f"NUMA nodes {format_cpulist(memless)} have no memory; "
+                    f"a {self.mem_policy} policy cannot place pages there"
+                )
+            outside = self.mem_nodes - topology.allowed_nodes
+            if outside:
+                raise PlanError(
+                    f"NUMA nodes {format_cpulist(outside)} are outside the memory nodes this process "
+                    f"may use ({format_cpulist(topology.allowed_nodes)}, from "
+                    f"{topology.allowed_source or 'Mems_allowed'})"
+                )
+        return self
+
+    # ------------------------------------------------------------- describing
+    def describe(self) -> str:
+        """One human line, e.g. ``cpus 0-3, memory bind 0``."""
+        parts = [f"cpus {format_cpulist(self.cpus)}" if self.cpus is not None else "cpus unchanged"]
+        if self.mem_policy is None:
+            parts.append("memory unchanged")
+        elif self.mem_nodes:
+            parts.append(f"memory {self.mem_policy} {format_cpulist(self.mem_nodes)}")
+        else:
+            parts.append(f"memory {self.mem_policy}")
+        if self.migrate:
+            parts.append("migrate")
+        return ", ".join(parts)
+
+    def __str__(self) -> str:
+        return f"Plan({self.describe()})"
+
+    # ---------------------------------------------------------- numactl flags
+    def to_numactl_argv(self) -> list[str]:
+        """numactl options that apply this plan (``migrate`` has no numactl flag)."""
+        argv: list[str] = []
+        if self.cpus is not None:
+            argv.append(f"--physcpubind={format_cpulist(self.cpus)}")
+        if self.mem_policy == "local":
+            argv.append("--localalloc")
+        elif self.mem_policy in _NUMACTL_MEM_FLAG:
+            argv.append(f"{_NUMACTL_MEM_FLAG[self.mem_policy]}={format_cpulist(self.mem_nodes)}")
+        return argv
+
+    def to_numactl_args(self) -> str:
+        """The same as one string: ``"--physcpubind=0-1 --membind=0"``."""
+        return " ".join(self.to_numactl_argv())
+
+    @classmethod
+    def from_numactl_args(
+        cls, args: str | Sequence[str], topology: Topology | None = None, *, migrate: bool = False
+    ) -> Plan:
+        """Build a plan from numactl options.
+
+        Understands ``-C/--physcpubind``, ``-N/--cpunodebind``, ``-m/--membind``,
+        ``-p/--preferred``, ``--preferred-many``, ``-i/--interleave`` and
+        ``-l/--localalloc``, in ``--opt=V``, ``--opt V``, ``-oV`` and ``-o V``
+        forms. Values may be lists, ``all``, ``!list`` (everything allowed but
+        the list) or ``+list`` (relative to the allowed set, as numactl does);
+        node lists for CPUs, ``all``, ``!`` and ``+`` need ``topology``.
+        """
+        argv = shlex.split(args) if isinstance(args, str) else list(args)
+        opts = _parse_numactl_argv(argv)
+        cpus = None
+        if "physcpubind" in opts and "cpunodebind" in opts:
+            raise PlanError("give either --physcpubind or --cpunodebind, not both")
+        if "physcpubind" in opts:
+            cpus = _resolve_ids(opts["physcpubind"], "--physcpubind", topology, "cpus")
+        elif "cpunodebind" in opts:
+            nodes = _resolve_ids(opts["cpunodebind"], "--cpunodebind", topology, "cpu-nodes")
+            topo = _need(topology, "--cpunodebind")
+            cpus = set()
+            for n in sorted(nodes):
+                if n not in topo.nodes:
+                    raise PlanError(f"--cpunodebind: node {n} does not exist (nodes: {format_cpulist(topo.nodes)})")
+                if not topo.nodes[n].cpus:
+                    raise PlanError(
+                        f"--cpunodebind: node {n} has no CPUs (a memory-only node); it can only be a memory target"
+                    )
+                cpus |= topo.nodes[n].cpus
+            allowed = cpus & topo.allowed_cpus
+            if not allowed:
+                raise PlanError(
+                    f"--cpunodebind={format_cpulist(nodes)}: the nodes' CPUs {format_cpulist(cpus)} are all "
+                    f"outside the allowed CPUs {format_cpulist(topo.allowed_cpus)}"
+                )
+            cpus = frozenset(allowed)
+        mem_policy = mem_nodes = None
+        mem_opts = [k for k in ("membind", "preferred", "preferred-many", "interleave", "localalloc") if k in opts]
+        if len(mem_opts) > 1:
+            raise PlanError(f"numactl takes one memory policy, got {', '.join('--' + k for k in mem_opts)}")
+        if mem_opts:
+            key = mem_opts[0]
+            mem_policy = {"membind": "bind", "localalloc": "local"}.get(key, key)
+            if key != "localalloc":
+                mem_nodes = _resolve_ids(opts[key], f"--{key}", topology, "mem-nodes")
+        return cls(cpus=cpus, mem_policy=mem_policy, mem_nodes=mem_nodes, migrate=migrate,
+                   reason=f"numactl {' '.join(argv)}")
+
+    # ------------------------------------------------------------ text form
+    def to_text(self) -> str:
+        """Compact text form for the environment: ``v1;cpus=0-3;mem=bind:0;migrate=0``."""
+        cpus = format_cpulist(self.cpus) if self.cpus is not None else "-"
+        if self.mem_policy is None:
+            mem = "-"
+        else:
+            mem = f"{self.mem_policy}:{format_cpulist(self.mem_nodes or ())}"
+        return f"{_TEXT_VERSION};cpus={cpus};mem={mem};migrate={int(self.migrate)}"
+
+    @classmethod
+    def from_text(cls, text: str) -> Plan:
+        """Parse :meth:`to_text` output, strictly; anything else is a PlanError."""
+        if not isinstance(text, str) or len(text) > _TEXT_MAX:
+            raise PlanError("plan text must be a string of at most 64 KiB")
+        m = _TEXT_RE.fullmatch(text)
+        if m is None:
+            raise PlanError(
+                f"plan text {text[:200]!r} is not of the form 'v1;cpus=LIST|-;mem=POLICY:LIST|-;migrate=0|1'"
+            )
+        cpus = None if m["cpus"] == "-" else parse_cpulist(m["cpus"], what="plan cpus")
+        if m["mem"] == "-":
+            policy = nodes = None
+        else:
+            policy, _, nodelist = m["mem"].partition(":")
+            nodes = parse_cpulist(nodelist, what="plan mem nodes")
+        return cls(cpus=cpus, mem_policy=policy, mem_nodes=nodes, migrate=m["migrate"] == "1")
+
+
+_LIST = r"[0-9,:/\-]+"
+_TEXT_RE = re.compile(
+    rf"v1;cpus=(?P<cpus>-|{_LIST});mem=(?P<mem>-|(?:{'|'.join(map(re.escape, MEM_POLICIES))}):(?:{_LIST})?)"
+    r";migrate=(?P<migrate>[01])"
+)
+
+_SHORT = {"C": "physcpubind", "N": "cpunodebind", "m": "membind", "p": "preferred", "i": "interleave",
+          "l": "localalloc"}
+_LONG = set(_SHORT.values()) | {"preferred-many"}
+_FLAGS = {"localalloc"}
+
+
+def _parse_numactl_argv(argv: list[str]) -> dict[str, str]:
+    opts: dict[str, str] = {}
+    k = 0
+    while k < len(argv):
+        tok = argv[k]
+        k += 1
+        if tok.startswith("--"):
+            name, eq, value = tok[2:].partition("=")
+        elif tok.startswith("-") and len(tok) >= 2:
+            name, value, eq = _SHORT.get(tok[1], "?" + tok), tok[2:], ""
+            if value:
+                eq = "="
+            if tok[1:] == "l":
+                value, eq = "", ""
+        else:
+            raise PlanError(f"numactl args: unexpected {tok!r}; a plan takes options only, not a command")
+        if name not in _LONG:
+            raise PlanError(
+                f"numactl args: option {tok!r} is not supported; use --physcpubind, --cpunodebind, --membind, "
+                f"--preferred, --preferred-many, --interleave or --localalloc"
+            )
+        if name in opts:
+            raise PlanError(f"numactl args: --{name} given twice")
+        if name in _FLAGS:
+            if value:
+                raise PlanError(f"numactl args: --{name} takes no value")
+            opts[name] = ""
+            continue
+        if not eq:
+            if k >= len(argv):
+                raise PlanError(f"numactl args: --{name} needs a value")
+            value = argv[k]
+            k += 1
+        if not value:
+            raise PlanError(f"numactl args: --{name} has an empty value")
+        opts[name] = value
+    return opts
+
+
+def _need(topology: Topology | None, what: str) -> Topology:
+    if topology is None:
+        raise PlanError(f"{what} needs a topology to resolve node ids, 'all', '!' or '+'; pass topology=discover()")
+    return topology
+
+
+def _resolve_ids(value: str, flag: str, topology: Topology | None, kind: str) -> frozenset[int]:
+    """Resolve a numactl list value ('all', '!list', '+list', plain list)."""
+    negate = value.startswith("!")
+    if negate:
+        value = value[1:]
+    relative = value.startswith("+")
+    if relative:
+        value = value[1:]
+    if kind == "cpus":
+        universe_of = lambda t: t.allowed_cpus  # noqa: E731
+    elif kind == "cpu-nodes":
+        universe_of = lambda t: frozenset(n for n in t.allowed_nodes if t.nodes.get(n) and t.nodes[n].cpus)  # noqa: E731
+    else:
+        universe_of = lambda t: t.allowed_nodes  # noqa: E731
+    if value == "all":
+        if relative:
+            raise PlanError(f"{flag}: '+all' is not a list")
+        ids = universe_of(_need(topology, flag))
+    else:
+        ids = parse_cpulist(value, what=flag)
+        if relative:
+            universe = sorted(universe_of(_need(topology, flag)))
+            beyond = [i for i in ids if i >= len(universe)]
+            if beyond:
+                raise PlanError(
+                    f"{flag}: relative ids {format_cpulist(beyond)} exceed the {len(universe)} allowed entries "
+                    f"({format_cpulist(universe)})"
+                )
+            ids = frozenset(universe[i] for i in ids)
+    if negate:
+        ids = universe_of(_need(topology, flag)) - ids
+    if not ids:
+        raise PlanError(f"{flag}={value!r} selects nothing")
+    return frozenset(ids)
+
