@@ -19,3 +19,12 @@ class Gpu:
     vendor: str                     # "nvidia" | "amd" | "intel"
     numa_node: int | None           # None when the firmware reports -1 and nothing else places it
     local_cpus: frozenset[int] = field(default_factory=frozenset)
+
+
+def discover_gpus(reader, nodes, env=None) -> tuple[Gpu, ...]:
+    """Visible accelerators under ``reader``'s root, in visible-index order.
+
+    ``nodes`` is the discovered ``{id: Node}`` mapping (used to place GPUs whose
+    firmware reports ``numa_node = -1``); ``env`` defaults to ``os.environ``.
+    """
+    return ()
