@@ -1,0 +1,37 @@
+"""cffi builder (out-of-line API mode) for numabind._native.
+
+Run at build time only (``cffi_modules`` in setup.py); the runtime imports the
+compiled module and never parses C. Needs gcc and the Python headers, nothing
+else: libnuma is opened at run time with dlopen().
+"""
+
+import os
+import re
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join(HERE, "csrc")
+
+
+def _declarations() -> str:
+    """The prototypes of csrc/numabind.h, without preprocessor lines and comments."""
+    with open(os.path.join(CSRC, "numabind.h")) as f:
+        text = f.read()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(_declarations())
+ffibuilder.set_source(
+    "numabind._native",
+    '#include "numabind.h"',
+    sources=[os.path.relpath(os.path.join(CSRC, "numabind.c"), HERE)],
+    include_dirs=[os.path.relpath(CSRC, HERE)],
+    libraries=["dl"],
+    extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(tmpdir=HERE, verbose=True)

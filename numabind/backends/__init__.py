@@ -1,0 +1,103 @@
+"""Backend selection, in the spirit of pyzmq's backend chooser.
+
+Default order: ``libnuma`` (dlopen'd libnuma.so.1) → ``syscall`` (raw system
+calls) → ``numactl`` (birth-time binding through the numactl binary) →
+``none`` (CPU affinity only). ``NUMABIND_BACKEND`` forces one by name; a forced
+backend that cannot load is an error, never a silent substitute.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from ..errors import NumabindError
+from .base import Backend
+
+__all__ = ["Backend", "BACKEND_NAMES", "get_backend", "backend_info", "reset_backends"]
+
+log = logging.getLogger(__name__)
+
+BACKEND_NAMES = ("libnuma", "syscall", "numactl", "none")
+_lock = threading.Lock()
+_instances: dict[str, Backend] = {}
+_failures: dict[str, str] = {}
+
+
+def _construct(name: str) -> Backend:
+    if name == "libnuma":
+        from .libnuma import LibnumaBackend as cls
+    elif name == "syscall":
+        from .syscall import SyscallBackend as cls
+    elif name == "numactl":
+        from .numactl import NumactlBackend as cls
+    else:
+        from .numactl import AffinityOnlyBackend as cls
+    return cls()
+
+
+def _load(name: str) -> Backend | None:
+    """The backend ``name``, or None with the reason stored in _failures."""
+    with _lock:
+        if name in _instances:
+            return _instances[name]
+        if name in _failures:
+            return None
+        try:
+            be = _construct(name)
+        except (ImportError, OSError, NumabindError) as e:
+            _failures[name] = f"{type(e).__name__}: {e}"
+            log.debug("backend %s unavailable: %s", name, _failures[name])
+            return None
+        _instances[name] = be
+        log.debug("backend %s available", name)
+        return be
+
+
+def get_backend(name: str | None = None) -> tuple[Backend, str]:
+    """(backend, why it was chosen). ``name`` or ``$NUMABIND_BACKEND`` forces one."""
+    forced = name or os.environ.get("NUMABIND_BACKEND") or None
+    if forced:
+        if forced not in BACKEND_NAMES:
+            raise NumabindError(
+                f"NUMABIND_BACKEND={forced!r} is not a backend; choose one of {', '.join(BACKEND_NAMES)}"
+            )
+        be = _load(forced)
+        if be is None:
+            raise NumabindError(f"backend {forced!r} was forced but cannot be used: {_failures[forced]}")
+        how = "argument" if name else "NUMABIND_BACKEND"
+        return be, f"{forced} forced by {how}"
+    skipped = []
+    for cand in BACKEND_NAMES:
+        be = _load(cand)
+        if be is not None:
+            why = f"{cand}: first usable in the order {' > '.join(BACKEND_NAMES)}"
+            if skipped:
+                why += " (" + "; ".join(skipped) + ")"
+            return be, why
+        skipped.append(f"{cand} unavailable: {_failures[cand]}")
+    raise NumabindError("no backend is usable: " + "; ".join(skipped))  # "none" always loads
+
+
+def backend_info() -> dict:
+    """Which backends can be used here and why the others cannot."""
+    available = {n: _load(n) is not None for n in BACKEND_NAMES}
+    try:
+        be, why = get_backend()
+        selected, reason = be.name, why
+    except NumabindError as e:
+        selected, reason = None, str(e)
+    return {
+        "selected": selected,
+        "reason": reason,
+        "available": available,
+        "unavailable": {n: _failures[n] for n in BACKEND_NAMES if not available[n]},
+    }
+
+
+def reset_backends() -> None:
+    """Forget loaded backends and failures (tests that change the environment)."""
+    with _lock:
+        _instances.clear()
+        _failures.clear()

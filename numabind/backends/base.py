@@ -1,0 +1,123 @@
+"""The interface every backend provides, and the kernel constants they share.
+
+A backend is the only code that talks to the kernel. All of them offer the
+same small surface; :mod:`numabind.bind` never knows which one it got.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from abc import ABC, abstractmethod
+
+from ..cpulist import parse_cpulist
+
+__all__ = [
+    "Backend",
+    "MPOL_MODES",
+    "MPOL_NAMES",
+    "MPOL_F_NODE",
+    "MPOL_F_ADDR",
+    "MPOL_F_MEMS_ALLOWED",
+    "MPOL_MF_STRICT",
+    "MPOL_MF_MOVE",
+    "MPOL_MF_MOVE_ALL",
+    "MPOL_MODE_FLAGS",
+    "node_mask_bits",
+    "cpu_mask_bits",
+]
+
+# <linux/mempolicy.h>
+MPOL_MODES = {
+    "default": 0,
+    "preferred": 1,
+    "bind": 2,
+    "interleave": 3,
+    "local": 4,
+    "preferred-many": 5,
+    "weighted-interleave": 6,
+}
+MPOL_NAMES = {v: k for k, v in MPOL_MODES.items()}
+MPOL_F_STATIC_NODES = 1 << 15
+MPOL_F_RELATIVE_NODES = 1 << 14
+MPOL_F_NUMA_BALANCING = 1 << 13
+MPOL_MODE_FLAGS = MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES | MPOL_F_NUMA_BALANCING
+# get_mempolicy flags
+MPOL_F_NODE = 1 << 0
+MPOL_F_ADDR = 1 << 1
+MPOL_F_MEMS_ALLOWED = 1 << 2
+# mbind / move_pages flags
+MPOL_MF_STRICT = 1 << 0
+MPOL_MF_MOVE = 1 << 1
+MPOL_MF_MOVE_ALL = 1 << 2
+
+
+def _max_id(path: str, fallback: int) -> int:
+    try:
+        with open(path) as f:
+            ids = parse_cpulist(f.read())
+    except (OSError, ValueError):
+        return fallback
+    return max(ids) if ids else fallback
+
+
+@functools.lru_cache(maxsize=None)
+def node_mask_bits() -> int:
+    """Bits in a node mask for this kernel: possible nodes, rounded up to 64.
+
+    The kernel rejects ``get_mempolicy`` masks smaller than its node count, so
+    masks are sized from ``node/possible`` (not from a fixed 64 or 1024).
+    """
+    top = _max_id("/sys/devices/system/node/possible", 0) + 1
+    return max(64, (top + 63) // 64 * 64)
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_mask_bits() -> int:
+    """Bits in a CPU mask for this kernel: possible CPUs, rounded up to 64."""
+    top = _max_id("/sys/devices/system/cpu/possible", (os.cpu_count() or 1) - 1) + 1
+    return max(64, (top + 63) // 64 * 64)
+
+
+class Backend(ABC):
+    """One mechanism for applying a plan.
+
+    Memory-policy calls act on the *calling thread* (the kernel offers no way
+    to set another thread's policy); affinity calls take a thread id.
+    """
+
+    #: "libnuma" | "syscall" | "numactl"
+    name: str = ""
+    #: True when set_mempolicy works on the running process (not only at exec)
+    in_process_memory: bool = True
+
+    @abstractmethod
+    def set_affinity(self, tid: int, cpus: frozenset[int]) -> None:
+        """sched_setaffinity of one thread (0 = calling thread). Raises BindError."""
+
+    @abstractmethod
+    def get_affinity(self, tid: int) -> frozenset[int]:
+        """sched_getaffinity of one thread. Raises BindError."""
+
+    @abstractmethod
+    def set_mempolicy(self, policy: str, nodes: frozenset[int]) -> None:
+        """set_mempolicy of the calling thread. Raises BindError."""
+
+    @abstractmethod
+    def get_mempolicy(self) -> tuple[str, frozenset[int]]:
+        """(policy name, nodes) of the calling thread. Raises BindError."""
+
+    @abstractmethod
+    def migrate_pages(self, pid: int, from_nodes: frozenset[int], to_nodes: frozenset[int]) -> int:
+        """Move a process's pages; returns the number of pages that could not be moved."""
+
+    def page_nodes(self, addresses: list[int]) -> list[int]:
+        """Node of each page (move_pages query mode); negative values are -errno."""
+        from .. import errors
+
+        raise errors.BindError(38, "move_pages", f"the {self.name} backend cannot query page placement")
+
+    def command_prefix(self, plan) -> list[str] | None:
+        """argv prefix that starts a command bound to ``plan``, or None when the
+        backend binds in-process (then the caller binds and execs)."""
+        return None

@@ -1,0 +1,128 @@
+"""Backends without an in-process memory-policy path.
+
+``none``: CPU affinity through the standard library's sched_setaffinity,
+nothing else. ``numactl``: the same, plus birth-time binding of new processes
+through the fixed wrapper script ``numabind/numactl_wrapper.sh``, which execs
+the ``numactl`` binary. A running process cannot change its own memory policy
+through numactl; the error says so instead of pretending.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import subprocess
+
+from ..cpulist import format_cpulist, parse_cpulist
+from ..errors import BindError, NumabindError
+from .base import Backend
+
+__all__ = ["AffinityOnlyBackend", "NumactlBackend", "WRAPPER"]
+
+WRAPPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "numactl_wrapper.sh")
+
+
+class AffinityOnlyBackend(Backend):
+    """No native code, no numactl: affinity only (report backend "none")."""
+
+    name = "none"
+    in_process_memory = False
+    _why_no_memory = "no in-process memory-policy backend is available (numabind._native is not importable)"
+
+    def set_affinity(self, tid: int, cpus: frozenset[int]) -> None:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError as e:
+            raise BindError(e.errno or errno.EINVAL, "sched_setaffinity", f"thread {tid}") from None
+
+    def get_affinity(self, tid: int) -> frozenset[int]:
+        try:
+            return frozenset(os.sched_getaffinity(tid))
+        except OSError as e:
+            raise BindError(e.errno or errno.EINVAL, "sched_getaffinity", f"thread {tid}") from None
+
+    def set_mempolicy(self, policy: str, nodes: frozenset[int]) -> None:
+        raise BindError(errno.ENOTSUP, "set_mempolicy", self._why_no_memory)
+
+    def get_mempolicy(self) -> tuple[str, frozenset[int]]:
+        raise BindError(errno.ENOTSUP, "get_mempolicy", self._why_no_memory)
+
+    def migrate_pages(self, pid, from_nodes, to_nodes) -> int:
+        raise BindError(errno.ENOTSUP, "migrate_pages", self._why_no_memory)
+
+
+class NumactlBackend(AffinityOnlyBackend):
+    """Binds new processes at birth through numactl; see the module docstring."""
+
+    name = "numactl"
+    _why_no_memory = (
+        "the numactl backend sets memory policy only when it starts a process "
+        "(numabind run, wrap_command, configure_subprocess); use the libnuma or syscall "
+        "backend to change a running process"
+    )
+
+    def __init__(self) -> None:
+        self.numactl = shutil.which("numactl")
+        if self.numactl is None:
+            raise NumabindError(
+                "numactl is not installed or not on PATH; install the numactl package "
+                "or use the libnuma or syscall backend"
+            )
+        st = os.stat(WRAPPER)
+        if st.st_mode & stat.S_IWOTH or not st.st_mode & stat.S_IXUSR:
+            raise NumabindError(f"{WRAPPER} must be executable and not world-writable (mode {st.st_mode:o})")
+
+    def get_mempolicy(self) -> tuple[str, frozenset[int]]:
+        """The calling thread's policy, as a child started from it reports it.
+
+        Memory policy is inherited through fork and kept across exec, so
+        ``numactl --show`` run from this thread shows this thread's policy.
+        """
+        try:
+            out = subprocess.run([self.numactl, "--show"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise BindError(errno.EIO, "get_mempolicy", f"numactl --show failed: {e}") from None
+        if out.returncode != 0:
+            raise BindError(errno.EIO, "get_mempolicy", f"numactl --show: {out.stderr.strip()}")
+        return parse_numactl_show(out.stdout)
+
+    def migrate_pages(self, pid, from_nodes, to_nodes) -> int:
+        tool = shutil.which("migratepages")
+        if tool is None:
+            raise BindError(errno.ENOTSUP, "migrate_pages", "the migratepages tool (numactl package) is missing")
+        out = subprocess.run([tool, str(pid or os.getpid()), format_cpulist(from_nodes), format_cpulist(to_nodes)],
+                             capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise BindError(errno.EIO, "migrate_pages", f"migratepages: {out.stderr.strip()}")
+        return 0
+
+    def command_prefix(self, plan) -> list[str]:
+        return [WRAPPER, *plan.to_numactl_argv(), "--"]
+
+
+def parse_numactl_show(text: str) -> tuple[str, frozenset[int]]:
+    """(policy, nodes) from ``numactl --show`` output."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    policy = fields.get("policy", "")
+    if policy not in ("default", "local", "bind", "interleave", "preferred", "preferred-many",
+                      "weighted-interleave"):
+        raise BindError(errno.EIO, "get_mempolicy", f"unexpected numactl --show policy {policy!r}")
+
+    def ids(key: str) -> frozenset[int]:
+        return parse_cpulist(",".join(fields.get(key, "").split()), what=f"numactl --show {key}")
+
+    if policy == "bind":
+        return policy, ids("membind")
+    if policy in ("interleave", "weighted-interleave"):
+        return policy, ids("interleavemask")
+    if policy == "preferred":
+        return policy, parse_cpulist(fields.get("preferred node", "").split()[0], what="preferred node")
+    if policy == "preferred-many":
+        return policy, ids("preferred")
+    return policy, frozenset()
