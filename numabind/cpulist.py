@@ -32,13 +32,20 @@ MAX_ID = 65535
 _GROUP = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+)(?:/([0-9]+))?)?)?")
 
 
-def _check_id(value: int, text: str, what: str) -> int:
-    if value > MAX_ID:
+def _check_id(digits: str, text: str, what: str) -> int:
+    """``digits`` (ASCII, from the grammar) as an int, refusing anything above MAX_ID.
+
+    The length is checked before ``int()`` so that a number of thousands of
+    digits is a PlanError too, not Python's int-conversion limit error.
+    """
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(MAX_ID)) or int(significant) > MAX_ID:
+        shown = digits if len(digits) <= 20 else f"{digits[:20]}... ({len(digits)} digits)"
         raise PlanError(
-            f"{what} {text!r}: id {value} is larger than numabind's cap of {MAX_ID} "
+            f"{what} {text[:200]!r}: number {shown} is larger than numabind's cap of {MAX_ID} "
             f"(no kernel has that many CPUs or nodes); check the list for a typo"
         )
-    return value
+    return int(significant)
 
 
 def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
@@ -64,20 +71,20 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
                 f"{what} {text!r}: cannot parse {group!r}; expected N, N-M or N-M:used/group "
                 f"separated by commas (e.g. '0-3,8')"
             )
-        lo = _check_id(int(m.group(1)), text, what)
+        lo = _check_id(m.group(1), text, what)
         if m.group(2) is None:
             out.add(lo)
             continue
-        hi = _check_id(int(m.group(2)), text, what)
+        hi = _check_id(m.group(2), text, what)
         if hi < lo:
             raise PlanError(f"{what} {text!r}: range {group!r} ends before it starts")
         if m.group(3) is None:
             out.update(range(lo, hi + 1))
             continue
         if m.group(4) is None:
-            used, size = 1, int(m.group(3))
+            used, size = 1, _check_id(m.group(3), text, what)
         else:
-            used, size = int(m.group(3)), int(m.group(4))
+            used, size = _check_id(m.group(3), text, what), _check_id(m.group(4), text, what)
         if size == 0 or used == 0 or used > size:
             raise PlanError(
                 f"{what} {text!r}: in {group!r} the group size must be > 0 and "
@@ -88,16 +95,21 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
     return frozenset(out)
 
 
+def _checked_ids(ids: Iterable[int]) -> set[int]:
+    out = set(ids)
+    for i in out:
+        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            raise PlanError(f"ids must be non-negative integers, got {i!r}")
+    return out
+
+
 def format_cpulist(ids: Iterable[int]) -> str:
     """Canonical cpulist: sorted, runs of two or more as ``a-b``.
 
     >>> format_cpulist({0, 1, 2, 3, 8})
     '0-3,8'
     """
-    items = sorted(set(ids))
-    for i in items:
-        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
-            raise PlanError(f"ids must be non-negative integers, got {i!r}")
+    items = sorted(_checked_ids(ids))
     parts: list[str] = []
     k = 0
     while k < len(items):
@@ -112,21 +124,26 @@ def format_cpulist(ids: Iterable[int]) -> str:
 
 def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
     """Parse a kernel hex bitmask (``"00000000,0000000f"``) into ids."""
+    if not isinstance(text, str):
+        raise PlanError(f"{what} must be a string, got {type(text).__name__}: {text!r}")
     body = text.strip()
     if not body:
         return frozenset()
     words = body.split(",")
-    value = 0
-    for w in words:
+    out: set[int] = set()
+    for k, w in enumerate(words):
         if not w or len(w) > 8 or not re.fullmatch(r"[0-9a-fA-F]+", w):
             raise PlanError(
                 f"{what} {text!r}: {w!r} is not a hex word of at most 8 digits "
                 f"(expected e.g. '00000000,0000000f')"
             )
-        value = (value << 32) | int(w, 16)
-    if value.bit_length() - 1 > MAX_ID:
-        raise PlanError(f"{what} {text!r}: sets a bit above numabind's cap of {MAX_ID}")
-    return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
+        # word by word: one big int would make long masks quadratic
+        word = int(w, 16)
+        base = 32 * (len(words) - 1 - k)
+        if word and base + word.bit_length() - 1 > MAX_ID:
+            raise PlanError(f"{what} {text!r}: sets a bit above numabind's cap of {MAX_ID}")
+        out.update(base + b for b in range(32) if word >> b & 1)
+    return frozenset(out)
 
 
 def format_mask(ids: Iterable[int], nbits: int | None = None) -> str:
@@ -134,31 +151,38 @@ def format_mask(ids: Iterable[int], nbits: int | None = None) -> str:
 
     ``nbits`` (default: enough for the largest id, at least 32) sets the width.
     """
-    items = set(ids)
+    items = _checked_ids(ids)
     top = max(items) + 1 if items else 1
     width = max(nbits or 0, top, 1)
     nwords = (width + 31) // 32
-    value = 0
-    for i in items:
-        value |= 1 << i
-    return ",".join(f"{(value >> (32 * k)) & 0xFFFFFFFF:08x}" for k in reversed(range(nwords)))
+    words = ids_to_words(items, nwords * 32, 32)
+    return ",".join(f"{w:08x}" for w in reversed(words))
 
 
 def ids_to_words(ids: Iterable[int], nbits: int, word_bits: int = 64) -> list[int]:
-    """The ids as a little-endian array of ``word_bits``-bit words covering ``nbits`` bits."""
+    """The ids as a little-endian array of ``word_bits``-bit words covering ``nbits`` bits.
+
+    An id ``>= nbits`` is a PlanError (the kernel would ignore that bit).
+    """
     nwords = max(1, (nbits + word_bits - 1) // word_bits)
     words = [0] * nwords
-    for i in ids:
-        if i < 0 or i >= nwords * word_bits:
+    for i in _checked_ids(ids):
+        if i >= nbits:
             raise PlanError(f"id {i} does not fit a mask of {nbits} bits")
         words[i // word_bits] |= 1 << (i % word_bits)
     return words
 
 
 def words_to_ids(words: Iterable[int], word_bits: int = 64) -> frozenset[int]:
-    """Inverse of :func:`ids_to_words`."""
+    """Inverse of :func:`ids_to_words`.
+
+    Words must be unsigned and fit ``word_bits`` (a negative word, e.g. from a
+    signed C array, is a PlanError rather than a silent misreading).
+    """
     out = set()
     for k, w in enumerate(words):
+        if not isinstance(w, int) or isinstance(w, bool) or w < 0 or w >> word_bits:
+            raise PlanError(f"mask word {k} is {w!r}; expected an unsigned {word_bits}-bit integer")
         base = k * word_bits
         while w:
             low = w & -w

@@ -184,9 +184,19 @@ class Plan:
         ``-l/--localalloc``, in ``--opt=V``, ``--opt V``, ``-oV`` and ``-o V``
         forms. Values may be lists, ``all``, ``!list`` (everything allowed but
         the list) or ``+list`` (relative to the allowed set, as numactl does);
-        node lists for CPUs, ``all``, ``!`` and ``+`` need ``topology``.
+        for ``--cpunodebind`` the allowed set is the nodes with at least one
+        allowed CPU. Node lists for CPUs, ``all``, ``!`` and ``+`` need ``topology``.
         """
-        argv = shlex.split(args) if isinstance(args, str) else list(args)
+        if isinstance(args, str):
+            try:
+                argv = shlex.split(args)
+            except ValueError as exc:  # unbalanced quotes, a trailing backslash
+                raise PlanError(f"numactl args {args[:200]!r}: {exc}") from None
+        else:
+            argv = list(args)
+            for tok in argv:
+                if not isinstance(tok, str):
+                    raise PlanError(f"numactl args must be strings, got {tok!r}")
         opts = _parse_numactl_argv(argv)
         cpus = None
         if "physcpubind" in opts and "cpunodebind" in opts:
@@ -321,7 +331,9 @@ def _resolve_ids(value: str, flag: str, topology: Topology | None, kind: str) ->
     if kind == "cpus":
         universe_of = lambda t: t.allowed_cpus  # noqa: E731
     elif kind == "cpu-nodes":
-        universe_of = lambda t: frozenset(n for n in t.allowed_nodes if t.nodes.get(n) and t.nodes[n].cpus)  # noqa: E731
+        # Nodes with at least one allowed CPU. Not allowed_nodes: Mems_allowed never lists
+        # a CPU-only (memory-less) node, yet its CPUs are valid --cpunodebind targets.
+        universe_of = lambda t: frozenset(n for n, node in t.nodes.items() if node.cpus & t.allowed_cpus)  # noqa: E731
     else:
         universe_of = lambda t: t.allowed_nodes  # noqa: E731
     if value == "all":
