@@ -1,0 +1,628 @@
+"""Placement strategies: which CPUs and memory nodes a GPU worker should use (pure).
+
+Every function here takes a :class:`~numabind.topology.Topology` and returns
+values; nothing reads a file or calls the kernel (``topology=None`` only
+means "call :func:`numabind.topology.discover` first"). The one exception is
+:func:`auto_plan_available`, which, for the live machine and only when the
+caller did not pass them, asks the process for its affinity and memory policy.
+
+Placement of one GPU:
+
+1. its node: an explicit per-GPU node list, else ``gpu.numa_node``;
+2. the CPU node: that node if it has CPUs, else the nearest node (SLIT
+   distance, then id) that has CPUs the process may use;
+3. the memory node(s): the CPU node if it has memory, else the nearest node
+   with memory the process may use (memory-only and CPU-only layouts);
+4. the mode picks CPUs of the CPU node (``node``, ``exclusive``,
+   ``core-complex``, ``pct``) or of its whole package (``socket``);
+5. CPUs are intersected with ``topology.allowed_cpus`` and memory nodes with
+   ``topology.allowed_nodes``; an empty result is a :class:`PlanError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .cpulist import format_cpulist, parse_cpulist
+from .errors import PlanError
+from .plan import Plan
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "MODES",
+    "PCT_SKUS",
+    "POLICIES",
+    "PctSku",
+    "PlanRow",
+    "auto_plan_available",
+    "pct_config",
+    "pct_priority_cpus",
+    "plan_for_gpu",
+    "plan_for_gpus",
+    "plan_table",
+]
+
+MODES = ("node", "socket", "exclusive", "core-complex", "pct")
+#: Memory policies a strategy can produce; None leaves the policy alone.
+POLICIES = ("bind", "preferred", "preferred-many", "interleave", None)
+_UNKNOWN_DISTANCE = 255
+
+
+@dataclass(frozen=True)
+class PctSku:
+    """Granite Rapids SKU facts for the Priority Core Turbo heuristic.
+
+    ``highest_perf`` is the CPPC ``highest_perf`` cpu0 reports when PCT is on
+    (the SKU's maximum PCT core frequency in 100 MHz units); ``stride`` is the
+    number of logical CPUs per priority group (total threads / 8 priority
+    cores): priority CPUs of a node are those with ``cpu % stride in (0, 1)``.
+    """
+
+    highest_perf: int
+    stride: int
+
+
+#: Known PCT-capable Xeon 6 (Granite Rapids) SKUs, from Intel's published
+#: frequencies; 6776P was measured on a DGX B300, the others are not measured.
+PCT_SKUS = {
+    "6776P": PctSku(highest_perf=46, stride=16),   # 64C/128T, 4.6 GHz
+    "6774P": PctSku(highest_perf=46, stride=16),   # 64C/128T, 4.6 GHz
+    "6962P": PctSku(highest_perf=44, stride=18),   # 72C/144T, 4.4 GHz
+}
+
+
+def _topology(topology):
+    if topology is None:
+        from .topology import discover
+
+        topology = discover()
+    return topology
+
+
+def _fmt(ids) -> str:
+    return format_cpulist(ids) if ids else "none"
+
+
+def _distance(topology, a: int, b: int) -> int:
+    node = topology.nodes.get(a)
+    default = 10 if a == b else _UNKNOWN_DISTANCE
+    return node.distances.get(b, default) if node is not None else default
+
+
+def _nearest(topology, origin: int, candidates: Iterable[int]) -> int | None:
+    ranked = sorted(candidates, key=lambda n: (_distance(topology, origin, n), n))
+    return ranked[0] if ranked else None
+
+
+def _allowed_source(topology) -> str:
+    return getattr(topology, "allowed_source", "") or "affinity"
+
+
+# ------------------------------------------------------------------- PCT
+def pct_config(topology) -> tuple[PctSku | None, str]:
+    """The PCT SKU entry if this machine passes both gates, else ``(None, why)``.
+
+    Gates (fail closed): the CPU model name names a known SKU, and cpu0's CPPC
+    ``highest_perf`` equals that SKU's value (PCT enabled in firmware).
+    """
+    model = topology.model_name
+    if not model:
+        return None, "the CPU model name is unknown (no 'model name' in /proc/cpuinfo)"
+    hits = [sku for sku in PCT_SKUS if re.search(rf"(?<![0-9A-Za-z]){re.escape(sku)}(?![0-9A-Za-z])", model)]
+    if not hits:
+        return None, f"CPU {model!r} is not a known PCT-capable Granite Rapids SKU ({', '.join(PCT_SKUS)})"
+    sku = PCT_SKUS[hits[0]]
+    perf = topology.cppc_highest_perf
+    if perf is None:
+        return None, f"{hits[0]}: cpu0 acpi_cppc/highest_perf is unreadable"
+    if perf != sku.highest_perf:
+        return None, (
+            f"{hits[0]}: cpu0 CPPC highest_perf is {perf}, not {sku.highest_perf}; PCT looks disabled"
+        )
+    return sku, f"{hits[0]} with CPPC highest_perf {perf}: priority CPUs are cpu % {sku.stride} in (0, 1)"
+
+
+def pct_priority_cpus(topology, nodes: Iterable[int]) -> tuple[frozenset[int] | None, str]:
+    """Allowed PCT priority CPUs of ``nodes`` (union), or ``(None, why)``."""
+    sku, why = pct_config(topology)
+    if sku is None:
+        return None, why
+    out: set[int] = set()
+    for n in nodes:
+        node = topology.nodes.get(n)
+        if node is None:
+            continue
+        out.update(c for c in node.cpus if c % sku.stride in (0, 1))
+    allowed = frozenset(out) & topology.allowed_cpus
+    if not allowed:
+        return None, f"{why}; but nodes {_fmt(nodes)} have no allowed priority CPUs"
+    return allowed, why
+
+
+# -------------------------------------------------------------- placement
+@dataclass(frozen=True)
+class _Placement:
+    index: int
+    gpu: object | None
+    node: int                      # the GPU's own node
+    cpu_node: int
+    mem_node: int
+    reasons: tuple[str, ...]
+
+
+def _find_gpu(topology, index: int):
+    for g in topology.gpus:
+        if g.index == index:
+            return g
+    return None
+
+
+def _gpu_label(index: int, gpu) -> str:
+    return f"GPU {index} ({gpu.vendor} {gpu.pci_address})" if gpu is not None else f"GPU {index}"
+
+
+def _place(topology, index: int, nodes: Sequence[int] | None) -> _Placement:
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise PlanError(f"GPU index must be a non-negative int, got {index!r}")
+    gpu = _find_gpu(topology, index)
+    label = _gpu_label(index, gpu)
+    reasons: list[str] = []
+    if nodes is not None:
+        if index >= len(nodes):
+            raise PlanError(
+                f"GPU index {index} is not covered by the per-GPU node list of {len(nodes)} entries "
+                f"({list(nodes)}); give one node per visible GPU"
+            )
+        node = nodes[index]
+        reasons.append(f"{label}: node {node} from the explicit per-GPU node list")
+    else:
+        if gpu is None:
+            visible = ", ".join(str(g.index) for g in topology.gpus) or "none"
+            raise PlanError(
+                f"GPU {index} is not visible (visible GPUs: {visible}); check CUDA_VISIBLE_DEVICES / "
+                f"HIP_VISIBLE_DEVICES or pass an explicit per-GPU node list"
+            )
+        if gpu.numa_node is None:
+            raise PlanError(
+                f"{label}: cannot place it, its NUMA node is unknown ({gpu.numa_note or 'firmware reports -1'}); "
+                f"pass an explicit node for it"
+            )
+        node = gpu.numa_node
+        how = {"numa_node": "its numa_node"}.get(gpu.numa_source, gpu.numa_note or gpu.numa_source)
+        reasons.append(f"{label} is on node {node} ({how})")
+    if not isinstance(node, int) or node not in topology.nodes:
+        raise PlanError(f"{label}: node {node!r} does not exist (nodes: {_fmt(topology.nodes)})")
+
+    cpu_node = node
+    if not (topology.nodes[node].cpus & topology.allowed_cpus):
+        usable = [n for n, nd in topology.nodes.items() if nd.cpus & topology.allowed_cpus]
+        if not topology.nodes[node].cpus:
+            if not usable:
+                raise PlanError(
+                    f"{label}: node {node} has no CPUs and no node has CPUs in the allowed set "
+                    f"{_fmt(topology.allowed_cpus)} (from {_allowed_source(topology)})"
+                )
+            cpu_node = _nearest(topology, node, usable)
+            reasons.append(
+                f"node {node} has no CPUs; CPUs from node {cpu_node}, the nearest node with CPUs "
+                f"(distance {_distance(topology, node, cpu_node)})"
+            )
+        else:
+            raise PlanError(
+                f"{label}: node {node} has CPUs {_fmt(topology.nodes[node].cpus)} but none of them is in "
+                f"the allowed CPUs {_fmt(topology.allowed_cpus)} (from {_allowed_source(topology)}); "
+                f"widen the cpuset or choose another GPU/node"
+            )
+
+    mem_node = cpu_node
+    cn = topology.nodes[cpu_node]
+    if not cn.has_memory:
+        usable = [n for n, nd in topology.nodes.items() if nd.has_memory and n in topology.allowed_nodes]
+        if not usable:
+            raise PlanError(f"{label}: no allowed node has memory (allowed nodes {_fmt(topology.allowed_nodes)})")
+        mem_node = _nearest(topology, cpu_node, usable)
+        reasons.append(
+            f"node {cpu_node} has no memory; memory on node {mem_node}, the nearest node with memory "
+            f"(distance {_distance(topology, cpu_node, mem_node)})"
+        )
+    elif cpu_node not in topology.allowed_nodes:
+        raise PlanError(
+            f"{label}: memory node {cpu_node} is outside the allowed memory nodes "
+            f"{_fmt(topology.allowed_nodes)} (from {_allowed_source(topology)})"
+        )
+    return _Placement(index, gpu, node, cpu_node, mem_node, tuple(reasons))
+
+
+def _trim(topology, cpus: frozenset[int], what: str, reasons: list[str], label: str, node: int) -> frozenset[int]:
+    allowed = cpus & topology.allowed_cpus
+    if not allowed:
+        raise PlanError(
+            f"{label}: {what} {_fmt(cpus)} (node {node}) are all outside the allowed CPUs "
+            f"{_fmt(topology.allowed_cpus)} (from {_allowed_source(topology)})"
+        )
+    if allowed != cpus:
+        reasons.append(
+            f"{what} {_fmt(cpus)} trimmed to {_fmt(allowed)} by the allowed CPUs "
+            f"{_fmt(topology.allowed_cpus)} (from {_allowed_source(topology)})"
+        )
+    return allowed
+
+
+def _peers(topology, placement: _Placement, nodes: Sequence[int] | None) -> list[int]:
+    """Visible GPU indices whose CPUs come from the same node, sorted."""
+    indices = {g.index for g in topology.gpus}
+    if nodes is not None:
+        indices |= set(range(len(nodes)))
+    peers = []
+    for i in sorted(indices):
+        if i == placement.index:
+            peers.append(i)
+            continue
+        try:
+            other = _place(topology, i, nodes)
+        except PlanError:
+            continue
+        if other.cpu_node == placement.cpu_node:
+            peers.append(i)
+    return peers
+
+
+def _cores(topology, cpus: frozenset[int]) -> list[frozenset[int]]:
+    """``cpus`` grouped by physical core (hyperthread siblings together), by lowest CPU."""
+    seen: dict[frozenset[int], frozenset[int]] = {}
+    for c in cpus:
+        info = topology.cpus.get(c)
+        key = frozenset(info.siblings) if info is not None and info.siblings else frozenset({c})
+        seen[key] = key & cpus
+    return sorted(set(seen.values()), key=min)
+
+
+def _node_cpus(topology, p: _Placement, label: str, reasons: list[str]) -> frozenset[int]:
+    node = topology.nodes[p.cpu_node]
+    return _trim(topology, node.cpus, f"node {p.cpu_node} CPUs", reasons, label, p.cpu_node)
+
+
+def _mode_cpus(topology, p: _Placement, mode: str, nodes, reasons: list[str]) -> tuple[frozenset[int], frozenset[int]]:
+    """``(cpus, memory nodes)`` for one placed GPU in ``mode``."""
+    label = _gpu_label(p.index, p.gpu)
+    mem = frozenset({p.mem_node})
+    if mode == "node":
+        return _node_cpus(topology, p, label, reasons), mem
+    if mode == "socket":
+        node_cpus = topology.nodes[p.cpu_node].cpus
+        packages = {topology.cpus[c].package for c in node_cpus if c in topology.cpus}
+        packages.discard(-1)
+        if len(packages) != 1:
+            reasons.append(f"socket: the package of node {p.cpu_node} is unknown; using the node")
+            return _node_cpus(topology, p, label, reasons), mem
+        pkg = packages.pop()
+        pkg_cpus = frozenset(c for c, info in topology.cpus.items() if info.package == pkg)
+        pkg_nodes = sorted(n for n, nd in topology.nodes.items() if nd.cpus & pkg_cpus)
+        reasons.append(f"socket: package {pkg} spans nodes {_fmt(pkg_nodes)}")
+        cpus = _trim(topology, pkg_cpus, f"package {pkg} CPUs", reasons, label, p.cpu_node)
+        mem_nodes = frozenset(n for n in pkg_nodes
+                              if topology.nodes[n].has_memory and n in topology.allowed_nodes)
+        return cpus, (mem_nodes or mem)
+    if mode == "exclusive":
+        cpus = _node_cpus(topology, p, label, reasons)
+        cores = _cores(topology, cpus)
+        peers = _peers(topology, p, nodes)
+        if len(cores) < len(peers):
+            raise PlanError(
+                f"{label}: exclusive mode needs at least one core per GPU, but node {p.cpu_node} has "
+                f"{len(cores)} allowed cores ({_fmt(cpus)}) for {len(peers)} GPUs ({_fmt(peers)})"
+            )
+        base, extra = divmod(len(cores), len(peers))
+        pos = peers.index(p.index)
+        start = pos * base + min(pos, extra)
+        mine = cores[start:start + base + (1 if pos < extra else 0)]
+        out = frozenset().union(*mine)
+        reasons.append(
+            f"exclusive: {len(cores)} cores of node {p.cpu_node} split among GPUs {_fmt(peers)}; "
+            f"this GPU gets cores {start}-{start + len(mine) - 1} (CPUs {_fmt(out)})"
+        )
+        return out, mem
+    if mode == "core-complex":
+        cpus = _node_cpus(topology, p, label, reasons)
+        top = max((c.level for c in topology.caches if c.type != "Instruction"), default=None)
+        groups = sorted(
+            {c.cpus & cpus for c in topology.caches
+             if c.level == top and c.type != "Instruction" and c.cpus & cpus},
+            key=lambda g: (-len(g), min(g)),
+        )
+        if not groups:
+            reasons.append(f"core-complex: no cache information for node {p.cpu_node}; using the node")
+            return cpus, mem
+        peers = _peers(topology, p, nodes)
+        pos = peers.index(p.index)
+        group = groups[pos % len(groups)]
+        shared = " (shared: fewer groups than GPUs)" if len(groups) < len(peers) else ""
+        reasons.append(
+            f"core-complex: node {p.cpu_node} has {len(groups)} L{top} groups for GPUs {_fmt(peers)}; "
+            f"this GPU gets group {pos % len(groups)} (CPUs {_fmt(group)}){shared}"
+        )
+        return group, mem
+    if mode == "pct":
+        prio, why = pct_priority_cpus(topology, [p.cpu_node])
+        if prio is None:
+            reasons.append(f"pct not engaged ({why}); using node {p.cpu_node}")
+            return _node_cpus(topology, p, label, reasons), mem
+        reasons.append(f"pct: {why}; node {p.cpu_node} priority CPUs {_fmt(prio)}")
+        return prio, mem
+    raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+
+
+def _mem_plan(policy: str | None, mem_nodes: frozenset[int], reasons: list[str]) -> tuple[str | None, frozenset | None]:
+    if policy not in POLICIES:
+        raise PlanError(f"policy {policy!r} is not one of bind, preferred, preferred-many, interleave (or None)")
+    if policy is None:
+        reasons.append("memory policy left unchanged")
+        return None, None
+    if policy == "preferred" and len(mem_nodes) > 1:
+        reasons.append(f"preferred over {len(mem_nodes)} nodes becomes preferred-many")
+        policy = "preferred-many"
+    return policy, mem_nodes
+
+
+def _explicit_cpus(topology, cpus, index: int, label: str, reasons: list[str], node: int) -> frozenset[int]:
+    if index >= len(cpus):
+        raise PlanError(
+            f"GPU index {index} is not covered by the per-GPU CPU list of {len(cpus)} entries; "
+            f"give one CPU list per visible GPU"
+        )
+    entry = cpus[index]
+    ids = parse_cpulist(entry, what=f"CPU list for GPU {index}") if isinstance(entry, str) else frozenset(entry)
+    if not ids:
+        raise PlanError(f"the CPU list for GPU {index} is empty")
+    reasons.append(f"CPUs {_fmt(ids)} from the explicit per-GPU CPU list")
+    return _trim(topology, frozenset(ids), "explicit CPUs", reasons, label, node)
+
+
+def _plan_one(topology, index, mode, policy, nodes, cpus, migrate) -> tuple[Plan, _Placement, tuple[str, ...]]:
+    if mode not in MODES:
+        raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    p = _place(topology, index, nodes)
+    reasons = list(p.reasons)
+    if cpus is not None:
+        chosen = _explicit_cpus(topology, cpus, index, _gpu_label(index, p.gpu), reasons, p.cpu_node)
+        mem_nodes = frozenset({p.mem_node})
+    else:
+        chosen, mem_nodes = _mode_cpus(topology, p, mode, nodes, reasons)
+    mem_policy, mem = _mem_plan(policy, mem_nodes, reasons)
+    if mem is not None:
+        reasons.append(
+            f"memory {mem_policy} {_fmt(mem)} (distance {max(_distance(topology, p.node, n) for n in mem)} "
+            f"from node {p.node})"
+        )
+    plan = Plan(cpus=chosen, mem_policy=mem_policy, mem_nodes=mem, migrate=migrate and mem is not None,
+                reason=f"{mode}: " + "; ".join(reasons))
+    return plan, p, tuple(reasons)
+
+
+# ------------------------------------------------------------- public API
+def plan_for_gpu(gpu_index: int, mode: str = "node", topology=None, *, policy: str | None = "bind",
+                 nodes: Sequence[int] | None = None, cpus: Sequence | None = None,
+                 migrate: bool = False) -> Plan:
+    """The plan for a worker that drives visible GPU ``gpu_index``.
+
+    ``mode`` is one of :data:`MODES`; ``policy`` the memory policy (``bind``,
+    ``preferred`` — becoming ``preferred-many`` over several nodes —,
+    ``preferred-many``, ``interleave``, or None to leave memory alone).
+    ``nodes`` / ``cpus`` are explicit per-GPU lists indexed by visible GPU
+    index (like vLLM's ``--numa-bind-nodes`` / ``--numa-bind-cpus``): a node
+    id per GPU, and a cpulist string or id set per GPU; ``cpus`` overrides the
+    mode's CPU choice. Raises :class:`PlanError` when the GPU cannot be placed.
+    """
+    topology = _topology(topology)
+    plan, _, _ = _plan_one(topology, gpu_index, mode, policy, nodes, cpus, migrate)
+    log.debug("plan for GPU %d: %s (%s)", gpu_index, plan.describe(), plan.reason)
+    return plan
+
+
+def plan_for_gpus(indices: Iterable[int], topology=None, *, mode: str = "node", policy: str | None = "bind",
+                  nodes: Sequence[int] | None = None, cpus: Sequence | None = None,
+                  migrate: bool = False) -> Plan:
+    """The plan for a process driving a shard of GPUs (EngineCore, DP rank, torchrun agent).
+
+    CPUs are the allowed CPUs of the members' CPU nodes (for ``pct``, the
+    members' priority CPUs), united with each member's own CPUs, so the plan
+    is always a superset of every member's plan and members spawned from it
+    can narrow their affinity. Memory is the union of the members' nodes.
+    """
+    topology = _topology(topology)
+    indices = list(indices)
+    if not indices:
+        raise PlanError("a shard needs at least one GPU index")
+    members = [_plan_one(topology, i, mode, policy, nodes, cpus, migrate) for i in indices]
+    cpu_nodes = sorted({p.cpu_node for _, p, _ in members})
+    out = frozenset().union(*(plan.cpus for plan, _, _ in members))
+    if mode != "pct" or cpus is not None:
+        for n in cpu_nodes:
+            out |= topology.nodes[n].cpus & topology.allowed_cpus
+    mem_nodes = frozenset().union(*((plan.mem_nodes or frozenset()) for plan, _, _ in members))
+    reasons = [f"shard of GPUs {_fmt(indices)} on nodes {_fmt(cpu_nodes)}"]
+    mem_policy, mem = _mem_plan(policy, mem_nodes, reasons) if policy is not None else (None, None)
+    if mem is not None:
+        reasons.append(f"memory {mem_policy} {_fmt(mem)}")
+    reasons.append("members: " + " | ".join(f"GPU {p.index}: {plan.describe()}" for plan, p, _ in members))
+    plan = Plan(cpus=out, mem_policy=mem_policy, mem_nodes=mem, migrate=migrate and mem is not None,
+                reason=f"{mode}: " + "; ".join(reasons))
+    log.debug("plan for GPUs %s: %s", _fmt(indices), plan.describe())
+    return plan
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One line of ``numabind plan``: a GPU, where it is, and its plan or why there is none."""
+
+    gpu: int
+    pci_address: str | None
+    vendor: str | None
+    numa_node: int | None
+    numa_source: str | None
+    cpu_node: int | None
+    mem_nodes: frozenset[int] | None
+    distance: int | None            # SLIT distance from the GPU's node to its farthest memory node
+    node_cpus: frozenset[int] | None
+    trimmed_cpus: frozenset[int] | None   # CPUs of the CPU node outside the allowed set
+    plan: Plan | None
+    error: str | None
+    reasons: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        def ids(v):
+            return None if v is None else format_cpulist(v)
+
+        return {
+            "gpu": self.gpu,
+            "pci_address": self.pci_address,
+            "vendor": self.vendor,
+            "numa_node": self.numa_node,
+            "numa_source": self.numa_source,
+            "cpu_node": self.cpu_node,
+            "mem_nodes": ids(self.mem_nodes),
+            "distance": self.distance,
+            "node_cpus": ids(self.node_cpus),
+            "trimmed_cpus": ids(self.trimmed_cpus),
+            "plan": None if self.plan is None else {
+                "cpus": ids(self.plan.cpus),
+                "mem_policy": self.plan.mem_policy,
+                "mem_nodes": ids(self.plan.mem_nodes),
+                "numactl": self.plan.to_numactl_args(),
+            },
+            "error": self.error,
+            "reasons": list(self.reasons),
+        }
+
+
+def plan_table(topology=None, mode: str = "node", policy: str | None = "bind", *,
+               gpus: Iterable[int] | None = None, nodes: Sequence[int] | None = None,
+               cpus: Sequence | None = None) -> tuple[PlanRow, ...]:
+    """One :class:`PlanRow` per GPU (``gpus``, default every visible GPU); never raises PlanError per GPU.
+
+    A GPU that cannot be placed gets a row with ``plan=None`` and ``error``
+    set. An unknown ``mode`` or ``policy`` still raises, since no row can
+    help with that.
+    """
+    if mode not in MODES:
+        raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if policy not in POLICIES:
+        raise PlanError(f"policy {policy!r} is not one of bind, preferred, preferred-many, interleave (or None)")
+    topology = _topology(topology)
+    wanted = sorted({g.index for g in topology.gpus}) if gpus is None else list(gpus)
+    rows = []
+    for i in wanted:
+        gpu = _find_gpu(topology, i)
+        base = dict(gpu=i, pci_address=gpu.pci_address if gpu else None, vendor=gpu.vendor if gpu else None,
+                    numa_node=gpu.numa_node if gpu else None, numa_source=gpu.numa_source if gpu else None)
+        try:
+            plan, p, why = _plan_one(topology, i, mode, policy, nodes, cpus, False)
+        except PlanError as exc:
+            rows.append(PlanRow(**base, cpu_node=None, mem_nodes=None, distance=None, node_cpus=None,
+                                trimmed_cpus=None, plan=None, error=str(exc), reasons=()))
+            continue
+        node_cpus = topology.nodes[p.cpu_node].cpus
+        mem = plan.mem_nodes or frozenset({p.mem_node})
+        rows.append(PlanRow(
+            **base,
+            cpu_node=p.cpu_node,
+            mem_nodes=plan.mem_nodes,
+            distance=max(_distance(topology, p.node, n) for n in mem),
+            node_cpus=node_cpus,
+            trimmed_cpus=node_cpus - topology.allowed_cpus,
+            plan=plan,
+            error=None,
+            reasons=why,
+        ))
+    return tuple(rows)
+
+
+# -------------------------------------------------------- automatic gate
+def _live_affinity() -> frozenset[int] | None:
+    import os
+
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+def _live_mem_policy() -> str | None:
+    try:
+        from . import bind
+
+        current = bind.current_binding()
+    except Exception as exc:  # bind layer missing or the kernel refused
+        log.debug("auto binding: memory policy unreadable: %s", exc)
+        return None
+    for obj in (current, getattr(current, "applied", None)):
+        policy = getattr(obj, "mem_policy", None)
+        if isinstance(policy, str):
+            return policy
+    return None
+
+
+def auto_plan_available(topology=None, *, affinity: Iterable[int] | None = None,
+                        mem_policy: str | None = None, gpus: Iterable[int] | None = None,
+                        mode: str = "node") -> tuple[bool, str]:
+    """Whether automatic binding should be attempted, and why (never raises).
+
+    Conditions: more than one NUMA node with CPUs; at least one visible GPU;
+    the process affinity (``affinity``, default: asked from the kernel when
+    the topology is the live machine, else the topology's allowed CPUs)
+    covers every online CPU the process may use, i.e. the launcher did not
+    already narrow it; the memory policy (``mem_policy``, default: read
+    through :mod:`numabind.bind` for the live machine, else assumed
+    ``default``) is ``default``; and every GPU in ``gpus`` (default: every
+    visible GPU) gets a plan in ``mode``.
+    """
+    ok, why = _gate(topology, affinity, mem_policy, gpus, mode)
+    (log.info if ok else log.debug)("automatic binding %s: %s", "available" if ok else "skipped", why)
+    return ok, why
+
+
+def _gate(topology, affinity, mem_policy, gpus, mode) -> tuple[bool, str]:
+    try:
+        topology = _topology(topology)
+    except Exception as exc:
+        return False, f"topology discovery failed: {exc}"
+    try:
+        cpu_nodes = sorted(n for n, nd in topology.nodes.items() if nd.cpus)
+        if len(cpu_nodes) < 2:
+            return False, f"only {len(cpu_nodes)} NUMA node with CPUs; nothing to choose"
+        indices = sorted({g.index for g in topology.gpus}) if gpus is None else sorted(set(gpus))
+        if not indices:
+            return False, "no visible GPU"
+        live = topology.root == "/"
+        if affinity is None:
+            affinity = _live_affinity() if live else topology.allowed_cpus
+            if affinity is None:
+                return False, "the process CPU affinity is unreadable"
+        affinity = frozenset(affinity)
+        reference = topology.allowed_cpus & topology.online_cpus
+        if not reference <= affinity:
+            return False, (
+                f"CPU affinity {_fmt(affinity)} is already narrower than the allowed CPUs {_fmt(reference)}; "
+                f"the launcher bound this process, pass explicit nodes to override"
+            )
+        if mem_policy is None:
+            mem_policy = _live_mem_policy() if live else "default"
+            if mem_policy is None:
+                return False, "the memory policy is unreadable (in a container, try --cap-add SYS_NICE)"
+        if mem_policy != "default":
+            return False, f"memory policy is already {mem_policy!r}; pass explicit nodes to override"
+        placed = []
+        for i in indices:
+            try:
+                _, p, _ = _plan_one(topology, i, mode, "preferred", None, None, False)
+            except PlanError as exc:
+                return False, f"GPU {i} cannot be placed: {exc}"
+            placed.append(f"GPU {i}->node {p.cpu_node}")
+        return True, f"{len(cpu_nodes)} nodes with CPUs, process unbound; " + ", ".join(placed)
+    except Exception as exc:  # never raise from the gate
+        log.debug("automatic binding gate failed", exc_info=True)
+        return False, f"gate failed: {exc}"
