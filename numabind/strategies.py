@@ -542,50 +542,42 @@ def plan_table(topology=None, mode: str = "node", policy: str | None = "bind", *
 
 
 # -------------------------------------------------------- automatic gate
-def _live_affinity() -> frozenset[int] | None:
-    import os
-
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
-
-
-def _live_mem_policy() -> str | None:
+def _live_binding():
+    """What the kernel says about this process (through :mod:`numabind.bind`), or None."""
     try:
         from . import bind
 
-        current = bind.current_binding()
-    except Exception as exc:  # bind layer missing or the kernel refused
-        log.debug("auto binding: memory policy unreadable: %s", exc)
+        return bind.current_binding()
+    except Exception as exc:  # bind layer missing, no backend, or the kernel refused
+        log.debug("auto binding: current binding unreadable: %s", exc)
         return None
-    for obj in (current, getattr(current, "applied", None)):
-        policy = getattr(obj, "mem_policy", None)
-        if isinstance(policy, str):
-            return policy
-    return None
 
 
 def auto_plan_available(topology=None, *, affinity: Iterable[int] | None = None,
                         mem_policy: str | None = None, gpus: Iterable[int] | None = None,
-                        mode: str = "node") -> tuple[bool, str]:
+                        mode: str = "node", unbound_cpus: Iterable[int] | None = None) -> tuple[bool, str]:
     """Whether automatic binding should be attempted, and why (never raises).
 
-    Conditions: more than one NUMA node with CPUs; at least one visible GPU;
-    the process affinity (``affinity``, default: asked from the kernel when
-    the topology is the live machine, else the topology's allowed CPUs)
-    covers every online CPU the process may use, i.e. the launcher did not
-    already narrow it; the memory policy (``mem_policy``, default: read
-    through :mod:`numabind.bind` for the live machine, else assumed
-    ``default``) is ``default``; and every GPU in ``gpus`` (default: every
-    visible GPU) gets a plan in ``mode``.
+    Conditions, checked in this order:
+
+    * more than one NUMA node has CPUs;
+    * at least one GPU is visible (or listed in ``gpus``);
+    * the process is not already bound by its launcher: its CPU affinity
+      covers ``unbound_cpus`` (default: every online CPU; in a container
+      pinned by a cpuset, pass the cpuset's CPUs);
+    * the memory policy is still ``default``;
+    * every GPU (``gpus``, default every visible one) gets a plan in ``mode``.
+
+    ``affinity`` and ``mem_policy`` default, for the live machine (root
+    ``/``), to what :func:`numabind.bind.current_binding` reads from the
+    kernel; for a dump, to the dump's allowed CPUs and ``default``.
     """
-    ok, why = _gate(topology, affinity, mem_policy, gpus, mode)
+    ok, why = _gate(topology, affinity, mem_policy, gpus, mode, unbound_cpus)
     (log.info if ok else log.debug)("automatic binding %s: %s", "available" if ok else "skipped", why)
     return ok, why
 
 
-def _gate(topology, affinity, mem_policy, gpus, mode) -> tuple[bool, str]:
+def _gate(topology, affinity, mem_policy, gpus, mode, unbound_cpus) -> tuple[bool, str]:
     try:
         topology = _topology(topology)
     except Exception as exc:
@@ -598,19 +590,20 @@ def _gate(topology, affinity, mem_policy, gpus, mode) -> tuple[bool, str]:
         if not indices:
             return False, "no visible GPU"
         live = topology.root == "/"
+        current = _live_binding() if live and (affinity is None or mem_policy is None) else None
         if affinity is None:
-            affinity = _live_affinity() if live else topology.allowed_cpus
+            affinity = topology.allowed_cpus if not live else (current.cpus if current is not None else None)
             if affinity is None:
                 return False, "the process CPU affinity is unreadable"
         affinity = frozenset(affinity)
-        reference = topology.allowed_cpus & topology.online_cpus
+        reference = topology.online_cpus if unbound_cpus is None else frozenset(unbound_cpus)
         if not reference <= affinity:
             return False, (
-                f"CPU affinity {_fmt(affinity)} is already narrower than the allowed CPUs {_fmt(reference)}; "
-                f"the launcher bound this process, pass explicit nodes to override"
+                f"CPU affinity {_fmt(affinity)} does not cover {_fmt(reference)}: the launcher already bound "
+                f"this process; pass explicit nodes to override"
             )
         if mem_policy is None:
-            mem_policy = _live_mem_policy() if live else "default"
+            mem_policy = "default" if not live else getattr(current, "mem_policy", None)
             if mem_policy is None:
                 return False, "the memory policy is unreadable (in a container, try --cap-add SYS_NICE)"
         if mem_policy != "default":

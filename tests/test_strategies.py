@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -434,10 +435,10 @@ def test_auto_gate():
 @pytest.mark.parametrize("topo,kw,why", [
     (make_topology({0: "0-7"}, gpus=[0]), {}, "only 1 NUMA node with CPUs"),
     (make_topology({0: "0-7", 1: "8-15"}), {}, "no visible GPU"),
-    (dgx(), {"affinity": L("0-55")}, "already narrower than the allowed CPUs"),
+    (dgx(), {"affinity": L("0-55")}, "CPU affinity 0-55 does not cover 0-223: the launcher already bound"),
     (dgx(), {"mem_policy": "bind"}, "memory policy is already 'bind'"),
     (make_topology({0: "0-3", 1: "4-7"}, gpus=[0, None]), {}, "GPU 1 cannot be placed"),
-    (dgx(allowed_cpus="0-55,112-167"), {"affinity": L("0-55,112-167")}, "GPU 4 cannot be placed"),
+    (dgx(allowed_cpus="0-55,112-167"), {"unbound_cpus": L("0-55,112-167")}, "GPU 4 cannot be placed"),
     (object(), {}, "gate failed"),
 ])
 def test_auto_gate_refuses(topo, kw, why, caplog):
@@ -447,18 +448,34 @@ def test_auto_gate_refuses(topo, kw, why, caplog):
     assert reason in caplog.text
 
 
-def test_auto_gate_on_live_root_reads_affinity(monkeypatch):
+def test_auto_gate_on_live_root_reads_the_kernel(monkeypatch):
     t = dgx()
     live = Topology(**{**{f: getattr(t, f) for f in t.__dataclass_fields__}, "root": "/"})
-    monkeypatch.setattr(strategies, "_live_affinity", lambda: L("0-3"))
-    ok, why = auto_plan_available(live, mem_policy="default")
-    assert not ok and "CPU affinity 0-3 is already narrower" in why
-    monkeypatch.setattr(strategies, "_live_affinity", lambda: t.online_cpus)
-    monkeypatch.setattr(strategies, "_live_mem_policy", lambda: None)
+
+    def binding(cpus, policy):
+        return lambda: types.SimpleNamespace(cpus=cpus, mem_policy=policy)
+
+    monkeypatch.setattr(strategies, "_live_binding", binding(L("0-3"), "default"))
+    ok, why = auto_plan_available(live)
+    assert not ok and "CPU affinity 0-3 does not cover 0-223" in why
+    monkeypatch.setattr(strategies, "_live_binding", binding(t.online_cpus, None))
     ok, why = auto_plan_available(live)
     assert not ok and "memory policy is unreadable" in why
-    monkeypatch.setattr(strategies, "_live_mem_policy", lambda: "default")
+    monkeypatch.setattr(strategies, "_live_binding", binding(t.online_cpus, "preferred"))
+    assert auto_plan_available(live) == (False, "memory policy is already 'preferred'; pass explicit nodes to override")
+    monkeypatch.setattr(strategies, "_live_binding", binding(t.online_cpus, "default"))
     assert auto_plan_available(live)[0]
+    monkeypatch.setattr(strategies, "_live_binding", lambda: None)
+    assert auto_plan_available(live) == (False, "the process CPU affinity is unreadable")
+
+
+def test_auto_gate_in_a_cpuset_container():
+    t = dgx(allowed_cpus="0-27,56-83")
+    affinity = L("0-27,56-83")
+    # against all online CPUs a cpuset container looks bound ...
+    assert not auto_plan_available(t, affinity=affinity)[0]
+    # ... but not against the cpuset's own CPUs
+    assert auto_plan_available(t, affinity=affinity, unbound_cpus=affinity)[0]
 
 
 def test_auto_gate_never_raises_when_discovery_fails(monkeypatch):
