@@ -365,6 +365,8 @@ def _parse_entries(value: str, count: int, uuids: Sequence[str | None],
             k = _match_uuid(entry, uuids)
             pick = (k, None) if k is not None else None
             why = "matches no GPU UUID or more than one"
+            if not any(uuids):
+                why += " (UUIDs come from the driver's /proc/driver/nvidia or NVML; neither is readable)"
         else:
             why = "is not an index or a UUID"
         if pick is not None and pick in chosen:

@@ -304,8 +304,13 @@ def _mode_cpus(topology, p: _Placement, mode: str, nodes, reasons: list[str]) ->
         pkg_nodes = sorted(n for n, nd in topology.nodes.items() if nd.cpus & pkg_cpus)
         reasons.append(f"socket: package {pkg} spans nodes {_fmt(pkg_nodes)}")
         cpus = _trim(topology, pkg_cpus, f"package {pkg} CPUs", reasons, label, p.cpu_node)
-        mem_nodes = frozenset(n for n in pkg_nodes
-                              if topology.nodes[n].has_memory and n in topology.allowed_nodes)
+        with_memory = [n for n in pkg_nodes if topology.nodes[n].has_memory]
+        mem_nodes = frozenset(n for n in with_memory if n in topology.allowed_nodes)
+        if len(mem_nodes) < len(with_memory):
+            reasons.append(
+                f"memory nodes {_fmt(set(with_memory) - mem_nodes)} of package {pkg} are outside the allowed "
+                f"memory nodes {_fmt(topology.allowed_nodes)}"
+            )
         return cpus, (mem_nodes or mem)
     if mode == "exclusive":
         cpus = _node_cpus(topology, p, label, reasons)
