@@ -37,8 +37,10 @@ def add_pci_device(root, address: str, *, vendor: str = "nvidia", numa_node: int
     base = f"sys/bus/pci/devices/{address}"
     vendor_id = VENDOR_IDS.get(vendor, vendor if isinstance(vendor, int) else 0x1234)
     _write(root, f"{base}/vendor", f"0x{vendor_id:04x}\n")
-    _write(root, f"{base}/device", f"0x{device if device is not None else DEFAULT_DEVICE.get(vendor, 0x1):04x}\n")
-    _write(root, f"{base}/class", f"0x{pci_class if pci_class is not None else DEFAULT_CLASS.get(vendor, 0x030000):06x}\n")
+    device = device if device is not None else DEFAULT_DEVICE.get(vendor, 0x1)
+    pci_class = pci_class if pci_class is not None else DEFAULT_CLASS.get(vendor, 0x030000)
+    _write(root, f"{base}/device", f"0x{device:04x}\n")
+    _write(root, f"{base}/class", f"0x{pci_class:06x}\n")
     if numa_node is not None:
         _write(root, f"{base}/numa_node", f"{numa_node}\n")
     if local_cpulist is not None:

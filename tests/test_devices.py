@@ -427,3 +427,10 @@ def test_nvml_is_not_used_for_a_dump_by_default(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", mod)
     gpus(tmp_path)
     assert mod.calls == []
+
+
+def test_uuid_entry_without_any_known_uuid_says_where_uuids_come_from(tmp_path, caplog):
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", proc=False)
+    caplog.set_level(logging.WARNING, logger="numabind.devices")
+    assert gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": nv_uuid(0)}, use_nvml=False) == ()
+    assert "/proc/driver/nvidia or NVML" in caplog.text

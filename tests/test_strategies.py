@@ -551,3 +551,10 @@ def test_shard_plan_is_superset_of_every_member(t, data):
             assert member.mem_nodes <= whole.mem_nodes
         else:
             assert member.mem_nodes is None and whole.mem_nodes is None
+
+
+def test_socket_mode_names_memory_nodes_outside_the_allowed_set():
+    t = snc4(allowed_nodes={0, 1, 2, 4, 5, 6, 7})
+    plan = plan_for_gpu(1, "socket", t)
+    assert plan == P("0-55,112-167", "bind", "0-2")
+    assert "memory nodes 3 of package 0 are outside the allowed memory nodes 0-2,4-7" in plan.reason
