@@ -476,7 +476,12 @@ def discover_gpus(reader, nodes, env=None, *, vendor: str | None = None,
         nvml_devices = _nvml.probe()
         if nvml_devices is not None:
             gpus = _with_nvml(gpus, nvml_devices)
-    chosen_vendor = _runtime_vendor(gpus, vendor or env.get("NUMABIND_GPU_VENDOR") or None)
+    if vendor is None:
+        vendor = (env.get("NUMABIND_GPU_VENDOR") or "").strip().lower() or None
+        if vendor is not None and vendor not in _VENDOR_ORDER:
+            log.warning("NUMABIND_GPU_VENDOR=%r is not one of %s; ignored", vendor, ", ".join(_VENDOR_ORDER))
+            vendor = None
+    chosen_vendor = _runtime_vendor(gpus, vendor)
     if chosen_vendor is None:
         return ()
     physical = _physical_order(chosen_vendor, gpus, env)

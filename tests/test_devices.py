@@ -304,6 +304,9 @@ def test_nvidia_runtime_wins_over_intel_igpu(tmp_path):
     assert i2 == i
     with pytest.raises(PlanError, match="'arm' is not one of nvidia, amd, intel"):
         gpus(tmp_path, vendor="arm")
+    # a typo in the variable must not break discovery
+    (n,) = gpus(tmp_path, {"NUMABIND_GPU_VENDOR": "arm"})
+    assert n.vendor == "nvidia"
 
 
 def test_only_integrated_gpu_is_listed(tmp_path):
