@@ -1,0 +1,778 @@
+"""Boot a QEMU guest with several emulated NUMA nodes and run a command in it.
+
+The guest runs a stock Debian kernel under QEMU's software emulation (TCG), a
+tiny busybox initramfs, and then ``chroot``s into the host's own root file
+system, shared read-only over 9p: the guest sees the same Python, the same
+site-packages and the same checkout as the host. A second, writable 9p share
+(one folder per run) carries the command script in and the results out.
+
+Command line::
+
+    python3 -m tests.vm.harness prepare            # apt packages, kernel, initramfs (idempotent)
+    python3 -m tests.vm.harness status             # what is ready, what is missing
+    python3 -m tests.vm.harness run [-t TOPO] -- CMD ARGS...   # boot, run CMD inside, power off
+
+Everything downloaded or built lives in the cache folder (``tests/vm/_cache``,
+or ``$NUMABIND_VM_CACHE``), which git ignores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import shlex
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent.parent
+DEFAULT_CACHE = HERE / "_cache"
+
+#: Debian packages the harness needs, each with the file that shows it is installed.
+APT_PACKAGES: tuple[tuple[str, str], ...] = (
+    ("qemu-system-x86", "qemu-system-x86_64"),
+    ("busybox-static", "/bin/busybox"),
+    ("numactl", "numactl"),              # the numactl backend and the discovery cross-check
+    ("hwloc-nox", "lstopo-no-graphics"),  # the discovery cross-check
+)
+
+#: Kernel modules the guest needs for the 9p shares (the Debian kernel builds them as modules).
+MODULES = ("virtio", "virtio_ring", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci",
+           "netfs", "fscache", "9pnet", "9pnet_virtio", "9p")
+
+KERNEL_META_PACKAGE = "linux-image-amd64"
+GUEST_SHARE = "/tmp/numavm"          # where the writable share appears inside the guest (after chroot)
+BOOT_MARKER = "numavm-booted"
+DONE_MARKER = "numavm-done"
+KERNEL_CMDLINE = ("console=ttyS0 panic=-1 loglevel=4 numa_balancing=disable mitigations=off lpj=10000000 "
+                  "rdinit=/init")
+
+ProgressFn = Callable[[str], None]
+
+
+class HarnessError(RuntimeError):
+    """The guest cannot be prepared or started; the message says why and what to do."""
+
+
+def _quiet(msg: str) -> None:
+    return None
+
+
+# ----------------------------------------------------------------------------- topologies
+@dataclass(frozen=True)
+class NodeSpec:
+    """One emulated NUMA node: its CPUs (empty: a memory-only node) and its memory."""
+
+    cpus: tuple[int, ...]
+    mem_mib: int
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """A guest machine: nodes, and SLIT distances given to QEMU (``-numa dist``).
+
+    ``distances`` lists (src, dst, value) for every ordered pair of distinct
+    nodes, or is empty: then QEMU builds no SLIT and Linux reports 10 locally
+    and 20 remotely.
+    """
+
+    name: str
+    description: str
+    nodes: tuple[NodeSpec, ...]
+    distances: tuple[tuple[int, int, int], ...] = ()
+    sockets: int = 1                 # CPUs are split evenly into this many packages
+
+    @property
+    def ncpus(self) -> int:
+        return sum(len(n.cpus) for n in self.nodes)
+
+    @property
+    def mem_mib(self) -> int:
+        return sum(n.mem_mib for n in self.nodes)
+
+    def node_cpus(self, node: int) -> frozenset[int]:
+        return frozenset(self.nodes[node].cpus)
+
+    @property
+    def cpu_nodes(self) -> tuple[int, ...]:
+        return tuple(i for i, n in enumerate(self.nodes) if n.cpus)
+
+    @property
+    def memory_only_nodes(self) -> tuple[int, ...]:
+        return tuple(i for i, n in enumerate(self.nodes) if not n.cpus)
+
+    def distance(self, src: int, dst: int) -> int:
+        if src == dst:
+            return 10
+        for s, d, v in self.distances:
+            if (s, d) == (src, dst):
+                return v
+        return 20
+
+    def distance_matrix(self) -> list[list[int]]:
+        n = len(self.nodes)
+        return [[self.distance(a, b) for b in range(n)] for a in range(n)]
+
+    def qemu_args(self) -> list[str]:
+        cores = self.ncpus // self.sockets
+        args = ["-smp", f"{self.ncpus},sockets={self.sockets},cores={cores},threads=1", "-m", f"{self.mem_mib}M"]
+        for i, node in enumerate(self.nodes):
+            args += ["-object", f"memory-backend-ram,id=mem{i},size={node.mem_mib}M"]
+            spec = f"node,nodeid={i},memdev=mem{i}"
+            for lo, hi in _ranges(node.cpus):
+                spec += f",cpus={lo}" if lo == hi else f",cpus={lo}-{hi}"
+            args += ["-numa", spec]
+        for src, dst, val in self.distances:
+            args += ["-numa", f"dist,src={src},dst={dst},val={val}"]
+        return args
+
+
+def _ranges(ids: Iterable[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for i in sorted(ids):
+        if out and out[-1][1] == i - 1:
+            out[-1] = (out[-1][0], i)
+        else:
+            out.append((i, i))
+    return out
+
+
+def _all_pairs(matrix: Sequence[Sequence[int]]) -> tuple[tuple[int, int, int], ...]:
+    return tuple((a, b, matrix[a][b]) for a in range(len(matrix)) for b in range(len(matrix)) if a != b)
+
+
+TOPOLOGIES: Mapping[str, TopologySpec] = {
+    t.name: t
+    for t in (
+        TopologySpec(
+            name="2n",
+            description="2 nodes x 2 CPUs, 512 MiB each, no SLIT (distances 10/20)",
+            nodes=(NodeSpec((0, 1), 512), NodeSpec((2, 3), 512)),
+            sockets=2,
+        ),
+        TopologySpec(
+            name="mem-only",
+            description="nodes 0 (CPUs 0-1) and 1 (CPUs 2-3), 512 MiB each, plus node 2: 256 MiB, no CPUs (CXL-like)",
+            nodes=(NodeSpec((0, 1), 512), NodeSpec((2, 3), 512), NodeSpec((), 256)),
+            distances=_all_pairs([[10, 21, 30], [21, 10, 30], [30, 30, 10]]),
+            sockets=2,
+        ),
+        TopologySpec(
+            name="asym",
+            description="3 nodes (CPUs 0-1, 2, 3), 384 MiB each, asymmetric SLIT (0->1 is 16, 1->0 is 26)",
+            nodes=(NodeSpec((0, 1), 384), NodeSpec((2,), 384), NodeSpec((3,), 384)),
+            distances=_all_pairs([[10, 16, 32], [26, 10, 21], [32, 21, 10]]),
+            sockets=4,
+        ),
+    )
+}
+DEFAULT_TOPOLOGY = "2n"
+
+
+def topology(name: str) -> TopologySpec:
+    try:
+        return TOPOLOGIES[name]
+    except KeyError:
+        raise HarnessError(f"unknown VM topology {name!r}; known: {', '.join(TOPOLOGIES)}") from None
+
+
+# ----------------------------------------------------------------------------- cache
+def cache_dir() -> Path:
+    return Path(os.environ.get("NUMABIND_VM_CACHE") or DEFAULT_CACHE).resolve()
+
+
+def qemu_binary() -> str | None:
+    name = os.environ.get("NUMABIND_VM_QEMU") or "qemu-system-x86_64"
+    return shutil.which(name)
+
+
+def _is_static_elf(path: str) -> bool:
+    """True for an ELF executable without a program interpreter (usable in an initramfs)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2:
+                return False
+            phoff, = struct.unpack_from("<Q", head, 0x20)
+            phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    return all(struct.unpack_from("<I", table, k * phentsize)[0] != 3 for k in range(phnum))  # PT_INTERP
+
+
+def _package_present(package: str, probe: str) -> bool:
+    if package == "busybox-static":
+        return _is_static_elf(probe)
+    if probe.startswith("/"):
+        return os.path.exists(probe)
+    if package == "qemu-system-x86":
+        return qemu_binary() is not None
+    return shutil.which(probe) is not None
+
+
+def missing_packages() -> list[str]:
+    return [pkg for pkg, probe in APT_PACKAGES if not _package_present(pkg, probe)]
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """What a prepared cache holds: the kernel image, the initramfs and their origin."""
+
+    kernel: Path          # uncompressed vmlinux (PVH ELF) when possible, else the bzImage
+    initramfs: Path
+    release: str          # e.g. "6.1.0-57-amd64"
+    package: str
+
+    def describe(self) -> str:
+        return f"kernel {self.release} ({self.kernel.name}) from {self.package}, initramfs {self.initramfs}"
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _kernel_dir() -> Path:
+    return cache_dir() / "kernel"
+
+
+def cached_artifacts() -> Artifacts | None:
+    """The prepared kernel and initramfs, or None when ``prepare`` has not run (or is stale)."""
+    kdir = _kernel_dir()
+    kman = _read_json(kdir / "manifest.json")
+    iman = _read_json(cache_dir() / "initramfs.json")
+    if not kman or not iman:
+        return None
+    kernel = kdir / kman["image"]
+    initramfs = cache_dir() / "initramfs.cpio"
+    if not kernel.is_file() or not initramfs.is_file():
+        return None
+    if iman.get("digest") != _initramfs_digest(kman):
+        return None
+    return Artifacts(kernel, initramfs, kman["release"], kman["package"])
+
+
+def problems() -> list[str]:
+    """Why the guest cannot run here (empty when it can)."""
+    out = []
+    if qemu_binary() is None:
+        which = os.environ.get("NUMABIND_VM_QEMU") or "qemu-system-x86_64"
+        out.append(f"{which} not found (apt package qemu-system-x86)")
+    try:
+        arts = cached_artifacts()
+    except HarnessError as exc:
+        out.append(str(exc))
+    else:
+        if arts is None:
+            out.append(f"no prepared kernel/initramfs in {cache_dir()}")
+    return out
+
+
+# ----------------------------------------------------------------------------- prepare
+def _run(argv: Sequence[str], progress: ProgressFn, **kw) -> subprocess.CompletedProcess:
+    progress("$ " + shlex.join(argv))
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if proc.returncode != 0:
+        raise HarnessError(f"{shlex.join(argv)} exited with {proc.returncode}:\n{proc.stdout[-4000:]}")
+    return proc
+
+
+def install_packages(progress: ProgressFn = _quiet) -> list[str]:
+    """apt-get install what is missing; returns the packages installed."""
+    missing = missing_packages()
+    if not missing:
+        return []
+    if shutil.which("apt-get") is None:
+        raise HarnessError(f"packages {', '.join(missing)} are missing and there is no apt-get to install them")
+    sudo = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
+    if sudo is None:
+        raise HarnessError(f"packages {', '.join(missing)} are missing; install them as root: "
+                           f"apt-get install -y {' '.join(missing)}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        _run(sudo + ["apt-get", "install", "-y", "--no-install-recommends", *missing], progress, env=env)
+    except HarnessError:
+        _run(sudo + ["apt-get", "update"], progress, env=env)
+        _run(sudo + ["apt-get", "install", "-y", "--no-install-recommends", *missing], progress, env=env)
+    still = missing_packages()
+    if still:
+        raise HarnessError(f"apt-get install did not provide {', '.join(still)}")
+    return missing
+
+
+def _kernel_package(progress: ProgressFn) -> str:
+    out = _run(["apt-cache", "depends", KERNEL_META_PACKAGE], progress).stdout
+    for m in re.finditer(r"^\s*Depends:\s*(linux-image-\S+)", out, re.M):
+        if m[1] != KERNEL_META_PACKAGE and not m[1].startswith("<"):
+            return m[1]
+    raise HarnessError(f"apt-cache depends {KERNEL_META_PACKAGE} names no linux-image package:\n{out}")
+
+
+def _module_wanted(member: str) -> str | None:
+    """The module name if a tar member is one of MODULES (a .ko, possibly .xz/.gz compressed)."""
+    m = re.fullmatch(r"\.?/?(?:usr/)?lib/modules/[^/]+/kernel/.*/([^/]+)\.ko(\.xz|\.gz)?", member)
+    if m and m[1] in MODULES:
+        return m[1]
+    return None
+
+
+def _decompress_module(name: str, data: bytes) -> bytes:
+    if name.endswith(".xz"):
+        return lzma.decompress(data)
+    if name.endswith(".gz"):
+        return zlib.decompress(data, 31)
+    return data
+
+
+def _modinfo_depends(ko: bytes) -> list[str]:
+    """The ``depends=`` field of a module's .modinfo section."""
+    m = re.search(rb"(?:^|\x00)depends=([^\x00]*)\x00", ko)
+    if not m or not m[1]:
+        return []
+    return [d.replace("-", "_") for d in m[1].decode().split(",") if d]
+
+
+def _module_order(deps: Mapping[str, list[str]]) -> list[str]:
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(mod: str, chain: tuple[str, ...]) -> None:
+        if state.get(mod) == 2:
+            return
+        if state.get(mod) == 1:
+            raise HarnessError(f"module dependency cycle: {' -> '.join(chain + (mod,))}")
+        if mod not in deps:
+            raise HarnessError(f"module {chain[-1]} needs {mod}, which is not in the harness's MODULES list")
+        state[mod] = 1
+        for d in deps[mod]:
+            visit(d, chain + (mod,))
+        state[mod] = 2
+        order.append(mod)
+
+    for mod in MODULES:
+        visit(mod, ())
+    return order
+
+
+def _find_payload(image: bytes) -> bytes | None:
+    """Decompress the kernel ELF out of a bzImage (as the kernel tree's extract-vmlinux does)."""
+    candidates: list[tuple[bytes, Callable[[bytes], bytes]]] = [
+        (b"\xfd7zXZ\x00", lambda d: lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(d)),
+        (b"\x1f\x8b\x08", lambda d: zlib.decompressobj(31).decompress(d)),
+        (b"\x5d\x00\x00", lambda d: lzma.LZMADecompressor(format=lzma.FORMAT_ALONE).decompress(d)),
+    ]
+    for magic, fn in candidates:
+        start = image.find(magic)
+        while start != -1:
+            try:
+                out = fn(image[start:])
+            except (lzma.LZMAError, zlib.error, EOFError):
+                out = b""
+            if out[:4] == b"\x7fELF":
+                return out
+            start = image.find(magic, start + 1)
+    return None
+
+
+def _has_pvh_note(elf: bytes) -> bool:
+    """True if an ELF kernel carries XEN_ELFNOTE_PHYS32_ENTRY, which QEMU needs to boot it directly."""
+    if elf[:4] != b"\x7fELF" or elf[4] != 2:
+        return False
+    phoff, = struct.unpack_from("<Q", elf, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
+    for k in range(phnum):
+        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", elf, phoff + k * phentsize)
+        if p_type != 4:  # PT_NOTE
+            continue
+        pos, end = p_offset, p_offset + p_filesz
+        while pos + 12 <= end:
+            namesz, descsz, ntype = struct.unpack_from("<III", elf, pos)
+            name = elf[pos + 12:pos + 12 + namesz].rstrip(b"\x00")
+            if name == b"Xen" and ntype == 18:
+                return True
+            pos += 12 + ((namesz + 3) & ~3) + ((descsz + 3) & ~3)
+    return False
+
+
+def fetch_kernel(progress: ProgressFn = _quiet, refresh: bool = False) -> dict:
+    """Download the Debian kernel package and keep only the image and the modules the guest needs."""
+    kdir = _kernel_dir()
+    man = _read_json(kdir / "manifest.json")
+    if man and not refresh and (kdir / man["image"]).is_file() and all(
+            (kdir / "modules" / f"{m}.ko").is_file() for m in man["modules"]):
+        progress(f"kernel {man['release']} already in {kdir}")
+        return man
+    package = _kernel_package(progress)
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kernel-", dir=cache_dir()) as tmp:
+        os.chmod(tmp, 0o777)  # apt-get download drops privileges to _apt where it can
+        _run(["apt-get", "download", package], progress, cwd=tmp)
+        debs = sorted(Path(tmp).glob("*.deb"))
+        if len(debs) != 1:
+            raise HarnessError(f"apt-get download {package} left {[d.name for d in debs]} in {tmp}")
+        progress(f"unpacking {debs[0].name}")
+        staging = Path(tmp) / "out"
+        (staging / "modules").mkdir(parents=True)
+        image = release = None
+        found: dict[str, bytes] = {}
+        dpkg = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(debs[0])], stdout=subprocess.PIPE)
+        assert dpkg.stdout is not None
+        with tarfile.open(fileobj=dpkg.stdout, mode="r|") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                base = member.name.rsplit("/", 1)[-1]
+                mod = _module_wanted(member.name)
+                if base.startswith("vmlinuz-"):
+                    release = base[len("vmlinuz-"):]
+                    image = tar.extractfile(member).read()
+                elif mod is not None:
+                    found[mod] = _decompress_module(base, tar.extractfile(member).read())
+        if dpkg.wait() != 0:
+            raise HarnessError(f"dpkg-deb --fsys-tarfile {debs[0]} exited with {dpkg.returncode}")
+        if image is None:
+            raise HarnessError(f"{debs[0].name} holds no boot/vmlinuz-*")
+        absent = [m for m in MODULES if m not in found]
+        if absent:
+            raise HarnessError(f"{debs[0].name} lacks the modules {', '.join(absent)} (built into the kernel? "
+                               f"then drop them from MODULES)")
+        order = _module_order({m: _modinfo_depends(ko) for m, ko in found.items()})
+        for mod, ko in found.items():
+            (staging / "modules" / f"{mod}.ko").write_bytes(ko)
+        (staging / "vmlinuz").write_bytes(image)
+        elf = _find_payload(image)
+        if elf is not None and _has_pvh_note(elf):
+            (staging / "vmlinux").write_bytes(elf)
+            image_name = "vmlinux"
+            progress(f"uncompressed vmlinux: {len(elf) >> 20} MiB (boots faster than the bzImage)")
+        else:
+            image_name = "vmlinuz"
+            progress("no PVH-bootable ELF could be extracted; booting the compressed bzImage")
+        man = {"package": package, "release": release, "image": image_name, "modules": order,
+               "deb": debs[0].name}
+        (staging / "manifest.json").write_text(json.dumps(man, indent=1) + "\n")
+        if kdir.exists():
+            shutil.rmtree(kdir)
+        staging.rename(kdir)
+    progress(f"kernel {release} ready in {kdir}")
+    return man
+
+
+INIT_SCRIPT = r"""#!/bin/busybox sh
+/bin/busybox --install -s
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+say() { echo "numavm: $*" > /dev/console; }
+die() { say "FATAL: $*"; poweroff -f; }
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in @MODULES@; do insmod /modules/$m.ko || say "insmod $m failed"; done
+o="trans=virtio,version=9p2000.L,msize=262144"
+mount -t 9p -o "$o,ro,cache=loose" hostroot /host || die "cannot mount the host root (9p tag hostroot)"
+mount -t proc proc /host/proc && mount -t sysfs sysfs /host/sys && mount -t devtmpfs devtmpfs /host/dev \
+  && mount -t tmpfs -o mode=1777 tmpfs /host/tmp && mount -t tmpfs tmpfs /host/run \
+  || die "cannot mount proc/sys/dev/tmp inside the host root"
+mkdir -p /host/dev/shm /host/dev/pts && mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm
+mount -t cgroup2 cgroup2 /host/sys/fs/cgroup || say "no cgroup2"
+mkdir -p /host@SHARE@ && mount -t 9p -o "$o" results /host@SHARE@ || die "cannot mount the results share"
+echo "@BOOTED@ uptime=$(cut -d' ' -f1 /proc/uptime)" > /dev/console
+chroot /host /bin/sh @SHARE@/run.sh > /host@SHARE@/output.log 2>&1 < /dev/null
+rc=$?
+echo $rc > /host@SHARE@/exit_code
+dmesg > /host@SHARE@/dmesg.log
+echo "@DONE@ rc=$rc uptime=$(cut -d' ' -f1 /proc/uptime)" > /dev/console
+sync
+umount /host@SHARE@
+poweroff -f
+"""
+
+
+def _init_script(modules: Sequence[str]) -> str:
+    return (INIT_SCRIPT.replace("@MODULES@", " ".join(modules)).replace("@SHARE@", GUEST_SHARE)
+            .replace("@BOOTED@", BOOT_MARKER).replace("@DONE@", DONE_MARKER))
+
+
+def _busybox_bytes() -> bytes:
+    if not _is_static_elf("/bin/busybox"):
+        raise HarnessError("/bin/busybox is missing or not static; install busybox-static "
+                           "(python3 -m tests.vm.harness prepare)")
+    return Path("/bin/busybox").read_bytes()
+
+
+def _initramfs_digest(kman: Mapping) -> str:
+    h = hashlib.sha256()
+    h.update(_init_script(kman["modules"]).encode())
+    h.update(_busybox_bytes())
+    for mod in kman["modules"]:
+        h.update((_kernel_dir() / "modules" / f"{mod}.ko").read_bytes())
+    return h.hexdigest()
+
+
+def _cpio_newc(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
+    """An uncompressed cpio archive in the "newc" format the kernel unpacks; entries: (path, mode, data)."""
+    out = io.BytesIO()
+
+    def pad() -> None:
+        out.write(b"\x00" * (-out.tell() % 4))
+
+    ino = 1
+    for path, mode, data in [*entries, ("TRAILER!!!", 0, b"")]:
+        name = path.encode() + b"\x00"
+        fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name), 0)
+        out.write(b"070701" + b"".join(b"%08X" % v for v in fields))
+        out.write(name)
+        pad()
+        out.write(data)
+        pad()
+        ino += 1
+    return out.getvalue()
+
+
+def build_initramfs(kman: Mapping, progress: ProgressFn = _quiet) -> Path:
+    target = cache_dir() / "initramfs.cpio"
+    stamp = cache_dir() / "initramfs.json"
+    digest = _initramfs_digest(kman)
+    old = _read_json(stamp)
+    if old and old.get("digest") == digest and target.is_file():
+        progress(f"initramfs up to date: {target}")
+        return target
+    d, x, r = 0o040755, 0o100755, 0o100644
+    entries = [(p, d, b"") for p in ("bin", "sbin", "usr", "usr/bin", "usr/sbin", "proc", "sys", "dev",
+                                     "host", "modules", "tmp")]
+    entries.append(("bin/busybox", x, _busybox_bytes()))
+    entries.append(("init", x, _init_script(kman["modules"]).encode()))
+    for mod in kman["modules"]:
+        entries.append((f"modules/{mod}.ko", r, (_kernel_dir() / "modules" / f"{mod}.ko").read_bytes()))
+    tmp = target.with_suffix(".tmp")
+    tmp.write_bytes(_cpio_newc(entries))
+    tmp.replace(target)
+    stamp.write_text(json.dumps({"digest": digest}) + "\n")
+    progress(f"initramfs built: {target} ({target.stat().st_size >> 10} KiB)")
+    return target
+
+
+def prepare(progress: ProgressFn = print, refresh: bool = False) -> Artifacts:
+    """Install what is missing and build the cache; fast when everything is there already."""
+    installed = install_packages(progress)
+    if installed:
+        progress(f"installed {', '.join(installed)}")
+    kman = fetch_kernel(progress, refresh=refresh)
+    build_initramfs(kman, progress)
+    arts = cached_artifacts()
+    if arts is None:
+        raise HarnessError(f"prepare finished but the cache in {cache_dir()} is not usable")
+    return arts
+
+
+# ----------------------------------------------------------------------------- running a guest
+@dataclass
+class GuestRun:
+    """The outcome of one guest: timings, exit status and where its logs are."""
+
+    topology: str
+    run_dir: Path
+    exit_code: int | None = None          # of the command inside; None if it never finished
+    qemu_rc: int | None = None
+    boot_s: float | None = None           # host wall clock, QEMU start -> guest init ready to run
+    guest_uptime_at_boot: float | None = None
+    total_s: float = 0.0
+    failure: str | None = None            # why the run failed as a whole (no boot, timeout, QEMU error)
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def console_path(self) -> Path:
+        return self.run_dir / "console.log"
+
+    def read(self, name: str) -> str:
+        try:
+            return (self.run_dir / name).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def console_tail(self, lines: int = 120) -> str:
+        text = self.read("console.log").replace("\r", "")
+        qemu = self.read("qemu.log").strip()
+        tail = "\n".join(text.splitlines()[-lines:])
+        out = f"--- guest console ({self.console_path}, last {lines} lines) ---\n{tail}\n"
+        if qemu:
+            out += f"--- qemu stderr ---\n{qemu[-4000:]}\n"
+        return out
+
+    def summary(self) -> str:
+        boot = f"booted in {self.boot_s:.1f} s" if self.boot_s is not None else "did not boot"
+        if self.guest_uptime_at_boot is not None:
+            boot += f" (guest uptime {self.guest_uptime_at_boot:.1f} s)"
+        state = self.failure or f"command exit {self.exit_code}"
+        return f"{self.topology}: {boot}, whole run {self.total_s:.1f} s, {state}"
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        raise HarnessError(f"${name} must be a number of seconds, got {os.environ[name]!r}") from None
+
+
+def new_run_dir(topology_name: str) -> Path:
+    runs = cache_dir() / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    old = sorted(runs.iterdir(), key=lambda p: p.stat().st_mtime)
+    for stale in old[:-11]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{topology_name}-", dir=runs))
+
+
+def run_guest(topology_name: str, script: str, *, run_dir: Path | None = None, artifacts: Artifacts | None = None,
+              boot_timeout: float | None = None, timeout: float | None = None,
+              progress: ProgressFn = _quiet) -> GuestRun:
+    """Boot a guest of ``topology_name``, run the shell ``script`` in it (chrooted into the host root,
+    writable folder ``GUEST_SHARE``), power it off; never takes longer than ``timeout`` seconds.
+
+    ``boot_timeout`` bounds QEMU start -> init ready ($NUMABIND_VM_BOOT_TIMEOUT, default 120 s);
+    ``timeout`` bounds the whole run ($NUMABIND_VM_TIMEOUT, default 600 s).
+    """
+    spec = topology(topology_name)
+    arts = artifacts or cached_artifacts()
+    qemu = qemu_binary()
+    if arts is None or qemu is None:
+        raise HarnessError("the VM is not ready: " + "; ".join(problems()) +
+                           " (run: python3 -m tests.vm.harness prepare)")
+    boot_timeout = boot_timeout if boot_timeout is not None else _env_float("NUMABIND_VM_BOOT_TIMEOUT", 120)
+    timeout = timeout if timeout is not None else _env_float("NUMABIND_VM_TIMEOUT", 600)
+    run_dir = run_dir or new_run_dir(topology_name)
+    (run_dir / "run.sh").write_text(script)
+    console = run_dir / "console.log"
+    argv = [qemu, "-nodefaults", "-no-user-config", "-machine", "pc", "-accel", "tcg,thread=multi",
+            "-cpu", os.environ.get("NUMABIND_VM_CPU") or "max,l3-cache=off", *spec.qemu_args(),
+            "-kernel", str(arts.kernel), "-initrd", str(arts.initramfs), "-append", KERNEL_CMDLINE,
+            "-serial", f"file:{console}", "-display", "none", "-monitor", "none", "-no-reboot",
+            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+            "-virtfs", f"local,path={run_dir},mount_tag=results,security_model=none"]
+    guard = shutil.which("timeout")
+    if guard:  # a second bound that holds even if this Python process dies
+        argv = [guard, "-k", "5", str(int(timeout) + 15), *argv]
+    run = GuestRun(topology_name, run_dir, argv=argv)
+    progress(f"booting {spec.name}: {spec.description}")
+    start = time.monotonic()
+    with open(run_dir / "qemu.log", "wb") as qlog:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=qlog, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        seen = ""
+        while True:
+            rc = proc.poll()
+            elapsed = time.monotonic() - start
+            if run.boot_s is None:
+                seen = _read_text(console)
+                m = re.search(BOOT_MARKER + r" uptime=([0-9.]+)", seen)
+                if m:
+                    run.boot_s = elapsed
+                    run.guest_uptime_at_boot = float(m[1])
+                    progress(f"booted in {elapsed:.1f} s")
+            if rc is not None:
+                run.qemu_rc = rc
+                break
+            if run.boot_s is None and elapsed > boot_timeout:
+                run.failure = f"guest did not boot within {boot_timeout:.0f} s"
+                break
+            if elapsed > timeout:
+                run.failure = f"guest timed out after {timeout:.0f} s (booted, the command did not finish)"
+                break
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+        run.total_s = time.monotonic() - start
+    code = run.read("exit_code").strip()
+    run.exit_code = int(code) if code.lstrip("-").isdigit() else None
+    if run.failure is None:
+        if run.boot_s is None:
+            run.failure = f"QEMU exited with {run.qemu_rc} before the guest booted"
+        elif run.exit_code is None:
+            run.failure = f"QEMU exited with {run.qemu_rc} before the command finished"
+    progress(run.summary())
+    return run
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def guest_script(argv: Sequence[str], *, cwd: Path | str = REPO_ROOT, env: Mapping[str, str] = {}) -> str:
+    """A run.sh that runs ``argv`` in ``cwd`` with the host's PATH and HOME plus ``env``."""
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
+            "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "_NUMABIND_VM_SHARE": GUEST_SHARE}
+    base.update(env)
+    lines = ["set -u", f"cd {shlex.quote(str(cwd))} || exit 125"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in base.items()]
+    lines.append("exec " + shlex.join(argv))
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m tests.vm.harness", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="install apt packages, fetch the kernel, build the initramfs")
+    p.add_argument("--refresh", action="store_true", help="fetch the kernel again even if one is cached")
+    sub.add_parser("status", help="say whether the guest can run here")
+    r = sub.add_parser("run", help="boot a guest and run a command inside it")
+    r.add_argument("-t", "--topology", default=DEFAULT_TOPOLOGY, choices=sorted(TOPOLOGIES))
+    r.add_argument("--timeout", type=float, default=None)
+    r.add_argument("command", nargs="+")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "prepare":
+            t0 = time.monotonic()
+            arts = prepare(refresh=args.refresh)
+            print(f"ready in {time.monotonic() - t0:.1f} s: {arts.describe()}")
+            return 0
+        if args.cmd == "status":
+            issues = problems()
+            for line in issues:
+                print("missing:", line)
+            if not issues:
+                print("ready:", cached_artifacts().describe())
+            for name, spec in TOPOLOGIES.items():
+                print(f"topology {name}: {spec.description}")
+            return 1 if issues else 0
+        run = run_guest(args.topology, guest_script(args.command), timeout=args.timeout,
+                        progress=lambda s: print(s, file=sys.stderr))
+        sys.stdout.write(run.read("output.log"))
+        if run.failure:
+            sys.stderr.write(run.console_tail())
+            return 124
+        return run.exit_code or 0
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
