@@ -27,6 +27,9 @@ from numabind.strategies import (
 )
 from numabind.topology import Cache, Cpu, Node, Topology
 
+from .fakegpu import add_amd_gpu, add_kfd_cpu_node, add_nvidia_gpu, nv_uuid
+from .fakesys import memory_only_nodes, snc, two_sockets
+
 GiB = 1 << 30
 L = parse_cpulist
 
@@ -558,3 +561,94 @@ def test_socket_mode_names_memory_nodes_outside_the_allowed_set():
     plan = plan_for_gpu(1, "socket", t)
     assert plan == P("0-55,112-167", "bind", "0-2")
     assert "memory nodes 3 of package 0 are outside the allowed memory nodes 0-2,4-7" in plan.reason
+
+
+# ------------------------------------------- end to end: fake tree -> discover() -> plan
+def _discover(root, monkeypatch, **env):
+    for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                "ZE_AFFINITY_MASK", "NUMABIND_GPU_VENDOR"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    return topology_module.discover(root)
+
+
+def test_e2e_dgx_tree(tmp_path, monkeypatch):
+    two_sockets(tmp_path, cpus_per_socket=16)          # node 0: 0-7,16-23; node 1: 8-15,24-31
+    for k in range(8):
+        add_nvidia_gpu(tmp_path, f"0000:{0x18 + 0x10 * k:02x}:00.0", numa_node=k // 4,
+                       local_cpulist="0-7,16-23" if k < 4 else "8-15,24-31", uuid=nv_uuid(k), minor=k)
+    t = _discover(tmp_path, monkeypatch, CUDA_VISIBLE_DEVICES="4,5,0,1")
+    assert [(g.index, g.physical_index, g.numa_node) for g in t.gpus] == [(0, 4, 1), (1, 5, 1), (2, 0, 0), (3, 1, 0)]
+    assert plan_for_gpu(0, topology=t) == P("8-15,24-31", "bind", "1")
+    assert plan_for_gpu(2, topology=t) == P("0-7,16-23", "bind", "0")
+    # exclusive: node 1 has 8 cores for visible GPUs 0 and 1
+    assert plan_for_gpu(1, "exclusive", t) == P("12-15,28-31", "bind", "1")
+    assert plan_for_gpus([0, 1, 2, 3], t, policy="preferred") == P("0-31", "preferred-many", "0-1")
+    ok, why = auto_plan_available(t)
+    assert ok, why
+
+
+def test_e2e_nps4_amd_core_complex(tmp_path, monkeypatch):
+    # 2 sockets x 4 nodes x 4 cores x 2 threads, L3 per 2 cores; one MI300-like GPU per node
+    snc(tmp_path, sockets=2, nodes_per_socket=4, cores_per_node=4, ccx_cores=2)
+    add_kfd_cpu_node(tmp_path, 0)
+    for k in range(8):
+        node_cpus = f"{4 * k}-{4 * k + 3},{32 + 4 * k}-{32 + 4 * k + 3}"
+        add_amd_gpu(tmp_path, f"0000:{0x10 + 0x10 * k:02x}:00.0", kfd_node=8 - k, numa_node=k,
+                    local_cpulist=node_cpus)
+    t = _discover(tmp_path, monkeypatch, ROCR_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
+    # KFD numbers them in reverse PCI order: visible GPU 0 is the one on node 7
+    assert [g.numa_node for g in t.gpus] == [7, 6, 5, 4, 3, 2, 1, 0]
+    assert {g.vendor for g in t.gpus} == {"amd"}
+    assert plan_for_gpu(0, topology=t) == P("28-31,60-63", "bind", "7")
+    assert plan_for_gpu(0, "core-complex", t) == P("28-29,60-61", "bind", "7")
+    assert plan_for_gpu(0, "socket", t) == P("16-31,48-63", "bind", "4-7")
+
+
+def test_e2e_memory_only_nodes_and_firmware_minus_one(tmp_path, monkeypatch):
+    memory_only_nodes(tmp_path)                          # HBM node 3, CXL node 2, empty node 4
+    add_nvidia_gpu(tmp_path, "0000:01:00.0", numa_node=3, local_cpulist="", minor=0)
+    add_nvidia_gpu(tmp_path, "0000:02:00.0", numa_node=-1, local_cpulist="8-15", minor=1, uuid=nv_uuid(1))
+    add_nvidia_gpu(tmp_path, "0000:03:00.0", numa_node=-1, local_cpulist="0-15", minor=2, uuid=nv_uuid(2))
+    t = _discover(tmp_path, monkeypatch)
+    assert [(g.numa_node, g.numa_source) for g in t.gpus] == [(3, "numa_node"), (1, "local_cpulist"),
+                                                              (None, "unknown")]
+    plan = plan_for_gpu(0, topology=t)
+    assert plan == P("0-7", "bind", "0")
+    assert "node 3 has no CPUs; CPUs from node 0, the nearest node with CPUs (distance 80)" in plan.reason
+    assert plan_for_gpu(1, topology=t) == P("8-15", "bind", "1")
+    rows = plan_table(t)
+    assert rows[2].plan is None and "local_cpulist 0-15 spans nodes 0-1" in rows[2].error
+    assert auto_plan_available(t) == (False, f"GPU 2 cannot be placed: {rows[2].error}")
+
+
+def test_e2e_cpuset_hiding_half_a_socket(tmp_path, monkeypatch):
+    m = two_sockets(tmp_path, cpus_per_socket=8)        # node 0: 0-3,8-11; node 1: 4-7,12-15
+    m.set_cgroup2("/kubepods/pod1/ctr", (0, 1, 8, 9, 4, 5, 6, 7, 12, 13, 14, 15), (0, 1))
+    m.write()
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", numa_node=0, local_cpulist="0-3,8-11")
+    add_nvidia_gpu(tmp_path, "0000:9a:00.0", numa_node=1, local_cpulist="4-7,12-15", minor=1, uuid=nv_uuid(1))
+    t = _discover(tmp_path, monkeypatch)
+    assert t.allowed_cpus == L("0-1,4-9,12-15")
+    (r0, r1) = plan_table(t)
+    assert r0.plan == P("0-1,8-9", "bind", "0") and r0.trimmed_cpus == L("2-3,10-11")
+    assert r1.plan == P("4-7,12-15", "bind", "1") and r1.trimmed_cpus == frozenset()
+    assert plan_for_gpu(0, "exclusive", t) == P("0-1,8-9", "bind", "0")
+
+
+@pytest.mark.parametrize("perf,expected", [
+    (46, "0-1,16-17,32-33,48-49,128-129,144-145,160-161,176-177"),
+    (None, "0-63,128-191"),       # no CPPC file: fail closed to the node
+    (40, "0-63,128-191"),
+])
+def test_e2e_granite_rapids_pct(tmp_path, monkeypatch, perf, expected):
+    m = two_sockets(tmp_path, cpus_per_socket=128)     # 64 cores x 2 threads per socket
+    m.set_model_name("Intel(R) Xeon(R) 6776P")
+    if perf is not None:
+        m.set_cppc(perf)
+    m.write()
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", numa_node=0, local_cpulist="0-63,128-191")
+    t = _discover(tmp_path, monkeypatch)
+    assert (t.model_name, t.cppc_highest_perf) == ("Intel(R) Xeon(R) 6776P", perf)
+    assert plan_for_gpu(0, "pct", t) == P(expected, "bind", "0")
