@@ -350,18 +350,32 @@ def _discover_cpu_details(
     Hyperthread siblings share package and core, so one CPU's topology files
     describe its whole sibling set. A cache at ``indexK`` of one CPU is the
     ``indexK`` cache of every CPU in its ``shared_cpu_list`` (the kernel builds
-    the sharing per index), so those CPUs' ``indexK`` directories are skipped.
+    the sharing per index), so those CPUs' ``indexK`` directories are skipped;
+    siblings of one core have the same cache indexes, so a CPU whose sibling's
+    indexes all cover it is not even listed.
     """
     cpus: dict[int, Cpu] = {}
     known: dict[int, tuple[int, int, frozenset[int]]] = {}
     covered: dict[str, set[int]] = {}
+    indexes_of: dict[int, list[str]] = {}
     caches: set[Cache] = set()
+    parsed: dict[str, frozenset[int]] = {}  # the same list text recurs per core and cache
+
+    def read_list(rel: str) -> frozenset[int] | None:
+        text = reader.read(rel)
+        if text is None:
+            return None
+        found = parsed.get(text)
+        if found is None:
+            found = parsed[text] = _parse_list_text(reader, rel, text, "cpulist")
+        return found
+
     for cid in sorted(online_cpus):
         base = f"{_CPU_DIR}/cpu{cid}"
         info = known.get(cid)
         if info is None:
             topo = f"{base}/topology"
-            siblings = _read_list(reader, f"{topo}/thread_siblings_list")
+            siblings = read_list(f"{topo}/thread_siblings_list")
             siblings = frozenset({cid}) if siblings is None else (siblings & online_cpus) | {cid}
             core = _read_int(reader, f"{topo}/core_id")
             package = _read_int(reader, f"{topo}/physical_package_id")
@@ -370,14 +384,17 @@ def _discover_cpu_details(
                 known[sib] = info
         cpus[cid] = Cpu(cid, node_of.get(cid), info[0], info[1], info[2])
 
-        for index in reader.listdir(f"{base}/cache"):
-            if not index.startswith("index"):
-                continue
+        listed = next((indexes_of[s] for s in info[2] if s in indexes_of), None)
+        if listed is not None and all(cid in covered[name] for name in listed):
+            continue
+        names = [n for n in reader.listdir(f"{base}/cache") if n.startswith("index")]
+        indexes_of[cid] = names
+        for index in names:
             seen = covered.setdefault(index, set())
             if cid in seen:
                 continue
             idir = f"{base}/cache/{index}"
-            shared = _read_list(reader, f"{idir}/shared_cpu_list")
+            shared = read_list(f"{idir}/shared_cpu_list")
             shared = frozenset({cid}) if shared is None else shared | {cid}
             seen.update(shared)
             level = _read_int(reader, f"{idir}/level")
