@@ -6,6 +6,8 @@ Tests marked ``numa_vm`` run inside a QEMU guest with several NUMA nodes; see
 
 from tests.vm import plugin as _vm_plugin
 
+pytest_plugins = ["pytester"]
+
 
 def pytest_configure(config):
     _vm_plugin.configure(config)

@@ -127,6 +127,9 @@ class GuestResults:
                     rep = config.hook.pytest_report_from_serializable(config=config, data=rec["report"])
                     if not isinstance(rep, pytest.TestReport):
                         raise ValueError("not a TestReport")
+                    rep.sections = [tuple(sec) for sec in rep.sections]  # JSON made these tuples lists
+                    if isinstance(rep.longrepr, list):  # a skip's (path, line, reason)
+                        rep.longrepr = tuple(rep.longrepr)
                     out.reports.setdefault(rep.nodeid, []).append(rep)
                 elif event == "start":
                     out.started.append(rec["nodeid"])
@@ -215,10 +218,14 @@ class VmItem(pytest.Item):
         return self.original.reportinfo()
 
     def setup(self) -> None:
-        self.session_result = self.host.session_for(self)
+        if self.host.refusal(self) is None:
+            self.session_result = self.host.session_for(self)
 
     def runtest(self) -> None:
         # Reached only when the guest sent no call report for this test.
+        refusal = self.host.refusal(self)
+        if refusal is not None:
+            raise VmFailure(refusal)
         sess = self.session_result
         assert sess is not None
         raise VmFailure(sess.explain_missing(self.nodeid))
@@ -262,6 +269,12 @@ class VmHost:
                                     topology=topology_of(item), host=self)
             items[k] = vm
             self.items.append(vm)
+        issues = self.problems() if self.items else []
+        if issues and not vm_required():
+            skip = pytest.mark.skip(reason=f"numa_vm: no VM here ({'; '.join(issues)}); run `python3 -m "
+                                           f"tests.vm.harness prepare` (with {REQUIRE_ENV}=1 this fails)")
+            for vm in self.items:
+                vm.add_marker(skip)
 
     # -- running
     def problems(self) -> list[str]:
@@ -269,18 +282,17 @@ class VmHost:
             self._problems = harness.problems()
         return self._problems
 
-    def session_for(self, item: VmItem) -> GuestSession:
+    def refusal(self, item: VmItem) -> str | None:
+        """Why this item cannot go to a guest at all (it then fails), or None."""
         if item.topology not in harness.TOPOLOGIES:
-            pytest.fail(f"numa_vm: unknown topology {item.topology!r}; known: {', '.join(harness.TOPOLOGIES)}",
-                        pytrace=False)
+            return f"numa_vm: unknown topology {item.topology!r}; known: {', '.join(harness.TOPOLOGIES)}"
         issues = self.problems()
         if issues:
-            why = "; ".join(issues)
-            if vm_required():
-                pytest.fail(f"numa_vm: {REQUIRE_ENV}=1 but the VM cannot run: {why}. "
-                            f"Run: python3 -m tests.vm.harness prepare", pytrace=False)
-            pytest.skip(f"numa_vm: no VM here ({why}); run `python3 -m tests.vm.harness prepare` "
-                        f"(set {REQUIRE_ENV}=1 to make this a failure)")
+            return (f"numa_vm: {REQUIRE_ENV}=1 but the VM cannot run: {'; '.join(issues)}. "
+                    f"Run: python3 -m tests.vm.harness prepare")
+        return None
+
+    def session_for(self, item: VmItem) -> GuestSession:
         sess = self.sessions.get(item.topology)
         if sess is None:
             sess = self._run(item.topology)

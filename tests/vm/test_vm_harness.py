@@ -3,12 +3,17 @@ turns guest results into its own (fast host tests, with a stand-in for QEMU)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from . import harness
+from . import harness, plugin
 
 TOPOLOGY_PARAMS = [pytest.param(name, marks=pytest.mark.numa_vm(topology=name), id=name)
                    for name in harness.TOPOLOGIES]
@@ -28,3 +33,245 @@ def test_guest_has_the_nodes_qemu_was_given(name, vm_topology):
         distances = [int(v) for v in (sysnode / f"node{i}" / "distance").read_text().split()]
         assert distances == vm_topology.distance_matrix()[i], f"node {i}"
     print(f"{name}: {len(online)} nodes, distances {vm_topology.distance_matrix()}")
+
+
+# ----------------------------------------------------------------------------- host: pure helpers
+def test_qemu_args_describe_each_node():
+    args = harness.topology("mem-only").qemu_args()
+    joined = " ".join(args)
+    assert "-smp 4,sockets=2,cores=2,threads=1" in joined
+    assert "-m 1280M" in joined
+    assert "node,nodeid=0,memdev=mem0,cpus=0-1" in args
+    assert "node,nodeid=2,memdev=mem2" in args  # memory-only: no cpus=
+    assert "dist,src=2,dst=0,val=30" in args
+    asym = harness.topology("asym")
+    assert asym.distance(0, 1) == 16 and asym.distance(1, 0) == 26
+    assert harness.topology("2n").distance_matrix() == [[10, 20], [20, 10]]
+    with pytest.raises(harness.HarnessError, match="unknown VM topology"):
+        harness.topology("nope")
+
+
+def test_module_order_follows_modinfo_depends():
+    deps = {m: [] for m in harness.MODULES}
+    deps["9p"] = ["9pnet", "netfs", "fscache"]
+    deps["9pnet_virtio"] = ["9pnet", "virtio", "virtio_ring"]
+    deps["virtio_pci"] = ["virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio", "virtio_ring"]
+    order = harness._module_order(deps)
+    assert sorted(order) == sorted(harness.MODULES)
+    for mod, needs in deps.items():
+        assert all(order.index(d) < order.index(mod) for d in needs), mod
+    deps["virtio"] = ["9pnet_virtio"]
+    with pytest.raises(harness.HarnessError, match="cycle"):
+        harness._module_order(deps)
+    deps["virtio"] = ["not_there"]
+    with pytest.raises(harness.HarnessError, match="not_there"):
+        harness._module_order(deps)
+    ko = b"\x7fELF...\x00license=GPL\x00depends=virtio,virtio_ring\x00retpoline=Y\x00"
+    assert harness._modinfo_depends(ko) == ["virtio", "virtio_ring"]
+    assert harness._modinfo_depends(b"\x00depends=\x00") == []
+
+
+def test_cpio_newc_layout():
+    data = harness._cpio_newc([("init", 0o100755, b"#!/bin/sh\n"), ("bin", 0o040755, b"")])
+    pos, names = 0, []
+    while True:
+        assert data[pos:pos + 6] == b"070701"
+        fields = [int(data[pos + 6 + 8 * k:pos + 14 + 8 * k], 16) for k in range(13)]
+        size, namesize = fields[6], fields[11]
+        name = data[pos + 110:pos + 110 + namesize - 1].decode()
+        names.append((name, fields[1], size))
+        pos += 110 + namesize
+        pos += -pos % 4
+        assert data[pos:pos + size] == (b"#!/bin/sh\n" if name == "init" else b"")
+        pos += size + (-size % 4)
+        if name == "TRAILER!!!":
+            break
+    assert names == [("init", 0o100755, 10), ("bin", 0o040755, 0), ("TRAILER!!!", 0, 0)]
+    assert pos == len(data)
+
+
+# ----------------------------------------------------------------------------- host: results file
+def _report(nodeid, when, outcome, longrepr=None, sections=()):
+    from _pytest.reports import TestReport
+
+    return TestReport(nodeid=nodeid, location=("tests/x.py", 1, nodeid.split("::")[-1]), keywords={},
+                      outcome=outcome, longrepr=longrepr, when=when, sections=list(sections), duration=0.25)
+
+
+def test_results_file_round_trip(pytestconfig):
+    ser = lambda rep: pytestconfig.hook.pytest_report_to_serializable(config=pytestconfig, report=rep)  # noqa: E731
+    lines = [{"event": "sessionstart", "uptime": 10.0}]
+    for nid, outcome in (("t.py::ok", "passed"), ("t.py::bad", "failed")):
+        lines.append({"event": "start", "nodeid": nid, "uptime": 11.0})
+        lines.append({"event": "report", "nodeid": nid, "report": ser(_report(nid, "setup", "passed"))})
+        call = _report(nid, "call", outcome, longrepr="assert 4 == 5" if outcome == "failed" else None,
+                       sections=[("Captured stdout call", "N1=100.0%\n")])
+        lines.append({"event": "report", "nodeid": nid, "report": ser(call)})
+        lines.append({"event": "report", "nodeid": nid, "report": ser(_report(nid, "teardown", "passed"))})
+    lines.append({"event": "start", "nodeid": "t.py::hung", "uptime": 12.0})
+    text = "\n".join(json.dumps(x) for x in lines) + '\n{"event": "report", "nodeid": "t.py::hu'  # cut short
+    res = plugin.GuestResults.parse(text, pytestconfig)
+    assert res.report("t.py::ok", "call").passed
+    bad = res.report("t.py::bad", "call")
+    assert bad.failed and "assert 4 == 5" in str(bad.longrepr)
+    assert bad.sections == [("Captured stdout call", "N1=100.0%\n")]
+    assert res.report("t.py::hung", "call") is None
+    assert res.started[-1] == "t.py::hung"
+    assert res.bad_lines == 1
+    assert res.exitstatus is None and res.session_uptime == (10.0, None)
+
+
+# ----------------------------------------------------------------------------- host: the plugin, QEMU stood in for
+INNER_CONFTEST = """
+from tests.vm import plugin
+def pytest_configure(config):
+    plugin.configure(config)
+"""
+INNER_INI = """
+[pytest]
+markers =
+    numa_vm: runs in the guest
+"""
+INNER_TESTS = """
+import os, pytest
+
+@pytest.mark.numa_vm
+def test_ok():
+    assert os.environ["_NUMABIND_VM_GUEST"] == "2n"
+    print("placement: N1=99.9%")
+
+@pytest.mark.numa_vm(topology="2n")
+def test_bad():
+    print("GUEST-SAYS-HELLO")
+    assert 2 + 2 == 5
+
+@pytest.mark.numa_vm
+def test_skipped():
+    pytest.skip("nothing to see")
+
+def test_host_only():
+    assert "_NUMABIND_VM_GUEST" not in os.environ
+"""
+
+
+@pytest.fixture
+def inner(pytester, monkeypatch, tmp_path):
+    """An inner pytest project wired to the plugin, with the VM cache in a temporary folder."""
+    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makeini(INNER_INI)
+    pytester.makepyfile(test_inner=INNER_TESTS)
+    monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYTHONPATH", str(harness.REPO_ROOT))
+    monkeypatch.delenv(plugin.REQUIRE_ENV, raising=False)
+    return pytester
+
+
+def _fake_guest_runner(calls):
+    """Stands in for run_guest: runs the guest script on the host, the share being the run folder."""
+
+    def run_guest(topology, script, *, run_dir, **kw):
+        calls.append(topology)
+        script = script.replace(harness.GUEST_SHARE, str(run_dir))
+        with open(run_dir / "output.log", "wb") as out:
+            rc = subprocess.run(["sh", "-c", script], stdout=out, stderr=subprocess.STDOUT, timeout=120).returncode
+        (run_dir / "console.log").write_text("fake console\n")
+        return harness.GuestRun(topology, run_dir, exit_code=rc, qemu_rc=0, boot_s=0.0, total_s=1.0)
+
+    return run_guest
+
+
+def test_guest_reports_become_host_reports(inner, monkeypatch):
+    calls = []
+    monkeypatch.setattr(harness, "problems", lambda: [])
+    monkeypatch.setattr(harness, "run_guest", _fake_guest_runner(calls))
+    result = inner.runpytest_inprocess("-p", "no:cacheprovider", "-rA")
+    result.assert_outcomes(passed=2, failed=1, skipped=1)
+    assert calls == ["2n"]  # one guest for all three numa_vm tests
+    result.stdout.fnmatch_lines(["E       assert (2 + 2) == 5", "*Captured stdout call*", "GUEST-SAYS-HELLO",
+                                 "*numa_vm guests*", "2n: booted in 0.0 s*tests: 1 failed, 1 passed, 1 skipped*",
+                                 "*placement: N1=99.9%*", "SKIPPED*nothing to see*"])
+
+
+def test_guest_that_never_boots_fails_with_its_console(inner, monkeypatch):
+    def run_guest(topology, script, *, run_dir, **kw):
+        (run_dir / "console.log").write_text("FAKE-CONSOLE: Kernel panic - not syncing\n")
+        return harness.GuestRun(topology, run_dir, failure="guest did not boot within 1 s", total_s=1.0)
+
+    monkeypatch.setattr(harness, "problems", lambda: [])
+    monkeypatch.setattr(harness, "run_guest", run_guest)
+    result = inner.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines(["*did not boot within 1 s*", "*FAKE-CONSOLE: Kernel panic*"])
+
+
+def test_without_qemu_numa_vm_tests_skip_unless_required(inner, monkeypatch):
+    monkeypatch.setenv("NUMABIND_VM_QEMU", "/nonexistent/qemu-system-x86_64")
+    result = inner.runpytest_inprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1, skipped=3)
+    result.stdout.fnmatch_lines(["*numa_vm: no VM here*qemu-system-x86_64 not found*prepare*"])
+    monkeypatch.setenv(plugin.REQUIRE_ENV, "1")
+    result = inner.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines([f"*{plugin.REQUIRE_ENV}=1 but the VM cannot run*"])
+
+
+FAKE_QEMU = """#!/bin/sh
+# Stands in for qemu-system-x86_64: writes to the -serial file, then maybe the boot marker, then hangs.
+for a in "$@"; do case "$a" in file:*) console="${a#file:}";; esac; done
+echo "SeaBIOS (fake)" > "$console"
+[ -n "$FAKE_BOOTS" ] && echo "numavm-booted uptime=1.00" >> "$console"
+exec sleep 600
+"""
+
+
+@pytest.mark.parametrize("boots", [False, True], ids=["no-boot", "hang"])
+def test_run_guest_kills_a_guest_that_does_not_boot_or_hangs(tmp_path, monkeypatch, boots):
+    qemu = tmp_path / "qemu"
+    qemu.write_text(FAKE_QEMU)
+    qemu.chmod(0o755)
+    monkeypatch.setenv("NUMABIND_VM_QEMU", str(qemu))
+    monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path / "cache"))
+    if boots:
+        monkeypatch.setenv("FAKE_BOOTS", "1")
+    arts = harness.Artifacts(tmp_path / "vmlinux", tmp_path / "initramfs", "test", "test")
+    t0 = time.monotonic()
+    run = harness.run_guest("2n", "true\n", artifacts=arts, boot_timeout=1.5, timeout=3)
+    assert time.monotonic() - t0 < 10
+    assert "SeaBIOS (fake)" in run.console_tail()
+    assert run.exit_code is None
+    if boots:
+        assert run.boot_s is not None and run.guest_uptime_at_boot == 1.0
+        assert run.failure.startswith("guest timed out after 3 s")
+    else:
+        assert run.boot_s is None and run.failure == "guest did not boot within 2 s"
+
+
+# ----------------------------------------------------------------------------- host + real guest, end to end
+def test_real_guest_failure_and_hang_reach_the_host(tmp_path):
+    """A failing guest test fails on the host with the guest's output; a hanging one fails with
+    the console log once the guest's time is up; the passing one passes."""
+    issues = harness.problems()
+    if issues:
+        if plugin.vm_required():
+            pytest.fail(f"{plugin.REQUIRE_ENV}=1 but the VM cannot run: {'; '.join(issues)}", pytrace=False)
+        pytest.skip(f"numa_vm: no VM here ({'; '.join(issues)}); run `python3 -m tests.vm.harness prepare`")
+    xml = tmp_path / "inner.xml"
+    env = dict(os.environ, NUMABIND_VM_TIMEOUT="45")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=",
+                           f"--junitxml={xml}", "tests/vm/selftest_cases.py"],
+                          cwd=harness.REPO_ROOT, env=env, capture_output=True, text=True, timeout=180)
+    wall = time.monotonic() - t0
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    cases = {tc.get("name"): tc for tc in ET.parse(xml).getroot().iter("testcase")}
+    assert set(cases) == {"test_passes_in_guest", "test_fails_in_guest", "test_hangs_in_guest"}
+    assert cases["test_passes_in_guest"].find("failure") is None
+    failure = cases["test_fails_in_guest"].find("failure")
+    assert failure is not None and "assert (2 + 2) == 5" in failure.text
+    assert "GUEST-OUTPUT-MARK" in ET.tostring(cases["test_fails_in_guest"], encoding="unicode")
+    hang = cases["test_hangs_in_guest"].find("failure")
+    assert hang is not None
+    assert "guest timed out after 45 s" in hang.text and "stopped while running this very test" in hang.text
+    assert "guest console" in hang.text and "numavm-booted" in hang.text
+    assert wall < 45 + 60
