@@ -8,11 +8,20 @@ import sys
 import types
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from numabind._fs import FsReader
 from numabind._util import FrozenMap
 from numabind.cpulist import parse_cpulist
-from numabind.devices import Gpu, discover_gpus, parse_nvidia_information, scan_pci_gpus
+from numabind.devices import (
+    Gpu,
+    PciGpu,
+    discover_gpus,
+    parse_nvidia_information,
+    scan_pci_gpus,
+    select_visible,
+)
 from numabind.errors import PlanError
 from numabind.topology import Node
 
@@ -437,3 +446,31 @@ def test_uuid_entry_without_any_known_uuid_says_where_uuids_come_from(tmp_path, 
     caplog.set_level(logging.WARNING, logger="numabind.devices")
     assert gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": nv_uuid(0)}, use_nvml=False) == ()
     assert "/proc/driver/nvidia or NVML" in caplog.text
+
+
+# ------------------------------------------------- visibility properties
+def _records(n):
+    return [PciGpu(pci_address=f"0000:{k + 1:02x}:00.0", vendor="nvidia", pci_class=0x030200, device_id=1,
+                   firmware_node=0, local_cpus=frozenset(), uuid=nv_uuid(k)) for k in range(n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 8), data=st.data())
+def test_cuda_list_of_distinct_valid_entries_is_taken_in_order(n, data):
+    order = data.draw(st.permutations(range(n)))
+    picks = order[:data.draw(st.integers(1, n))]
+    as_uuid = data.draw(st.lists(st.booleans(), min_size=len(picks), max_size=len(picks)))
+    value = ",".join(nv_uuid(k) if u else str(k) for k, u in zip(picks, as_uuid))
+    chosen, notes = select_visible("nvidia", _records(n), {"CUDA_VISIBLE_DEVICES": value})
+    assert [k for k, _ in chosen] == list(picks) and notes == []
+    # anything invalid appended after them changes nothing before it, and drops what follows
+    chosen2, notes2 = select_visible("nvidia", _records(n), {"CUDA_VISIBLE_DEVICES": value + f",{n},0"})
+    assert [k for k, _ in chosen2] == list(picks) and len(notes2) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 8), entries=st.lists(st.integers(0, 10), min_size=1, max_size=10))
+def test_ze_affinity_mask_filters_and_never_permutes(n, entries):
+    chosen, _ = select_visible("intel", _records(n), {"ZE_AFFINITY_MASK": ",".join(map(str, entries))})
+    ks = [k for k, _ in chosen]
+    assert ks == sorted({e for e in entries if e < n})
