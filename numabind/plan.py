@@ -159,10 +159,18 @@ class Plan:
 
     # ---------------------------------------------------------- numactl flags
     def to_numactl_argv(self) -> list[str]:
-        """numactl options that apply this plan (``migrate`` has no numactl flag)."""
+        """numactl options that apply this plan (``migrate`` has no numactl flag).
+
+        A ``default`` memory policy raises :class:`PlanError`: numactl cannot express it.
+        """
         argv: list[str] = []
         if self.cpus is not None:
             argv.append(f"--physcpubind={format_cpulist(self.cpus)}")
+        if self.mem_policy == "default":
+            raise PlanError(
+                "numactl has no option for the default memory policy (a command started by numactl "
+                "inherits the caller's policy); apply this plan in-process with bind_current or numabind run"
+            )
         if self.mem_policy == "local":
             argv.append("--localalloc")
         elif self.mem_policy in _NUMACTL_MEM_FLAG:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
+from .._fs import FsReader
 from ..cpulist import parse_cpulist
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "MPOL_MODE_FLAGS",
     "node_mask_bits",
     "cpu_mask_bits",
+    "KernelLimits",
 ]
 
 # <linux/mempolicy.h>
@@ -79,6 +83,31 @@ def cpu_mask_bits() -> int:
     return max(64, (top + 63) // 64 * 64)
 
 
+@dataclass(frozen=True)
+class KernelLimits:
+    """What the live kernel lets this process use right now."""
+
+    online_cpus: frozenset[int]
+    online_nodes: frozenset[int]
+    memory_nodes: frozenset[int]           # nodes with memory (node/has_memory)
+    mems_allowed: frozenset[int]           # Mems_allowed_list of this process (its cpuset)
+    cpuset_cpus: frozenset[int] | None     # the cpuset's CPUs, None when unknown
+    cpuset_source: str = ""
+
+
+_LIVE = FsReader("/")
+
+
+def _live_ids(rel: str) -> frozenset[int] | None:
+    text = _LIVE.read(rel)
+    if text is None:
+        return None
+    try:
+        return parse_cpulist(text)
+    except ValueError:
+        return None
+
+
 class Backend(ABC):
     """One mechanism for applying a plan.
 
@@ -116,6 +145,38 @@ class Backend(ABC):
         from .. import errors
 
         raise errors.BindError(38, "move_pages", f"the {self.name} backend cannot query page placement")
+
+    # -- live process state (the same for every backend) ---------------------
+    def kernel_limits(self) -> KernelLimits:
+        """Online CPUs, memory nodes, Mems_allowed and the cpuset's CPUs, read live."""
+        from ..topology import read_cpuset
+
+        online = _live_ids("sys/devices/system/cpu/online") or frozenset(os.sched_getaffinity(0))
+        memory = _live_ids("sys/devices/system/node/has_memory")
+        if memory is None:  # kernel without NUMA: one node 0
+            memory = frozenset({0})
+        nodes = _live_ids("sys/devices/system/node/online")
+        if nodes is None:
+            nodes = frozenset({0})
+        mems = None
+        for line in (_LIVE.read("proc/self/status") or "").splitlines():
+            if line.startswith("Mems_allowed_list:"):
+                mems = parse_cpulist(line.split(":", 1)[1])
+        cpuset = read_cpuset(_LIVE)
+        return KernelLimits(online_cpus=online, online_nodes=nodes, memory_nodes=memory,
+                            mems_allowed=mems if mems is not None else memory,
+                            cpuset_cpus=cpuset.cpus if cpuset else None,
+                            cpuset_source=cpuset.source if cpuset else "")
+
+    def thread_ids(self) -> list[int]:
+        """Thread ids of this process (threads may exit at any moment)."""
+        return [int(t) for t in _LIVE.listdir("proc/self/task") if t.isdigit()]
+
+    def thread_name(self, tid: int) -> str:
+        return (_LIVE.read_strip(f"proc/self/task/{tid}/comm") or "?")
+
+    def gettid(self) -> int:
+        return threading.get_native_id()
 
     def command_prefix(self, plan) -> list[str] | None:
         """argv prefix that starts a command bound to ``plan``, or None when the

@@ -29,7 +29,8 @@ class AffinityOnlyBackend(Backend):
 
     name = "none"
     in_process_memory = False
-    _why_no_memory = "no in-process memory-policy backend is available (numabind._native is not importable)"
+    _why_no_memory = ("the 'none' backend sets CPU affinity only (neither numabind._native nor numactl "
+                      "is usable here; see numabind.backend_info())")
 
     def set_affinity(self, tid: int, cpus: frozenset[int]) -> None:
         try:

@@ -1,0 +1,45 @@
+"""numabind: put processes where their hardware is.
+
+Binds CPU affinity and NUMA memory policy for GPU workers (and any process)
+from Python, through a cffi layer over libnuma and the kernel's own system
+calls; no ``numactl`` binary needed. Data flows one way:
+discover → plan → apply → verify.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .backends import backend_info
+from .bind import BindReport, Binding, ThreadResult, bind_current, current_binding
+from .cpulist import format_cpulist, parse_cpulist
+from .devices import Gpu
+from .errors import BindError, NumabindError, PlanError
+from .plan import MEM_POLICIES, Plan
+from .topology import Cache, Cpu, Node, Topology, discover
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BindError",
+    "BindReport",
+    "Binding",
+    "Cache",
+    "Cpu",
+    "Gpu",
+    "MEM_POLICIES",
+    "Node",
+    "NumabindError",
+    "Plan",
+    "PlanError",
+    "ThreadResult",
+    "Topology",
+    "backend_info",
+    "bind_current",
+    "current_binding",
+    "discover",
+    "format_cpulist",
+    "parse_cpulist",
+]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -1,0 +1,386 @@
+"""Apply a :class:`~numabind.plan.Plan` to the running process, then verify it.
+
+``bind_current`` sets the CPU affinity of every thread and the memory policy
+of the calling thread through a backend, reads back what the kernel now says
+and returns a :class:`BindReport`. A binding that cannot be applied in full is
+either raised (``strict``) after rolling back, or degraded step by step —
+hard bind → preferred → CPU only → nothing — with a WARNING per step.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import logging
+import os
+from dataclasses import dataclass, field
+
+from .backends import Backend, get_backend
+from .cpulist import format_cpulist
+from .errors import BindError, NumabindError, PlanError
+from .plan import Plan
+
+__all__ = ["BindReport", "Binding", "ThreadResult", "bind_current", "current_binding", "strict_default"]
+
+log = logging.getLogger(__name__)
+
+THREAD_MODES = ("matching", "all", "current")
+
+
+def strict_default(strict: bool | None) -> bool:
+    """``strict`` if given, else ``NUMABIND_STRICT=1`` from the environment."""
+    if strict is not None:
+        return bool(strict)
+    value = os.environ.get("NUMABIND_STRICT", "").strip().lower()
+    return value in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class ThreadResult:
+    """What happened to one thread's CPU affinity."""
+
+    tid: int
+    name: str
+    before: frozenset[int]
+    after: frozenset[int] | None
+    status: str          # "bound" | "left-alone" | "exited" | "failed" | "unchanged"
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class BindReport:
+    """The outcome of :func:`bind_current`."""
+
+    requested: Plan
+    applied: Plan                      # read back from the kernel after binding
+    backend: str                       # "libnuma" | "syscall" | "numactl" | "none"
+    backend_reason: str
+    threads: tuple[ThreadResult, ...] = ()
+    warnings: tuple[str, ...] = ()     # every degradation, with errno and syscall
+    notes: tuple[str, ...] = ()        # facts that are not degradations
+    pages_not_migrated: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when everything requested is in force, with no degradation."""
+        return not self.warnings
+
+    def describe(self) -> str:
+        lines = [f"requested: {self.requested.describe()}",
+                 f"applied:   {self.applied.describe()}",
+                 f"backend:   {self.backend} ({self.backend_reason})"]
+        counts: dict[str, int] = {}
+        for t in self.threads:
+            counts[t.status] = counts.get(t.status, 0) + 1
+        if counts:
+            lines.append("threads:   " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        lines += [f"warning:   {w}" for w in self.warnings]
+        lines += [f"note:      {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What the kernel says now (like ``numactl --show``)."""
+
+    cpus: frozenset[int]               # affinity of the calling thread
+    mem_policy: str | None             # None when the backend cannot read it
+    mem_nodes: frozenset[int]
+    mems_allowed: frozenset[int]       # the cpuset's memory nodes
+    backend: str
+    threads: dict[int, frozenset[int]] = field(default_factory=dict, compare=False)
+
+    @property
+    def plan(self) -> Plan:
+        return Plan(cpus=self.cpus, mem_policy=self.mem_policy,
+                    mem_nodes=self.mem_nodes if self.mem_policy else None)
+
+    def describe(self) -> str:
+        lines = [f"cpus:         {format_cpulist(self.cpus)}",
+                 f"policy:       {self.mem_policy or 'unknown (backend ' + self.backend + ' cannot read it)'}"]
+        if self.mem_nodes:
+            lines.append(f"nodes:        {format_cpulist(self.mem_nodes)}")
+        lines.append(f"mems allowed: {format_cpulist(self.mems_allowed)}")
+        others = {tid: c for tid, c in self.threads.items() if c != self.cpus}
+        if others:
+            lines.append("threads with other affinity: " +
+                         ", ".join(f"{tid}:{format_cpulist(c)}" for tid, c in sorted(others.items())))
+        lines.append(f"backend:      {self.backend}")
+        return "\n".join(lines)
+
+
+def current_binding(backend: str | None = None) -> Binding:
+    """Read the calling thread's affinity and memory policy, and every thread's affinity."""
+    be, _ = get_backend(backend)
+    limits = be.kernel_limits()
+    try:
+        policy, nodes = be.get_mempolicy()
+    except BindError as e:
+        log.debug("memory policy unreadable through %s: %s", be.name, e)
+        policy, nodes = None, frozenset()
+    threads = {}
+    for tid in be.thread_ids():
+        try:
+            threads[tid] = be.get_affinity(tid)
+        except BindError:
+            continue
+    return Binding(cpus=be.get_affinity(0), mem_policy=policy, mem_nodes=nodes,
+                   mems_allowed=limits.mems_allowed, backend=be.name, threads=threads)
+
+
+class _Binder:
+    """One bind_current call: state, rollback and the report under construction."""
+
+    def __init__(self, plan: Plan, strict: bool, threads: str, be: Backend, why: str) -> None:
+        self.plan, self.strict, self.thread_mode, self.be, self.why = plan, strict, threads, be, why
+        self.warnings: list[str] = []
+        self.notes: list[str] = []
+        self.undo: list = []
+        self.limits = be.kernel_limits()
+        self.mem_target: tuple[str, frozenset[int]] | None = None   # what was set, after the ladder
+        self.cpu_target: frozenset[int] | None = None
+
+    # -- degradation ------------------------------------------------------
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        log.warning("numabind: %s", message)
+
+    def fail(self, exc: NumabindError) -> None:
+        """In strict mode roll back and raise; otherwise the caller degrades."""
+        if self.strict:
+            self.rollback()
+            raise exc
+
+    def rollback(self) -> None:
+        for action in reversed(self.undo):
+            try:
+                action()
+            except BindError as e:  # a thread that exited meanwhile, typically
+                log.debug("rollback step failed: %s", e)
+        self.undo.clear()
+
+    # -- memory -------------------------------------------------------------
+    def memory_candidates(self) -> list[tuple[str, frozenset[int]]]:
+        plan = self.plan
+        nodes = plan.mem_nodes or frozenset()
+        if not nodes:
+            return [(plan.mem_policy, nodes)]
+        usable = nodes & self.limits.mems_allowed & self.limits.memory_nodes
+        dropped = nodes - usable
+        if dropped:
+            why = []
+            missing = dropped - self.limits.online_nodes
+            if missing:
+                why.append(f"nodes {format_cpulist(missing)} do not exist "
+                           f"(online nodes: {format_cpulist(self.limits.online_nodes)})")
+            memless = dropped - missing - self.limits.memory_nodes
+            if memless:
+                why.append(f"nodes {format_cpulist(memless)} have no memory")
+            if dropped - missing - self.limits.mems_allowed:
+                why.append(f"nodes {format_cpulist(dropped - missing - self.limits.mems_allowed)} are outside "
+                           f"Mems_allowed {format_cpulist(self.limits.mems_allowed)} (cpuset)")
+            self.fail(PlanError(f"memory policy {plan.mem_policy} {format_cpulist(nodes)}: " + "; ".join(why)))
+            if not usable:
+                self.warn(f"memory policy {plan.mem_policy} {format_cpulist(nodes)} not applied: "
+                          + "; ".join(why))
+                return []
+            self.warn(f"memory nodes narrowed from {format_cpulist(nodes)} to {format_cpulist(usable)}: "
+                      + "; ".join(why))
+        ladder = [(plan.mem_policy, usable)]
+        if plan.mem_policy in ("bind", "interleave", "preferred-many") and len(usable) > 1:
+            if plan.mem_policy != "preferred-many":
+                ladder.append(("preferred-many", usable))
+        if plan.mem_policy != "preferred":
+            ladder.append(("preferred", frozenset({min(usable)})))
+        return ladder
+
+    def apply_memory(self) -> None:
+        if self.plan.mem_policy is None:
+            return
+        if not self.be.in_process_memory:
+            try:
+                self.be.set_mempolicy(self.plan.mem_policy, self.plan.mem_nodes or frozenset())
+            except BindError as e:  # the backend's own explanation of why it cannot
+                self.fail(e)
+                self.warn(f"{e}; memory policy left unchanged")
+            return
+        try:
+            old = self.be.get_mempolicy()
+        except BindError as e:
+            old = None
+            log.debug("cannot read the old memory policy: %s", e)
+        for k, (policy, nodes) in enumerate(self.memory_candidates()):
+            try:
+                self.be.set_mempolicy(policy, nodes)
+            except BindError as e:
+                self.fail(e)
+                self.warn(f"{e}; memory policy {policy} {format_cpulist(nodes)} not applied")
+                continue
+            self.mem_target = (policy, nodes)
+            if old is not None:
+                self.undo.append(lambda old=old: self.be.set_mempolicy(*old))
+            if k:
+                self.warn(f"memory policy degraded to {policy} {format_cpulist(nodes)}")
+            return
+        self.warn("memory policy left unchanged (every step of the ladder was refused)")
+
+    # -- CPUs -----------------------------------------------------------------
+    def target_cpus(self) -> frozenset[int] | None:
+        cpus = self.plan.cpus
+        if cpus is None:
+            return None
+        allowed = self.limits.online_cpus
+        source = "online CPUs"
+        if self.limits.cpuset_cpus is not None:
+            allowed = allowed & self.limits.cpuset_cpus
+            source = f"online CPUs in the cpuset ({self.limits.cpuset_source})"
+        outside = cpus - allowed
+        if not outside:
+            return cpus
+        msg = (f"CPUs {format_cpulist(outside)} are outside the {source} "
+               f"{format_cpulist(allowed)}")
+        self.fail(PlanError(msg))
+        if not cpus & allowed:
+            self.warn(f"{msg}; CPU binding not applied")
+            return None
+        self.warn(f"{msg}; CPU binding narrowed to {format_cpulist(cpus & allowed)}")
+        return cpus & allowed
+
+    def apply_cpus(self) -> list[ThreadResult]:
+        cpus = self.target_cpus()
+        me = self.be.gettid()
+        caller_before = self.be.get_affinity(0)
+        results: list[ThreadResult] = []
+        if cpus is not None:
+            try:
+                self.be.set_affinity(0, cpus)
+                self.undo.append(lambda: self.be.set_affinity(0, caller_before))
+            except BindError as e:
+                self.fail(e)
+                self.warn(f"{e}; CPU binding not applied")
+                cpus = None
+        self.cpu_target = cpus
+        results.append(ThreadResult(me, self.be.thread_name(me), caller_before, self.be.get_affinity(0),
+                                    "unchanged" if cpus is None else "bound"))
+        if self.thread_mode == "current":
+            return results
+        for tid in self.be.thread_ids():
+            if tid == me:
+                continue
+            name = self.be.thread_name(tid)
+            try:
+                before = self.be.get_affinity(tid)
+            except BindError as e:
+                if e.errno == _errno.ESRCH:
+                    results.append(ThreadResult(tid, name, frozenset(), None, "exited"))
+                    continue
+                raise
+            if cpus is None:
+                results.append(ThreadResult(tid, name, before, before, "unchanged"))
+                continue
+            if self.thread_mode == "matching" and before != caller_before:
+                results.append(ThreadResult(
+                    tid, name, before, before, "left-alone",
+                    f"pinned to {format_cpulist(before)}, not the process's {format_cpulist(caller_before)}"))
+                continue
+            try:
+                self.be.set_affinity(tid, cpus)
+            except BindError as e:
+                if e.errno == _errno.ESRCH:
+                    results.append(ThreadResult(tid, name, before, None, "exited"))
+                    continue
+                self.fail(e)
+                self.warn(f"{e}; thread {tid} ({name}) keeps CPUs {format_cpulist(before)}")
+                results.append(ThreadResult(tid, name, before, before, "failed", str(e)))
+                continue
+            self.undo.append(lambda tid=tid, before=before: self.be.set_affinity(tid, before))
+            try:
+                after = self.be.get_affinity(tid)
+            except BindError:
+                results.append(ThreadResult(tid, name, before, None, "exited"))
+                continue
+            results.append(ThreadResult(tid, name, before, after, "bound"))
+        return results
+
+    # -- migration --------------------------------------------------------------
+    def migrate(self) -> int | None:
+        if not self.plan.migrate:
+            return None
+        target = (self.plan.mem_nodes or frozenset()) & self.limits.memory_nodes
+        source = (self.limits.mems_allowed & self.limits.memory_nodes) - target
+        if not target or not source:
+            return 0
+        try:
+            left = self.be.migrate_pages(0, source, target)
+        except BindError as e:
+            self.fail(e)
+            self.warn(f"{e}; pages already allocated stay where they are")
+            return None
+        if left:
+            self.warn(f"migrate_pages could not move {left} pages to nodes {format_cpulist(target)}")
+        return left
+
+    # -- verification -------------------------------------------------------------
+    def read_back(self) -> Plan:
+        """What the kernel says now; a difference from what was set is a failure."""
+        cpus = self.be.get_affinity(0)
+        try:
+            policy, nodes = self.be.get_mempolicy()
+        except BindError as e:
+            if self.mem_target is not None:
+                self.warn(f"cannot verify the memory policy: {e}")
+            policy, nodes = None, None
+        applied = Plan(cpus=cpus, mem_policy=policy, mem_nodes=nodes or None, reason="read back from the kernel")
+        if self.cpu_target is not None and cpus != self.cpu_target:
+            message = (f"the kernel applied CPUs {format_cpulist(cpus)} instead of "
+                       f"{format_cpulist(self.cpu_target)}")
+            self.fail(BindError(_errno.EINVAL, "sched_setaffinity", message))
+            self.warn(message)
+        if self.mem_target is not None and policy is not None and (policy, nodes) != self.mem_target:
+            want = f"{self.mem_target[0]} {format_cpulist(self.mem_target[1])}".strip()
+            message = f"the kernel reports memory policy {policy} {format_cpulist(nodes)} instead of {want}"
+            self.fail(BindError(_errno.EINVAL, "set_mempolicy", message))
+            self.warn(message)
+        return applied
+
+
+def bind_current(plan: Plan, strict: bool | None = None, *, threads: str = "matching",
+                 backend: str | None = None) -> BindReport:
+    """Bind the running process to ``plan`` and report what the kernel now says.
+
+    * CPU affinity is set on **every thread** (``threads="matching"``: those
+      whose affinity equals the calling thread's, the others were pinned on
+      purpose and are left alone and reported; ``"all"``: every thread;
+      ``"current"``: only the caller).
+    * The memory policy is set on the calling thread; threads created
+      afterwards inherit it. Other existing threads cannot be changed by any
+      kernel interface; they allocate from the local node of the CPUs they are
+      now bound to (``report.notes`` says so).
+    * ``strict`` (default: ``NUMABIND_STRICT=1``) raises :class:`PlanError` or
+      :class:`BindError` and rolls back everything this call changed;
+      otherwise every degradation is in ``report.warnings`` and logged.
+
+    Usable as a multiprocessing initializer:
+    ``Pool(initializer=numabind.bind_current, initargs=(plan,))``.
+    """
+    if not isinstance(plan, Plan):
+        raise PlanError(f"bind_current needs a numabind.Plan, got {type(plan).__name__}: {plan!r}")
+    if threads not in THREAD_MODES:
+        raise PlanError(f"threads={threads!r} is not one of {', '.join(THREAD_MODES)}")
+    strict = strict_default(strict)
+    be, why = get_backend(backend)
+    b = _Binder(plan, strict, threads, be, why)
+    b.apply_memory()
+    results = b.apply_cpus()
+    left = b.migrate()
+    applied = b.read_back()
+    others = [r for r in results[1:] if r.status != "exited"]
+    if plan.mem_policy is not None and others and be.in_process_memory:
+        b.notes.append(
+            f"the memory policy was set on the calling thread only; {len(others)} other thread(s) keep "
+            f"theirs and allocate from the local node of the CPUs they run on (use migrate=True to move "
+            f"pages they already touched)")
+    report = BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why,
+                        threads=tuple(results), warnings=tuple(b.warnings), notes=tuple(b.notes),
+                        pages_not_migrated=left)
+    log.info("numabind: pid %d bound via %s: %s", os.getpid(), be.name, applied.describe())
+    return report

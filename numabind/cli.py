@@ -1,0 +1,268 @@
+"""Command line: ``numabind`` (also ``python -m numabind``).
+
+The library never prints; this module does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from .backends import backend_info, get_backend
+from .cpulist import format_cpulist
+from .errors import NumabindError
+from .plan import Plan
+
+__all__ = ["main"]
+
+MODES = ("node", "socket", "exclusive", "core-complex", "pct")
+POLICIES = ("bind", "preferred", "preferred-many", "interleave")
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes // 2**20} MiB"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _topology_text(topo) -> str:
+    ids = sorted(topo.nodes)
+    rows = [["node", "cpus", "memory", "distances (" + " ".join(map(str, ids)) + ")"]]
+    for n in ids:
+        node = topo.nodes[n]
+        kind = "" if node.cpus and node.memory_bytes else (" (memory-only)" if node.memory_bytes else " (cpu-only)")
+        rows.append([str(n), (format_cpulist(node.cpus) or "-") + kind, _size(node.memory_bytes),
+                     " ".join(str(node.distances.get(m, "-")) for m in ids)])
+    lines = [
+        f"root: {topo.root}",
+        f"cpu model: {topo.model_name or 'unknown'}",
+        f"online cpus: {format_cpulist(topo.online_cpus)}   allowed cpus: {format_cpulist(topo.allowed_cpus)}   "
+        f"allowed memory nodes: {format_cpulist(topo.allowed_nodes)}   ({topo.allowed_source})",
+        "",
+        _table(rows),
+    ]
+    return "\n".join(lines)
+
+
+def _gpu_text(topo) -> str:
+    if not topo.gpus:
+        return "none found (no NVIDIA, AMD or Intel display/accelerator PCI device is visible)"
+    rows = [["gpu", "pci", "vendor", "numa node", "local cpus"]]
+    for g in topo.gpus:
+        rows.append([str(g.index), g.pci_address, g.vendor, "-" if g.numa_node is None else str(g.numa_node),
+                     format_cpulist(g.local_cpus) or "-"])
+    return _table(rows)
+
+
+def _plan_rows(topo, mode: str, policy: str, gpus=None):
+    from .strategies import plan_table
+
+    return plan_table(topo, mode=mode, policy=policy, gpus=gpus)
+
+
+def _plans_text(topo, mode: str = "node", policy: str = "bind", gpus=None) -> str:
+    if topo.gpus:
+        rows = [["gpu", "node", "plan", "numactl equivalent"]]
+        notes = []
+        for r in _plan_rows(topo, mode, policy, gpus):
+            if r.plan is None:
+                rows.append([str(r.gpu), "-", "cannot place: " + (r.error or ""), "-"])
+                continue
+            rows.append([str(r.gpu), "-" if r.cpu_node is None else str(r.cpu_node), r.plan.describe(),
+                         r.plan.to_numactl_args()])
+            notes += [f"  gpu {r.gpu}: {why}" for why in r.reasons]
+        text = f"Plans per GPU worker (mode {mode}, memory {policy}):\n" + _table(rows)
+        return text + ("\n" + "\n".join(notes) if notes else "")
+    rows = [["node", "plan", "numactl equivalent"]]
+    for n, node in sorted(topo.nodes.items()):
+        cpus = node.cpus & topo.allowed_cpus
+        if not cpus:
+            continue
+        mem = frozenset({n}) if node.has_memory and n in topo.allowed_nodes else None
+        plan = Plan(cpus=cpus, mem_policy=policy if mem else None, mem_nodes=mem)
+        rows.append([str(n), plan.describe(), plan.to_numactl_args()])
+    return ("Plans per NUMA node (no GPUs, so a worker per node would get):\n" + _table(rows))
+
+
+def cmd_main(args) -> int:
+    from .bind import current_binding
+    from .topology import discover
+
+    topo = discover(args.root)
+    print("== topology ==")
+    print(_topology_text(topo))
+    print()
+    print("== GPUs ==")
+    print(_gpu_text(topo))
+    print()
+    print("== plans ==")
+    print(_plans_text(topo))
+    print()
+    print("== current binding of this process ==")
+    print(current_binding().describe())
+    info = backend_info()
+    print()
+    print("== backends ==")
+    print(f"selected: {info['selected']} ({info['reason']})")
+    for name, why in info["unavailable"].items():
+        print(f"unavailable: {name}: {why}")
+    return 0
+
+
+def cmd_hardware(args) -> int:
+    from .topology import discover
+
+    topo = discover(args.root)
+    ids = sorted(topo.nodes)
+    print(f"available: {len(ids)} nodes ({format_cpulist(ids)})")
+    for n in ids:
+        node = topo.nodes[n]
+        print(f"node {n} cpus: {' '.join(map(str, sorted(node.cpus)))}")
+        print(f"node {n} size: {node.memory_bytes // 2**20} MB")
+    print("node distances:")
+    print("node " + " ".join(f"{n:>3}" for n in ids))
+    for n in ids:
+        print(f"{n:>3}: " + " ".join(f"{topo.nodes[n].distances.get(m, 0):>3}" for m in ids))
+    return 0
+
+
+def cmd_show(args) -> int:
+    from .bind import current_binding
+
+    print(current_binding().describe())
+    return 0
+
+
+def cmd_topology(args) -> int:
+    from .topology import discover
+
+    topo = discover(args.root)
+    if args.json:
+        print(json.dumps(topo.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(_topology_text(topo))
+        print()
+        print("GPUs: " + _gpu_text(topo) if not topo.gpus else "GPUs:\n" + _gpu_text(topo))
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from .topology import discover
+
+    topo = discover(args.root)
+    gpus = None if args.gpu is None else [args.gpu]
+    if args.json:
+        rows = _plan_rows(topo, args.mode, args.policy, gpus)
+        print(json.dumps([r.to_dict() for r in rows], indent=2, sort_keys=True))
+        return 0 if all(r.plan is not None for r in rows) else 1
+    print(_plans_text(topo, args.mode, args.policy, gpus))
+    return 0
+
+
+def _run_plan(args) -> Plan:
+    from .topology import discover
+
+    topo = discover()
+    if args.gpu is not None:
+        from .strategies import plan_for_gpu
+
+        policy = args.policy or "bind"
+        plan = plan_for_gpu(args.gpu, mode=args.mode, topology=topo, policy=policy)
+        if args.migrate:
+            plan = Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, migrate=True,
+                        reason=plan.reason)
+        return plan
+    argv: list[str] = []
+    for flag in ("physcpubind", "cpunodebind", "membind", "preferred", "preferred_many", "interleave"):
+        value = getattr(args, flag)
+        if value is not None:
+            argv.append(f"--{flag.replace('_', '-')}={value}")
+    if args.localalloc:
+        argv.append("--localalloc")
+    if not argv:
+        raise NumabindError("numabind run: give a binding (--physcpubind, --membind, --gpu, ...) before '--'")
+    return Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate)
+
+
+def cmd_run(args) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise NumabindError("numabind run: no command given after '--'")
+    plan = _run_plan(args)
+    be, why = get_backend(args.backend)
+    prefix = be.command_prefix(plan)
+    if prefix is not None:
+        logging.getLogger("numabind").info("starting %s through %s (%s)", command[0], be.name, why)
+        os.execv(prefix[0], prefix + command)
+    from .bind import bind_current
+
+    report = bind_current(plan, strict=args.strict, backend=be.name)
+    if args.verbose:
+        print(report.describe(), file=sys.stderr)
+    try:
+        os.execvp(command[0], command)
+    except OSError as e:
+        raise NumabindError(f"numabind run: cannot execute {command[0]!r}: {e.strerror}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="numabind",
+        description="Bind CPU affinity and NUMA memory policy without numactl. "
+                    "Without a command: show the topology, GPUs, plans and the current binding.")
+    p.add_argument("--root", help="discovery root (default $NUMABIND_FSROOT or /)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log INFO (-v) or DEBUG (-vv)")
+    sub = p.add_subparsers(dest="cmd")
+    sub.add_parser("hardware", help="nodes, CPUs, memory, distances (like numactl --hardware)")
+    sub.add_parser("show", help="this process's binding (like numactl --show)")
+    t = sub.add_parser("topology", help="discovered topology")
+    t.add_argument("--json", action="store_true", help="print Topology.to_dict() as JSON")
+    pl = sub.add_parser("plan", help="what each GPU's worker would be bound to")
+    g = pl.add_mutually_exclusive_group()
+    g.add_argument("--gpu", type=int, help="one visible GPU index")
+    g.add_argument("--all", action="store_true", help="every visible GPU (the default)")
+    pl.add_argument("--mode", choices=MODES, default="node")
+    pl.add_argument("--policy", choices=POLICIES, default="bind")
+    pl.add_argument("--json", action="store_true")
+    r = sub.add_parser("run", help="run a command bound (a numactl replacement)",
+                       usage="numabind run [binding options] -- command [args...]")
+    r.add_argument("-C", "--physcpubind", "--cpus", dest="physcpubind", metavar="CPUS")
+    r.add_argument("-N", "--cpunodebind", metavar="NODES")
+    r.add_argument("-m", "--membind", metavar="NODES")
+    r.add_argument("-p", "--preferred", metavar="NODE")
+    r.add_argument("--preferred-many", dest="preferred_many", metavar="NODES")
+    r.add_argument("-i", "--interleave", metavar="NODES")
+    r.add_argument("-l", "--localalloc", action="store_true")
+    r.add_argument("--gpu", type=int, help="bind for this visible GPU (see numabind plan)")
+    r.add_argument("--mode", choices=MODES, default="node")
+    r.add_argument("--policy", choices=POLICIES, default=None)
+    r.add_argument("--migrate", action="store_true", help="also move pages already allocated (no effect at exec)")
+    r.add_argument("--strict", action="store_true", default=None, help="fail instead of degrading")
+    r.add_argument("--backend", choices=("libnuma", "syscall", "numactl", "none"))
+    r.add_argument("command", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr)
+    handlers = {None: cmd_main, "hardware": cmd_hardware, "show": cmd_show, "topology": cmd_topology,
+                "plan": cmd_plan, "run": cmd_run}
+    try:
+        return handlers[args.cmd](args) or 0
+    except NumabindError as e:
+        print(f"numabind: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
