@@ -16,6 +16,7 @@ from .cpulist import format_cpulist, parse_cpulist
 from .devices import Gpu
 from .errors import BindError, NumabindError, PlanError
 from .plan import MEM_POLICIES, Plan
+from .strategies import MODES, PlanRow, auto_plan_available, plan_for_gpu, plan_for_gpus, plan_table
 from .topology import Cache, Cpu, Node, Topology, discover
 
 __version__ = "0.1.0"
@@ -28,18 +29,24 @@ __all__ = [
     "Cpu",
     "Gpu",
     "MEM_POLICIES",
+    "MODES",
     "Node",
     "NumabindError",
     "Plan",
     "PlanError",
+    "PlanRow",
     "ThreadResult",
     "Topology",
+    "auto_plan_available",
     "backend_info",
     "bind_current",
     "current_binding",
     "discover",
     "format_cpulist",
     "parse_cpulist",
+    "plan_for_gpu",
+    "plan_for_gpus",
+    "plan_table",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
