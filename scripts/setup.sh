@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install numabind into ./.venv on a Debian/Ubuntu machine.
+#   bash scripts/setup.sh          # the library, its CLI and numactl (for the numactl backend)
+#   bash scripts/setup.sh --test   # + test extras and the multi-NUMA VM (QEMU, kernel, initramfs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+with_tests=0
+[ "${1:-}" = "--test" ] && with_tests=1
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+apt_packages=(gcc python3-dev python3-venv numactl)
+if [ "$with_tests" -eq 1 ]; then
+    apt_packages+=(qemu-system-x86 busybox-static cpio hwloc-nox)
+fi
+missing=()
+for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+if [ "$with_tests" -eq 1 ]; then
+    .venv/bin/python -m pip install -q -e '.[test]'
+    .venv/bin/python -m tests.vm.harness prepare
+else
+    .venv/bin/python -m pip install -q -e .
+fi
