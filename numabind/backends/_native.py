@@ -23,8 +23,13 @@ from .base import (
 
 def load_native():
     """The compiled module, or raise ImportError with the reason."""
-    from .. import _native  # noqa: F401  (built by build_ffi.py)
-
+    try:
+        from .. import _native  # built by build_ffi.py
+    except ImportError as e:
+        raise ImportError(
+            f"numabind._native is not available ({e}); it is built at install time and needs gcc "
+            f"and the Python headers (apt-get install gcc python3-dev, then reinstall numabind)"
+        ) from e
     return _native
 
 
