@@ -109,9 +109,9 @@ class Region:
 
 
 def shares(counts: Mapping[int, int]) -> dict[int, float]:
-    """Per-node share in percent of all counted pages."""
+    """Per-node share in percent of all counted pages (keys may be strings, as after JSON)."""
     total = sum(counts.values()) or 1
-    return {node: 100.0 * n / total for node, n in sorted(counts.items())}
+    return {int(node): 100.0 * n / total for node, n in sorted(counts.items(), key=lambda kv: int(kv[0]))}
 
 
 def fmt_shares(counts: Mapping[int, int]) -> str:
