@@ -724,8 +724,26 @@ def _read_text(path: Path) -> str:
         return ""
 
 
+#: Host folders the guest covers with its own mounts: files there are invisible inside.
+GUEST_MOUNTS = ("/tmp", "/run", "/dev", "/proc", "/sys")
+
+
+def hidden_in_guest(path: str | os.PathLike) -> str | None:
+    """The guest mount that hides ``path``, or None when the guest sees it."""
+    p = os.path.abspath(os.fspath(path))
+    for mount in GUEST_MOUNTS:
+        if p == mount or p.startswith(mount + "/"):
+            return mount
+    return None
+
+
 def guest_script(argv: Sequence[str], *, cwd: Path | str = REPO_ROOT, env: Mapping[str, str] = {}) -> str:
     """A run.sh that runs ``argv`` in ``cwd`` with the host's PATH and HOME plus ``env``."""
+    for what, path in (("the working directory", cwd), ("the program", argv[0])):
+        mount = hidden_in_guest(path)
+        if mount:
+            raise HarnessError(f"{what} {path} is under {mount}, which the guest covers with its own "
+                               f"mount; use a checkout and Python outside {', '.join(GUEST_MOUNTS)}")
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
             "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "_NUMABIND_VM_SHARE": GUEST_SHARE}
     base.update(env)

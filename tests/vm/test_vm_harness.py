@@ -51,6 +51,17 @@ def test_qemu_args_describe_each_node():
         harness.topology("nope")
 
 
+def test_guest_script_refuses_paths_the_guest_cannot_see():
+    script = harness.guest_script(["/usr/bin/python3", "-c", "print('a b')"], cwd="/work/x", env={"K": "v w"})
+    assert "cd /work/x || exit 125" in script and "export K='v w'" in script
+    assert script.rstrip().endswith("""exec /usr/bin/python3 -c 'print('"'"'a b'"'"')'""")
+    with pytest.raises(harness.HarnessError, match="under /tmp"):
+        harness.guest_script(["/tmp/venv/bin/python"], cwd="/work/x")
+    with pytest.raises(harness.HarnessError, match="under /tmp"):
+        harness.guest_script(["/usr/bin/python3"], cwd="/tmp/checkout")
+    assert harness.hidden_in_guest("/tmpfoo") is None and harness.hidden_in_guest("/run") == "/run"
+
+
 def test_module_order_follows_modinfo_depends():
     deps = {m: [] for m in harness.MODULES}
     deps["9p"] = ["9pnet", "netfs", "fscache"]
@@ -163,6 +174,7 @@ def inner(pytester, monkeypatch, tmp_path):
     monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PYTHONPATH", str(harness.REPO_ROOT))
     monkeypatch.delenv(plugin.REQUIRE_ENV, raising=False)
+    monkeypatch.setattr(harness, "hidden_in_guest", lambda path: None)  # the stand-in runs on the host
     return pytester
 
 
