@@ -1,0 +1,1 @@
+"""Adapters that give other projects' NUMA helpers numabind's in-process binding."""
