@@ -36,7 +36,7 @@ from .cpulist import format_cpulist, parse_cpulist, parse_mask
 from .devices import Gpu, discover_gpus
 from .errors import NumabindError, PlanError
 
-__all__ = ["Cache", "Cpu", "Node", "Topology", "discover", "discover_from"]
+__all__ = ["Cache", "Cpu", "Cpuset", "Node", "Topology", "discover", "discover_from", "read_cpuset"]
 
 log = logging.getLogger(__name__)
 
@@ -605,3 +605,27 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
         format_cpulist(allowed_nodes), source, len(caches), len(gpus),
     )
     return topo
+
+
+@dataclass(frozen=True)
+class Cpuset:
+    """The CPUs and memory nodes a process's cpuset (cgroup v2 or v1) allows."""
+
+    cpus: frozenset[int] | None
+    mems: frozenset[int] | None
+    source: str                      # e.g. "cgroup2:/system.slice/x.service"
+
+
+def read_cpuset(reader: FsReader) -> Cpuset | None:
+    """The nearest cpuset of the process under ``reader``'s root, or None.
+
+    The backends use it on the live system to tell a CPU outside the cpuset
+    (a PlanError) from a CPU the process merely is not bound to yet.
+    """
+    lines = _cgroup_lines(reader)
+    for kind, found in (("cgroup2", _cgroup2_cpuset(reader, lines)),
+                        ("cgroup1", _cgroup1_cpuset(reader, lines))):
+        if found is not None:
+            path, cpus, mems = found
+            return Cpuset(cpus=cpus, mems=mems, source=f"{kind}:{path}")
+    return None
