@@ -220,3 +220,42 @@ def test_memory_only_node_is_a_memory_target_not_a_cpu_target(vm_topology):
     assert proc.returncode != 0
     assert "no CPUs" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+# ----------------------------------------------------------------------------- item 3
+def _migrate_after_touch(size: int, src_cpus: list[int], dst_cpus: list[int]) -> dict:
+    """Child: touch ``size`` bytes on node 0, then bind to node 1 with migrate=True."""
+    import time
+
+    import numabind
+
+    numabind.bind_current(numabind.Plan(cpus=frozenset(src_cpus), mem_policy="bind", mem_nodes=frozenset({0})),
+                          strict=True)
+    with probe.Region(size) as region:
+        region.touch()
+        before = dict(region.node_counts())
+        t0 = time.monotonic()
+        report = numabind.bind_current(numabind.Plan(cpus=frozenset(dst_cpus), mem_policy="bind",
+                                                     mem_nodes=frozenset({1}), migrate=True), strict=True)
+        seconds = time.monotonic() - t0
+        after = dict(region.node_counts())
+        maps = region.numa_maps()["nodes"]
+    return {"before": before, "after": after, "numa_maps": maps, "seconds": seconds,
+            "not_migrated": report.pages_not_migrated, "warnings": list(report.warnings),
+            "cpus": sorted(report.applied.cpus), "policy": report.applied.mem_policy}
+
+
+@pytest.mark.numa_vm(topology="2n")
+def test_migrate_moves_pages_already_touched(vm_topology):
+    size = 256 * MIB
+    src, dst = sorted(vm_topology.node_cpus(0)), sorted(vm_topology.node_cpus(1))
+    r = probe.in_child(_migrate_after_touch, size, src, dst)
+    assert probe.shares(r["before"]).get(0, 0.0) >= 99.0, r["before"]
+    moved = r["after"].get(1, 0) - r["before"].get(1, 0)
+    share = probe.shares(r["after"]).get(1, 0.0)
+    print(f"item 3, migrate=True after touching 256 MiB on node 0: before {probe.fmt_shares(r['before'])}; "
+          f"after {probe.fmt_shares(r['after'])}; {moved} pages ({moved * probe.PAGE >> 20} MiB) moved in "
+          f"{r['seconds']:.1f} s; kernel left {r['not_migrated']} pages behind")
+    assert r["warnings"] == [] and r["cpus"] == dst and r["policy"] == "bind"
+    assert share >= 99.0 and probe.shares(r["numa_maps"]).get(1, 0.0) >= 99.0
+    assert r["not_migrated"] == 0
