@@ -320,7 +320,12 @@ def install_packages(progress: ProgressFn = _quiet) -> list[str]:
 
 
 def _kernel_package(progress: ProgressFn) -> str:
-    out = _run(["apt-cache", "depends", KERNEL_META_PACKAGE], progress).stdout
+    try:
+        out = _run(["apt-cache", "depends", KERNEL_META_PACKAGE], progress).stdout
+    except HarnessError:  # a fresh machine without package lists
+        sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+        _run(sudo + ["apt-get", "update"], progress)
+        out = _run(["apt-cache", "depends", KERNEL_META_PACKAGE], progress).stdout
     for m in re.finditer(r"^\s*Depends:\s*(linux-image-\S+)", out, re.M):
         if m[1] != KERNEL_META_PACKAGE and not m[1].startswith("<"):
             return m[1]
