@@ -30,12 +30,33 @@ class FsReader:
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel.lstrip("/"))
 
-    def read(self, rel: str) -> str | None:
+    def read(self, rel: str, limit: int | None = None) -> str | None:
+        """The file's text (its first ``limit`` bytes when given), or None.
+
+        Raw ``os.read`` is used instead of text-mode ``open``: discovery reads
+        thousands of small sysfs files and the io stack costs more than the read.
+        """
         try:
-            with open(self.path(rel), encoding="utf-8", errors="replace") as f:
-                return f.read()
+            fd = os.open(self.path(rel), os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
+        try:
+            chunks = []
+            size = 0
+            while True:
+                want = 65536 if limit is None else min(65536, limit - size)
+                if want <= 0:
+                    break
+                chunk = os.read(fd, want)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", errors="replace")
 
     def read_strip(self, rel: str) -> str | None:
         text = self.read(rel)

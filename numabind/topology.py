@@ -539,7 +539,7 @@ def _discover_allowed(
 
 
 def _model_name(reader: FsReader) -> str | None:
-    text = reader.read("proc/cpuinfo")
+    text = reader.read("proc/cpuinfo", limit=8192)  # the first CPU's block
     if text is None:
         return None
     for line in text.splitlines():
