@@ -572,9 +572,9 @@ class RecordingReader(FsReader):
         super().__init__(root)
         self.reads: list[str] = []
 
-    def read(self, rel):
+    def read(self, rel, limit=None):
         self.reads.append(rel)
-        return super().read(rel)
+        return super().read(rel, limit)
 
 
 def _own_reads(reader: RecordingReader) -> list[str]:
