@@ -131,6 +131,16 @@ def measure(size: int) -> dict:
             "policy": maps["policy"], "line": maps["line"]}
 
 
+def process_node_pages() -> dict[int, int]:
+    """Pages per node over every mapping of this process (the sum of its numa_maps lines)."""
+    total: collections.Counter = collections.Counter()
+    with open("/proc/self/numa_maps") as f:
+        for line in f:
+            for m in re.finditer(r"\bN(\d+)=(\d+)", line):
+                total[int(m[1])] += int(m[2])
+    return dict(total)
+
+
 def thread_affinities() -> dict[int, frozenset[int]]:
     """CPU affinity of every thread of this process."""
     out = {}
