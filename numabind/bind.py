@@ -57,7 +57,8 @@ class BindReport:
     threads: tuple[ThreadResult, ...] = ()
     warnings: tuple[str, ...] = ()     # every degradation, with errno and syscall
     notes: tuple[str, ...] = ()        # facts that are not degradations
-    pages_not_migrated: int | None = None
+    pages_not_migrated: int | None = None   # migrate=True: pages left on other nodes (None: not measured)
+    pages_migrated: int | None = None       # migrate=True: pages moved onto the plan's nodes
 
     @property
     def ok(self) -> bool:
@@ -73,6 +74,9 @@ class BindReport:
             counts[t.status] = counts.get(t.status, 0) + 1
         if counts:
             lines.append("threads:   " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        if self.pages_migrated is not None or self.pages_not_migrated is not None:
+            lines.append(f"migrated:  {self.pages_migrated if self.pages_migrated is not None else '?'} pages moved, "
+                         f"{self.pages_not_migrated if self.pages_not_migrated is not None else '?'} left behind")
         lines += [f"warning:   {w}" for w in self.warnings]
         lines += [f"note:      {n}" for n in self.notes]
         return "\n".join(lines)
@@ -303,20 +307,51 @@ class _Binder:
 
     # -- migration --------------------------------------------------------------
     def migrate(self) -> int | None:
+        """Move the pages the process already has onto the plan's nodes (``migrate_pages``).
+
+        Pages are counted per node in ``/proc/self/numa_maps`` before and after:
+        ``self.pages_migrated`` is what left the other nodes, the return value what
+        stayed there. Pages in shared or file-backed mappings (used by other
+        processes too) cannot move without CAP_SYS_NICE and are a note; private
+        pages that stayed (pinned, locked, busy) and a refused call (EPERM) are
+        warnings. Counts are approximate while other threads allocate.
+        """
+        self.pages_migrated = None
         if not self.plan.migrate:
             return None
+        from .process import node_pages  # lazy: numabind.process imports this module
+
         target = (self.plan.mem_nodes or frozenset()) & self.limits.memory_nodes
         source = (self.limits.mems_allowed & self.limits.memory_nodes) - target
         if not target or not source:
+            self.pages_migrated = 0
             return 0
+        before = node_pages()
         try:
-            left = self.be.migrate_pages(0, source, target)
+            refused = self.be.migrate_pages(0, source, target)
         except BindError as e:
             self.fail(e)
             self.warn(f"{e}; pages already allocated stay where they are")
             return None
-        if left:
-            self.warn(f"migrate_pages could not move {left} pages to nodes {format_cpulist(target)}")
+        after = node_pages()
+        src, dst = format_cpulist(source), format_cpulist(target)
+        if before is None or after is None:
+            self.notes.append("/proc/self/numa_maps is unreadable: pages moved were not counted")
+            if refused:
+                self.warn(f"migrate_pages could not move {refused} pages from nodes {src} to nodes {dst}")
+            return refused
+        self.pages_migrated = max(0, before.on(source) - after.on(source))
+        left = after.on(source)
+        shared = min(after.shared_on(source), left)
+        private = left - shared
+        log.info("numabind: migrated %d pages from nodes %s to nodes %s; %d stayed (%d shared or file-backed)",
+                 self.pages_migrated, src, dst, left, shared)
+        if private or refused:
+            self.warn(f"{private} private pages stayed on nodes {src} (pinned, locked or busy)"
+                      + (f"; migrate_pages reported {refused} pages it could not move" if refused else ""))
+        if shared:
+            self.notes.append(f"{shared} pages in shared or file-backed mappings stayed on nodes {src} "
+                              f"(other processes map them; moving them needs CAP_SYS_NICE)")
         return left
 
     # -- verification -------------------------------------------------------------
@@ -381,6 +416,6 @@ def bind_current(plan: Plan, strict: bool | None = None, *, threads: str = "matc
             f"pages they already touched)")
     report = BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why,
                         threads=tuple(results), warnings=tuple(b.warnings), notes=tuple(b.notes),
-                        pages_not_migrated=left)
+                        pages_not_migrated=left, pages_migrated=b.pages_migrated)
     log.info("numabind: pid %d bound via %s: %s", os.getpid(), be.name, applied.describe())
     return report
