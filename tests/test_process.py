@@ -1,0 +1,406 @@
+"""numabind.process on the real kernel of this host: children bound at birth, pools, commands.
+
+The host has one NUMA node and (at least) two CPUs: plans bind to the last allowed CPU and
+node 0, which differs from an unbound process (every CPU, policy ``default``). Children are
+checked with procfs and a ctypes ``get_mempolicy`` (tests/proc_targets.py), not with numabind.
+The test process itself is never bound; tests that bind do it in children.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import multiprocessing.spawn
+import multiprocessing.util
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import numabind
+from numabind.backends.numactl import WRAPPER
+from numabind.process import (
+    BoundCall,
+    bound,
+    configure_subprocess,
+    node_pages,
+    pool_plans,
+    popen_kwargs,
+    wrap_command,
+)
+from tests import proc_targets
+
+pytestmark = pytest.mark.kernel
+
+REPO = Path(__file__).resolve().parent.parent
+PROBE = REPO / "tests" / "proc_main_probe.py"
+ALLOWED = sorted(os.sched_getaffinity(0))
+CPU = ALLOWED[-1]
+PLAN = numabind.Plan(cpus={CPU}, mem_policy="bind", mem_nodes={0})
+OTHER = numabind.Plan(cpus={ALLOWED[0]}, mem_policy="preferred", mem_nodes={0})
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("NUMABIND_BACKEND", None)
+    env.pop("NUMABIND_STRICT", None)
+    env.update(extra)
+    return env
+
+
+def _probe(method: str, outdir: Path, *flags: str, plan: numabind.Plan = PLAN, env=None) -> tuple[dict, list[dict]]:
+    proc = subprocess.run([sys.executable, str(PROBE), method, plan.to_text(), str(outdir), *flags],
+                          capture_output=True, text=True, cwd=REPO, env=env or _env(), timeout=120)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout + proc.stderr
+    result = json.loads(lines[-1][len("RESULT "):])
+    result["stderr"] = proc.stderr
+    records = [json.loads(p.read_text()) for p in sorted(outdir.glob("*.json"))]
+    return result, records
+
+
+def _unbound_state(s: dict) -> bool:
+    return s["cpus"] == ALLOWED and s["policy"] == "default"
+
+
+def _bound_state(s: dict, plan: numabind.Plan = PLAN) -> bool:
+    return s["cpus"] == sorted(plan.cpus) and s["sched"] == sorted(plan.cpus) and \
+        s["policy"] == plan.mem_policy and s["nodes"] == sorted(plan.mem_nodes)
+
+
+@pytest.fixture(autouse=True)
+def _parent_stays_unbound():
+    """Every test leaves the test process as it found it (and it starts unbound)."""
+    before = proc_targets.state("before")
+    originals = (multiprocessing.spawn.get_preparation_data, multiprocessing.util.spawnv_passfds)
+    yield
+    after = proc_targets.state("after")
+    assert (after["cpus"], after["policy"], after["nodes"]) == (before["cpus"], before["policy"], before["nodes"])
+    assert (multiprocessing.spawn.get_preparation_data, multiprocessing.util.spawnv_passfds) == originals
+
+
+# ----------------------------------------------------------------------------- bound at birth
+@pytest.mark.parametrize("method,flags", [
+    ("spawn", ()), ("spawn", ("--spawn", "in-child")), ("forkserver", ()), ("fork", ()),
+], ids=["spawn-inherit", "spawn-in-child", "forkserver", "fork"])
+def test_child_is_bound_at_birth(method, flags, tmp_path):
+    result, records = _probe(method, tmp_path, *flags)
+    child = result["child_pid"]
+    assert result["exitcode"] == 0, result["stderr"]
+    mine = {r["where"]: r for r in records if r["pid"] == child}
+    # the target runs bound
+    assert _bound_state(mine["target"]), mine
+    if method == "spawn":
+        # the child re-imported the main module with the binding already in force: its first line saw it
+        first = mine["import as __mp_main__"]
+        assert _bound_state(first), first
+        if not flags:  # inherited from the launching thread: the child never even imported numabind
+            assert first["numabind_imported"] is False
+    # the report is readable in the parent and says what the kernel applied
+    rep = result["report"]
+    assert rep["start_method"] == method and rep["error"] is None and rep["warnings"] == []
+    assert numabind.Plan.from_text(rep["applied"]) == numabind.Plan(cpus={CPU}, mem_policy="bind", mem_nodes={0})
+    # the parent: unbound before and after, multiprocessing's functions put back
+    assert _unbound_state(result["parent_before"]) and _unbound_state(result["parent_after"])
+    assert result["restored"] is True
+    parent_main = [r for r in records if r["where"] == "import as __main__"]
+    assert parent_main and all(_unbound_state(r) for r in parent_main)
+    if method == "forkserver":
+        fs = result["forkserver"]
+        assert fs["pid"] != child and fs["cpus"] == ALLOWED and fs["policy"] == "default", fs
+
+
+@pytest.mark.parametrize("method,flags", [
+    ("spawn", ("--spawn", "in-child")), ("forkserver", ()), ("fork", ()),
+], ids=["spawn-in-child", "forkserver", "fork"])
+def test_strict_child_that_cannot_bind_dies_with_a_traceback(method, flags, tmp_path):
+    impossible = numabind.Plan(cpus={max(ALLOWED) + 64}, mem_policy="bind", mem_nodes={0})
+    result, records = _probe(method, tmp_path, "--strict", *flags, plan=impossible)
+    assert result["exitcode"] == 1
+    err = result["stderr"]
+    assert "Traceback" in err and "could not be bound at birth" in err, err
+    assert f"CPUs {max(ALLOWED) + 64} are outside" in err, err
+    assert result["report"]["error"].startswith("PlanError: CPUs"), result["report"]
+    assert not [r for r in records if r["where"] == "target"], "the target ran although binding failed"
+
+
+def test_strict_spawn_by_inheritance_raises_in_the_parent(tmp_path):
+    impossible = numabind.Plan(cpus={max(ALLOWED) + 64})
+    result, _ = _probe("spawn", tmp_path, "--strict", plan=impossible)
+    assert result["start_error"].startswith("PlanError: CPUs"), result
+    assert _unbound_state(result["parent_after"]) and result["restored"]
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
+def test_lenient_child_starts_degraded_and_the_parent_reads_why(method, tmp_path):
+    partly = numabind.Plan(cpus={CPU, max(ALLOWED) + 64}, mem_policy="bind", mem_nodes={0})
+    result, records = _probe(method, tmp_path, plan=partly)
+    assert result["exitcode"] == 0
+    warnings = result["report"]["warnings"]
+    assert any("narrowed" in w for w in warnings), warnings
+    target = [r for r in records if r["where"] == "target"][0]
+    assert target["cpus"] == [CPU] and target["policy"] == "bind"
+
+
+# ----------------------------------------------------------------------------- in this process
+def _start_and_read(ctx, target=proc_targets.report_state, args=()):
+    r, w = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=target, args=(w, *args))
+    p.start()
+    w.close()
+    try:
+        assert r.poll(60), f"child {p.pid} sent nothing (exit code {p.exitcode})"
+        return p.pid, r.recv()
+    finally:
+        p.join(30)
+
+
+def test_concurrent_threads_with_different_plans():
+    """Two threads, each inside its own configure_subprocess, start children at the same time."""
+    plans = {"a": PLAN, "b": OTHER}
+    barrier = threading.Barrier(2)
+    seen: dict[str, list] = {"a": [], "b": []}
+    errors: list[BaseException] = []
+
+    def run(key):
+        try:
+            with configure_subprocess(plans[key]):
+                barrier.wait(10)
+                for method in ("fork", "spawn", "fork", "spawn"):
+                    seen[key].append(_start_and_read(multiprocessing.get_context(method))[1])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in plans]
+    for t in threads:
+        t.start()
+    # meanwhile this thread (no plan) starts a child: it must stay unbound
+    _, mine = _start_and_read(multiprocessing.get_context("fork"))
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert _unbound_state(mine)
+    for key, plan in plans.items():
+        assert len(seen[key]) == 4
+        for s in seen[key]:
+            assert _bound_state(s, plan), (key, s)
+
+
+def test_nested_blocks_and_restore_on_exception():
+    ctx = multiprocessing.get_context("fork")
+    with pytest.raises(RuntimeError, match="boom"):
+        with configure_subprocess(OTHER) as outer:
+            with configure_subprocess(PLAN) as inner:
+                pid_inner, s_inner = _start_and_read(ctx)
+            pid_outer, s_outer = _start_and_read(ctx)
+            raise RuntimeError("boom")
+    assert _bound_state(s_inner, PLAN) and _bound_state(s_outer, OTHER)
+    assert inner.report(pid_inner).report.requested == PLAN
+    assert outer.report(pid_outer).report.requested == OTHER
+    _, after = _start_and_read(ctx)
+    assert _unbound_state(after)
+
+
+def test_bound_callable_pickles_and_binds_the_target():
+    call = bound(PLAN, proc_targets.report_state)
+    assert isinstance(call, BoundCall) and pickle.loads(pickle.dumps(call)) == call
+    _, s = _start_and_read(multiprocessing.get_context("spawn"), target=call)
+    assert _bound_state(s)
+    with pytest.raises(numabind.PlanError):
+        bound("v1;cpus=0;mem=-;migrate=0", proc_targets.report_state)
+
+
+# ----------------------------------------------------------------------------- pools
+def test_pool_and_executor_with_bind_current_initializer():
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2, initializer=numabind.bind_current, initargs=(PLAN,)) as pool:
+        states = pool.map(proc_targets.task_state, range(4))
+    assert all(_bound_state(s) for s in states), states
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx, initializer=numabind.bind_current,
+                                                initargs=(PLAN,)) as ex:
+        states = list(ex.map(proc_targets.task_state, range(4)))
+    assert all(_bound_state(s) for s in states), states
+
+
+def _check_slots(states, plans):
+    assert {s["slot"] for s in states} <= set(range(len(plans))), states
+    for s in states:
+        assert _bound_state(s, plans[s["slot"]]), s
+    assert len({s["pid"] for s in states}) > len(plans), "no worker was replaced"
+
+
+def _claim_and_hold(conn, table, release):
+    from numabind.process import _claim_and_bind, worker_slot
+
+    _claim_and_bind(table)
+    conn.send(worker_slot()[0])
+    release.wait(60)
+
+
+def test_pool_slots_go_to_the_replacement_of_the_worker_that_left():
+    """Four slots over two plans (0,1,0,1); a new worker takes the slot freed by the one that exited."""
+    ctx = multiprocessing.get_context("fork")
+    table = pool_plans([PLAN, OTHER], 4)["initargs"][0]
+    release = [ctx.Event() for _ in range(5)]
+    procs, slots = [], []
+    for k in range(4):
+        r, w = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_claim_and_hold, args=(w, table, release[k]))
+        p.start()
+        assert r.poll(30)
+        slots.append(r.recv())
+        procs.append(p)
+    assert slots == [0, 1, 2, 3]
+    release[1].set()           # the worker of slot 1 exits and is reaped
+    procs[1].join(30)
+    r, w = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_claim_and_hold, args=(w, table, release[4]))
+    p.start()
+    assert r.poll(30) and r.recv() == 1
+    for e in release:
+        e.set()
+    for q in (*procs, p):
+        q.join(30)
+
+
+def test_pool_plans_round_robin_stable_across_maxtasksperchild():
+    plans = [PLAN, OTHER]
+    ctx = multiprocessing.get_context("forkserver")
+    with ctx.Pool(2, maxtasksperchild=1, **pool_plans(plans, 2)) as pool:
+        states = [pool.apply_async(proc_targets.task_state).get(60) for _ in range(6)]
+    _check_slots(states, plans)
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx, max_tasks_per_child=1,
+                                                **pool_plans(plans, 2)) as ex:
+        states = [ex.submit(proc_targets.task_state).result(60) for _ in range(6)]
+    _check_slots(states, plans)
+
+
+def test_pool_plans_rejects_bad_input():
+    with pytest.raises(numabind.PlanError):
+        pool_plans([])
+    with pytest.raises(numabind.PlanError):
+        pool_plans([PLAN], processes=0)
+
+
+# ----------------------------------------------------------------------------- commands, exec
+SHOW = "import json, sys; from tests import proc_targets as p; print(json.dumps([sys.argv[1:], p.state('exec')]))"
+
+
+def test_wrap_command_is_shell_less_and_binds_before_exec(tmp_path):
+    marker = tmp_path / "PWNED"
+    odd = ["a b", f"$(touch {marker})", "*", "; touch " + str(marker), "--"]
+    argv = wrap_command(PLAN, [sys.executable, "-c", SHOW, *odd])
+    assert argv[0] == sys.executable
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=_env(), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    args, s = json.loads(proc.stdout)
+    assert args == odd and not marker.exists()
+    assert _bound_state(s)
+
+
+def test_binding_survives_execve_numactl_show():
+    proc = subprocess.run(wrap_command(PLAN, ["numactl", "--show"]), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "policy: bind" in proc.stdout and f"physcpubind: {CPU} \n" in proc.stdout, proc.stdout
+    proc = subprocess.run(["numactl", "--show"], capture_output=True, text=True, timeout=60,
+                          **popen_kwargs(PLAN))
+    assert "policy: bind" in proc.stdout and f"physcpubind: {CPU} \n" in proc.stdout, proc.stdout
+
+
+def test_popen_kwargs_child_is_bound_after_exec():
+    with subprocess.Popen(["sleep", "30"], **popen_kwargs(PLAN)) as child:
+        try:
+            assert proc_targets.status_cpus(child.pid) == [CPU]
+            assert proc_targets.numa_maps_policy(child.pid) == "bind:0"
+        finally:
+            child.kill()
+
+
+def test_wrap_command_rejects_hostile_plan_text(tmp_path):
+    marker = tmp_path / "PWNED"
+    argv = [sys.executable, "-c", "from numabind.process import _exec_main; _exec_main()",
+            f"v1;cpus=0;mem=-;migrate=0;__import__('os').system('touch {marker}')", "strict,libnuma", "--", "true"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=_env(), timeout=60)
+    assert proc.returncode == 2 and "is not of the form" in proc.stderr, proc.stderr
+    assert not marker.exists()
+
+
+# ----------------------------------------------------------------------------- threads and pages
+def test_32_threads_started_before_binding_all_end_on_the_plan():
+    ctx = multiprocessing.get_context("fork")
+    _, res = _start_and_read(ctx, target=proc_targets.threads_then_bind, args=(PLAN, 32, 8))
+    assert len(res["existing"]) == 33 and res["bound"] == 33, res
+    assert all(cpus == [CPU] for cpus in res["existing"].values()), res["existing"]
+    assert len(res["later"]) == 8
+    assert all(_bound_state(s) for s in res["later"]), res["later"]  # new threads inherit CPUs and policy
+    assert any("other thread(s) keep theirs" in n for n in res["notes"])
+
+
+def test_migrate_counts_pages_through_numa_maps():
+    plan = numabind.Plan(cpus={CPU}, mem_policy="bind", mem_nodes={0}, migrate=True)
+    _, res = _start_and_read(multiprocessing.get_context("fork"), target=proc_targets.touch_then_migrate,
+                             args=(plan, 32 << 20))
+    # one node: nothing can move anywhere, and numabind says so with numbers
+    assert res["moved"] == 0 and res["left"] == 0 and res["warnings"] == [], res
+    assert "0 pages moved, 0 left behind" in res["describe"]
+    assert set(res["after"]) == {0} and res["after"][0] >= (32 << 20) // 4096
+    counts = node_pages()
+    assert counts is not None and set(counts.total) == {0}
+    assert abs(counts.total[0] - proc_targets.numa_maps_nodes()[0]) < 4096  # same file, read moments apart
+
+
+# ----------------------------------------------------------------------------- numactl backend
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_numactl_backend_forced(method, tmp_path):
+    result, records = _probe(method, tmp_path, "--backend", "numactl")
+    target = [r for r in records if r["where"] == "target"][0]
+    rep = result["report"]
+    assert rep["backend"] == "numactl"
+    if method == "spawn":  # started through the wrapper: CPUs and memory policy from exec on
+        first = [r for r in records if r["where"] == "import as __mp_main__"][0]
+        assert _bound_state(first) and _bound_state(target)
+        assert rep["warnings"] == []
+    else:  # a forked child can get its CPUs in-process, not its memory policy, and says so
+        assert target["cpus"] == [CPU] and target["policy"] == "default"
+        assert any("set_mempolicy" in w for w in rep["warnings"]), rep
+
+
+def test_numactl_backend_forced_without_numactl(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, str(PROBE), "spawn", PLAN.to_text(), str(tmp_path), "--backend", "numactl"],
+                          capture_output=True, text=True, cwd=REPO, env=_env(PATH=str(empty)), timeout=60)
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert "numactl is not installed" in result["start_error"], result
+    assert _unbound_state(result["parent_after"]) and result["restored"]
+
+
+@pytest.mark.parametrize("value", [
+    "--membind=0; touch {m}", "--membind=$(touch {m})", "--physcpubind=`touch {m}`", "--cpunodebind=0 -- sh",
+])
+def test_hostile_numactl_env_is_refused(value, tmp_path):
+    marker = tmp_path / "PWNED"
+    env = _env(_NUMABIND_NUMACTL_ARGS=value.format(m=marker), _NUMABIND_PYTHON=sys.executable)
+    proc = subprocess.run([WRAPPER, "-c", "print('ran')"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 127 and "refusing" in proc.stderr and "ran" not in proc.stdout, proc.stderr
+    assert not marker.exists()
+    env = _env(_NUMABIND_NUMACTL_ARGS="--membind=0", _NUMABIND_PYTHON=f"/bin/sh -c 'touch {marker}'")
+    proc = subprocess.run([WRAPPER, "-c", "print('ran')"], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 127 and "_NUMABIND_PYTHON" in proc.stderr and not marker.exists()
+
+
+def test_configure_subprocess_rejects_bad_arguments():
+    with pytest.raises(numabind.PlanError):
+        with configure_subprocess("v1;cpus=0;mem=-;migrate=0"):
+            pass
+    with pytest.raises(numabind.PlanError):
+        with configure_subprocess(PLAN, spawn="exec"):
+            pass
+    with pytest.raises(numabind.PlanError):
+        with configure_subprocess(PLAN, threads="some"):
+            pass
