@@ -1,0 +1,142 @@
+"""Spawn start-to-ready wall time: bound at birth vs unbound vs numactl wrapper, as ratios.
+
+    python bench/bench_spawn.py [--rounds N] [--cpus LIST] [--node N]
+
+Start-to-ready is the time from ``Process.start()`` until the child's target
+has sent one message back over a pipe. Each round starts one child of every
+mode, in rotating order, so drift hits all modes alike; the medians are
+compared. Modes:
+
+* ``unbound``: a plain spawn child.
+* ``bound``: the same child started inside ``numabind.configure_subprocess``
+  (bound in-process while it unpickles its preparation data).
+* ``numactl``: what vLLM's ``configure_subprocess`` does: the numactl wrapper
+  as the multiprocessing executable (``_NUMABIND_NUMACTL_ARGS``), i.e. an extra
+  ``sh`` and ``numactl`` exec before Python starts.
+
+Two scenarios run: the child's main module does not import numabind (the
+bound child pays the numabind import), and it does (as any program that calls
+``configure_subprocess`` from its main module: every spawn child re-imports it,
+so numabind is imported in the unbound child too).
+"""
+
+from __future__ import annotations
+
+import os
+
+if os.environ.get("_BENCH_MAIN_IMPORTS_NUMABIND") == "1":
+    import numabind  # noqa: F401  (scenario 2: the main module imports numabind, as its users' do)
+
+import argparse
+import multiprocessing
+import multiprocessing.spawn
+import shutil
+import statistics
+import sys
+import time
+
+
+def _ready(conn) -> None:
+    conn.send(os.getpid())
+    conn.close()
+
+
+def _start_to_ready(ctx) -> float:
+    r, w = ctx.Pipe(duplex=False)
+    t0 = time.perf_counter()
+    p = ctx.Process(target=_ready, args=(w,))
+    p.start()
+    r.recv()
+    t1 = time.perf_counter()
+    w.close()
+    r.close()
+    p.join()
+    if p.exitcode != 0:
+        raise SystemExit(f"a child exited with status {p.exitcode}")
+    return t1 - t0
+
+
+def _modes(plan, ctx, numactl_ok: bool):
+    import contextlib
+
+    from numabind.backends.numactl import WRAPPER
+    from numabind.process import configure_subprocess
+
+    @contextlib.contextmanager
+    def unbound():
+        yield
+
+    def bound():
+        return configure_subprocess(plan)
+
+    @contextlib.contextmanager
+    def numactl():
+        python = multiprocessing.spawn.get_executable()
+        os.environ["_NUMABIND_NUMACTL_ARGS"] = plan.to_numactl_args()
+        os.environ["_NUMABIND_PYTHON"] = os.fsdecode(python)
+        multiprocessing.spawn.set_executable(WRAPPER)
+        try:
+            yield
+        finally:
+            multiprocessing.spawn.set_executable(python)
+            del os.environ["_NUMABIND_NUMACTL_ARGS"], os.environ["_NUMABIND_PYTHON"]
+
+    modes = {"unbound": unbound, "bound": bound}
+    if numactl_ok:
+        modes["numactl"] = numactl
+    return modes
+
+
+def run_scenario(plan, rounds: int, numactl_ok: bool) -> dict[str, float]:
+    ctx = multiprocessing.get_context("spawn")
+    modes = _modes(plan, ctx, numactl_ok)
+    names = list(modes)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for n in names:  # warm-up: page cache, the resource tracker
+        with modes[n]():
+            _start_to_ready(ctx)
+    for k in range(rounds):
+        order = names[k % len(names):] + names[:k % len(names)]
+        for n in order:
+            with modes[n]():
+                times[n].append(_start_to_ready(ctx))
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--cpus", default=None,
+                    help="CPUs of the plan (default: every allowed CPU, so that the time measures the binding "
+                         "itself, not the child having fewer CPUs)")
+    ap.add_argument("--node", type=int, default=0, help="memory node of the plan (bind)")
+    args = ap.parse_args(argv)
+
+    import numabind
+
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus = numabind.parse_cpulist(args.cpus) if args.cpus else allowed
+    plan = numabind.Plan(cpus=cpus, mem_policy="bind", mem_nodes={args.node})
+    numactl_ok = shutil.which("numactl") is not None
+    from numabind.backends import get_backend
+
+    be, _ = get_backend()
+    print(f"plan: {plan.describe()}; backend: {be.name}; python {sys.version.split()[0]}; "
+          f"{os.cpu_count()} CPUs; {args.rounds} rounds; median start-to-ready")
+    for label, flag in (("main module does not import numabind", "0"), ("main module imports numabind", "1")):
+        os.environ["_BENCH_MAIN_IMPORTS_NUMABIND"] = flag
+        med = run_scenario(plan, args.rounds, numactl_ok)
+        base = med["unbound"]
+        parts = [f"{n} {1000 * t:.1f} ms ({t / base:.3f}x)" for n, t in med.items()]
+        print(f"[{label}] " + ", ".join(parts))
+        line = f"  bound/unbound = {med['bound'] / base:.3f}"
+        if "numactl" in med:
+            line += f", bound/numactl = {med['bound'] / med['numactl']:.3f}"
+        print(line)
+    if not numactl_ok:
+        print("numactl is not installed: the numactl-wrapper mode was not measured")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
