@@ -1,0 +1,561 @@
+"""Backends: selection, the common interface, fault injection, the numactl wrapper.
+
+Selection follows ``libnuma > syscall > numactl > none``; ``NUMABIND_BACKEND``
+or ``backend=`` forces one. Faults are simulated in child processes so that
+this process keeps its loaded backends: libnuma absent
+(``_NUMABIND_LIBNUMA`` names a library that does not exist), numactl absent
+(``PATH`` without it), ``numabind._native`` not importable (an import hook
+refuses it). The binding tests shared by every backend live in test_bind.py;
+here are the parts that differ between backends.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import mmap
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+import numabind
+from numabind import BindError, NumabindError, Plan, PlanError
+from numabind.backends import BACKEND_NAMES, backend_info, get_backend, reset_backends
+from numabind.backends import numactl as numactl_mod
+from numabind.backends.base import cpu_mask_bits, node_mask_bits
+from numabind.backends.numactl import WRAPPER, NumactlBackend, parse_numactl_show
+from tests.test_bind import (
+    MPOL,
+    NATIVE,
+    ROOT,
+    Parked,
+    ids_of,
+    raw_mempolicy,
+    raw_set_mempolicy,
+    restore_process,  # noqa: F401  (autouse fixture: affinity and memory policy put back)
+    run_json,
+    run_python,
+)
+
+kernel = pytest.mark.kernel
+
+NUMACTL = shutil.which("numactl")
+POLICY_CASES = [  # (plan policy, nodes, numactl option)
+    ("bind", {0}, "--membind=0"),
+    ("preferred", {0}, "--preferred=0"),
+    ("preferred-many", {0}, "--preferred-many=0"),
+    ("interleave", {0}, "--interleave=0"),
+    ("local", None, "--localalloc"),
+]
+
+# A child that reports what it was born with.
+REPORT = (
+    "import json, os\n"
+    "from numabind.backends import get_backend\n"
+    "p, n = get_backend('syscall')[0].get_mempolicy()\n"
+    "print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), 'policy': p, 'nodes': sorted(n),"
+    " 'env': sorted(k for k in os.environ if k.startswith('_NUMABIND_'))}))\n"
+)
+
+
+def child_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMABIND_", "_NUMABIND_"))}
+    env["PYTHONPATH"] = ROOT
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def empty_path(tmp_path):
+    """A PATH with no numactl (and nothing else) on it."""
+    d = tmp_path / "bin"
+    d.mkdir()
+    return str(d)
+
+
+@pytest.fixture
+def fresh_backends():
+    reset_backends()
+    yield
+    reset_backends()
+
+
+# --------------------------------------------------------------------------- selection
+def test_numactl_is_installed_here():
+    """CI installs numactl; the numactl-backend tests below depend on it."""
+    assert NUMACTL is not None
+
+
+def test_default_selection_is_libnuma_with_a_reason(fresh_backends):
+    be, why = get_backend()
+    assert be.name == "libnuma"
+    assert why.startswith("libnuma: first usable in the order libnuma > syscall > numactl > none")
+    info = backend_info()
+    assert info["selected"] == "libnuma"
+    assert info["available"] == {n: True for n in BACKEND_NAMES}
+    assert info["unavailable"] == {}
+
+
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_force_by_argument_and_by_environment(name, monkeypatch):
+    be, why = get_backend(name)
+    assert (be.name, why) == (name, f"{name} forced by argument")
+    monkeypatch.setenv("NUMABIND_BACKEND", name)
+    be, why = get_backend()
+    assert (be.name, why) == (name, f"{name} forced by NUMABIND_BACKEND")
+    assert backend_info()["selected"] == name
+
+
+def test_argument_wins_over_environment(monkeypatch):
+    monkeypatch.setenv("NUMABIND_BACKEND", "none")
+    assert get_backend("syscall")[0].name == "syscall"
+
+
+def test_unknown_backend_is_an_error(monkeypatch):
+    with pytest.raises(NumabindError, match="'bogus' is not a backend; choose one of libnuma, syscall"):
+        get_backend("bogus")
+    monkeypatch.setenv("NUMABIND_BACKEND", "bogus")
+    with pytest.raises(NumabindError, match="bogus"):
+        numabind.bind_current(Plan(cpus={0}))
+
+
+def test_reset_backends_forgets_instances():
+    first = get_backend("syscall")[0]
+    assert get_backend("syscall")[0] is first
+    reset_backends()
+    assert get_backend("syscall")[0] is not first
+
+
+def test_mask_sizes_follow_the_possible_ids():
+    nodes = ids_of(open("/sys/devices/system/node/possible").read())
+    cpus = ids_of(open("/sys/devices/system/cpu/possible").read())
+    assert node_mask_bits() == max(64, (max(nodes) + 64) // 64 * 64)
+    assert cpu_mask_bits() == max(64, (max(cpus) + 64) // 64 * 64)
+
+
+# --------------------------------------------------------------------------- the common interface
+@kernel
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_affinity_of_another_thread(name):
+    be, _ = get_backend(name)
+    with Parked(1) as parked:
+        tid = parked.tids[0]
+        assert tid in be.thread_ids()
+        assert be.gettid() in be.thread_ids()
+        before = be.get_affinity(tid)
+        assert before == os.sched_getaffinity(tid)
+        be.set_affinity(tid, frozenset({0}))
+        assert be.get_affinity(tid) == {0} == os.sched_getaffinity(tid)
+        assert be.get_affinity(0) == before      # the caller is untouched
+        assert isinstance(be.thread_name(tid), str) and be.thread_name(tid)
+    assert parked.seen[tid] == {0}
+
+
+@kernel
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_affinity_errors_are_bind_errors(name):
+    be, _ = get_backend(name)
+    with pytest.raises(BindError) as exc:
+        be.set_affinity(0, frozenset({63}))
+    assert (exc.value.errno, exc.value.syscall) == (errno.EINVAL, "sched_setaffinity")
+    with pytest.raises(BindError) as exc:
+        be.get_affinity(4194304 + 1000)
+    assert (exc.value.errno, exc.value.syscall) == (errno.ESRCH, "sched_getaffinity")
+
+
+@kernel
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_kernel_limits_of_this_host(name):
+    limits = get_backend(name)[0].kernel_limits()
+    assert limits.online_cpus == ids_of(open("/sys/devices/system/cpu/online").read())
+    assert limits.online_nodes == {0}
+    assert limits.memory_nodes == {0}
+    assert limits.mems_allowed == {0}
+    assert limits.cpuset_cpus is None or limits.cpuset_cpus >= os.sched_getaffinity(0)
+
+
+@kernel
+@pytest.mark.parametrize("policy,nodes,_opt", POLICY_CASES + [("default", None, "")])
+def test_every_reader_agrees_on_the_memory_policy(policy, nodes, _opt):
+    """Set through the syscall backend; read through libnuma, syscall and numactl --show."""
+    raw_set_mempolicy("interleave" if policy != "interleave" else "bind", {0})
+    get_backend("syscall")[0].set_mempolicy(policy, frozenset(nodes or ()))
+    for name in ("libnuma", "syscall", "numactl"):
+        assert get_backend(name)[0].get_mempolicy() == (policy, frozenset(nodes or ())), name
+
+
+@kernel
+@pytest.mark.parametrize("name", NATIVE)
+def test_set_mempolicy_refusal_is_a_bind_error(name):
+    be, _ = get_backend(name)
+    with pytest.raises(BindError) as exc:
+        be.set_mempolicy("bind", frozenset({1}))
+    assert (exc.value.errno, exc.value.syscall) == (errno.EINVAL, "set_mempolicy")
+    assert "EINVAL" in str(exc.value) and "bind nodes [1]" in str(exc.value)
+
+
+@kernel
+@pytest.mark.parametrize("name", NATIVE)
+def test_page_queries_and_migration(name):
+    be, _ = get_backend(name)
+    mm = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+    mm[0:1] = b"x"
+    buf = be.ffi.from_buffer(mm)
+    try:
+        addr = int(be.ffi.cast("uintptr_t", buf))
+        assert be.page_nodes([addr, addr + mmap.PAGESIZE]) == [0, -errno.ENOENT]
+        assert be.move_to_node([addr], 0) == [0]
+        assert be.page_nodes([]) == []
+    finally:
+        del buf
+        mm.close()
+    assert be.migrate_pages(0, frozenset({0}), frozenset({0})) >= 0
+    with pytest.raises(BindError) as exc:
+        be.migrate_pages(0, frozenset({0}), frozenset({1}))
+    assert exc.value.syscall == "migrate_pages"
+
+
+@kernel
+def test_none_backend_has_no_memory_calls():
+    be, _ = get_backend("none")
+    assert be.in_process_memory is False
+    for call, args in ((be.set_mempolicy, ("bind", frozenset({0}))), (be.get_mempolicy, ()),
+                       (be.migrate_pages, (0, frozenset({0}), frozenset({0})))):
+        with pytest.raises(BindError) as exc:
+            call(*args)
+        assert exc.value.errno == errno.ENOTSUP
+        assert "backend_info" in str(exc.value)
+    with pytest.raises(BindError):
+        be.page_nodes([0])
+    assert be.command_prefix(Plan(cpus={0})) is None
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_native_backends_bind_in_process(name):
+    be, _ = get_backend(name)
+    assert be.in_process_memory is True
+    assert be.command_prefix(Plan(cpus={0})) is None
+
+
+# --------------------------------------------------------------------------- numactl backend
+@kernel
+def test_numactl_backend_sets_memory_policy_only_at_birth():
+    be, _ = get_backend("numactl")
+    assert be.in_process_memory is False
+    with pytest.raises(BindError) as exc:
+        be.set_mempolicy("bind", frozenset({0}))
+    assert (exc.value.errno, exc.value.syscall) == (errno.ENOTSUP, "set_mempolicy")
+    assert "numabind run" in str(exc.value)
+
+
+@kernel
+@pytest.mark.parametrize("policy,nodes,opt", POLICY_CASES)
+def test_numactl_backend_command_prefix_binds_the_child(policy, nodes, opt):
+    be, _ = get_backend("numactl")
+    plan = Plan(cpus={1}, mem_policy=policy, mem_nodes=nodes)
+    prefix = be.command_prefix(plan)
+    assert prefix == [WRAPPER, "--physcpubind=1", opt, "--"]
+    cp = subprocess.run(prefix + [sys.executable, "-c", REPORT], capture_output=True, text=True,
+                        env=child_env(), timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    out = json.loads(cp.stdout)
+    assert out["cpus"] == [1]
+    assert (out["policy"], out["nodes"]) == (policy, sorted(nodes or ()))
+    # this process is unchanged
+    assert raw_mempolicy() == (MPOL["default"], frozenset())
+
+
+def test_numactl_backend_cannot_express_the_default_policy():
+    with pytest.raises(PlanError, match="default memory policy"):
+        get_backend("numactl")[0].command_prefix(Plan(mem_policy="default"))
+
+
+@kernel
+@pytest.mark.parametrize("opt,expected", [(opt, (policy, frozenset(nodes or ()))) for policy, nodes, opt in
+                                          POLICY_CASES] + [("--cpunodebind=0", ("default", frozenset()))])
+def test_parse_numactl_show_of_real_output(opt, expected):
+    out = subprocess.run([NUMACTL, opt, NUMACTL, "--show"], capture_output=True, text=True, check=True).stdout
+    assert parse_numactl_show(out) == expected
+
+
+def test_parse_numactl_show_rejects_garbage():
+    with pytest.raises(BindError, match="unexpected numactl --show policy"):
+        parse_numactl_show("policy: sideways\n")
+    with pytest.raises(BindError):
+        parse_numactl_show("")
+
+
+@kernel
+def test_numactl_backend_migrate_pages_uses_migratepages():
+    assert get_backend("numactl")[0].migrate_pages(0, frozenset({0}), frozenset({0})) == 0
+
+
+# --------------------------------------------------------------------------- the wrapper script
+def test_wrapper_is_a_fixed_file_in_the_package():
+    pkg = os.path.dirname(os.path.abspath(numabind.__file__))
+    assert os.path.dirname(WRAPPER) == pkg
+    st = os.stat(WRAPPER)
+    assert stat.S_ISREG(st.st_mode)
+    assert not st.st_mode & stat.S_IWOTH, oct(st.st_mode)
+    assert st.st_mode & stat.S_IXUSR and os.access(WRAPPER, os.X_OK)
+    with open(WRAPPER) as f:
+        assert f.readline().startswith("#!/bin/sh")
+
+
+@pytest.mark.parametrize("mode", (0o777, 0o644))
+def test_numactl_backend_refuses_an_unsafe_wrapper(mode, tmp_path, monkeypatch):
+    copy = tmp_path / "numactl_wrapper.sh"
+    shutil.copy(WRAPPER, copy)
+    os.chmod(copy, mode)
+    monkeypatch.setattr(numactl_mod, "WRAPPER", str(copy))
+    with pytest.raises(NumabindError, match="executable and not world-writable"):
+        NumactlBackend()
+
+
+def run_wrapper(args, env=None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([WRAPPER, *args], capture_output=True, text=True, timeout=60,
+                          env=env if env is not None else child_env(), **kw)
+
+
+@kernel
+def test_wrapper_argv_mode_binds_the_command():
+    cp = run_wrapper(["--physcpubind=1", "--membind=0", "--", sys.executable, "-c", REPORT])
+    assert cp.returncode == 0, cp.stderr
+    out = json.loads(cp.stdout)
+    assert out["cpus"] == [1] and (out["policy"], out["nodes"]) == ("bind", [0])
+
+
+@kernel
+@pytest.mark.parametrize("opts,policy", [("--physcpubind=1 --membind=0", "bind"),
+                                         ("--physcpubind=0 --interleave=0", "interleave"),
+                                         ("--physcpubind=1 --localalloc", "local"),
+                                         ("--cpunodebind=0 --preferred=0", "preferred")])
+def test_wrapper_env_mode_starts_python_bound(opts, policy):
+    env = child_env(_NUMABIND_NUMACTL_ARGS=opts, _NUMABIND_PYTHON=sys.executable)
+    cp = run_wrapper(["-c", REPORT], env=env)
+    assert cp.returncode == 0, cp.stderr
+    out = json.loads(cp.stdout)
+    cpus = {"--physcpubind=1": [1], "--physcpubind=0": [0], "--cpunodebind=0": sorted(os.sched_getaffinity(0))}
+    assert out["cpus"] == cpus[opts.split()[0]]
+    assert out["policy"] == policy
+    assert out["env"] == [], "the transport variables must not leak into the child"
+
+
+HOSTILE_ARGV = [
+    ["--physcpubind=0;touch {m}"],
+    ["--membind=$(touch {m})"],
+    ["--physcpubind=`touch {m}`"],
+    ["--physcpubind=0|touch {m}"],
+    ["--physcpubind=0 1"],
+    ["--physcpubind=0\ntouch {m}"],
+    ["--physcpubind="],
+    ["--all"],
+    ["--shm={m}"],
+    ["--file={m}"],
+    ["-C", "0"],
+    ["-C0"],
+    ["--localalloc=1"],
+    ["--membind=all"],
+    [""],
+]
+
+
+@pytest.mark.parametrize("opts", HOSTILE_ARGV, ids=[repr(o)[:40] for o in HOSTILE_ARGV])
+def test_wrapper_refuses_hostile_options(opts, tmp_path):
+    marker = tmp_path / "ran"
+    args = [o.format(m=marker) for o in opts] + ["--", "/usr/bin/touch", str(marker)]
+    cp = run_wrapper(args)
+    assert cp.returncode == 127, (cp.returncode, cp.stderr)
+    assert "numabind numactl wrapper: refusing" in cp.stderr
+    assert not marker.exists()
+
+
+def test_wrapper_refuses_a_command_without_separator(tmp_path):
+    marker = tmp_path / "ran"
+    cp = run_wrapper(["--physcpubind=0", "/usr/bin/touch", str(marker)])
+    assert cp.returncode == 127 and "refusing option '/usr/bin/touch'" in cp.stderr
+    assert not marker.exists()
+
+
+def test_wrapper_needs_a_command():
+    cp = run_wrapper(["--physcpubind=0", "--"])
+    assert cp.returncode == 127 and "no command given" in cp.stderr
+
+
+HOSTILE_ENV = [
+    "--physcpubind=1;touch {m}",
+    "--membind=$(touch {m})",
+    "--physcpubind=1 --all",
+    "--physcpubind=1 --shm=x",
+    "--physcpubind=1 --",
+    "--physcpubind=a",
+    "--physcpubind=1\ttouch",
+    "--membind=0 ../x",
+]
+
+
+@pytest.mark.parametrize("opts", HOSTILE_ENV)
+def test_wrapper_env_mode_refuses_hostile_arguments(opts, tmp_path):
+    marker = tmp_path / "ran"
+    env = child_env(_NUMABIND_NUMACTL_ARGS=opts.format(m=marker), _NUMABIND_PYTHON="/usr/bin/touch")
+    cp = run_wrapper([str(marker)], env=env)
+    assert cp.returncode == 127, (cp.returncode, cp.stderr)
+    assert "refusing" in cp.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("python", ("", "/nonexistent/python3", "not-executable", None))
+def test_wrapper_env_mode_needs_an_executable_python(python, tmp_path):
+    env = child_env(_NUMABIND_NUMACTL_ARGS="--physcpubind=0")
+    if python == "not-executable":
+        plain = tmp_path / "python3"
+        plain.write_text("print('ran')\n")
+        plain.chmod(0o644)
+        python = str(plain)
+    if python is not None:
+        env["_NUMABIND_PYTHON"] = python
+    cp = run_wrapper(["-c", "print('ran')"], env=env)
+    assert cp.returncode == 127
+    assert "_NUMABIND_PYTHON must name an executable Python interpreter" in cp.stderr
+    assert "ran" not in cp.stdout
+
+
+@pytest.mark.parametrize("mode", ("argv", "env"))
+def test_wrapper_without_numactl_fails_loudly(mode, empty_path, tmp_path):
+    marker = tmp_path / "ran"
+    env = child_env(PATH=empty_path)
+    if mode == "argv":
+        args = ["--physcpubind=0", "--", "/usr/bin/touch", str(marker)]
+    else:
+        env.update(_NUMABIND_NUMACTL_ARGS="--physcpubind=0", _NUMABIND_PYTHON="/usr/bin/touch")
+        args = [str(marker)]
+    cp = run_wrapper(args, env=env)
+    assert cp.returncode == 127
+    assert "numactl is not installed or not on PATH" in cp.stderr
+    assert not marker.exists()
+
+
+# --------------------------------------------------------------------------- fault injection in children
+@kernel
+def test_libnuma_absent_falls_back_to_syscall():
+    out = run_json('''
+import json, os, numabind
+from numabind.backends import get_backend
+info = numabind.backend_info()
+r = numabind.bind_current(numabind.Plan(cpus={0}, mem_policy="bind", mem_nodes={0}))
+p, n = get_backend("syscall")[0].get_mempolicy()
+try:
+    get_backend("libnuma")
+    forced = None
+except numabind.NumabindError as e:
+    forced = str(e)
+print(json.dumps({"info": info, "backend": r.backend, "reason": r.backend_reason, "ok": r.ok,
+                  "cpus": sorted(os.sched_getaffinity(0)), "policy": [p, sorted(n)], "forced": forced}))
+''', env={"_NUMABIND_LIBNUMA": "libdoesnotexist.so.1"})
+    info = out["info"]
+    assert info["selected"] == "syscall"
+    assert info["available"]["libnuma"] is False and info["available"]["syscall"] is True
+    assert "cannot load libdoesnotexist.so.1" in info["unavailable"]["libnuma"]
+    assert "libnuma unavailable" in info["reason"] and "libdoesnotexist.so.1" in info["reason"]
+    assert out["backend"] == "syscall" and "libnuma unavailable" in out["reason"]
+    assert out["ok"] and out["cpus"] == [0] and out["policy"] == ["bind", [0]]
+    assert out["forced"] and "'libnuma' was forced but cannot be used" in out["forced"]
+
+
+@kernel
+def test_libnuma_forced_when_absent_is_an_error():
+    cp = run_python('''
+import numabind
+numabind.bind_current(numabind.Plan(cpus={0}))
+''', env={"_NUMABIND_LIBNUMA": "libdoesnotexist.so.1", "NUMABIND_BACKEND": "libnuma"})
+    assert cp.returncode != 0
+    assert "NumabindError" in cp.stderr and "libdoesnotexist.so.1" in cp.stderr
+
+
+@kernel
+def test_numactl_absent(empty_path):
+    out = run_json('''
+import json, numabind
+from numabind.backends import get_backend
+info = numabind.backend_info()
+try:
+    numabind.bind_current(numabind.Plan(cpus={0}), backend="numactl")
+    forced = None
+except numabind.NumabindError as e:
+    forced = str(e)
+print(json.dumps({"info": info, "forced": forced}))
+''', env={"PATH": empty_path})
+    info = out["info"]
+    assert info["selected"] == "libnuma"
+    assert info["available"]["numactl"] is False
+    assert "numactl is not installed or not on PATH" in info["unavailable"]["numactl"]
+    assert out["forced"] and "'numactl' was forced but cannot be used" in out["forced"]
+    assert "install the numactl package" in out["forced"]
+
+
+BLOCK_NATIVE = '''
+import sys
+class _NoNative:
+    """Simulates an install where the C extension was not built."""
+    def find_spec(self, name, path=None, target=None):
+        if name == "numabind._native":
+            raise ImportError("simulated: no numabind._native in this install")
+        return None
+sys.meta_path.insert(0, _NoNative())
+'''
+
+
+@kernel
+@pytest.mark.parametrize("how", ("finder", "sys.modules"))
+def test_native_module_not_importable(how):
+    block = BLOCK_NATIVE if how == "finder" else "import sys; sys.modules['numabind._native'] = None\n"
+    cp = run_python(block + '''
+import json, logging, os
+logging.basicConfig(level=logging.DEBUG, format="%(name)s %(levelname)s %(message)s")
+import numabind
+info = numabind.backend_info()
+r = numabind.bind_current(numabind.Plan(cpus={1}))
+print(json.dumps({"info": info, "backend": r.backend, "cpus": sorted(os.sched_getaffinity(0)),
+                  "reason": r.backend_reason}))
+''')
+    assert cp.returncode == 0, cp.stderr
+    out = json.loads(cp.stdout.strip().splitlines()[-1])
+    info = out["info"]
+    assert info["available"] == {"libnuma": False, "syscall": False, "numactl": True, "none": True}
+    for name in NATIVE:
+        assert "numabind._native is not available" in info["unavailable"][name]
+        assert "gcc" in info["unavailable"][name]
+    assert info["selected"] == "numactl"
+    assert out["backend"] == "numactl" and out["cpus"] == [1]
+    assert "libnuma unavailable" in out["reason"] and "syscall unavailable" in out["reason"]
+    # and it is said at DEBUG when the backends are probed
+    assert "backend libnuma unavailable" in cp.stderr and "numabind._native is not available" in cp.stderr
+
+
+@kernel
+def test_native_and_numactl_absent_leaves_affinity_only(empty_path):
+    out = run_json(BLOCK_NATIVE + '''
+import json, os, numabind
+r = numabind.bind_current(numabind.Plan(cpus={0}, mem_policy="bind", mem_nodes={0}))
+print(json.dumps({"info": numabind.backend_info(), "backend": r.backend, "warnings": r.warnings,
+                  "cpus": sorted(os.sched_getaffinity(0))}))
+''', env={"PATH": empty_path})
+    assert out["info"]["selected"] == "none"
+    assert set(out["info"]["unavailable"]) == {"libnuma", "syscall", "numactl"}
+    assert out["backend"] == "none" and out["cpus"] == [0]
+    assert any("ENOTSUP" in w and "set_mempolicy" in w for w in out["warnings"])
+
+
+@kernel
+def test_backend_failures_are_logged_at_debug(caplog, fresh_backends, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with caplog.at_level(logging.DEBUG, logger="numabind"):
+        info = backend_info()
+    assert info["available"]["numactl"] is False
+    assert any("backend numactl unavailable" in r.getMessage() for r in caplog.records
+               if r.levelno == logging.DEBUG)

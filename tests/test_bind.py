@@ -1,0 +1,820 @@
+"""Real-kernel tests of ``bind_current`` and ``current_binding`` on this host.
+
+The host has one NUMA node (0) and CPUs 0-1. Every test here touches the
+kernel (``@pytest.mark.kernel``). The autouse fixture ``restore_process``
+saves the affinity of every thread and the calling thread's memory policy and
+puts them back afterwards; tests whose faults cannot be undone (seccomp
+filters) run in a child process.
+
+What a binding did is read back through channels that do not go through the
+code under test: ``/proc/self/status`` and ``/proc/self/task/<tid>/status``
+(``Cpus_allowed_list``), ``os.sched_getaffinity(tid)``, the raw
+``get_mempolicy`` system call of ``numabind._native`` and ``numactl --show``
+run from the calling thread (a child inherits its policy).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import numabind
+from numabind import BindError, Plan, PlanError
+from numabind.backends import get_backend
+
+pytestmark = pytest.mark.kernel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BACKENDS = ("libnuma", "syscall", "numactl", "none")
+NATIVE = ("libnuma", "syscall")           # the backends that set a memory policy in-process
+POLICIES = ("bind", "preferred", "preferred-many", "interleave", "local", "default")
+# <linux/mempolicy.h>: numbers the kernel returns from get_mempolicy
+MPOL = {"default": 0, "preferred": 1, "bind": 2, "interleave": 3, "local": 4, "preferred-many": 5}
+NO_SUCH_TID = 4194304 + 1000              # above PID_MAX_LIMIT: never a thread
+
+
+# --------------------------------------------------------------------------- helpers
+def ids_of(text: str) -> frozenset[int]:
+    """A kernel cpulist ("0-1,4") parsed without numabind's parser."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(out)
+
+
+def status_cpus(tid: int | None = None) -> frozenset[int]:
+    """Cpus_allowed_list of the process (its main thread) or of one thread."""
+    path = "/proc/self/status" if tid is None else f"/proc/self/task/{tid}/status"
+    with open(path) as f:
+        for line in f:
+            if line.startswith("Cpus_allowed_list:"):
+                return ids_of(line.split(":", 1)[1])
+    raise AssertionError(f"no Cpus_allowed_list in {path}")
+
+
+def raw_mempolicy() -> tuple[int, frozenset[int]]:
+    """(mode number, nodes) of the calling thread from the raw get_mempolicy syscall."""
+    from numabind import _native
+
+    ffi, lib = _native.ffi, _native.lib
+    mode = ffi.new("int *")
+    mask = ffi.new("unsigned long[]", 16)
+    rc = lib.nb_sys_get_mempolicy(mode, mask, 16 * 64, ffi.NULL, 0)
+    assert rc == 0, f"get_mempolicy returned {rc}"
+    nodes = frozenset(w * 64 + b for w in range(16) for b in range(64) if mask[w] >> b & 1)
+    return mode[0] & 0xFF, nodes
+
+
+def raw_set_mempolicy(policy: str, nodes=()) -> None:
+    from numabind import _native
+
+    ffi, lib = _native.ffi, _native.lib
+    word = sum(1 << n for n in nodes)
+    rc = lib.nb_sys_set_mempolicy(MPOL[policy], ffi.new("unsigned long[]", [word]) if nodes else ffi.NULL,
+                                  65 if nodes else 0)
+    assert rc == 0, f"set_mempolicy({policy}, {nodes}) returned {rc}"
+
+
+def expected_raw(policy: str) -> set[tuple[int, frozenset[int]]]:
+    """What get_mempolicy may return after ``policy`` on node 0."""
+    if policy == "default":
+        return {(0, frozenset())}
+    if policy == "local":  # kernels before 5.x store MPOL_LOCAL as preferred with no node
+        return {(4, frozenset()), (1, frozenset())}
+    return {(MPOL[policy], frozenset({0}))}
+
+
+def numactl_show() -> dict[str, str]:
+    """``numactl --show`` run from the calling thread (the child inherits its policy)."""
+    out = subprocess.run(["numactl", "--show"], capture_output=True, text=True, timeout=30, check=True).stdout
+    fields: dict[str, str] = {}
+    for line in out.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def assert_numactl_shows(policy: str) -> None:
+    show = numactl_show()
+    assert show["policy"] == policy, show
+    if policy == "bind":
+        assert show["membind"].split() == ["0"]
+    elif policy == "interleave":
+        assert show["interleavemask"].split() == ["0"]
+    elif policy == "preferred":
+        assert show["preferred node"] == "0"
+    elif policy == "preferred-many":
+        assert show["preferred"].split() == ["0"]
+
+
+def thread_affinities() -> dict[int, frozenset[int]]:
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            out[int(t)] = frozenset(os.sched_getaffinity(int(t)))
+        except OSError:
+            pass
+    return out
+
+
+def wait_gone(tid: int, timeout: float = 5.0) -> None:
+    """Wait until the kernel has reaped thread ``tid`` (join returns slightly earlier)."""
+    end = time.monotonic() + timeout
+    while os.path.exists(f"/proc/self/task/{tid}"):
+        assert time.monotonic() < end, f"thread {tid} did not exit"
+        time.sleep(0.001)
+
+
+class Parked:
+    """Threads started before a bind call, parked until the test releases them.
+
+    ``pins`` gives each thread an affinity it sets itself before parking (None:
+    inherit). After release, ``seen[tid]`` is the affinity the thread saw itself.
+    """
+
+    def __init__(self, n: int = 3, pins=None) -> None:
+        self.pins = list(pins) if pins is not None else [None] * n
+        self.release = threading.Event()
+        self.ready = threading.Barrier(len(self.pins) + 1)
+        self.tids: list[int] = []
+        self.seen: dict[int, frozenset[int]] = {}
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, args=(p,), daemon=True) for p in self.pins]
+
+    def _run(self, pin) -> None:
+        if pin is not None:
+            os.sched_setaffinity(0, pin)
+        with self._lock:
+            self.tids.append(threading.get_native_id())
+        self.ready.wait()
+        self.release.wait()
+        self.seen[threading.get_native_id()] = frozenset(os.sched_getaffinity(0))
+
+    def __enter__(self) -> Parked:
+        for t in self._threads:
+            t.start()
+        self.ready.wait(timeout=10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()
+        for t in self._threads:
+            t.join(timeout=10)
+
+
+def run_python(code: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter that imports numabind from this checkout."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("NUMABIND_", "_NUMABIND_"))}
+    full["PYTHONPATH"] = ROOT
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full, timeout=timeout, cwd=ROOT)
+
+
+def run_json(code: str, env: dict | None = None):
+    """Run ``code`` in a child; it must print one JSON document as its last line."""
+    cp = run_python(code, env)
+    assert cp.returncode == 0, f"child failed ({cp.returncode}):\n{cp.stdout}\n{cp.stderr}"
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+# A seccomp filter that makes some system calls fail with an errno: a kernel
+# refusal of the kind a container profile gives. Used in children only (a
+# filter cannot be removed).
+SECCOMP = r'''
+import ctypes, errno, platform, struct
+
+_ARCH = {"x86_64": (0xC000003E, {"set_mempolicy": 238, "sched_setaffinity": 203, "mbind": 237,
+                                 "migrate_pages": 256}),
+         "aarch64": (0xC00000B7, {"set_mempolicy": 237, "sched_setaffinity": 122, "mbind": 235,
+                                  "migrate_pages": 238})}
+
+def deny(*names, err=errno.EPERM):
+    arch, nrs = _ARCH[platform.machine()]
+    code = []
+    def op(c, k, jt=0, jf=0):
+        code.append(struct.pack("HBBI", c, jt, jf, k))
+    n = len(names)
+    op(0x20, 4)                        # A = seccomp_data.arch
+    op(0x15, arch, 0, n + 2)           # foreign arch: allow
+    op(0x20, 0)                        # A = seccomp_data.nr
+    for i, name in enumerate(names):
+        op(0x15, nrs[name], n - i, 0)  # listed: jump to the errno return
+    op(0x06, 0x7FFF0000)               # SECCOMP_RET_ALLOW
+    op(0x06, 0x00050000 | err)         # SECCOMP_RET_ERRNO | err
+    buf = ctypes.create_string_buffer(b"".join(code))
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    prog = Prog(len(code), ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:                      # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+    if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:     # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
+'''
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(autouse=True)
+def restore_process(monkeypatch):
+    """Save every thread's affinity and the memory policy; restore them after the test."""
+    for var in ("NUMABIND_BACKEND", "NUMABIND_STRICT", "NUMABIND_FSROOT", "_NUMABIND_LIBNUMA"):
+        monkeypatch.delenv(var, raising=False)
+    affinity = thread_affinities()
+    policy = raw_mempolicy()
+    yield affinity, policy
+    for tid, cpus in affinity.items():
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:  # a thread that exited
+            pass
+    from numabind import _native
+
+    ffi, lib = _native.ffi, _native.lib
+    mode, nodes = policy
+    word = sum(1 << n for n in nodes)
+    assert lib.nb_sys_set_mempolicy(mode, ffi.new("unsigned long[]", [word]) if nodes else ffi.NULL,
+                                    65 if nodes else 0) == 0
+    assert raw_mempolicy() == policy
+
+
+@pytest.fixture
+def all_cpus() -> frozenset[int]:
+    cpus = frozenset(os.sched_getaffinity(0))
+    assert {0, 1} <= cpus, f"these tests need CPUs 0 and 1 (this process may use {sorted(cpus)})"
+    return cpus
+
+
+@pytest.fixture(params=("argument", "env"))
+def forced(request, monkeypatch):
+    """Force a backend by the backend= argument or by NUMABIND_BACKEND; returns
+    (kwargs for bind_current, expected reason text) given a backend name."""
+
+    def force(name: str):
+        if request.param == "argument":
+            return {"backend": name}, f"{name} forced by argument"
+        monkeypatch.setenv("NUMABIND_BACKEND", name)
+        return {}, f"{name} forced by NUMABIND_BACKEND"
+
+    return force
+
+
+# --------------------------------------------------------------------------- the host
+def test_host_is_one_node_two_cpus():
+    """The expectations below are written for this host; say so clearly when it differs."""
+    assert ids_of(open("/sys/devices/system/node/online").read()) == {0}
+    assert {0, 1} <= ids_of(open("/sys/devices/system/cpu/online").read())
+
+
+# --------------------------------------------------------------------------- CPU binding
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cpu0_then_cpu1_and_back(backend, forced, all_cpus):
+    kwargs, reason = forced(backend)
+    with Parked(2) as parked:
+        for cpus in ({0}, {1}, all_cpus):
+            report = numabind.bind_current(Plan(cpus=cpus), **kwargs)
+            assert report.backend == backend
+            assert reason in report.backend_reason
+            assert report.applied.cpus == cpus
+            assert report.ok, report.warnings
+            assert os.sched_getaffinity(0) == cpus
+            assert status_cpus() == cpus
+            assert status_cpus(threading.get_native_id()) == cpus
+            for tid in parked.tids:
+                assert os.sched_getaffinity(tid) == cpus
+                assert status_cpus(tid) == cpus
+            statuses = {t.tid: t.status for t in report.threads}
+            assert report.threads[0].tid == threading.get_native_id()
+            for tid in [threading.get_native_id(), *parked.tids]:
+                assert statuses[tid] == "bound"
+    assert set(parked.seen.values()) == {all_cpus}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cpu_only_plan_leaves_memory_policy(backend, all_cpus):
+    raw_set_mempolicy("interleave", {0})
+    report = numabind.bind_current(Plan(cpus={1}), backend=backend)
+    assert report.ok, report.warnings
+    assert raw_mempolicy() == (MPOL["interleave"], frozenset({0}))
+    assert os.sched_getaffinity(0) == {1}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_threads_created_before_the_call_are_all_bound(backend, all_cpus):
+    with Parked(4) as parked:
+        report = numabind.bind_current(Plan(cpus={1}), backend=backend)
+        by_tid = {t.tid: t for t in report.threads}
+        for tid in parked.tids:
+            assert by_tid[tid].status == "bound"
+            assert by_tid[tid].before == all_cpus
+            assert by_tid[tid].after == {1}
+            assert os.sched_getaffinity(tid) == {1}
+            assert status_cpus(tid) == {1}
+        binding = numabind.current_binding(backend)
+        assert {tid: binding.threads[tid] for tid in parked.tids} == {tid: frozenset({1}) for tid in parked.tids}
+    # the threads themselves run on CPU 1 now
+    assert parked.seen == {tid: frozenset({1}) for tid in parked.tids}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_thread_pinned_elsewhere_is_left_alone_and_reported(backend, all_cpus):
+    with Parked(pins=[None, {0}, None]) as parked:
+        pinned = next(tid for tid in parked.tids if os.sched_getaffinity(tid) == {0})
+        others = [tid for tid in parked.tids if tid != pinned]
+        report = numabind.bind_current(Plan(cpus={1}), backend=backend)
+        by_tid = {t.tid: t for t in report.threads}
+        assert by_tid[pinned].status == "left-alone"
+        assert "pinned to 0" in by_tid[pinned].detail
+        assert os.sched_getaffinity(pinned) == {0}
+        assert status_cpus(pinned) == {0}
+        for tid in others:
+            assert by_tid[tid].status == "bound"
+            assert os.sched_getaffinity(tid) == {1}
+        assert "1 left-alone" in report.describe()
+        assert f"{pinned}:0" in numabind.current_binding(backend).describe()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_threads_all_binds_pinned_threads_too(backend, all_cpus):
+    with Parked(pins=[{0}, None]) as parked:
+        report = numabind.bind_current(Plan(cpus={1}), threads="all", backend=backend)
+        assert {t.status for t in report.threads} == {"bound"}
+        for tid in parked.tids:
+            assert os.sched_getaffinity(tid) == {1}
+            assert status_cpus(tid) == {1}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_threads_current_binds_only_the_caller(backend, all_cpus):
+    with Parked(2) as parked:
+        report = numabind.bind_current(Plan(cpus={0}), threads="current", backend=backend)
+        assert [t.tid for t in report.threads] == [threading.get_native_id()]
+        assert os.sched_getaffinity(0) == {0}
+        for tid in parked.tids:
+            assert os.sched_getaffinity(tid) == all_cpus
+            assert status_cpus(tid) == all_cpus
+
+
+def test_unknown_thread_mode_and_non_plan_are_plan_errors():
+    with pytest.raises(PlanError, match="threads="):
+        numabind.bind_current(Plan(cpus={0}), threads="some")
+    with pytest.raises(PlanError, match="needs a numabind.Plan"):
+        numabind.bind_current("--physcpubind=0")
+    assert issubclass(PlanError, ValueError)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_thread_exiting_during_the_walk_is_not_an_error(backend, monkeypatch, all_cpus):
+    """The victim is alive when the walk lists it and gone when its affinity is set."""
+    be, _ = get_backend(backend)
+    stop = threading.Event()
+    victim = threading.Thread(target=stop.wait, daemon=True)
+    victim.start()
+    vtid = victim.native_id
+    real_get = be.get_affinity
+
+    def get_affinity(tid):
+        cpus = real_get(tid)
+        if tid == vtid and not stop.is_set():
+            stop.set()
+            victim.join()
+            wait_gone(vtid)
+        return cpus
+
+    monkeypatch.setattr(be, "get_affinity", get_affinity)
+    with Parked(1) as parked:
+        report = numabind.bind_current(Plan(cpus={1}), backend=backend)
+        by_tid = {t.tid: t for t in report.threads}
+        assert by_tid[vtid].status == "exited"
+        assert by_tid[parked.tids[0]].status == "bound"
+        assert os.sched_getaffinity(parked.tids[0]) == {1}
+    assert report.ok, report.warnings
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_thread_gone_before_its_affinity_is_read(backend, monkeypatch, all_cpus):
+    be, _ = get_backend(backend)
+    real_ids = be.thread_ids
+    monkeypatch.setattr(be, "thread_ids", lambda: real_ids() + [NO_SUCH_TID])
+    report = numabind.bind_current(Plan(cpus={0}), backend=backend, strict=True)
+    assert {t.tid: t.status for t in report.threads}[NO_SUCH_TID] == "exited"
+    assert os.sched_getaffinity(0) == {0}
+
+
+def test_threads_coming_and_going_while_binding(all_cpus):
+    """Real churn: short-lived threads start and exit while bind_current walks /proc/self/task."""
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            batch = [threading.Thread(target=lambda: None) for _ in range(8)]
+            for t in batch:
+                t.start()
+            for t in batch:
+                t.join()
+
+    spinner = threading.Thread(target=churn, daemon=True)
+    spinner.start()
+    try:
+        for k in range(40):
+            cpus = {k % 2}
+            report = numabind.bind_current(Plan(cpus=cpus), threads="all", backend="syscall")
+            assert report.applied.cpus == cpus
+            assert {t.status for t in report.threads} <= {"bound", "exited"}
+    finally:
+        stop.set()
+        spinner.join()
+
+
+# --------------------------------------------------------------------------- memory policy
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("backend", NATIVE)
+def test_each_memory_policy_to_node_0(backend, policy, forced):
+    kwargs, reason = forced(backend)
+    # start from a different policy, so that "default" has something to undo
+    raw_set_mempolicy("interleave" if policy != "interleave" else "bind", {0})
+    nodes = None if policy in ("local", "default") else {0}
+    report = numabind.bind_current(Plan(mem_policy=policy, mem_nodes=nodes), **kwargs)
+    assert report.ok, report.warnings
+    assert reason in report.backend_reason
+    assert report.applied.mem_policy == policy
+    assert report.applied.mem_nodes == frozenset(nodes or ())
+    assert raw_mempolicy() in expected_raw(policy)
+    for name in NATIVE:  # both native readers agree
+        assert get_backend(name)[0].get_mempolicy() == (policy, frozenset(nodes or ()))
+    assert_numactl_shows(policy)
+    binding = numabind.current_binding(backend)
+    assert (binding.mem_policy, binding.mem_nodes) == (policy, frozenset(nodes or ()))
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_cpus_and_memory_together(backend, all_cpus):
+    with Parked(2) as parked:
+        report = numabind.bind_current(Plan(cpus={1}, mem_policy="bind", mem_nodes={0}), backend=backend)
+        assert report.applied == Plan(cpus={1}, mem_policy="bind", mem_nodes={0})
+        assert report.ok, report.warnings
+        assert status_cpus() == {1}
+        assert raw_mempolicy() == (MPOL["bind"], frozenset({0}))
+        assert_numactl_shows("bind")
+        assert numactl_show()["physcpubind"].split() == ["1"]
+        # other threads cannot be given a policy; the report says so
+        assert any("calling thread only" in n and "2 other thread" in n for n in report.notes)
+        for tid in parked.tids:
+            assert os.sched_getaffinity(tid) == {1}
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_threads_started_after_the_call_inherit_the_policy(backend):
+    numabind.bind_current(Plan(cpus={0}, mem_policy="interleave", mem_nodes={0}), backend=backend)
+    seen = {}
+
+    def probe():
+        seen["policy"] = raw_mempolicy()
+        seen["cpus"] = frozenset(os.sched_getaffinity(0))
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    assert seen == {"policy": (MPOL["interleave"], frozenset({0})), "cpus": frozenset({0})}
+
+
+@pytest.mark.parametrize("backend", ("numactl", "none"))
+def test_no_in_process_memory_policy_warns(backend, forced, caplog, all_cpus):
+    kwargs, _ = forced(backend)
+    before = raw_mempolicy()
+    with caplog.at_level(logging.WARNING, logger="numabind"):
+        report = numabind.bind_current(Plan(cpus={1}, mem_policy="bind", mem_nodes={0}), **kwargs)
+    assert os.sched_getaffinity(0) == {1}            # the CPU part is applied
+    assert raw_mempolicy() == before                  # the memory part is not, and says so
+    assert not report.ok
+    assert any("set_mempolicy" in w and "ENOTSUP" in w for w in report.warnings), report.warnings
+    if backend == "numactl":
+        assert any("numabind run" in w for w in report.warnings)
+    assert any(r.levelno == logging.WARNING and "set_mempolicy" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("backend", ("numactl", "none"))
+def test_no_in_process_memory_policy_strict_raises(backend, forced, all_cpus):
+    kwargs, _ = forced(backend)
+    before = raw_mempolicy()
+    with pytest.raises(BindError) as exc:
+        numabind.bind_current(Plan(cpus={1}, mem_policy="bind", mem_nodes={0}), strict=True, **kwargs)
+    assert exc.value.errno == errno.ENOTSUP
+    assert exc.value.syscall == "set_mempolicy"
+    assert "set_mempolicy" in str(exc.value) and "ENOTSUP" in str(exc.value)
+    assert isinstance(exc.value, OSError)
+    assert os.sched_getaffinity(0) == all_cpus
+    assert raw_mempolicy() == before
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_migrate_with_one_node_moves_nothing(backend):
+    report = numabind.bind_current(Plan(mem_policy="bind", mem_nodes={0}, migrate=True), backend=backend)
+    assert report.pages_not_migrated == 0
+    assert report.ok, report.warnings
+
+
+# --------------------------------------------------------------------------- strict and rollback
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strict_cpus_outside_the_allowed_set_change_nothing(backend, all_cpus):
+    if backend in NATIVE:
+        raw_set_mempolicy("interleave", {0})   # the plan's bind would replace it: must be rolled back
+        plan = Plan(cpus={1, 5}, mem_policy="bind", mem_nodes={0})
+    else:
+        plan = Plan(cpus={1, 5})
+    with Parked(2):
+        before = thread_affinities()
+        policy = raw_mempolicy()
+        with pytest.raises(PlanError, match="CPUs 5 are outside"):
+            numabind.bind_current(plan, strict=True, backend=backend)
+        assert thread_affinities() == before
+        assert raw_mempolicy() == policy
+        assert status_cpus() == all_cpus
+
+
+@pytest.mark.parametrize("value", ("1", "true", "yes", "on"))
+def test_numabind_strict_env_is_honoured(value, monkeypatch, all_cpus):
+    monkeypatch.setenv("NUMABIND_STRICT", value)
+    raw_set_mempolicy("preferred", {0})
+    with pytest.raises(PlanError, match="CPUs 7"):
+        numabind.bind_current(Plan(cpus={0, 7}, mem_policy="bind", mem_nodes={0}))
+    assert os.sched_getaffinity(0) == all_cpus
+    assert raw_mempolicy() == (MPOL["preferred"], frozenset({0}))
+    # an explicit strict=False wins over the environment
+    report = numabind.bind_current(Plan(cpus={0, 7}), strict=False)
+    assert report.applied.cpus == {0}
+    assert any("narrowed" in w for w in report.warnings)
+
+
+def test_numabind_strict_zero_is_not_strict(monkeypatch, all_cpus):
+    monkeypatch.setenv("NUMABIND_STRICT", "0")
+    report = numabind.bind_current(Plan(cpus={1, 7}))
+    assert report.applied.cpus == {1}
+    assert not report.ok
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_strict_unknown_memory_node_changes_nothing(backend, all_cpus):
+    raw_set_mempolicy("interleave", {0})
+    with pytest.raises(PlanError, match="nodes 1 do not exist"):
+        numabind.bind_current(Plan(cpus={1}, mem_policy="bind", mem_nodes={1}), strict=True, backend=backend)
+    assert raw_mempolicy() == (MPOL["interleave"], frozenset({0}))
+    assert os.sched_getaffinity(0) == all_cpus
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_strict_thread_refusal_rolls_back_threads_already_bound(backend, monkeypatch, all_cpus):
+    """The last thread's sched_setaffinity is refused: everything done before is undone."""
+    be, _ = get_backend(backend)
+    raw_set_mempolicy("preferred", {0})
+    with Parked(3) as parked:
+        victim = max(parked.tids)
+        real_set = be.set_affinity
+
+        def set_affinity(tid, cpus):
+            if tid == victim:
+                raise BindError(errno.EPERM, "sched_setaffinity", f"thread {tid}")
+            real_set(tid, cpus)
+
+        monkeypatch.setattr(be, "set_affinity", set_affinity)
+        before = thread_affinities()
+        with pytest.raises(BindError) as exc:
+            numabind.bind_current(Plan(cpus={0}, mem_policy="bind", mem_nodes={0}), strict=True, backend=backend)
+        assert (exc.value.errno, exc.value.syscall) == (errno.EPERM, "sched_setaffinity")
+        assert thread_affinities() == before
+        assert raw_mempolicy() == (MPOL["preferred"], frozenset({0}))
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_non_strict_degrades_step_by_step_with_warnings(backend, monkeypatch, caplog, all_cpus):
+    """bind refused → preferred; each step is a warning with errno and syscall, logged at WARNING."""
+    be, _ = get_backend(backend)
+    real = be.set_mempolicy
+
+    def set_mempolicy(policy, nodes):
+        if policy == "bind":
+            raise BindError(errno.EPERM, "set_mempolicy", f"{policy} nodes {sorted(nodes)}")
+        real(policy, nodes)
+
+    monkeypatch.setattr(be, "set_mempolicy", set_mempolicy)
+    with caplog.at_level(logging.WARNING, logger="numabind"):
+        report = numabind.bind_current(Plan(cpus={1}, mem_policy="bind", mem_nodes={0}), backend=backend)
+    assert report.applied == Plan(cpus={1}, mem_policy="preferred", mem_nodes={0})
+    assert raw_mempolicy() == (MPOL["preferred"], frozenset({0}))
+    assert any("set_mempolicy" in w and "EPERM" in w for w in report.warnings)
+    assert any("degraded to preferred 0" in w for w in report.warnings)
+    logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(logged) >= len(report.warnings) >= 2
+    for w in report.warnings:
+        assert any(w in m for m in logged)
+
+
+def test_non_strict_cpus_partly_outside_are_narrowed_and_logged(caplog, all_cpus):
+    with caplog.at_level(logging.WARNING, logger="numabind"):
+        report = numabind.bind_current(Plan(cpus={1, 9}))
+    assert report.applied.cpus == {1}
+    assert os.sched_getaffinity(0) == {1}
+    assert any("CPUs 9" in w and "narrowed to 1" in w for w in report.warnings)
+    assert any("CPUs 9" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+def test_non_strict_cpus_all_outside_leave_affinity(all_cpus):
+    report = numabind.bind_current(Plan(cpus={9}))
+    assert os.sched_getaffinity(0) == all_cpus
+    assert any("CPU binding not applied" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_non_strict_unknown_memory_node_is_reported(backend, caplog):
+    raw_set_mempolicy("interleave", {0})
+    with caplog.at_level(logging.WARNING, logger="numabind"):
+        report = numabind.bind_current(Plan(mem_policy="bind", mem_nodes={1}), backend=backend)
+    assert raw_mempolicy() == (MPOL["interleave"], frozenset({0}))
+    assert any("nodes 1 do not exist" in w for w in report.warnings)
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_non_strict_extra_memory_node_is_narrowed(backend):
+    report = numabind.bind_current(Plan(mem_policy="interleave", mem_nodes={0, 3}), backend=backend)
+    assert raw_mempolicy() == (MPOL["interleave"], frozenset({0}))
+    assert any("narrowed from 0,3 to 0" in w for w in report.warnings)
+
+
+# --------------------------------------------------------------------------- kernel refusals (seccomp)
+@pytest.mark.parametrize("backend", NATIVE)
+def test_kernel_refusal_of_set_mempolicy_strict(backend):
+    out = run_json(SECCOMP + f'''
+import json, os, numabind
+deny("set_mempolicy")
+before = sorted(os.sched_getaffinity(0))
+try:
+    numabind.bind_current(numabind.Plan(cpus={{0}}, mem_policy="bind", mem_nodes={{0}}),
+                          strict=True, backend="{backend}")
+    err = None
+except numabind.BindError as e:
+    err = {{"errno": e.errno, "syscall": e.syscall, "text": str(e), "oserror": isinstance(e, OSError)}}
+from numabind.backends import get_backend
+print(json.dumps({{"err": err, "before": before, "after": sorted(os.sched_getaffinity(0)),
+                   "policy": get_backend("syscall")[0].get_mempolicy()[0]}}))
+''')
+    assert out["err"] is not None, "a refused set_mempolicy must raise in strict mode"
+    assert out["err"]["errno"] == errno.EPERM
+    assert out["err"]["syscall"] == "set_mempolicy"
+    assert "EPERM" in out["err"]["text"] and out["err"]["oserror"]
+    assert out["after"] == out["before"]
+    assert out["policy"] == "default"
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_kernel_refusal_of_set_mempolicy_degrades(backend):
+    out = run_json(SECCOMP + f'''
+import json, logging, os, numabind
+deny("set_mempolicy")
+records = []
+class H(logging.Handler):
+    def emit(self, r):
+        records.append((r.levelname, r.getMessage()))
+logging.getLogger("numabind").addHandler(H())
+logging.getLogger("numabind").setLevel(logging.DEBUG)
+r = numabind.bind_current(numabind.Plan(cpus={{0}}, mem_policy="bind", mem_nodes={{0}}), backend="{backend}")
+print(json.dumps({{"warnings": r.warnings, "cpus": sorted(os.sched_getaffinity(0)),
+                   "applied_cpus": sorted(r.applied.cpus), "applied_policy": r.applied.mem_policy,
+                   "logged": [m for lvl, m in records if lvl == "WARNING"]}}))
+''')
+    assert out["cpus"] == out["applied_cpus"] == [0]         # CPU only: the third step of the ladder
+    assert out["applied_policy"] == "default"
+    steps = [w for w in out["warnings"] if "set_mempolicy" in w and "EPERM" in w]
+    assert any("bind 0 not applied" in w for w in steps), out["warnings"]
+    assert any("preferred 0 not applied" in w for w in steps), out["warnings"]
+    for w in out["warnings"]:
+        assert any(w in m for m in out["logged"]), (w, out["logged"])
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_kernel_refusal_of_sched_setaffinity_strict_rolls_back_memory(backend):
+    out = run_json(SECCOMP + f'''
+import json, os, numabind
+from numabind.backends import get_backend
+sc = get_backend("syscall")[0]
+sc.set_mempolicy("preferred", frozenset({{0}}))
+deny("sched_setaffinity")
+try:
+    numabind.bind_current(numabind.Plan(cpus={{1}}, mem_policy="interleave", mem_nodes={{0}}),
+                          strict=True, backend="{backend}")
+    err = None
+except numabind.BindError as e:
+    err = {{"errno": e.errno, "syscall": e.syscall}}
+policy, nodes = sc.get_mempolicy()
+print(json.dumps({{"err": err, "policy": policy, "nodes": sorted(nodes), "cpus": sorted(os.sched_getaffinity(0))}}))
+''')
+    assert out["err"] == {"errno": errno.EPERM, "syscall": "sched_setaffinity"}
+    assert (out["policy"], out["nodes"]) == ("preferred", [0])
+    assert out["cpus"] == sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_kernel_refusal_of_sched_setaffinity_non_strict_keeps_memory(backend):
+    out = run_json(SECCOMP + f'''
+import json, os, numabind
+deny("sched_setaffinity")
+r = numabind.bind_current(numabind.Plan(cpus={{1}}, mem_policy="bind", mem_nodes={{0}}), backend="{backend}")
+print(json.dumps({{"warnings": r.warnings, "policy": r.applied.mem_policy, "cpus": sorted(r.applied.cpus)}}))
+''')
+    assert out["policy"] == "bind"
+    assert out["cpus"] == sorted(os.sched_getaffinity(0))
+    assert any("sched_setaffinity" in w and "EPERM" in w and "CPU binding not applied" in w
+               for w in out["warnings"])
+
+
+# --------------------------------------------------------------------------- other policies already in force
+def test_bind_current_when_the_caller_has_a_policy_numabind_does_not_plan():
+    """A process started with MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+, numactl -w) can still be CPU-bound.
+
+    Reading the policy back must not turn the kernel's answer into an invalid Plan.
+    """
+    cp = run_python('''
+import os, numabind
+from numabind import _native
+rc = _native.lib.nb_sys_set_mempolicy(6, _native.ffi.new("unsigned long[]", [1]), 65)  # MPOL_WEIGHTED_INTERLEAVE
+assert rc == 0, rc
+r = numabind.bind_current(numabind.Plan(cpus={0}))
+assert os.sched_getaffinity(0) == {0}, os.sched_getaffinity(0)
+assert r.applied.cpus == {0}, r.applied
+print("ok")
+''')
+    assert cp.returncode == 0 and cp.stdout.strip() == "ok", cp.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- current_binding
+@pytest.mark.parametrize("backend", ("libnuma", "syscall", "numactl"))
+def test_current_binding_matches_the_kernel(backend, all_cpus):
+    raw_set_mempolicy("bind", {0})
+    os.sched_setaffinity(0, {1})
+    b = numabind.current_binding(backend)
+    assert b.backend == backend
+    assert b.cpus == {1} == status_cpus()
+    assert (b.mem_policy, b.mem_nodes) == ("bind", frozenset({0}))
+    assert b.mems_allowed == {0}
+    assert b.plan == Plan(cpus={1}, mem_policy="bind", mem_nodes={0})
+    text = b.describe()
+    assert "cpus:         1" in text and "policy:       bind" in text and f"backend:      {backend}" in text
+    show = numactl_show()
+    assert show["physcpubind"].split() == ["1"] and show["policy"] == "bind"
+
+
+def test_current_binding_default_state(all_cpus):
+    b = numabind.current_binding()
+    assert b.cpus == all_cpus
+    assert b.mem_policy == numactl_show()["policy"] == "default"
+    assert b.threads[threading.get_native_id()] == all_cpus
+
+
+def test_current_binding_without_a_memory_reader(all_cpus):
+    b = numabind.current_binding("none")
+    assert b.mem_policy is None and b.cpus == all_cpus
+    assert "unknown (backend none cannot read it)" in b.describe()
+    assert b.plan == Plan(cpus=all_cpus)
+
+
+def test_report_describe_names_backend_and_reason():
+    report = numabind.bind_current(Plan(cpus={0}), backend="syscall")
+    text = report.describe()
+    assert "backend:   syscall (syscall forced by argument)" in text
+    assert "requested: cpus 0, memory unchanged" in text
+
+
+# --------------------------------------------------------------------------- multiprocessing
+def _worker_report(_):
+    with open("/proc/self/status") as f:
+        listed = next(line.split(":", 1)[1].strip() for line in f if line.startswith("Cpus_allowed_list"))
+    return os.getpid(), sorted(os.sched_getaffinity(0)), raw_mempolicy(), listed
+
+
+@pytest.mark.parametrize("method", ("fork", "spawn"))
+def test_bind_current_as_pool_initializer(method, all_cpus):
+    plan = Plan(cpus={1}, mem_policy="bind", mem_nodes={0})
+    ctx = multiprocessing.get_context(method)
+    with ctx.Pool(2, initializer=numabind.bind_current, initargs=(plan,)) as pool:
+        results = pool.map(_worker_report, range(6))
+    assert {pid for pid, *_ in results} - {os.getpid()}
+    for _, cpus, policy, listed in results:
+        assert cpus == [1]
+        assert listed == "1"
+        assert policy == (MPOL["bind"], frozenset({0}))
+    # the parent is untouched
+    assert os.sched_getaffinity(0) == all_cpus
+    assert raw_mempolicy() == (MPOL["default"], frozenset())

@@ -1,0 +1,386 @@
+"""The command line: ``numabind`` / ``python -m numabind``.
+
+Read-only commands run in-process through ``numabind.cli.main`` (output
+captured); ``numabind run`` execs its command, so it runs in a child. Fake
+machines come from tests/fakesys.py and tests/fakegpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import numabind
+from numabind import Plan, discover
+from numabind.cli import main
+from numabind.strategies import plan_table
+from tests.fakegpu import add_nvidia_gpu, nv_uuid
+from tests.fakesys import two_sockets
+from tests.test_backends import BLOCK_NATIVE
+from tests.test_bind import ROOT, numactl_show, restore_process  # noqa: F401  (autouse: state put back)
+
+kernel = pytest.mark.kernel
+
+GPU_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+           "ZE_AFFINITY_MASK", "NUMABIND_GPU_VENDOR")
+
+
+def child_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NUMABIND_", "_NUMABIND_")) and k not in GPU_ENV}
+    env["PYTHONPATH"] = ROOT
+    env.update(extra)
+    return env
+
+
+def numabind_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m numabind ARGS`` in a child."""
+    return subprocess.run([sys.executable, "-m", "numabind", *args], capture_output=True, text=True,
+                          env=env if env is not None else child_env(), timeout=timeout, cwd=ROOT)
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def show_fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+@pytest.fixture(autouse=True)
+def no_gpu_env(monkeypatch):
+    for var in GPU_ENV:
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def gpu_machine(tmp_path):
+    """Two sockets (node 0: CPUs 0-3,8-11; node 1: 4-7,12-15), one NVIDIA GPU per node."""
+    two_sockets(tmp_path, cpus_per_socket=8)
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", numa_node=0, local_cpulist="0-3,8-11")
+    add_nvidia_gpu(tmp_path, "0000:9a:00.0", numa_node=1, local_cpulist="4-7,12-15", minor=1, uuid=nv_uuid(1))
+    return str(tmp_path)
+
+
+# --------------------------------------------------------------------------- the main job
+@kernel
+def test_main_job_on_this_host():
+    cp = numabind_cli()
+    assert cp.returncode == 0, cp.stderr
+    out = cp.stdout
+    sections = ["== topology ==", "== GPUs ==", "== plans ==", "== current binding of this process ==",
+                "== backends =="]
+    assert [out.index(s) for s in sections] == sorted(out.index(s) for s in sections)
+    topo = discover()
+    cpus = numabind.format_cpulist(topo.nodes[0].cpus)
+    assert f"online cpus: {numabind.format_cpulist(topo.online_cpus)}" in out
+    gpus = out.split("== GPUs ==")[1].split("== plans ==")[0]
+    assert "none found" in gpus
+    plans = out.split("== plans ==")[1].split("== current binding")[0]
+    assert "Plans per NUMA node" in plans
+    row = next(line for line in plans.splitlines() if line.startswith("0 "))
+    assert f"cpus {cpus}, memory bind 0" in row and f"--physcpubind={cpus} --membind=0" in row
+    binding = show_fields(out.split("== current binding of this process ==")[1].split("== backends ==")[0])
+    assert binding["cpus"] == numabind.format_cpulist(os.sched_getaffinity(0))
+    assert binding["policy"] == "default"
+    assert binding["backend"] == "libnuma"
+    assert "selected: libnuma" in out
+
+
+def test_main_job_on_a_machine_with_gpus(capsys, gpu_machine):
+    rc, out, _ = run_main(capsys, "--root", gpu_machine)
+    assert rc == 0
+    assert "0000:18:00.0" in out and "0000:9a:00.0" in out
+    plans = out.split("== plans ==")[1].split("== current binding")[0]
+    assert "Plans per GPU worker" in plans
+    assert "--physcpubind=0-3,8-11 --membind=0" in plans
+    assert "--physcpubind=4-7,12-15 --membind=1" in plans
+
+
+# --------------------------------------------------------------------------- hardware / show
+@kernel
+def test_hardware_matches_numactl_hardware(capsys):
+    rc, out, _ = run_main(capsys, "hardware")
+    assert rc == 0
+    theirs = subprocess.run(["numactl", "--hardware"], capture_output=True, text=True, check=True).stdout
+    keep = lambda text: [line.split() for line in text.splitlines()  # noqa: E731
+                         if line.startswith(("available:", "node")) and " free:" not in line
+                         or line.strip().split(":")[0].isdigit()]
+    assert keep(out) == keep(theirs)
+    assert any(line.startswith("node 0 cpus:") for line in out.splitlines())
+
+
+@kernel
+def test_show_matches_numactl_show(capsys):
+    rc, out, _ = run_main(capsys, "show")
+    assert rc == 0
+    ours, theirs = show_fields(out), numactl_show()
+    assert numabind.parse_cpulist(ours["cpus"]) == {int(c) for c in theirs["physcpubind"].split()}
+    assert ours["policy"] == theirs["policy"] == "default"
+    assert ours["mems allowed"] == "0"
+
+
+@kernel
+@pytest.mark.parametrize("opts,policy", [(["--physcpubind=1", "--membind=0"], "bind"),
+                                         (["--physcpubind=0", "--interleave=0"], "interleave"),
+                                         (["--physcpubind=1", "--preferred=0"], "preferred")])
+def test_show_reports_a_binding_made_by_numactl(opts, policy):
+    cp = subprocess.run(["numactl", *opts, sys.executable, "-m", "numabind", "show"], capture_output=True,
+                        text=True, env=child_env(), timeout=60, cwd=ROOT)
+    assert cp.returncode == 0, cp.stderr
+    fields = show_fields(cp.stdout)
+    assert fields["cpus"] == opts[0].split("=")[1]
+    assert fields["policy"] == policy
+    assert fields["nodes"] == "0"
+
+
+# --------------------------------------------------------------------------- topology
+@kernel
+def test_topology_json_is_to_dict(capsys):
+    rc, out, _ = run_main(capsys, "topology", "--json")
+    assert rc == 0
+    assert json.loads(out) == json.loads(json.dumps(discover().to_dict()))
+
+
+def test_topology_of_a_fake_tree(capsys, gpu_machine):
+    rc, out, _ = run_main(capsys, "--root", gpu_machine, "topology", "--json")
+    assert rc == 0
+    assert json.loads(out) == json.loads(json.dumps(discover(gpu_machine).to_dict()))
+    rc, out, _ = run_main(capsys, "--root", gpu_machine, "topology")
+    assert rc == 0
+    assert f"root: {gpu_machine}" in out
+    nodes_part = out.split("GPUs")[0]
+    rows = {line.split()[0]: line.split() for line in nodes_part.splitlines() if line[:1].isdigit()}
+    assert rows["0"][1] == "0-3,8-11" and rows["1"][1] == "4-7,12-15"
+    assert rows["0"][-2:] == ["10", "21"] and rows["1"][-2:] == ["21", "10"]
+    assert "Intel(R) Xeon(R) Platinum 8480+" in out
+    assert "0000:18:00.0" in out
+
+
+def test_topology_takes_root_after_the_subcommand(capsys, gpu_machine):
+    """DESIGN.md: ``numabind topology [--root R] [--json]``."""
+    try:
+        rc, out, _ = run_main(capsys, "topology", "--root", gpu_machine, "--json")
+    except SystemExit as e:
+        pytest.fail(f"`numabind topology --root R --json` is refused (exit {e.code}): {capsys.readouterr().err}")
+    assert rc == 0
+    assert json.loads(out) == json.loads(json.dumps(discover(gpu_machine).to_dict()))
+
+
+def test_root_from_the_environment(capsys, gpu_machine, monkeypatch):
+    monkeypatch.setenv("NUMABIND_FSROOT", gpu_machine)
+    rc, out, _ = run_main(capsys, "topology", "--json")
+    assert rc == 0
+    assert json.loads(out) == json.loads(json.dumps(discover(gpu_machine).to_dict()))
+    assert len(json.loads(out)["nodes"]) == 2
+
+
+# --------------------------------------------------------------------------- plan
+def test_plan_json_on_a_fake_tree_with_gpus(capsys, gpu_machine):
+    rc, out, _ = run_main(capsys, "--root", gpu_machine, "plan", "--json")
+    assert rc == 0
+    rows = json.loads(out)
+    expected = [r.to_dict() for r in plan_table(discover(gpu_machine), mode="node", policy="bind")]
+    assert rows == json.loads(json.dumps(expected))
+    assert [r["gpu"] for r in rows] == [0, 1]
+    assert [r["pci_address"] for r in rows] == ["0000:18:00.0", "0000:9a:00.0"]
+    assert [r["mem_nodes"] for r in rows] == ["0", "1"]
+
+
+def test_plan_one_gpu_other_mode_and_policy(capsys, gpu_machine):
+    rc, out, _ = run_main(capsys, "--root", gpu_machine, "plan", "--gpu", "1", "--mode", "socket",
+                          "--policy", "interleave", "--json")
+    assert rc == 0
+    (row,) = json.loads(out)
+    expected = plan_table(discover(gpu_machine), mode="socket", policy="interleave", gpus=[1])[0].to_dict()
+    assert row == json.loads(json.dumps(expected))
+    assert row["gpu"] == 1
+
+
+def test_plan_text_on_a_fake_tree(capsys, gpu_machine):
+    rc, out, _ = run_main(capsys, "--root", gpu_machine, "plan")
+    assert rc == 0
+    assert "Plans per GPU worker (mode node, memory bind)" in out
+    assert Plan(cpus="0-3,8-11", mem_policy="bind", mem_nodes={0}).to_numactl_args() in out
+
+
+def test_plan_without_gpus_shows_per_node_plans(capsys, tmp_path):
+    two_sockets(tmp_path, cpus_per_socket=4, smt=False)
+    rc, out, _ = run_main(capsys, "--root", str(tmp_path), "plan")
+    assert rc == 0
+    assert "Plans per NUMA node" in out
+    assert "--physcpubind=0-3 --membind=0" in out and "--physcpubind=4-7 --membind=1" in out
+
+
+def test_plan_json_exit_1_when_a_gpu_cannot_be_placed(capsys, tmp_path):
+    two_sockets(tmp_path, cpus_per_socket=8)
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", numa_node=-1, local_cpulist="0-15")
+    rc, out, _ = run_main(capsys, "--root", str(tmp_path), "plan", "--json")
+    assert rc == 1
+    (row,) = json.loads(out)
+    assert row["plan"] is None and row["error"]
+
+
+# --------------------------------------------------------------------------- run
+@kernel
+def test_run_done_when_command():
+    """The issue's acceptance line, verbatim."""
+    cp = numabind_cli("run", "--physcpubind=1", "--membind=0", "--", "grep", "-E", "Cpus_allowed_list",
+                      "/proc/self/status")
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.split() == ["Cpus_allowed_list:", "1"]
+
+
+@kernel
+def test_run_console_script():
+    beside = os.path.join(os.path.dirname(sys.executable), "numabind")
+    exe = beside if os.access(beside, os.X_OK) else shutil.which("numabind")
+    assert exe is not None, "pip install provides the numabind console script"
+    cp = subprocess.run([exe, "run", "--physcpubind=1", "--membind=0", "--", "grep", "-E", "Cpus_allowed_list",
+                         "/proc/self/status"], capture_output=True, text=True, env=child_env(), timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.split() == ["Cpus_allowed_list:", "1"]
+
+
+@kernel
+@pytest.mark.parametrize("how", ("--backend", "NUMABIND_BACKEND"))
+@pytest.mark.parametrize("backend", ("libnuma", "syscall", "numactl"))
+def test_run_with_each_backend_binds_cpus_and_memory(backend, how):
+    args, env = ["run"], child_env()
+    if how == "--backend":
+        args += ["--backend", backend]
+    else:
+        env["NUMABIND_BACKEND"] = backend
+    cp = numabind_cli(*args, "--physcpubind=1", "--membind=0", "--", "numactl", "--show", env=env)
+    assert cp.returncode == 0, cp.stderr
+    fields = show_fields(cp.stdout)
+    assert fields["physcpubind"].split() == ["1"]
+    assert fields["policy"] == "bind" and fields["membind"].split() == ["0"]
+    assert cp.stderr == ""
+
+
+@kernel
+def test_run_with_the_none_backend_binds_cpus_and_warns():
+    cp = numabind_cli("run", "--backend", "none", "--physcpubind=1", "--membind=0", "--", "numactl", "--show")
+    assert cp.returncode == 0, cp.stderr
+    fields = show_fields(cp.stdout)
+    assert fields["physcpubind"].split() == ["1"] and fields["policy"] == "default"
+    assert "WARNING" in cp.stderr and "set_mempolicy" in cp.stderr and "ENOTSUP" in cp.stderr
+    strict = numabind_cli("run", "--backend", "none", "--strict", "--physcpubind=1", "--membind=0", "--",
+                          "true")
+    assert strict.returncode == 2
+    assert "numabind: error:" in strict.stderr and "set_mempolicy" in strict.stderr
+
+
+@kernel
+@pytest.mark.parametrize("opts,expect", [
+    (["-C", "1", "-m", "0"], ("1", "bind")),
+    (["--cpus=0", "--interleave=0"], ("0", "interleave")),
+    (["--cpunodebind=0", "--preferred=0"], ("0 1", "preferred")),
+    (["--physcpubind=1", "--preferred-many=0"], ("1", "preferred-many")),
+    (["--physcpubind=0", "--localalloc"], ("0", "local")),
+    (["--membind=0"], ("0 1", "bind")),
+])
+def test_run_numactl_like_options(opts, expect):
+    cp = numabind_cli("run", *opts, "--", "numactl", "--show")
+    assert cp.returncode == 0, cp.stderr
+    fields = show_fields(cp.stdout)
+    if expect[1] != "local":   # numactl --show prints no physcpubind line under --localalloc
+        assert fields["physcpubind"] == expect[0]
+    assert fields["policy"] == expect[1]
+
+
+@kernel
+def test_run_verbose_prints_the_report():
+    cp = numabind_cli("-v", "run", "--physcpubind=0", "--", "true")
+    assert cp.returncode == 0
+    assert "requested: cpus 0" in cp.stderr and "backend:" in cp.stderr
+
+
+@kernel
+def test_run_with_libnuma_absent_uses_syscall():
+    cp = numabind_cli("-v", "run", "--physcpubind=1", "--membind=0", "--", "numactl", "--show",
+                      env=child_env(_NUMABIND_LIBNUMA="libdoesnotexist.so.1"))
+    assert cp.returncode == 0, cp.stderr
+    assert show_fields(cp.stdout)["policy"] == "bind"
+    # the report gives the real reason for the choice, not "forced"
+    assert "backend:   syscall (syscall: first usable in the order" in cp.stderr, cp.stderr
+    assert "libnuma unavailable" in cp.stderr and "libdoesnotexist.so.1" in cp.stderr
+
+
+@kernel
+def test_run_without_the_native_module_goes_through_numactl():
+    code = BLOCK_NATIVE + (
+        "import sys\nfrom numabind.cli import main\n"
+        "sys.exit(main(['run', '--physcpubind=1', '--membind=0', '--', 'numactl', '--show']))\n")
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(),
+                        timeout=60, cwd=ROOT)
+    assert cp.returncode == 0, cp.stderr
+    fields = show_fields(cp.stdout)
+    assert fields["physcpubind"].split() == ["1"] and fields["policy"] == "bind"
+
+
+@kernel
+def test_run_forced_numactl_when_absent_exits_2(tmp_path):
+    cp = numabind_cli("run", "--backend", "numactl", "--physcpubind=0", "--", "/usr/bin/touch",
+                      str(tmp_path / "ran"), env=child_env(PATH=str(tmp_path)))
+    assert cp.returncode == 2
+    assert "numabind: error:" in cp.stderr and "numactl is not installed" in cp.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--physcpubind=1-0", "--", "true"], "ends before it starts"),
+    (["--physcpubind=x", "--", "true"], "--physcpubind"),
+    (["--physcpubind=1"], "no command given"),
+    (["--physcpubind=1", "--"], "no command given"),
+    (["--", "true"], "give a binding"),
+    (["--cpunodebind=7", "--", "true"], "node 7 does not exist"),
+    (["--membind=0", "--interleave=0", "--", "true"], "one memory policy"),
+    (["--physcpubind=0", "--", "/nonexistent/cmd"], "cannot execute '/nonexistent/cmd'"),
+    (["--gpu", "0", "--", "true"], "GPU"),
+    (["--strict", "--physcpubind=0,9", "--", "true"], "CPUs 9"),
+])
+def test_run_errors_exit_2_with_a_message(args, message, tmp_path):
+    cp = numabind_cli("run", *args)
+    assert cp.returncode == 2, (cp.returncode, cp.stdout, cp.stderr)
+    assert "numabind: error:" in cp.stderr
+    assert message in cp.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--membind=7"], "7"),
+    (["--interleave=3"], "3"),
+    (["--physcpubind=9"], "9"),
+])
+def test_run_refuses_a_plan_that_does_not_fit_the_machine(args, message, tmp_path):
+    """Like numactl ("<7> is invalid"), a node or CPU this machine lacks is an error, not a silent
+    run without the binding."""
+    marker = tmp_path / "ran"
+    cp = numabind_cli("run", *args, "--", "/usr/bin/touch", str(marker))
+    assert cp.returncode == 2, (cp.returncode, cp.stderr)
+    assert "numabind: error:" in cp.stderr and message in cp.stderr
+    assert not marker.exists()
+
+
+def test_unknown_backend_in_the_environment_exits_2():
+    cp = numabind_cli("run", "--physcpubind=0", "--", "true", env=child_env(NUMABIND_BACKEND="bogus"))
+    assert cp.returncode == 2
+    assert "numabind: error:" in cp.stderr and "bogus" in cp.stderr
+
+
+def test_bad_subcommand_option_is_a_usage_error():
+    cp = numabind_cli("plan", "--mode", "sideways")
+    assert cp.returncode == 2 and "invalid choice" in cp.stderr

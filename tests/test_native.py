@@ -1,0 +1,260 @@
+"""numabind._native called directly: thin wrappers returning >= 0 or -errno.
+
+Both families are checked: ``nb_sys_*`` (raw ``syscall()``) and ``nb_numa_*``
+(the same calls through the dlopen'd libnuma.so.1). The host has one NUMA node
+(0) and CPUs 0-1, so node 1 does not exist. Every test touches the kernel and
+puts back what it changed (memory policy, affinity of the threads it made).
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+
+import pytest
+
+from numabind import _native
+from tests.test_bind import NO_SUCH_TID, Parked, run_python
+
+pytestmark = pytest.mark.kernel
+
+ffi, lib = _native.ffi, _native.lib
+PREFIXES = ("sys", "numa")
+MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE = 0, 1, 2, 3
+MPOL_F_NODE, MPOL_F_ADDR = 1, 2
+MPOL_MF_MOVE = 2
+PAGE = mmap.PAGESIZE
+MAXNODE = 65          # one 64-bit word of nodes (the kernel reads maxnode - 1 bits)
+
+
+def fn(prefix: str, name: str):
+    return getattr(lib, f"nb_{prefix}_{name}")
+
+
+def nodemask(*nodes: int):
+    return ffi.new("unsigned long[]", [sum(1 << n for n in nodes)])
+
+
+def cpumask(*cpus: int):
+    return ffi.new("unsigned long[]", [sum(1 << c for c in cpus)])
+
+
+def bits(mask, words: int = 1) -> set[int]:
+    return {w * 64 + b for w in range(words) for b in range(64) if mask[w] >> b & 1}
+
+
+def get_policy(prefix: str = "sys") -> tuple[int, set[int]]:
+    mode = ffi.new("int *")
+    mask = ffi.new("unsigned long[]", 1)
+    rc = fn(prefix, "get_mempolicy")(mode, mask, MAXNODE, ffi.NULL, 0)
+    assert rc == 0, rc
+    return mode[0], bits(mask)
+
+
+@pytest.fixture(autouse=True)
+def libnuma_loaded_and_policy_restored():
+    err = ffi.new("char[]", 256)
+    assert lib.nb_numa_load(b"libnuma.so.1", err, 256) == 0, ffi.string(err)
+    mode = ffi.new("int *")
+    mask = ffi.new("unsigned long[]", 1)
+    assert lib.nb_sys_get_mempolicy(mode, mask, MAXNODE, ffi.NULL, 0) == 0
+    saved = (mode[0], mask[0])
+    yield
+    rc = lib.nb_sys_set_mempolicy(saved[0], ffi.new("unsigned long[]", [saved[1]]) if saved[1] else ffi.NULL,
+                                  MAXNODE if saved[1] else 0)
+    assert rc == 0
+
+
+@pytest.fixture
+def region():
+    """Two anonymous pages: the first touched (so it has a node), the second never touched."""
+    mm = mmap.mmap(-1, 2 * PAGE)
+    mm[0:1] = b"x"
+    buf = ffi.from_buffer(mm)
+    addr = int(ffi.cast("uintptr_t", buf))
+    try:
+        yield addr
+    finally:
+        del buf
+        mm.close()
+
+
+# --------------------------------------------------------------------------- gettid
+def test_gettid_is_the_native_thread_id():
+    assert lib.nb_gettid() == threading.get_native_id()
+    seen = {}
+
+    def probe():
+        seen["c"] = lib.nb_gettid()
+        seen["py"] = threading.get_native_id()
+
+    t = threading.Thread(target=probe)
+    t.start()
+    t.join()
+    assert seen["c"] == seen["py"] != lib.nb_gettid()
+
+
+# --------------------------------------------------------------------------- memory policy
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize("mode", (MPOL_BIND, MPOL_PREFERRED, MPOL_INTERLEAVE))
+def test_set_and_get_mempolicy_raw(prefix, mode):
+    assert fn(prefix, "set_mempolicy")(mode, nodemask(0), MAXNODE) == 0
+    assert get_policy(prefix) == (mode, {0})
+    assert get_policy("sys" if prefix == "numa" else "numa") == (mode, {0})
+    assert fn(prefix, "set_mempolicy")(MPOL_DEFAULT, ffi.NULL, 0) == 0
+    assert get_policy(prefix) == (MPOL_DEFAULT, set())
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_set_mempolicy_on_a_missing_node_is_minus_einval(prefix):
+    assert fn(prefix, "set_mempolicy")(MPOL_INTERLEAVE, nodemask(0), MAXNODE) == 0
+    assert fn(prefix, "set_mempolicy")(MPOL_BIND, nodemask(1), MAXNODE) == -errno.EINVAL
+    assert get_policy(prefix) == (MPOL_INTERLEAVE, {0})     # unchanged by the refused call
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_set_mempolicy_with_an_unknown_mode_is_minus_einval(prefix):
+    assert fn(prefix, "set_mempolicy")(99, ffi.NULL, 0) == -errno.EINVAL
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_get_mempolicy_with_a_mask_smaller_than_the_nodes_is_minus_einval(prefix):
+    mode = ffi.new("int *")
+    mask = ffi.new("unsigned long[]", 1)
+    assert fn(prefix, "get_mempolicy")(mode, mask, 0, ffi.NULL, 0) == -errno.EINVAL
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_get_mempolicy_node_of_a_touched_page(prefix, region):
+    mode = ffi.new("int *", -1)
+    rc = fn(prefix, "get_mempolicy")(mode, ffi.NULL, 0, ffi.cast("void *", region), MPOL_F_NODE | MPOL_F_ADDR)
+    assert rc == 0
+    assert mode[0] == 0
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_mbind_a_range_and_read_it_back(prefix, region):
+    addr = ffi.cast("void *", region)
+    assert fn(prefix, "mbind")(addr, 2 * PAGE, MPOL_BIND, nodemask(0), MAXNODE, 0) == 0
+    mode = ffi.new("int *")
+    mask = ffi.new("unsigned long[]", 1)
+    assert fn(prefix, "get_mempolicy")(mode, mask, MAXNODE, addr, MPOL_F_ADDR) == 0
+    assert (mode[0], bits(mask)) == (MPOL_BIND, {0})
+    assert get_policy(prefix)[0] == MPOL_DEFAULT   # the thread's policy is untouched
+    assert fn(prefix, "mbind")(addr, 2 * PAGE, MPOL_BIND, nodemask(1), MAXNODE, 0) == -errno.EINVAL
+
+
+# --------------------------------------------------------------------------- page placement
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_move_pages_query_touched_page_is_on_node_0(prefix, region):
+    pages = ffi.new("void *[]", [ffi.cast("void *", region), ffi.cast("void *", region + PAGE)])
+    status = ffi.new("int[]", [99, 99])
+    assert fn(prefix, "move_pages")(0, 2, pages, ffi.NULL, status, 0) == 0
+    assert list(status) == [0, -errno.ENOENT]     # the untouched page has no node yet
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_move_pages_to_node_0_and_to_a_missing_node(prefix, region):
+    pages = ffi.new("void *[]", [ffi.cast("void *", region)])
+    status = ffi.new("int[]", [99])
+    assert fn(prefix, "move_pages")(0, 1, pages, ffi.new("int[]", [0]), status, MPOL_MF_MOVE) == 0
+    assert list(status) == [0]
+    assert fn(prefix, "move_pages")(0, 1, pages, ffi.new("int[]", [1]), status, MPOL_MF_MOVE) == -errno.ENODEV
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_migrate_pages(prefix):
+    migrate = fn(prefix, "migrate_pages")
+    assert migrate(0, MAXNODE, nodemask(0), nodemask(0)) >= 0
+    assert migrate(os.getpid(), MAXNODE, nodemask(0), nodemask(0)) >= 0
+    # node 1 does not exist: EINVAL as root; without CAP_SYS_NICE the cpuset check answers EPERM first
+    assert migrate(0, MAXNODE, nodemask(0), nodemask(1)) in (-errno.EINVAL, -errno.EPERM)
+    assert migrate(NO_SUCH_TID, MAXNODE, nodemask(0), nodemask(0)) == -errno.ESRCH
+
+
+# --------------------------------------------------------------------------- affinity
+def test_sched_getaffinity_raw_returns_bytes_written():
+    mask = ffi.new("unsigned long[]", 1)
+    rc = lib.nb_sys_sched_getaffinity(0, 8, mask)
+    assert rc > 0 and rc % 8 == 0
+    assert bits(mask) == os.sched_getaffinity(0)
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_sched_affinity_of_another_thread(prefix):
+    setaff, getaff = fn(prefix, "sched_setaffinity"), fn(prefix, "sched_getaffinity")
+    size = 8 if prefix == "sys" else 64       # bytes for the raw call, bits for libnuma's bitmask
+    with Parked(1) as parked:
+        tid = parked.tids[0]
+        before = os.sched_getaffinity(tid)
+        mask = ffi.new("unsigned long[]", 1)
+        assert getaff(tid, size, mask) >= 0
+        assert bits(mask) == before
+        assert setaff(tid, size, cpumask(1)) == 0
+        assert os.sched_getaffinity(tid) == {1}
+        assert os.sched_getaffinity(0) == before       # only that thread changed
+        assert getaff(tid, size, mask) >= 0
+        assert bits(mask) == {1}
+    assert parked.seen == {tid: frozenset({1})}
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_sched_affinity_errors_are_negative_errno(prefix):
+    setaff, getaff = fn(prefix, "sched_setaffinity"), fn(prefix, "sched_getaffinity")
+    size = 8 if prefix == "sys" else 64
+    mask = ffi.new("unsigned long[]", 1)
+    before = os.sched_getaffinity(0)
+    assert setaff(0, size, cpumask(63)) == -errno.EINVAL      # no such CPU
+    assert os.sched_getaffinity(0) == before
+    assert getaff(NO_SUCH_TID, size, mask) == -errno.ESRCH
+    assert setaff(NO_SUCH_TID, size, cpumask(0)) == -errno.ESRCH
+
+
+def test_sched_getaffinity_with_a_short_buffer_is_minus_einval():
+    mask = ffi.new("unsigned long[]", 1)
+    assert lib.nb_sys_sched_getaffinity(0, 4, mask) == -errno.EINVAL
+
+
+# --------------------------------------------------------------------------- libnuma loading
+def test_libnuma_facts():
+    assert lib.nb_numa_loaded() == 1
+    assert lib.nb_numa_available() >= 0
+    assert lib.nb_numa_max_possible_node() >= 0
+    assert lib.nb_numa_num_possible_cpus() >= os.cpu_count()
+
+
+def test_libnuma_load_failure_and_calls_before_loading():
+    cp = run_python('''
+from numabind import _native
+ffi, lib = _native.ffi, _native.lib
+err = ffi.new("char[]", 256)
+assert lib.nb_numa_loaded() == 0
+assert lib.nb_numa_available() == -1
+assert lib.nb_numa_set_mempolicy(0, ffi.NULL, 0) == -38, "ENOSYS before libnuma is loaded"
+assert lib.nb_numa_sched_getaffinity(0, 64, ffi.new("unsigned long[]", 1)) == -38
+assert lib.nb_numa_load(b"libdoesnotexist.so.1", err, 256) == -1
+assert b"libdoesnotexist.so.1" in ffi.string(err), ffi.string(err)
+assert lib.nb_numa_loaded() == 0
+assert lib.nb_numa_load(b"libnuma.so.1", err, 256) == 0
+assert lib.nb_numa_loaded() == 1
+assert lib.nb_numa_set_mempolicy(0, ffi.NULL, 0) == 0
+print("ok")
+''')
+    assert cp.returncode == 0 and cp.stdout.strip() == "ok", cp.stderr[-2000:]
+
+
+def test_libnuma_without_a_needed_symbol_is_refused():
+    """A library that loads but is not libnuma (libc has no numa_available)."""
+    cp = run_python('''
+from numabind import _native
+ffi, lib = _native.ffi, _native.lib
+err = ffi.new("char[]", 256)
+assert lib.nb_numa_load(b"libc.so.6", err, 256) == -1
+msg = ffi.string(err).decode()
+assert "lacks symbol" in msg and "libc.so.6" in msg, msg
+assert lib.nb_numa_loaded() == 0
+print("ok")
+''')
+    assert cp.returncode == 0 and cp.stdout.strip() == "ok", cp.stderr[-2000:]
