@@ -177,7 +177,7 @@ def _run_plan(args) -> Plan:
         if args.migrate:
             plan = Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, migrate=True,
                         reason=plan.reason)
-        return plan
+        return plan.validate(topo)
     argv: list[str] = []
     for flag in ("physcpubind", "cpunodebind", "membind", "preferred", "preferred_many", "interleave"):
         value = getattr(args, flag)
@@ -187,7 +187,7 @@ def _run_plan(args) -> Plan:
         argv.append("--localalloc")
     if not argv:
         raise NumabindError("numabind run: give a binding (--physcpubind, --membind, --gpu, ...) before '--'")
-    return Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate)
+    return Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate).validate(topo)
 
 
 def cmd_run(args) -> int:
@@ -204,7 +204,7 @@ def cmd_run(args) -> int:
         os.execv(prefix[0], prefix + command)
     from .bind import bind_current
 
-    report = bind_current(plan, strict=args.strict, backend=be.name)
+    report = bind_current(plan, strict=args.strict, backend=args.backend)
     if args.verbose:
         print(report.describe(), file=sys.stderr)
     try:
@@ -224,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("hardware", help="nodes, CPUs, memory, distances (like numactl --hardware)")
     sub.add_parser("show", help="this process's binding (like numactl --show)")
     t = sub.add_parser("topology", help="discovered topology")
+    t.add_argument("--root", default=argparse.SUPPRESS, help="discovery root (default $NUMABIND_FSROOT or /)")
     t.add_argument("--json", action="store_true", help="print Topology.to_dict() as JSON")
     pl = sub.add_parser("plan", help="what each GPU's worker would be bound to")
     g = pl.add_mutually_exclusive_group()
