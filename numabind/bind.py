@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from .backends import Backend, get_backend
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
-from .plan import Plan
+from .plan import MEM_POLICIES, Plan
 
 __all__ = ["BindReport", "Binding", "ThreadResult", "bind_current", "current_binding", "strict_default"]
 
@@ -95,8 +95,9 @@ class Binding:
 
     @property
     def plan(self) -> Plan:
-        return Plan(cpus=self.cpus, mem_policy=self.mem_policy,
-                    mem_nodes=self.mem_nodes if self.mem_policy else None)
+        """The binding as a Plan (a policy a Plan cannot express shows as None)."""
+        policy = _plannable(self.mem_policy)
+        return Plan(cpus=self.cpus, mem_policy=policy, mem_nodes=self.mem_nodes if policy else None)
 
     def describe(self) -> str:
         lines = [f"cpus:         {format_cpulist(self.cpus)}",
@@ -110,6 +111,11 @@ class Binding:
                          ", ".join(f"{tid}:{format_cpulist(c)}" for tid, c in sorted(others.items())))
         lines.append(f"backend:      {self.backend}")
         return "\n".join(lines)
+
+
+def _plannable(policy: str | None) -> str | None:
+    """``policy`` if a Plan can carry it (kernels newer than numabind have more modes), else None."""
+    return policy if policy in MEM_POLICIES else None
 
 
 def current_binding(backend: str | None = None) -> Binding:
@@ -212,7 +218,10 @@ class _Binder:
         except BindError as e:
             old = None
             log.debug("cannot read the old memory policy: %s", e)
-        for k, (policy, nodes) in enumerate(self.memory_candidates()):
+        ladder = self.memory_candidates()
+        if not ladder:
+            return
+        for k, (policy, nodes) in enumerate(ladder):
             try:
                 self.be.set_mempolicy(policy, nodes)
             except BindError as e:
@@ -364,7 +373,11 @@ class _Binder:
             if self.mem_target is not None:
                 self.warn(f"cannot verify the memory policy: {e}")
             policy, nodes = None, None
-        applied = Plan(cpus=cpus, mem_policy=policy, mem_nodes=nodes or None, reason="read back from the kernel")
+        applied = Plan(cpus=cpus, mem_policy=_plannable(policy), mem_nodes=(nodes or None) if _plannable(policy) else None,
+                       reason="read back from the kernel")
+        if policy is not None and _plannable(policy) is None:
+            self.notes.append(f"the calling thread's memory policy is {policy}, which a Plan cannot express; "
+                              f"report.applied shows it as unchanged")
         if self.cpu_target is not None and cpus != self.cpu_target:
             message = (f"the kernel applied CPUs {format_cpulist(cpus)} instead of "
                        f"{format_cpulist(self.cpu_target)}")
