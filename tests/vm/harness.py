@@ -493,12 +493,22 @@ mount -t devtmpfs devtmpfs /dev
 for m in @MODULES@; do insmod /modules/$m.ko || say "insmod $m failed"; done
 o="trans=virtio,version=9p2000.L,msize=262144"
 mount -t 9p -o "$o,ro,cache=loose" hostroot /host || die "cannot mount the host root (9p tag hostroot)"
+# Keep the host's /tmp and /run reachable: the guest covers them with its own tmpfs below.
+mkdir -p /hidden/tmp /hidden/run && mount --bind /host/tmp /hidden/tmp && mount --bind /host/run /hidden/run \
+  || die "cannot keep the host's /tmp and /run reachable"
 mount -t proc proc /host/proc && mount -t sysfs sysfs /host/sys && mount -t devtmpfs devtmpfs /host/dev \
   && mount -t tmpfs -o mode=1777 tmpfs /host/tmp && mount -t tmpfs tmpfs /host/run \
   || die "cannot mount proc/sys/dev/tmp inside the host root"
 mkdir -p /host/dev/shm /host/dev/pts && mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm
 mount -t cgroup2 cgroup2 /host/sys/fs/cgroup || say "no cgroup2"
 mkdir -p /host@SHARE@ && mount -t 9p -o "$o" results /host@SHARE@ || die "cannot mount the results share"
+# Host folders under /tmp or /run the run needs (a checkout or a venv there) are bound back in.
+if [ -f /host@SHARE@/binds ]; then
+  while read -r p; do
+    case "$p" in /tmp/*|/run/*) ;; *) continue ;; esac
+    mkdir -p "/host$p" && mount --bind "/hidden$p" "/host$p" || die "cannot bind the host's $p into the guest"
+  done < /host@SHARE@/binds
+fi
 echo "@BOOTED@ uptime=$(cut -d' ' -f1 /proc/uptime)" > /dev/console
 chroot /host /bin/sh @SHARE@/run.sh > /host@SHARE@/output.log 2>&1 < /dev/null
 rc=$?
@@ -665,6 +675,7 @@ def run_guest(topology_name: str, script: str, *, run_dir: Path | None = None, a
     timeout = timeout if timeout is not None else _env_float("NUMABIND_VM_TIMEOUT", 600)
     run_dir = run_dir or new_run_dir(topology_name)
     (run_dir / "run.sh").write_text(script)
+    (run_dir / "binds").write_text("".join(f"{p}\n" for p in paths_to_bind()))
     console = run_dir / "console.log"
     argv = [qemu, "-nodefaults", "-no-user-config", "-machine", "pc", "-accel", "tcg,thread=multi",
             "-cpu", os.environ.get("NUMABIND_VM_CPU") or "max,l3-cache=off", *spec.qemu_args(),
@@ -729,17 +740,36 @@ def _read_text(path: Path) -> str:
         return ""
 
 
-#: Host folders the guest covers with its own mounts: files there are invisible inside.
+#: Host folders the guest covers with its own mounts: files there are invisible inside,
+#: except for folders under /tmp and /run that :func:`paths_to_bind` names (bound back in).
 GUEST_MOUNTS = ("/tmp", "/run", "/dev", "/proc", "/sys")
+REBINDABLE = ("/tmp", "/run")
+
+
+def _under(path: str, mounts: Sequence[str]) -> str | None:
+    for mount in mounts:
+        if path == mount or path.startswith(mount + "/"):
+            return mount
+    return None
+
+
+def paths_to_bind() -> list[str]:
+    """Host folders under /tmp or /run that the guest needs: the checkout and the interpreter's prefixes
+    (CI may clone the project anywhere, /tmp included)."""
+    wanted = {str(REPO_ROOT), sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    out = []
+    for p in sorted(os.path.abspath(w) for w in wanted):
+        if _under(p, REBINDABLE) and p not in REBINDABLE and not any(p.startswith(q + "/") for q in out):
+            out.append(p)
+    return out
 
 
 def hidden_in_guest(path: str | os.PathLike) -> str | None:
     """The guest mount that hides ``path``, or None when the guest sees it."""
     p = os.path.abspath(os.fspath(path))
-    for mount in GUEST_MOUNTS:
-        if p == mount or p.startswith(mount + "/"):
-            return mount
-    return None
+    if any(p == b or p.startswith(b + "/") for b in paths_to_bind()):
+        return None
+    return _under(p, GUEST_MOUNTS)
 
 
 def guest_script(argv: Sequence[str], *, cwd: Path | str = REPO_ROOT, env: Mapping[str, str] = {}) -> str:

@@ -62,6 +62,14 @@ def test_guest_script_refuses_paths_the_guest_cannot_see():
     assert harness.hidden_in_guest("/tmpfoo") is None and harness.hidden_in_guest("/run") == "/run"
 
 
+def test_a_checkout_under_tmp_is_bound_back_into_the_guest(monkeypatch):
+    monkeypatch.setattr(harness, "REPO_ROOT", harness.Path("/tmp/ci/clone"))
+    assert "/tmp/ci/clone" in harness.paths_to_bind()
+    assert harness.hidden_in_guest("/tmp/ci/clone/tests") is None
+    assert harness.hidden_in_guest("/tmp/elsewhere") == "/tmp"
+    assert "cd /tmp/ci/clone" in harness.guest_script(["/usr/bin/python3"], cwd="/tmp/ci/clone")
+
+
 def test_module_order_follows_modinfo_depends():
     deps = {m: [] for m in harness.MODULES}
     deps["9p"] = ["9pnet", "netfs", "fscache"]
