@@ -1,26 +1,37 @@
 """Processes that are bound when they are born.
 
 * :func:`configure_subprocess` — every ``multiprocessing`` child started by the
-  calling thread inside the ``with`` block is bound at birth, by numabind's own
-  code inside the child (the cffi backends):
+  calling thread inside the ``with`` block is bound at birth:
 
-  - ``spawn`` and ``forkserver``: the parent adds one entry to the *preparation
-    data* that multiprocessing pickles for the child
+  - ``spawn`` (default ``spawn="inherit"``): CPU affinity and memory policy are
+    per-thread attributes that a child inherits from the thread that forks it
+    and keeps across ``execve``. numabind binds *only the launching thread*,
+    through the cffi backend, for the instant multiprocessing forks and execs
+    the child (``multiprocessing.util.spawnv_passfds``), then restores that
+    thread. The child is bound from its first instruction: before the
+    interpreter starts, before ``__main__`` is re-imported, before any user
+    import, and it never needs to import numabind. Strict failures raise from
+    ``Process.start()`` in the parent, with the thread already restored.
+  - ``spawn`` with ``spawn="in-child"``, and ``forkserver``: the parent adds one
+    entry to the *preparation data* multiprocessing pickles for the child
     (``multiprocessing.spawn.get_preparation_data``). The child unpickles that
     dict before ``prepare()`` re-imports the parent's ``__main__``; unpickling
-    the entry calls :func:`_child_bind`, which binds the child. So the binding
-    is in force before ``__main__`` and every user import, with no extra exec.
-    ``prepare()`` ignores keys it does not know. The forkserver process itself
-    unpickles no such entry (it keeps only ``main_path``/``sys_path``), so it
-    stays unbound; only the children it forks are bound.
+    the entry calls :func:`_child_bind`, which binds the child with
+    :func:`~numabind.bind_current`. ``prepare()`` ignores keys it does not
+    know. The forkserver process keeps only ``main_path``/``sys_path`` of its
+    own preparation data, so it stays unbound; only its children are bound.
+    A forkserver child pays the numabind import unless the server preloaded
+    it (it preloads ``__main__``, which usually imports numabind).
   - ``fork``: an ``os.register_at_fork(after_in_child=...)`` hook binds the child
-    inside ``os.fork()``, before the target runs.
+    inside ``os.fork()``, before the target runs (any ``os.fork()`` of the
+    thread inside the block, including ``subprocess`` with ``preexec_fn``).
   - Only the ``numactl`` backend usable (no native module): ``spawn`` children
-    are started through ``numabind/numactl_wrapper.sh`` (the wrapper is put in
-    front of that one child's command line, not made the global executable, so
-    the forkserver and the resource tracker are never wrapped); ``fork`` and
-    ``forkserver`` children get CPU affinity in-process, and their memory policy
-    cannot be set (a warning, or a failure under strict).
+    are started through ``numabind/numactl_wrapper.sh`` (put in front of that
+    one child's command line, not made the global executable, so the
+    forkserver and the resource tracker are never wrapped) and check their
+    binding while unpickling; ``fork`` and ``forkserver`` children get CPU
+    affinity in-process, and their memory policy cannot be set (a warning, or
+    a failure under strict).
 
 * :func:`bound` — a picklable callable that binds, then calls ``fn``.
 * :func:`wrap_command` — an argv that starts a command already bound.
@@ -30,8 +41,10 @@
   its own plan from a list, round robin, stable when workers are replaced.
 * :func:`node_pages` — pages of a process per NUMA node, from ``numa_maps``.
 
-Memory policy and CPU affinity are kept across ``execve``, so a bound child
-that execs stays bound.
+``Plan(migrate=True)``: a spawn child needs none (its pages are born in
+place); a fork or forkserver child moves the pages it inherited, but pages it
+still shares with its parent move only with CAP_SYS_NICE, and then they move
+for the parent too.
 """
 
 from __future__ import annotations
@@ -708,14 +721,18 @@ class _SlotTable:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX)
             table = json.loads(os.pread(fd, 1 << 20, 0) or b"[]")
-            if not isinstance(table, list) or len(table) != self.slots:
+            if not isinstance(table, list) or len(table) < self.slots or \
+                    not all(isinstance(e, list) and len(e) == 2 for e in table):
                 raise NumabindError(f"pool slot table {self.path} is malformed")
             free = [k for k, (pid, start) in enumerate(table) if not _alive(pid, start)]
-            if not free:
-                raise NumabindError(f"all {self.slots} pool slots are held by live workers; give pool_plans "
-                                    f"processes= the pool's size")
-            slot = free[0]
-            table[slot] = list(me)
+            if free:
+                slot = free[0]
+                table[slot] = list(me)
+            else:  # more live workers than slots: keep going round robin, and say why
+                slot = len(table)
+                table.append(list(me))
+                log.warning("numabind: all %d pool slots are held by live workers; worker %d takes extra slot %d "
+                            "(give pool_plans processes= the pool's size)", self.slots, me[0], slot)
             data = json.dumps(table).encode()
             os.ftruncate(fd, 0)
             os.pwrite(fd, data, 0)

@@ -93,11 +93,6 @@ def task_state(_=None) -> dict:
     return out
 
 
-def plain(conn, value) -> None:
-    conn.send(value)
-    conn.close()
-
-
 def threads_then_bind(conn, plan, n_before: int, n_after: int) -> None:
     """Start n_before idle threads, bind the process, then start n_after threads; report every thread."""
     import numabind

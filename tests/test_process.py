@@ -147,6 +147,37 @@ def test_lenient_child_starts_degraded_and_the_parent_reads_why(method, tmp_path
     assert target["cpus"] == [CPU] and target["policy"] == "bind"
 
 
+def _denied_launcher(conn, method: str, spawn: str) -> None:
+    """In a fork child: deny set_mempolicy/mbind (seccomp, inherited by children), then start one child."""
+    from tests.vm import probe
+
+    probe.deny_mempolicy()
+    ctx = multiprocessing.get_context(method)
+    out: dict = {}
+    try:
+        with configure_subprocess(PLAN, strict=True, spawn=spawn) as births:
+            p = ctx.Process(target=proc_targets.mempolicy)
+            p.start()
+        p.join(60)
+        out["exitcode"] = p.exitcode
+        out["error"] = births.report(p.pid, timeout=10).error
+    except numabind.NumabindError as e:
+        out["raised"] = f"{type(e).__name__}: {e}"
+    conn.send(out)
+    conn.close()
+
+
+@pytest.mark.parametrize("method,spawn", [("spawn", "inherit"), ("spawn", "in-child"), ("fork", "inherit")])
+def test_strict_with_set_mempolicy_denied_names_the_syscall(method, spawn, capfd):
+    _, out = _start_and_read(multiprocessing.get_context("fork"), target=_denied_launcher, args=(method, spawn))
+    if method == "spawn" and spawn == "inherit":  # the launching thread is refused: start() raises
+        assert "set_mempolicy" in out["raised"] and "EPERM" in out["raised"], out
+    else:  # the child is refused: it dies with a traceback, and its report says why
+        assert out["exitcode"] == 1 and "set_mempolicy" in out["error"] and "EPERM" in out["error"], out
+        err = capfd.readouterr().err
+        assert "Traceback" in err and "could not be bound at birth" in err and "EPERM" in err, err
+
+
 # ----------------------------------------------------------------------------- in this process
 def _start_and_read(ctx, target=proc_targets.report_state, args=()):
     r, w = ctx.Pipe(duplex=False)
@@ -256,12 +287,19 @@ def test_pool_slots_go_to_the_replacement_of_the_worker_that_left():
         slots.append(r.recv())
         procs.append(p)
     assert slots == [0, 1, 2, 3]
+    assert [table.texts[k % 2] for k in slots] == [PLAN.to_text(), OTHER.to_text()] * 2
     release[1].set()           # the worker of slot 1 exits and is reaped
     procs[1].join(30)
     r, w = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_claim_and_hold, args=(w, table, release[4]))
     p.start()
     assert r.poll(30) and r.recv() == 1
+    # one more live worker than slots: it still gets a plan, round robin (slot 4 -> plans[0])
+    r, w = ctx.Pipe(duplex=False)
+    extra = ctx.Process(target=_claim_and_hold, args=(w, table, release[4]))
+    extra.start()
+    assert r.poll(30) and r.recv() == 4
+    procs.append(extra)
     for e in release:
         e.set()
     for q in (*procs, p):
