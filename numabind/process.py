@@ -308,7 +308,7 @@ def _child_bind(text, strict, backend, threads, report_dir, method, verify) -> s
     except NumabindError as e:
         _write_report(report_dir, _report_record(pid, method, None, f"{type(e).__name__}: {e}"))
         raise BirthBindError(f"numabind: {method} child {pid} could not be bound at birth to "
-                             f"{plan.describe()} (strict): {e}") from e
+                             f"{plan.describe()}{' (strict)' if strict else ''}: {e}") from e
     _birth = ChildReport(pid, method, report)
     _write_report(report_dir, _report_record(pid, method, report, None))
     return "bound"
@@ -488,8 +488,8 @@ def _after_fork_child() -> None:
         report = bind_current(entry.plan, strict=entry.strict, threads=entry.threads, backend=entry.backend)
     except BaseException as e:  # noqa: BLE001 - an at-fork hook cannot raise: fail the child loudly
         _write_report(entry.report_dir, _report_record(pid, "fork", None, f"{type(e).__name__}: {e}"))
-        text = (f"numabind: fork child {pid} could not be bound at birth to {entry.plan.describe()} "
-                f"(strict); exiting with status 1\n" + "".join(traceback.format_exc()))
+        text = (f"numabind: fork child {pid} could not be bound at birth to {entry.plan.describe()}"
+                f"{' (strict)' if entry.strict else ''}; exiting with status 1\n" + traceback.format_exc())
         with contextlib.suppress(OSError):
             os.write(2, text.encode(errors="replace"))
         os._exit(1)
