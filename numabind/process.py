@@ -108,7 +108,7 @@ class ChildReport:
     """What a child said about its own binding at birth."""
 
     pid: int
-    start_method: str                 # "spawn" | "forkserver" | "fork"
+    start_method: str                 # "spawn" | "forkserver" | "fork" ("call"/"pool": bound/pool_plans)
     report: BindReport | None         # None when binding failed (strict)
     error: str | None = None          # the exception, when binding failed
 
@@ -300,7 +300,7 @@ def _child_bind(text, strict, backend, threads, report_dir, method, verify) -> s
     global _birth
     plan = Plan.from_text(text)
     _check_args(backend, strict, threads)
-    if not (report_dir is None or isinstance(report_dir, str)) or method not in ("spawn", "forkserver"):
+    if not (report_dir is None or isinstance(report_dir, str)) or method not in ("spawn", "forkserver", "unknown"):
         raise PlanError("malformed numabind preparation data")
     pid = os.getpid()
     try:
@@ -394,15 +394,31 @@ def _top() -> _Entry | None:
     return None
 
 
+_LAUNCHERS = {"multiprocessing.popen_spawn_posix": "spawn", "multiprocessing.popen_forkserver": "forkserver",
+              "multiprocessing.forkserver": "server"}
+
+
+def _launcher() -> str:
+    """Which multiprocessing module asks for preparation data (a few frames up, in case of wrappers)."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            break
+        found = _LAUNCHERS.get(frame.f_globals.get("__name__", ""))
+        if found:
+            return found
+        frame = frame.f_back
+    return "unknown"
+
+
 def _get_preparation_data(name):
     data = _orig_prep(name)
     entry = _top()
     if entry is None:
         return data
-    caller = sys._getframe(1).f_globals.get("__name__", "")
-    if caller == "multiprocessing.forkserver":
+    method = _launcher()
+    if method == "server":
         return data  # the forkserver's own start: it must stay unbound (its keys are filtered anyway)
-    method = "forkserver" if caller.endswith("popen_forkserver") else "spawn"
     if method == "spawn" and entry.spawn == "inherit" and entry.prefix is None:
         return data  # bound by inheritance from the launching thread (_spawnv_passfds)
     data[_PATH_KEY] = _PathHint()
