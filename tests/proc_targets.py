@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import re
 import threading
 
 _SYS_GET_MEMPOLICY = {"x86_64": 239, "aarch64": 236}.get(platform.machine(), 239)
@@ -58,16 +57,6 @@ def numa_maps_policy(pid: int | str = "self") -> str:
     """The policy field of the first numa_maps line (the task policy for mappings without their own)."""
     with open(f"/proc/{pid}/numa_maps") as f:
         return f.readline().split()[1]
-
-
-def numa_maps_nodes(pid: int | str = "self") -> dict[int, int]:
-    """Pages per node summed over every mapping of numa_maps."""
-    out: dict[int, int] = {}
-    with open(f"/proc/{pid}/numa_maps") as f:
-        for line in f:
-            for node, count in re.findall(r"\bN(\d+)=(\d+)", line):
-                out[int(node)] = out.get(int(node), 0) + int(count)
-    return out
 
 
 def state(where: str) -> dict:
@@ -129,9 +118,11 @@ def touch_then_migrate(conn, plan, size: int) -> None:
     buf = bytearray(size)
     for k in range(0, size, 4096):
         buf[k] = 1
-    before = numa_maps_nodes()
+    from tests.vm.probe import process_node_pages
+
+    before = process_node_pages()
     report = numabind.bind_current(plan)
-    after = numa_maps_nodes()
+    after = process_node_pages()
     conn.send({"before": before, "after": after, "moved": report.pages_migrated,
                "left": report.pages_not_migrated, "warnings": list(report.warnings),
                "describe": report.describe()})

@@ -34,6 +34,7 @@ from numabind.process import (
     wrap_command,
 )
 from tests import proc_targets
+from tests.vm.probe import process_node_pages
 
 pytestmark = pytest.mark.kernel
 
@@ -389,7 +390,7 @@ def test_migrate_counts_pages_through_numa_maps():
     assert set(res["after"]) == {0} and res["after"][0] >= (32 << 20) // 4096
     counts = node_pages()
     assert counts is not None and set(counts.total) == {0}
-    assert abs(counts.total[0] - proc_targets.numa_maps_nodes()[0]) < 4096  # same file, read moments apart
+    assert abs(counts.total[0] - process_node_pages()[0]) < 4096  # same file, read moments apart
 
 
 # ----------------------------------------------------------------------------- numactl backend
