@@ -9,7 +9,10 @@ compared. Modes:
 
 * ``unbound``: a plain spawn child.
 * ``bound``: the same child started inside ``numabind.configure_subprocess``
-  (bound in-process while it unpickles its preparation data).
+  (the default: born bound, inheriting the binding of the launching thread).
+* ``bound-in-child``: ``configure_subprocess(plan, spawn="in-child")``: the
+  child imports numabind and binds itself while it unpickles its preparation
+  data, before it re-imports ``__main__``.
 * ``numactl``: what vLLM's ``configure_subprocess`` does: the numactl wrapper
   as the multiprocessing executable (``_NUMABIND_NUMACTL_ARGS``), i.e. an extra
   ``sh`` and ``numactl`` exec before Python starts.
@@ -70,6 +73,9 @@ def _modes(plan, ctx, numactl_ok: bool):
     def bound():
         return configure_subprocess(plan)
 
+    def bound_in_child():
+        return configure_subprocess(plan, spawn="in-child")
+
     @contextlib.contextmanager
     def numactl():
         python = multiprocessing.spawn.get_executable()
@@ -82,7 +88,7 @@ def _modes(plan, ctx, numactl_ok: bool):
             multiprocessing.spawn.set_executable(python)
             del os.environ["_NUMABIND_NUMACTL_ARGS"], os.environ["_NUMABIND_PYTHON"]
 
-    modes = {"unbound": unbound, "bound": bound}
+    modes = {"unbound": unbound, "bound": bound, "bound-in-child": bound_in_child}
     if numactl_ok:
         modes["numactl"] = numactl
     return modes

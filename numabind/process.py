@@ -191,9 +191,11 @@ def birth_report() -> ChildReport | None:
 class ChildBindings:
     """The handle ``configure_subprocess`` yields: the plan, and the children's reports.
 
-    Each child bound at birth writes its report into a private directory
-    (mode 0700) that lives until :meth:`close` or until this handle is garbage
-    collected, so reports can be read after the ``with`` block.
+    A child that binds itself (fork, forkserver, ``spawn="in-child"``, the
+    numactl wrapper) writes its report into a private directory (mode 0700)
+    that lives until :meth:`close` or until this handle is garbage collected,
+    so reports can be read after the ``with`` block; a spawn child bound by
+    inheritance gets its report from the parent, kept in memory.
     """
 
     def __init__(self, plan: Plan, mode: str, backend: str, report: bool) -> None:
@@ -201,12 +203,13 @@ class ChildBindings:
         self.mode = mode                  # "in-process" | "numactl-wrapper"
         self.backend = backend
         self.directory = tempfile.mkdtemp(prefix="numabind-births-") if report else None
+        self.known: dict[int, ChildReport] = {}   # reports made in this process (spawn by inheritance)
         self._finalizer = (weakref.finalize(self, _remove_dir, self.directory, os.getpid())
                            if self.directory else None)
 
     def reports(self) -> dict[int, ChildReport]:
         """Every report written so far, by pid."""
-        out: dict[int, ChildReport] = {}
+        out: dict[int, ChildReport] = dict(self.known)
         if not self.directory:
             return out
         for name in os.listdir(self.directory):
@@ -237,7 +240,7 @@ class ChildBindings:
         deadline = time.monotonic() + timeout
         delay = 0.001
         while True:
-            rep = self._read(pid)
+            rep = self.known.get(pid) or self._read(pid)
             if rep is not None:
                 return rep
             if time.monotonic() >= deadline:
@@ -366,6 +369,7 @@ class _Entry:
     report_dir: str | None
     prefix: list[str] | None          # numactl wrapper prefix, when no in-process backend
     spawn: str = "inherit"            # how spawn children are bound: "inherit" | "in-child"
+    known: dict | None = None         # ChildBindings.known, for reports made in this process
     pid: int = field(default_factory=os.getpid)
 
 
@@ -441,7 +445,8 @@ def _spawnv_passfds(path, args, passfds):
         return _orig_spawnv(path, args, passfds)
     with _thread_bound(entry) as report:
         pid = _orig_spawnv(path, args, passfds)
-    _write_report(entry.report_dir, _report_record(pid, "spawn", report, None))
+    if entry.known is not None:
+        entry.known[pid] = ChildReport(pid, "spawn", report)
     return pid
 
 
@@ -581,7 +586,8 @@ def configure_subprocess(plan: Plan, *, strict: bool | None = None, backend: str
     mode = "numactl-wrapper" if prefix is not None else "in-process"
     handle = ChildBindings(plan, mode, be.name, report)
     entry = _Entry(plan=plan, text=plan.to_text(), strict=strict, backend=be.name, threads=threads,
-                   report_dir=handle.directory, prefix=prefix, spawn=spawn)
+                   report_dir=handle.directory, prefix=prefix, spawn=spawn,
+                   known=handle.known if report else None)
     log.info("numabind: children of thread %s are bound at birth to %s (%s via %s: %s)",
              threading.current_thread().name, plan.describe(), mode, be.name, why)
     _install()
