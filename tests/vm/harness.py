@@ -271,6 +271,15 @@ def cached_artifacts() -> Artifacts | None:
     return Artifacts(kernel, initramfs, kman["release"], kman["package"])
 
 
+def _refresh_initramfs() -> None:
+    """Rebuild a stale initramfs (this file's init script changed) when the kernel is cached: no network."""
+    kdir = _kernel_dir()
+    kman = _read_json(kdir / "manifest.json")
+    if kman and (kdir / kman["image"]).is_file() and all(
+            (kdir / "modules" / f"{m}.ko").is_file() for m in kman["modules"]):
+        build_initramfs(kman)
+
+
 def problems() -> list[str]:
     """Why the guest cannot run here (empty when it can)."""
     out = []
@@ -279,6 +288,9 @@ def problems() -> list[str]:
         out.append(f"{which} not found (apt package qemu-system-x86)")
     try:
         arts = cached_artifacts()
+        if arts is None:
+            _refresh_initramfs()
+            arts = cached_artifacts()
     except HarnessError as exc:
         out.append(str(exc))
     else:

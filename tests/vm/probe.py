@@ -236,7 +236,7 @@ def in_child(fn: Callable, *args, timeout: float = 240):
     """
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(child, fn, args), daemon=True)
+    proc = ctx.Process(target=_child_main, args=(child, fn, args))  # not daemonic: it may start children
     proc.start()
     child.close()
     try:

@@ -70,6 +70,28 @@ def test_a_checkout_under_tmp_is_bound_back_into_the_guest(monkeypatch):
     assert "cd /tmp/ci/clone" in harness.guest_script(["/usr/bin/python3"], cwd="/tmp/ci/clone")
 
 
+def test_a_stale_initramfs_is_rebuilt_without_network(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path))
+    monkeypatch.setattr(harness, "_busybox_bytes", lambda: b"busybox stand-in")
+    monkeypatch.setattr(harness, "qemu_binary", lambda: "/usr/bin/qemu-system-x86_64")
+    kdir = tmp_path / "kernel"
+    (kdir / "modules").mkdir(parents=True)
+    for mod in harness.MODULES:
+        (kdir / "modules" / f"{mod}.ko").write_bytes(b"module " + mod.encode())
+    (kdir / "vmlinux").write_bytes(b"\x7fELF stand-in")
+    (kdir / "manifest.json").write_text(json.dumps({"package": "linux-image-test", "release": "test",
+                                                    "image": "vmlinux", "modules": list(harness.MODULES)}))
+    assert harness.cached_artifacts() is None
+    assert harness.problems() == []
+    arts = harness.cached_artifacts()
+    assert arts is not None and b"busybox stand-in" in arts.initramfs.read_bytes()
+    (tmp_path / "initramfs.json").write_text('{"digest": "from an older init script"}')
+    assert harness.cached_artifacts() is None
+    assert harness.problems() == [] and harness.cached_artifacts() == arts
+    (kdir / "vmlinux").unlink()
+    assert harness.problems() == [f"no prepared kernel/initramfs in {tmp_path}"]
+
+
 def test_module_order_follows_modinfo_depends():
     deps = {m: [] for m in harness.MODULES}
     deps["9p"] = ["9pnet", "netfs", "fscache"]
