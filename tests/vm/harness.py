@@ -589,7 +589,7 @@ def build_initramfs(kman: Mapping, progress: ProgressFn = _quiet) -> Path:
     entries.append(("init", x, _init_script(kman["modules"]).encode()))
     for mod in kman["modules"]:
         entries.append((f"modules/{mod}.ko", r, (_kernel_dir() / "modules" / f"{mod}.ko").read_bytes()))
-    tmp = target.with_suffix(".tmp")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # concurrent sessions may rebuild at once
     tmp.write_bytes(_cpio_newc(entries))
     tmp.replace(target)
     stamp.write_text(json.dumps({"digest": digest}) + "\n")
@@ -662,8 +662,13 @@ def _env_float(name: str, default: float) -> float:
 def new_run_dir(topology_name: str) -> Path:
     runs = cache_dir() / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    old = sorted(runs.iterdir(), key=lambda p: p.stat().st_mtime)
-    for stale in old[:-11]:
+    dated = []
+    for p in runs.iterdir():
+        try:
+            dated.append((p.stat().st_mtime, p))
+        except FileNotFoundError:  # pruned meanwhile by a concurrent session
+            continue
+    for _, stale in sorted(dated)[:-11]:
         shutil.rmtree(stale, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-{topology_name}-", dir=runs))
 
