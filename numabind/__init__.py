@@ -16,6 +16,17 @@ from .cpulist import format_cpulist, parse_cpulist
 from .devices import Gpu
 from .errors import BindError, NumabindError, PlanError
 from .plan import MEM_POLICIES, Plan
+from .process import (
+    BirthBindError,
+    ChildReport,
+    birth_report,
+    bound,
+    configure_subprocess,
+    pool_plans,
+    popen_kwargs,
+    wrap_command,
+    worker_slot,
+)
 from .strategies import MODES, PlanRow, auto_plan_available, plan_for_gpu, plan_for_gpus, plan_table
 from .topology import Cache, Cpu, Node, Topology, discover
 
@@ -23,6 +34,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BindError",
+    "BirthBindError",
+    "ChildReport",
     "BindReport",
     "Binding",
     "Cache",
@@ -40,6 +53,9 @@ __all__ = [
     "auto_plan_available",
     "backend_info",
     "bind_current",
+    "birth_report",
+    "bound",
+    "configure_subprocess",
     "current_binding",
     "discover",
     "format_cpulist",
@@ -47,6 +63,10 @@ __all__ = [
     "plan_for_gpu",
     "plan_for_gpus",
     "plan_table",
+    "pool_plans",
+    "popen_kwargs",
+    "worker_slot",
+    "wrap_command",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
