@@ -141,3 +141,38 @@ def test_unbound_when_the_gate_says_no(tmp_path):
         pass
     assert cfg.parallel_config.numa_bind is False
     assert cfg.parallel_config._numa_bind_auto is False
+
+
+def _child_state(conn):
+    import os
+
+    from numabind import current_binding
+
+    b = current_binding()
+    conn.send((sorted(os.sched_getaffinity(0)), b.mem_policy, sorted(b.mem_nodes)))
+
+
+@pytest.mark.kernel
+def test_worker_is_bound_at_birth_without_numactl(tmp_path, monkeypatch):
+    """A one-node machine like this host, with a GPU on node 0: the spawned worker starts on its plan."""
+    import multiprocessing
+    import os
+
+    from .fakesys import one_node
+
+    one_node(tmp_path, ncpus=2)
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", numa_node=0)
+    topo = discover(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))          # no numactl to fall back on
+    cfg = types.SimpleNamespace(parallel_config=parallel_config(numa_bind_cpus=["1"], world_size=1))
+    ctx = multiprocessing.get_context("spawn")
+    parent_before = os.sched_getaffinity(0)
+    recv, send = ctx.Pipe(duplex=False)
+    with vllm.configure_subprocess(cfg, 0, topology=topo):
+        p = ctx.Process(target=_child_state, args=(send,))
+        p.start()
+    state = recv.recv()
+    p.join(30)
+    assert p.exitcode == 0
+    assert state == ([1], "bind", [0])
+    assert os.sched_getaffinity(0) == parent_before
