@@ -107,7 +107,7 @@ def run_scenario(plan, rounds: int, numactl_ok: bool) -> dict[str, float]:
         for n in order:
             with modes[n]():
                 times[n].append(_start_to_ready(ctx))
-    return {n: statistics.median(v) for n, v in times.items()}
+    return {n: (statistics.median(v), *statistics.quantiles(v, n=4)[::2]) for n, v in times.items()}
 
 
 def main(argv=None) -> int:
@@ -132,9 +132,11 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} CPUs; {args.rounds} rounds; median start-to-ready")
     for label, flag in (("main module does not import numabind", "0"), ("main module imports numabind", "1")):
         os.environ["_BENCH_MAIN_IMPORTS_NUMABIND"] = flag
-        med = run_scenario(plan, args.rounds, numactl_ok)
+        stats = run_scenario(plan, args.rounds, numactl_ok)
+        med = {n: v[0] for n, v in stats.items()}
         base = med["unbound"]
-        parts = [f"{n} {1000 * t:.1f} ms ({t / base:.3f}x)" for n, t in med.items()]
+        parts = [f"{n} {1000 * t:.1f} ms ({t / base:.3f}x; IQR {1000 * stats[n][1]:.1f}-{1000 * stats[n][2]:.1f})"
+                 for n, t in med.items()]
         print(f"[{label}] " + ", ".join(parts))
         line = f"  bound/unbound = {med['bound'] / base:.3f}"
         if "numactl" in med:
