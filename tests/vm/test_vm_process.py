@@ -2,8 +2,7 @@
 
 Item 2: a launcher on node 0 starts a child that touches 256 MiB, under spawn, forkserver and
 fork, once bound at birth through ``configure_subprocess`` (node 1) and once with CPU-only late
-binding; the scenario is ``process_cases._scenario``. It runs in a forked launcher that is not
-daemonic (``probe.in_child``'s child is, and a daemonic process may not start children). The
+binding; the scenario is ``process_cases._scenario``, run by ``probe.in_child``. The
 spawn mode where the child binds itself while it unpickles its preparation data
 (``spawn="in-child"``) is measured as well.
 
@@ -24,43 +23,11 @@ from .process_cases import SIZE, _child_touch, _scenario
 MIB = probe.MIB
 
 
-def _launcher_main(conn, fn, args) -> None:
-    import traceback
-
-    try:
-        conn.send(("ok", fn(*args)))
-    except BaseException:  # noqa: BLE001 - everything goes back to the test
-        conn.send(("error", traceback.format_exc()))
-    conn.close()
-
-
-def in_launcher(fn, *args, timeout: float = 480):
-    """``fn(*args)`` in a forked, non-daemonic child (it may start children); its result or traceback."""
-    ctx = multiprocessing.get_context("fork")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_launcher_main, args=(child, fn, args))
-    proc.start()
-    child.close()
-    try:
-        if not parent.poll(timeout):
-            raise probe.ChildFailed(f"launcher {proc.pid} gave no result within {timeout} s (exit {proc.exitcode})")
-        kind, value = parent.recv()
-    finally:
-        proc.join(30)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        parent.close()
-    if kind == "error":
-        raise probe.ChildFailed(f"in the launcher:\n{value}")
-    return value
-
-
 @pytest.mark.numa_vm(topology="2n")
 @pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
 def test_birth_time_binding_beats_late_cpu_only_binding(method, vm_topology):
     node0, node1 = sorted(vm_topology.node_cpus(0)), sorted(vm_topology.node_cpus(1))
-    r = in_launcher(_scenario, method, node0, node1)
+    r = probe.in_child(_scenario, method, node0, node1, timeout=480)
     birth, late = r["birth"], r["late"]
     assert r["launcher_cpus"] == node0 and r["launcher_policy"] in ("default", None)
     assert birth["cpus"] == node1 and late["cpus"] == node1
@@ -102,7 +69,7 @@ def _in_child_scenario(node0_cpus: list[int], node1_cpus: list[int]) -> dict:
 @pytest.mark.numa_vm(topology="2n")
 def test_spawn_child_binding_itself_places_its_memory(vm_topology):
     node0, node1 = sorted(vm_topology.node_cpus(0)), sorted(vm_topology.node_cpus(1))
-    r = in_launcher(_in_child_scenario, node0, node1)
+    r = probe.in_child(_in_child_scenario, node0, node1, timeout=480)
     birth = r["birth"]
     share = probe.shares(birth["move_pages"]).get(1, 0.0)
     whole = probe.shares(birth["process"]).get(1, 0.0)
