@@ -524,10 +524,14 @@ def _install() -> None:
     global _installed, _orig_prep, _orig_spawnv, _fork_hook_registered
     with _install_lock:
         if _installed == 0:
-            _orig_prep = _mp_spawn.get_preparation_data
-            _orig_spawnv = _mp_util.spawnv_passfds
-            _mp_spawn.get_preparation_data = _get_preparation_data
-            _mp_util.spawnv_passfds = _spawnv_passfds
+            # A wrapper left inside another library's wrapper (see _uninstall) is still in the
+            # chain: wrapping again would make it call itself.
+            if _orig_prep is None or _mp_spawn.get_preparation_data is _orig_prep:
+                _orig_prep = _mp_spawn.get_preparation_data
+                _mp_spawn.get_preparation_data = _get_preparation_data
+            if _orig_spawnv is None or _mp_util.spawnv_passfds is _orig_spawnv:
+                _orig_spawnv = _mp_util.spawnv_passfds
+                _mp_util.spawnv_passfds = _spawnv_passfds
         _installed += 1
         if not _fork_hook_registered:  # at-fork hooks cannot be unregistered: registered once, idle when unused
             os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
@@ -541,12 +545,15 @@ def _uninstall() -> None:
         _installed -= 1
         if _installed:
             return
+        # When another library wrapped them after us, ours stays inside theirs, idle without a plan.
         if _mp_spawn.get_preparation_data is _get_preparation_data:
             _mp_spawn.get_preparation_data = _orig_prep
-        else:  # someone wrapped it after us; ours stays inside theirs, idle with no plan
-            log.debug("multiprocessing.spawn.get_preparation_data was replaced by another library; left in place")
+        else:
+            log.debug("multiprocessing.spawn.get_preparation_data was wrapped by another library; ours stays inside")
         if _mp_util.spawnv_passfds is _spawnv_passfds:
             _mp_util.spawnv_passfds = _orig_spawnv
+        else:
+            log.debug("multiprocessing.util.spawnv_passfds was wrapped by another library; ours stays inside")
 
 
 @contextlib.contextmanager

@@ -443,3 +443,27 @@ def test_configure_subprocess_rejects_bad_arguments():
     with pytest.raises(numabind.PlanError):
         with configure_subprocess(PLAN, threads="some"):
             pass
+
+
+def test_a_library_wrapping_after_us_keeps_working():
+    """Another library wraps get_preparation_data inside our block: ours stays in its chain, never twice."""
+    original = multiprocessing.spawn.get_preparation_data
+    try:
+        with configure_subprocess(PLAN):
+            ours = multiprocessing.spawn.get_preparation_data
+            assert ours is not original
+
+            def theirs(name):
+                return ours(name)
+
+            multiprocessing.spawn.get_preparation_data = theirs
+        assert multiprocessing.spawn.get_preparation_data is theirs
+        with configure_subprocess(PLAN):
+            assert multiprocessing.spawn.get_preparation_data is theirs
+            data = theirs("probe")  # no recursion; an unknown launcher gets the in-child entry
+            assert "_numabind_bind" in data and "_numabind_sys_path" in data
+            _, s = _start_and_read(multiprocessing.get_context("forkserver"))
+            assert _bound_state(s)
+        assert "_numabind_bind" not in theirs("probe")
+    finally:
+        multiprocessing.spawn.get_preparation_data = original
