@@ -117,5 +117,6 @@ def test_migrate_reports_pages_moved_and_left(vm_topology):
     # the report's numbers agree with an independent count: at least the region moved, and what is
     # left on node 0 is what numa_maps still shows there (give or take pages allocated meanwhile)
     assert r["moved"] >= 0.99 * pages
-    assert r["moved"] <= r["whole_before"].get(0, 0)
+    # the interpreter allocates a few pages on node 0 between the count and migrate_pages(2)
+    assert r["moved"] <= r["whole_before"].get(0, 0) + 64
     assert abs(r["left"] - left_measured) <= 64
