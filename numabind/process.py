@@ -484,14 +484,14 @@ def _before_fork() -> None:
     if _top() is not None:
         # A thread of the parent may hold the backend registry lock while this
         # thread forks; hold it across fork so the child's copy is released.
-        _backends._lock.acquire()
+        _backends.lock_for_fork()
         _local.holds_lock = True
 
 
 def _after_fork_parent() -> None:
     if getattr(_local, "holds_lock", False):
         _local.holds_lock = False
-        _backends._lock.release()
+        _backends.unlock_after_fork()
 
 
 def _after_fork_child() -> None:
@@ -499,7 +499,7 @@ def _after_fork_child() -> None:
     held = getattr(_local, "holds_lock", False)
     if held:
         _local.holds_lock = False
-        _backends._lock.release()
+        _backends.unlock_after_fork()
     st = getattr(_local, "stack", None)
     if not held or not st:
         return

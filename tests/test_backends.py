@@ -467,6 +467,17 @@ print(json.dumps({"info": info, "backend": r.backend, "reason": r.backend_reason
     assert out["forced"] and "'libnuma' was forced but cannot be used" in out["forced"]
 
 
+@pytest.mark.parametrize("value", ["/tmp/evil.so", "../libnuma.so.1", "libnuma.so.1; id", "libx.so\n", ""])
+def test_hostile_libnuma_soname_is_refused_not_loaded(value):
+    out = run_json('''
+import json, numabind
+info = numabind.backend_info()
+print(json.dumps({"selected": info["selected"], "why": info["unavailable"].get("libnuma", "")}))
+''', env={"_NUMABIND_LIBNUMA": value})
+    assert out["selected"] == "syscall"
+    assert "is not a bare shared-library name" in out["why"] and "refusing to load" in out["why"]
+
+
 @kernel
 def test_libnuma_forced_when_absent_is_an_error():
     cp = run_python('''

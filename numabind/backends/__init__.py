@@ -15,7 +15,8 @@ import threading
 from ..errors import NumabindError
 from .base import Backend
 
-__all__ = ["Backend", "BACKEND_NAMES", "get_backend", "backend_info", "reset_backends"]
+__all__ = ["Backend", "BACKEND_NAMES", "get_backend", "backend_info", "lock_for_fork", "reset_backends",
+           "unlock_after_fork"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,17 @@ def backend_info() -> dict:
         "available": available,
         "unavailable": {n: _failures[n] for n in BACKEND_NAMES if not available[n]},
     }
+
+
+def lock_for_fork() -> None:
+    """Hold the registry lock across a fork (an ``os.register_at_fork`` *before* hook),
+    so a child never inherits it locked by a thread that does not exist there."""
+    _lock.acquire()
+
+
+def unlock_after_fork() -> None:
+    """Release what :func:`lock_for_fork` took, in the parent and in the child."""
+    _lock.release()
 
 
 def reset_backends() -> None:

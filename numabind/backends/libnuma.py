@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from ..errors import NumabindError
 from ._native import NativeBackend
@@ -10,8 +11,10 @@ from ._native import NativeBackend
 __all__ = ["LibnumaBackend", "LIBNUMA_SONAME"]
 
 #: The soname opened; ``_NUMABIND_LIBNUMA`` overrides it (tests use it to
-#: simulate a machine without libnuma).
+#: simulate a machine without libnuma). Only a bare library file name is
+#: accepted: a path would let the environment choose code to load.
 LIBNUMA_SONAME = "libnuma.so.1"
+_SONAME = re.compile(r"lib[A-Za-z0-9_+-]+\.so(\.[0-9]+)*")
 
 
 class LibnumaBackend(NativeBackend):
@@ -21,6 +24,11 @@ class LibnumaBackend(NativeBackend):
     def __init__(self) -> None:
         super().__init__()
         soname = os.environ.get("_NUMABIND_LIBNUMA", LIBNUMA_SONAME)
+        if not _SONAME.fullmatch(soname):
+            raise NumabindError(
+                f"_NUMABIND_LIBNUMA={soname[:100]!r} is not a bare shared-library name like "
+                f"'libnuma.so.1'; refusing to load it (unset the variable)"
+            )
         err = self.ffi.new("char[]", 512)
         if self.lib.nb_numa_load(soname.encode(), err, 512) != 0:
             raise NumabindError(f"cannot load {soname}: {self.ffi.string(err).decode(errors='replace')}")
