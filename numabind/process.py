@@ -742,7 +742,20 @@ class _SlotTable:
         self._owner = os.getpid()
         weakref.finalize(self, _remove_file, self.path, self._owner)
 
+    #: A replacement can start while the worker it replaces is still exiting
+    #: (ProcessPoolExecutor starts it as soon as the old one reported its last
+    #: result): wait this long for a slot to free before taking an extra one.
+    CLAIM_WAIT_S = 2.0
+
     def claim(self) -> int:
+        deadline = time.monotonic() + self.CLAIM_WAIT_S
+        while True:
+            slot = self._claim_once(extra=time.monotonic() >= deadline)
+            if slot is not None:
+                return slot
+            time.sleep(0.01)
+
+    def _claim_once(self, extra: bool) -> int | None:
         import fcntl
 
         me = (os.getpid(), _start_time(os.getpid()))
@@ -757,6 +770,8 @@ class _SlotTable:
             if free:
                 slot = free[0]
                 table[slot] = list(me)
+            elif not extra:
+                return None
             else:  # more live workers than slots: keep going round robin, and say why
                 slot = len(table)
                 table.append(list(me))
