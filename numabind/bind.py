@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 
 from .backends import Backend, get_backend
+from .backends.base import node_pages
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
 from .plan import MEM_POLICIES, Plan
@@ -328,8 +329,6 @@ class _Binder:
         self.pages_migrated = None
         if not self.plan.migrate:
             return None
-        from .process import node_pages  # lazy: numabind.process imports this module
-
         target = (self.plan.mem_nodes or frozenset()) & self.limits.memory_nodes
         source = (self.limits.mems_allowed & self.limits.memory_nodes) - target
         if not target or not source:

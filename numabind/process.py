@@ -55,7 +55,6 @@ import logging
 import multiprocessing.spawn as _mp_spawn
 import multiprocessing.util as _mp_util
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -67,6 +66,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from . import backends as _backends
+from .backends.base import NodePages, node_pages
 from ._fs import FsReader
 from .bind import THREAD_MODES, BindReport, bind_current, current_binding, strict_default
 from .cpulist import format_cpulist
@@ -844,43 +844,3 @@ def pool_plans(plans: Sequence[Plan], processes: int | None = None, *, strict: b
 
 
 # ----------------------------------------------------------------------------- pages per node
-@dataclass(frozen=True)
-class NodePages:
-    """Resident pages of a process per NUMA node (in base pages), from ``/proc/PID/numa_maps``."""
-
-    total: dict[int, int]
-    shared: dict[int, int]    # in file-backed mappings or pages mapped by several processes
-
-    def on(self, nodes) -> int:
-        return sum(n for node, n in self.total.items() if node in nodes)
-
-    def shared_on(self, nodes) -> int:
-        return sum(n for node, n in self.shared.items() if node in nodes)
-
-
-_NODE_RE = re.compile(r"\bN(\d+)=(\d+)")
-_KPAGE_RE = re.compile(r"\bkernelpagesize_kB=(\d+)")
-_MAPMAX_RE = re.compile(r"\bmapmax=(\d+)")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def node_pages(pid: int | str = "self") -> NodePages | None:
-    """Count a process's pages per node; None when numa_maps cannot be read (no NUMA, no permission)."""
-    text = FsReader("/").read(f"proc/{pid}/numa_maps")
-    if text is None:
-        return None
-    total: dict[int, int] = {}
-    shared: dict[int, int] = {}
-    for line in text.splitlines():
-        scale = 1
-        m = _KPAGE_RE.search(line)
-        if m:
-            scale = max(1, int(m[1]) * 1024 // _PAGE)
-        mapmax = _MAPMAX_RE.search(line)
-        is_shared = " file=" in line or (mapmax is not None and int(mapmax[1]) > 1)
-        for node, count in _NODE_RE.findall(line):
-            n = int(count) * scale
-            total[int(node)] = total.get(int(node), 0) + n
-            if is_shared:
-                shared[int(node)] = shared.get(int(node), 0) + n
-    return NodePages(total=total, shared=shared)

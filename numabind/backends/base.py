@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ __all__ = [
     "node_mask_bits",
     "cpu_mask_bits",
     "KernelLimits",
+    "NodePages",
+    "node_pages",
 ]
 
 # <linux/mempolicy.h>
@@ -182,3 +185,45 @@ class Backend(ABC):
         """argv prefix that starts a command bound to ``plan``, or None when the
         backend binds in-process (then the caller binds and execs)."""
         return None
+
+
+@dataclass(frozen=True)
+class NodePages:
+    """Resident pages of a process per NUMA node (in base pages), from ``/proc/PID/numa_maps``."""
+
+    total: dict[int, int]
+    shared: dict[int, int]    # in file-backed mappings or pages mapped by several processes
+
+    def on(self, nodes) -> int:
+        return sum(n for node, n in self.total.items() if node in nodes)
+
+    def shared_on(self, nodes) -> int:
+        return sum(n for node, n in self.shared.items() if node in nodes)
+
+
+_NODE_RE = re.compile(r"\bN(\d+)=(\d+)")
+_KPAGE_RE = re.compile(r"\bkernelpagesize_kB=(\d+)")
+_MAPMAX_RE = re.compile(r"\bmapmax=(\d+)")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def node_pages(pid: int | str = "self") -> NodePages | None:
+    """Count a process's pages per node; None when numa_maps cannot be read (no NUMA, no permission)."""
+    text = _LIVE.read(f"proc/{pid}/numa_maps")
+    if text is None:
+        return None
+    total: dict[int, int] = {}
+    shared: dict[int, int] = {}
+    for line in text.splitlines():
+        scale = 1
+        m = _KPAGE_RE.search(line)
+        if m:
+            scale = max(1, int(m[1]) * 1024 // _PAGE)
+        mapmax = _MAPMAX_RE.search(line)
+        is_shared = " file=" in line or (mapmax is not None and int(mapmax[1]) > 1)
+        for node, count in _NODE_RE.findall(line):
+            n = int(count) * scale
+            total[int(node)] = total.get(int(node), 0) + n
+            if is_shared:
+                shared[int(node)] = shared.get(int(node), 0) + n
+    return NodePages(total=total, shared=shared)
