@@ -27,7 +27,8 @@ from .process import (
     wrap_command,
     worker_slot,
 )
-from .strategies import MODES, PlanRow, auto_plan_available, plan_for_gpu, plan_for_gpus, plan_table
+from .auto import auto_plan_available
+from .strategies import MODES, PlanRow, plan_for_gpu, plan_for_gpus, plan_table
 from .topology import Cache, Cpu, Node, Topology, discover
 
 __version__ = "0.1.0"

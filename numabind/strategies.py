@@ -2,9 +2,9 @@
 
 Every function here takes a :class:`~numabind.topology.Topology` and returns
 values; nothing reads a file or calls the kernel (``topology=None`` only
-means "call :func:`numabind.topology.discover` first"). The one exception is
-:func:`auto_plan_available`, which, for the live machine and only when the
-caller did not pass them, asks the process for its affinity and memory policy.
+means "call :func:`numabind.topology.discover` first"). The automatic-binding
+gate's one live input, the process's current binding, is read by
+:func:`numabind.auto.auto_plan_available`, which then calls :func:`auto_gate`.
 
 Placement of one GPU:
 
@@ -38,7 +38,7 @@ __all__ = [
     "POLICIES",
     "PctSku",
     "PlanRow",
-    "auto_plan_available",
+    "auto_gate",
     "pct_config",
     "pct_priority_cpus",
     "plan_for_gpu",
@@ -547,46 +547,14 @@ def plan_table(topology=None, mode: str = "node", policy: str | None = "bind", *
 
 
 # -------------------------------------------------------- automatic gate
-def _live_binding():
-    """What the kernel says about this process (through :mod:`numabind.bind`), or None."""
-    try:
-        from . import bind
+def auto_gate(topology, *, affinity: Iterable[int] | None = None, mem_policy: str | None = None,
+              gpus: Iterable[int] | None = None, mode: str = "node", unbound_cpus: Iterable[int] | None = None,
+              live=None) -> tuple[bool, str]:
+    """The pure automatic-binding gate (see :func:`numabind.auto.auto_plan_available`); never raises.
 
-        return bind.current_binding()
-    except Exception as exc:  # bind layer missing, no backend, or the kernel refused
-        log.debug("auto binding: current binding unreadable: %s", exc)
-        return None
-
-
-def auto_plan_available(topology=None, *, affinity: Iterable[int] | None = None,
-                        mem_policy: str | None = None, gpus: Iterable[int] | None = None,
-                        mode: str = "node", unbound_cpus: Iterable[int] | None = None) -> tuple[bool, str]:
-    """Whether automatic binding should be attempted, and why (never raises).
-
-    Conditions, checked in this order:
-
-    * more than one NUMA node has CPUs;
-    * at least one GPU is visible (or listed in ``gpus``);
-    * the process is not already bound by its launcher: its CPU affinity
-      covers ``unbound_cpus`` (default: every online CPU; in a container
-      pinned by a cpuset, pass the cpuset's CPUs);
-    * the memory policy is still ``default``;
-    * every GPU (``gpus``, default every visible one) gets a plan in ``mode``.
-
-    ``affinity`` and ``mem_policy`` default, for the live machine (root
-    ``/``), to what :func:`numabind.bind.current_binding` reads from the
-    kernel; for a dump, to the dump's allowed CPUs and ``default``.
+    ``live`` is what the kernel says about the process (``.cpus``, ``.mem_policy``)
+    when ``topology`` is the live machine, read by the caller; None when unreadable.
     """
-    ok, why = _gate(topology, affinity, mem_policy, gpus, mode, unbound_cpus)
-    (log.info if ok else log.debug)("automatic binding %s: %s", "available" if ok else "skipped", why)
-    return ok, why
-
-
-def _gate(topology, affinity, mem_policy, gpus, mode, unbound_cpus) -> tuple[bool, str]:
-    try:
-        topology = _topology(topology)
-    except Exception as exc:
-        return False, f"topology discovery failed: {exc}"
     try:
         cpu_nodes = sorted(n for n, nd in topology.nodes.items() if nd.cpus)
         if len(cpu_nodes) < 2:
@@ -594,10 +562,10 @@ def _gate(topology, affinity, mem_policy, gpus, mode, unbound_cpus) -> tuple[boo
         indices = sorted({g.index for g in topology.gpus}) if gpus is None else sorted(set(gpus))
         if not indices:
             return False, "no visible GPU"
-        live = topology.root == "/"
-        current = _live_binding() if live and (affinity is None or mem_policy is None) else None
+        is_live = getattr(topology, "root", None) == "/"
+        current = live
         if affinity is None:
-            affinity = topology.allowed_cpus if not live else (current.cpus if current is not None else None)
+            affinity = topology.allowed_cpus if not is_live else (current.cpus if current is not None else None)
             if affinity is None:
                 return False, "the process CPU affinity is unreadable"
         affinity = frozenset(affinity)
@@ -608,7 +576,7 @@ def _gate(topology, affinity, mem_policy, gpus, mode, unbound_cpus) -> tuple[boo
                 f"this process; pass explicit nodes to override"
             )
         if mem_policy is None:
-            mem_policy = "default" if not live else getattr(current, "mem_policy", None)
+            mem_policy = "default" if not is_live else getattr(current, "mem_policy", None)
             if mem_policy is None:
                 return False, "the memory policy is unreadable (in a container, try --cap-add SYS_NICE)"
         if mem_policy != "default":

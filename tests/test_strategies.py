@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import numabind.topology as topology_module
-from numabind import strategies
+from numabind import auto, strategies
+from numabind.auto import auto_plan_available
 from numabind._util import FrozenMap
 from numabind.cpulist import parse_cpulist
 from numabind.devices import Gpu
@@ -19,7 +20,6 @@ from numabind.errors import PlanError
 from numabind.plan import Plan
 from numabind.strategies import (
     PCT_SKUS,
-    auto_plan_available,
     pct_config,
     plan_for_gpu,
     plan_for_gpus,
@@ -445,7 +445,7 @@ def test_auto_gate():
     (object(), {}, "gate failed"),
 ])
 def test_auto_gate_refuses(topo, kw, why, caplog):
-    caplog.set_level(logging.DEBUG, logger="numabind.strategies")
+    caplog.set_level(logging.DEBUG, logger="numabind.auto")
     ok, reason = auto_plan_available(topo, **kw)
     assert not ok and why in reason
     assert reason in caplog.text
@@ -458,17 +458,17 @@ def test_auto_gate_on_live_root_reads_the_kernel(monkeypatch):
     def binding(cpus, policy):
         return lambda: types.SimpleNamespace(cpus=cpus, mem_policy=policy)
 
-    monkeypatch.setattr(strategies, "_live_binding", binding(L("0-3"), "default"))
+    monkeypatch.setattr(auto, "_live_binding", binding(L("0-3"), "default"))
     ok, why = auto_plan_available(live)
     assert not ok and "CPU affinity 0-3 does not cover 0-223" in why
-    monkeypatch.setattr(strategies, "_live_binding", binding(t.online_cpus, None))
+    monkeypatch.setattr(auto, "_live_binding", binding(t.online_cpus, None))
     ok, why = auto_plan_available(live)
     assert not ok and "memory policy is unreadable" in why
-    monkeypatch.setattr(strategies, "_live_binding", binding(t.online_cpus, "preferred"))
+    monkeypatch.setattr(auto, "_live_binding", binding(t.online_cpus, "preferred"))
     assert auto_plan_available(live) == (False, "memory policy is already 'preferred'; pass explicit nodes to override")
-    monkeypatch.setattr(strategies, "_live_binding", binding(t.online_cpus, "default"))
+    monkeypatch.setattr(auto, "_live_binding", binding(t.online_cpus, "default"))
     assert auto_plan_available(live)[0]
-    monkeypatch.setattr(strategies, "_live_binding", lambda: None)
+    monkeypatch.setattr(auto, "_live_binding", lambda: None)
     assert auto_plan_available(live) == (False, "the process CPU affinity is unreadable")
 
 

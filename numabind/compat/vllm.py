@@ -19,7 +19,8 @@ import os
 
 from ..errors import PlanError
 from ..plan import Plan
-from ..strategies import auto_plan_available, plan_for_gpu, plan_for_gpus
+from ..auto import auto_plan_available
+from ..strategies import plan_for_gpu, plan_for_gpus
 
 __all__ = [
     "can_auto_bind",
