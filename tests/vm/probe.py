@@ -16,6 +16,7 @@ import collections
 import ctypes
 import errno
 import multiprocessing
+import logging
 import os
 import re
 import struct
@@ -258,3 +259,14 @@ def in_child(fn: Callable, *args, timeout: float = 240):
     if kind == "error":
         raise ChildFailed(f"in the child:\n{value}")
     return value
+
+
+class LogCollector(logging.Handler):
+    """Keeps (level, message) of every record, for asserting what numabind logged in a child."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.levelname, record.getMessage()))

@@ -36,21 +36,12 @@ def cpuset_cgroup(vm_topology):
         cg.rmdir()
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[tuple[str, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append((record.levelname, record.getMessage()))
-
-
 def _inside_cpuset(cg: str) -> dict:
     """Child: join the cgroup, then look at discovery and try plans for node 0 and node 1."""
     Path(cg, "cgroup.procs").write_text(str(os.getpid()))
     import numabind
 
-    collect = _Collect()
+    collect = probe.LogCollector()
     logging.getLogger("numabind").addHandler(collect)
     logging.getLogger("numabind").setLevel(logging.DEBUG)
     out: dict = {}

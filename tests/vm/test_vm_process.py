@@ -84,6 +84,8 @@ def test_spawn_child_binding_itself_places_its_memory(vm_topology):
 
 def _touch_then_migrate(size: int, src_cpus: list[int], dst_cpus: list[int]) -> dict:
     """Child: touch ``size`` bytes on node 0, then bind to node 1 with migrate=True."""
+    import time
+
     import numabind
 
     numabind.bind_current(numabind.Plan(cpus=frozenset(src_cpus), mem_policy="bind", mem_nodes=frozenset({0})),
@@ -92,13 +94,17 @@ def _touch_then_migrate(size: int, src_cpus: list[int], dst_cpus: list[int]) -> 
         region.touch()
         before = dict(region.node_counts())
         whole_before = probe.process_node_pages()
+        t0 = time.monotonic()
         report = numabind.bind_current(numabind.Plan(cpus=frozenset(dst_cpus), mem_policy="bind",
                                                      mem_nodes=frozenset({1}), migrate=True))
+        seconds = time.monotonic() - t0
         after = dict(region.node_counts())
+        maps = region.numa_maps()["nodes"]
         whole_after = probe.process_node_pages()
-    return {"before": before, "after": after, "whole_before": whole_before, "whole_after": whole_after,
-            "moved": report.pages_migrated, "left": report.pages_not_migrated,
-            "warnings": list(report.warnings), "notes": list(report.notes)}
+    return {"before": before, "after": after, "numa_maps": maps, "whole_before": whole_before,
+            "whole_after": whole_after, "seconds": seconds, "moved": report.pages_migrated,
+            "left": report.pages_not_migrated, "warnings": list(report.warnings), "notes": list(report.notes),
+            "cpus": sorted(report.applied.cpus), "policy": report.applied.mem_policy}
 
 
 @pytest.mark.numa_vm(topology="2n")
@@ -112,8 +118,10 @@ def test_migrate_reports_pages_moved_and_left(vm_topology):
     left_measured = r["whole_after"].get(0, 0)
     print(f"item 3, migrate=True: region before {probe.fmt_shares(r['before'])}, after {probe.fmt_shares(r['after'])}; "
           f"BindReport: {r['moved']} pages moved, {r['left']} left on node 0; whole process on N0 "
-          f"{r['whole_before'].get(0, 0)} -> {left_measured} pages; warnings {r['warnings']}; notes {r['notes']}")
-    assert share >= 99.0
+          f"{r['whole_before'].get(0, 0)} -> {left_measured} pages in {r['seconds']:.1f} s; "
+          f"warnings {r['warnings']}; notes {r['notes']}")
+    assert r["warnings"] == [] and r["cpus"] == dst and r["policy"] == "bind"
+    assert share >= 99.0 and probe.shares(r["numa_maps"]).get(1, 0.0) >= 99.0
     # the report's numbers agree with an independent count: at least the region moved, and what is
     # left on node 0 is what numa_maps still shows there (give or take pages allocated meanwhile)
     assert r["moved"] >= 0.99 * pages

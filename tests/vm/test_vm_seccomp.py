@@ -21,22 +21,13 @@ from . import harness, probe
 MPOL_DEFAULT = 0
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[tuple[str, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append((record.levelname, record.getMessage()))
-
-
 def _denied(backend: str, cpus: list[int], policy: str, nodes: list[int]) -> dict:
     os.environ["NUMABIND_BACKEND"] = backend
     probe.deny_mempolicy()
     import numabind
 
     out: dict = {"raw": probe.raw_set_mempolicy(MPOL_DEFAULT)}
-    collect = _Collect()
+    collect = probe.LogCollector()
     logging.getLogger("numabind").addHandler(collect)
     logging.getLogger("numabind").setLevel(logging.DEBUG)
     plan = numabind.Plan(cpus=frozenset(cpus), mem_policy=policy, mem_nodes=frozenset(nodes))
