@@ -138,6 +138,38 @@ def test_mask_sizes_follow_the_possible_ids():
     assert cpu_mask_bits() == max(64, (max(cpus) + 64) // 64 * 64)
 
 
+@pytest.fixture
+def wide_kernel(monkeypatch):
+    """Pretend the kernel's possible ids are nodes 0-127 and CPUs 0-2047 (as on the largest machines)."""
+    import numabind.backends.base as base
+
+    real = base._max_id
+    monkeypatch.setattr(base, "_max_id", lambda path, fallback: 127 if "/node/" in path
+                        else 2047 if "/cpu/" in path else real(path, fallback))
+    base.node_mask_bits.cache_clear()
+    base.cpu_mask_bits.cache_clear()
+    yield
+    base.node_mask_bits.cache_clear()
+    base.cpu_mask_bits.cache_clear()
+
+
+@kernel
+@pytest.mark.parametrize("name", ["libnuma", "syscall"])
+def test_masks_wider_than_64_nodes_and_1024_cpus_work(wide_kernel, name):
+    """Masks are sized from the possible ids, not fixed at 64 nodes / 1024 CPUs; the kernel takes them."""
+    assert (node_mask_bits(), cpu_mask_bits()) == (128, 2048)
+    be = get_backend(name)[0]
+    old_policy, old_cpus = be.get_mempolicy(), be.get_affinity(0)
+    try:
+        be.set_mempolicy("interleave", frozenset({0}))
+        be.set_affinity(0, frozenset({1}))
+        assert be.get_mempolicy() == ("interleave", frozenset({0}))
+        assert be.get_affinity(0) == frozenset({1}) == frozenset(os.sched_getaffinity(0))
+    finally:
+        be.set_affinity(0, old_cpus)
+        be.set_mempolicy(*old_policy)
+
+
 # --------------------------------------------------------------------------- the common interface
 @kernel
 @pytest.mark.parametrize("name", BACKEND_NAMES)
