@@ -416,10 +416,15 @@ def bind_current(plan: Plan, strict: bool | None = None, *, threads: str = "matc
     strict = strict_default(strict)
     be, why = get_backend(backend)
     b = _Binder(plan, strict, threads, be, why)
-    b.apply_memory()
-    results = b.apply_cpus()
-    left = b.migrate()
-    applied = b.read_back()
+    try:
+        b.apply_memory()
+        results = b.apply_cpus()
+        left = b.migrate()
+        applied = b.read_back()
+    except BaseException:
+        # strict failures have rolled back already; anything unexpected must not leave a half binding
+        b.rollback()
+        raise
     others = [r for r in results[1:] if r.status != "exited"]
     if plan.mem_policy is not None and others and be.in_process_memory:
         b.notes.append(

@@ -599,6 +599,24 @@ def test_strict_thread_refusal_rolls_back_threads_already_bound(backend, monkeyp
         assert raw_mempolicy() == (MPOL["preferred"], frozenset({0}))
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_an_unexpected_error_midway_leaves_no_half_binding(monkeypatch, all_cpus, strict):
+    """Not a kernel refusal but a bug or a vanished /proc: whatever was changed is undone, then it raises."""
+    be, _ = get_backend("syscall")
+    raw_set_mempolicy("preferred", {0})
+    with Parked(2):
+        before = thread_affinities()
+
+        def broken_walk():
+            raise RuntimeError("cannot list /proc/self/task")
+
+        monkeypatch.setattr(be, "thread_ids", broken_walk)
+        with pytest.raises(RuntimeError, match="/proc/self/task"):
+            numabind.bind_current(Plan(cpus={0}, mem_policy="bind", mem_nodes={0}), strict=strict, backend="syscall")
+        assert thread_affinities() == before
+        assert raw_mempolicy() == (MPOL["preferred"], frozenset({0}))
+
+
 @pytest.mark.parametrize("backend", NATIVE)
 def test_non_strict_degrades_step_by_step_with_warnings(backend, monkeypatch, caplog, all_cpus):
     """bind refused → preferred; each step is a warning with errno and syscall, logged at WARNING."""
