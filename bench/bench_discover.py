@@ -35,9 +35,9 @@ class _Recorder(FsReader):
         super().__init__(root)
         self.reads: list[str] = []
 
-    def read(self, rel):
+    def read(self, rel, limit=None):
         self.reads.append(rel)
-        return super().read(rel)
+        return super().read(rel, limit)
 
 
 def _median_ms(fn, runs: int) -> float:
