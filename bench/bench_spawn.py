@@ -118,6 +118,8 @@ def main(argv=None) -> int:
                          "itself, not the child having fewer CPUs)")
     ap.add_argument("--node", type=int, default=0, help="memory node of the plan (bind)")
     args = ap.parse_args(argv)
+    if args.rounds < 2:
+        ap.error("--rounds must be at least 2 (quartiles need two samples)")
 
     import numabind
 
