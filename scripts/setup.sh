@@ -28,8 +28,9 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$with_tests" -eq 1 ]; then
+    # editable: the tests import the checkout, so the C extension is built in place
     .venv/bin/python -m pip install -q -e '.[test]'
     .venv/bin/python -m tests.vm.harness prepare
 else
-    .venv/bin/python -m pip install -q -e .
+    .venv/bin/python -m pip install -q .
 fi
