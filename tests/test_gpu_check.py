@@ -1,0 +1,91 @@
+"""tools/gpu_check.py: the prepared cross-check of GPU discovery against nvidia-smi and NVML."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from numabind._nvml import NvmlDevice
+from numabind.cpulist import parse_cpulist
+from numabind.topology import discover
+
+from .fakegpu import add_nvidia_gpu, nv_uuid
+from .fakesys import two_sockets
+
+REPO = Path(__file__).resolve().parent.parent
+TOOL = REPO / "tools" / "gpu_check.py"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("gpu_check", TOOL)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _machine(tmp_path):
+    root = tmp_path / "root"
+    two_sockets(root, cpus_per_socket=8)
+    for k, addr in enumerate(("0000:18:00.0", "0000:9a:00.0")):
+        add_nvidia_gpu(root, addr, numa_node=k, minor=k)
+    return root
+
+
+def _fake_smi(tmp_path, lines):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncat <<'EOF'\n" + "".join(f"{line}\n" for line in lines) + "EOF\n")
+    smi.chmod(0o755)
+    return bin_dir
+
+
+def _run(tmp_path, root, bin_dir):
+    env = dict(os.environ, NUMABIND_FSROOT=str(root), PATH=f"{bin_dir}:/usr/bin:/bin")
+    return subprocess.run([sys.executable, str(TOOL), "--json"], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_agrees_with_nvidia_smi(tmp_path):
+    root = _machine(tmp_path)
+    bin_dir = _fake_smi(tmp_path, [f"0, 00000000:18:00.0, {nv_uuid(0)}, NVIDIA H100 80GB HBM3",
+                                   f"1, 00000000:9A:00.0, {nv_uuid(1)}, NVIDIA H100 80GB HBM3"])
+    proc = _run(tmp_path, root, bin_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["agree"] and [r["numa_node"] for r in out["gpus"]] == [0, 1]
+    assert [r["smi_pci"] for r in out["gpus"]] == ["0000:18:00.0", "0000:9a:00.0"]
+
+
+def test_reports_a_different_order_or_uuid(tmp_path):
+    root = _machine(tmp_path)
+    bin_dir = _fake_smi(tmp_path, [f"0, 00000000:9A:00.0, {nv_uuid(1)}, NVIDIA H100 80GB HBM3",
+                                   f"1, 00000000:18:00.0, {nv_uuid(7)}, NVIDIA H100 80GB HBM3"])
+    proc = _run(tmp_path, root, bin_dir)
+    assert proc.returncode == 1
+    problems = json.loads(proc.stdout)["problems"]
+    assert "GPU 0: numabind 0000:18:00.0, nvidia-smi 0000:9a:00.0" in problems
+    assert any("UUID" in p for p in problems)
+
+
+def test_nothing_to_compare_without_nvidia_smi(tmp_path):
+    root = _machine(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = _run(tmp_path, root, empty)
+    assert proc.returncode == 2 and "nvidia-smi is missing" in proc.stdout
+
+
+def test_nvml_memory_and_cpu_affinity_are_compared(tmp_path):
+    root = _machine(tmp_path)
+    gpus = [g for g in discover(root).gpus]
+    smi = [{"index": k, "pci_address": g.pci_address, "uuid": g.uuid, "name": "x"} for k, g in enumerate(gpus)]
+    nvml = [NvmlDevice(0, gpus[0].pci_address, memory_nodes=frozenset({0})),
+            NvmlDevice(1, gpus[1].pci_address, memory_nodes=frozenset({0}), cpu_affinity=parse_cpulist("0-3"))]
+    rows, problems = _tool().compare(gpus, smi, nvml)
+    assert rows[0]["nvml_memory_nodes"] == "0"
+    assert problems == ["GPU 1: numabind node 1, NVML memory affinity 0"]
