@@ -25,19 +25,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from numabind._fs import FsReader  # noqa: E402
 from numabind.topology import discover, discover_from  # noqa: E402
-from tests.fakesys import snc  # noqa: E402
+from tests.fakesys import RecordingReader, snc  # noqa: E402
 
 
-class _Recorder(FsReader):
-    def __init__(self, root):
-        super().__init__(root)
-        self.reads: list[str] = []
-
-    def read(self, rel, limit=None):
-        self.reads.append(rel)
-        return super().read(rel, limit)
 
 
 def _median_ms(fn, runs: int) -> float:
@@ -80,7 +71,7 @@ def main(argv=None) -> int:
         machine = snc(root, sockets=2, nodes_per_socket=4, cores_per_node=32, smt=True)
         topo = discover(root)
         assert len(topo.cpus) == 512 and len(topo.nodes) == 8, (len(topo.cpus), len(topo.nodes))
-        recorder = _Recorder(root)
+        recorder = RecordingReader(root)
         discover_from(recorder)
         read_paths = [recorder.path(r) for r in recorder.reads]
         all_paths = [os.path.join(root, r) for r in machine.files()]

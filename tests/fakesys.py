@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from numabind._fs import FsReader
 from numabind.cpulist import format_cpulist, format_mask
 
 try:
@@ -614,3 +615,15 @@ if pytest is not None:
         return _make_factory(tmp_path)
 else:  # pragma: no cover - only the benchmark runs without pytest
     fake_machine = None
+
+
+class RecordingReader(FsReader):
+    """An FsReader that remembers every path it read (tests and bench/bench_discover.py count reads)."""
+
+    def __init__(self, root) -> None:
+        super().__init__(root)
+        self.reads: list[str] = []
+
+    def read(self, rel, limit=None):
+        self.reads.append(rel)
+        return super().read(rel, limit)

@@ -32,6 +32,7 @@ from .fakegpu import add_nvidia_gpu, nv_uuid
 from .fakesys import (
     GIB_KB,
     FakeMachine,
+    RecordingReader,
     big,
     cgroup_restricted,
     cgroup_v1_restricted,
@@ -567,14 +568,6 @@ def test_llc_falls_back_to_the_highest_level_present(tmp_path):
 # -- reads ------------------------------------------------------------------------------
 
 
-class RecordingReader(FsReader):
-    def __init__(self, root):
-        super().__init__(root)
-        self.reads: list[str] = []
-
-    def read(self, rel, limit=None):
-        self.reads.append(rel)
-        return super().read(rel, limit)
 
 
 def _own_reads(reader: RecordingReader) -> list[str]:
