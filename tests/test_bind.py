@@ -836,3 +836,11 @@ def test_bind_current_as_pool_initializer(method, all_cpus):
     # the parent is untouched
     assert os.sched_getaffinity(0) == all_cpus
     assert raw_mempolicy() == (MPOL["default"], frozenset())
+
+
+@pytest.mark.parametrize("value", ("enabled", "2", "y", "maybe", "strict"))
+def test_numabind_strict_unknown_value_is_an_error(value, monkeypatch):
+    # a typo must not silently mean lenient (issue 15, item 10)
+    monkeypatch.setenv("NUMABIND_STRICT", value)
+    with pytest.raises(numabind.NumabindError, match=r"NUMABIND_STRICT=.*not understood.*1, true, yes, on"):
+        numabind.bind_current(Plan(cpus=frozenset(os.sched_getaffinity(0))))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from .backends import Backend, get_backend
 from .backends.base import node_pages
 from .cpulist import format_cpulist
+from ._env import strict_from_env
 from .errors import BindError, NumabindError, PlanError
 from .plan import MEM_POLICIES, Plan
 
@@ -28,11 +29,10 @@ THREAD_MODES = ("matching", "all", "current")
 
 
 def strict_default(strict: bool | None) -> bool:
-    """``strict`` if given, else ``NUMABIND_STRICT=1`` from the environment."""
+    """``strict`` if given, else ``NUMABIND_STRICT`` from the environment (see :mod:`numabind._env`)."""
     if strict is not None:
         return bool(strict)
-    value = os.environ.get("NUMABIND_STRICT", "").strip().lower()
-    return value in ("1", "true", "yes", "on")
+    return strict_from_env()
 
 
 @dataclass(frozen=True)
