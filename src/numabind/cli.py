@@ -109,9 +109,15 @@ def cmd_main(args) -> int:
     info = backend_info()
     print()
     print("== backends ==")
-    print(f"selected: {info['selected']} ({info['reason']})")
+    native = info.get("native")
+    reason = info["reason"]
+    if native:  # said once, in one line, instead of once per native backend
+        print(native)
+        reason = reason.replace(f"ImportError: {native}", "native core missing (above)")
+    print(f"selected: {info['selected']} ({reason})")
     for name, why in info["unavailable"].items():
-        print(f"unavailable: {name}: {why}")
+        if not (native and native in why):
+            print(f"unavailable: {name}: {why}")
     return 0
 
 

@@ -70,6 +70,7 @@ def get_backend(name: str | None = None) -> tuple[Backend, str]:
         how = "argument" if name else "NUMABIND_BACKEND"
         return be, f"{forced} forced by {how}"
     skipped = []
+    said: dict[str, str] = {}  # failure text -> the first backend that failed so (each cause said once)
     for cand in BACKEND_NAMES:
         be = _load(cand)
         if be is not None:
@@ -77,12 +78,28 @@ def get_backend(name: str | None = None) -> tuple[Backend, str]:
             if skipped:
                 why += " (" + "; ".join(skipped) + ")"
             return be, why
-        skipped.append(f"{cand} unavailable: {_failures[cand]}")
+        failure = _failures[cand]
+        skipped.append(f"{cand} unavailable: " + (f"same as {said[failure]}" if failure in said else failure))
+        said.setdefault(failure, cand)
     raise NumabindError("no backend is usable: " + "; ".join(skipped))  # "none" always loads
 
 
+def _native_problem() -> str | None:
+    """One line saying that the native core is missing and how to get it; None when it loads."""
+    from ._native import load_native
+
+    try:
+        load_native()
+    except ImportError as e:
+        return str(e)
+    return None
+
+
 def backend_info() -> dict:
-    """Which backends can be used here and why the others cannot."""
+    """Which backends can be used here and why the others cannot.
+
+    ``native`` is None when the compiled core loads, else one line saying it is missing and how to get it.
+    """
     available = {n: _load(n) is not None for n in BACKEND_NAMES}
     try:
         be, why = get_backend()
@@ -94,6 +111,7 @@ def backend_info() -> dict:
         "reason": reason,
         "available": available,
         "unavailable": {n: _failures[n] for n in BACKEND_NAMES if not available[n]},
+        "native": _native_problem(),
     }
 
 
