@@ -22,12 +22,14 @@ from .base import (
 
 
 def load_native():
-    """The compiled module, or raise ImportError with the reason."""
+    """The compiled module, or raise ImportError with the reason: one short line, with how to get it."""
     try:
         from .. import _native  # built by build_ffi.py
     except ImportError as e:
+        missing = isinstance(e, ModuleNotFoundError) or "cannot import name '_native'" in str(e)
+        why = "not installed" if missing else " ".join(str(e).split())[:160]
         raise ImportError(
-            f"native core numabind._native is not available ({e}): install gcc and python3-dev, "
+            f"native core numabind._native is not available ({why}): install gcc and python3-dev, "
             f"then reinstall numabind"
         ) from e
     return _native
