@@ -379,7 +379,8 @@ def test_missing_cpu_online_uses_cpu_dirs(tmp_path):
     m = offline_cpus(tmp_path)
     m.remove_file(f"{CPU}/online").remove_file(f"{CPU}/possible").write()
     t = discover(tmp_path)
-    assert t.online_cpus == t.possible_cpus == L("0-2,4-5,8-11,13-15")
+    assert t.online_cpus == L("0-2,4-5,8-11,13-15")
+    assert t.possible_cpus == L("0-15")               # every cpuN directory
 
 
 def test_missing_cpu_dir_uses_node_cpulists(tmp_path):
@@ -467,10 +468,35 @@ def test_root_argument_beats_env(fake_machine, monkeypatch):
     assert set(t.nodes) == {0} and t.online_cpus == {0, 1}
 
 
-def test_empty_root_gives_a_cpu_less_node(tmp_path):
-    t = discover(tmp_path)
-    assert nodes_summary(t) == {0: (frozenset(), 0, {0: 10})}
-    assert t.online_cpus == frozenset() and t.allowed_source == "online"
+def test_root_without_sysfs_is_an_error(tmp_path):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/meminfo").write_text("MemTotal: 1024 kB\n")
+    with pytest.raises(NumabindError, match=r"holds no sysfs.*sys/devices/system/cpu"):
+        discover(tmp_path)
+    with pytest.raises(NumabindError, match="holds no sysfs"):
+        discover(tmp_path / "proc")
+
+
+def test_missing_root_is_an_error_not_an_empty_machine(tmp_path, monkeypatch):
+    typo = tmp_path / "nonexistent" / "typo"
+    with pytest.raises(NumabindError, match=r"does not exist.*hwloc-gather-topology"):
+        discover(typo)
+    monkeypatch.setenv("NUMABIND_FSROOT", str(typo))
+    with pytest.raises(NumabindError, match=r"\$NUMABIND_FSROOT=.*does not exist"):
+        discover()
+
+
+def test_root_that_is_a_plain_file_is_an_error(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("not a dump\n")
+    with pytest.raises(NumabindError, match="not a tar archive"):
+        discover(f)
+
+
+def test_sysfs_without_any_cpu_is_an_error(tmp_path):
+    (tmp_path / CPU).mkdir(parents=True)
+    with pytest.raises(NumabindError, match="no online CPU found"):
+        discover(tmp_path)
 
 
 @pytest.mark.kernel

@@ -2,83 +2,369 @@
 
 A whole machine can be replayed from a directory by pointing the root at it
 (like hwloc's ``HWLOC_FSROOT``): discovery code never opens an absolute path.
+The root may also be a dump written by ``hwloc-gather-topology``: its
+directory, or the ``.tar.bz2`` itself, which is unpacked (safely: no path
+outside the dump, no link leading out of it, no device or FIFO, a size cap)
+into a private temporary directory that is removed when the process exits.
+
+Every read is bounded and cannot hang: files are opened non-blocking, anything
+that is not a regular file (a FIFO, a device such as a link to ``/dev/zero``)
+is refused with a :class:`~numabind.errors.NumabindError`, and a file larger
+than :data:`MAX_READ` bytes is an error too. Text ends at the first NUL byte
+(some dump tools pad files with NULs after the kernel's newline).
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import posixpath
+import shutil
+import stat
+import tarfile
+import tempfile
+import threading
 
-__all__ = ["FsReader", "resolve_root"]
+from .errors import NumabindError
+
+__all__ = ["FsReader", "resolve_root", "ascii_int", "MAX_READ", "MAX_DUMP_BYTES"]
+
+log = logging.getLogger(__name__)
+
+#: Largest file (bytes) a read without an explicit limit accepts. Kernel sysfs
+#: attributes are at most one page; the largest procfs files discovery reads
+#: (mounts, cpuinfo of thousands of CPUs) stay far below this.
+MAX_READ = 8 << 20
+
+#: Largest total size of the files unpacked from one dump tarball.
+MAX_DUMP_BYTES = 256 << 20
+#: Largest number of members unpacked from one dump tarball.
+MAX_DUMP_MEMBERS = 500_000
+
+_TAR_SUFFIXES = (".tar", ".tar.bz2", ".tbz2", ".tbz", ".tar.gz", ".tgz", ".tar.xz", ".txz")
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
+
+
+def ascii_int(text: str, *, signed: bool = False, max_digits: int = 20) -> int | None:
+    """``text`` (whitespace trimmed) as a decimal integer of ASCII digits, else None.
+
+    Unlike ``int()``, non-ASCII digits (``"²"``, ``"١٢"``), underscores, a ``+``
+    sign and numbers longer than ``max_digits`` digits are refused, so a hostile
+    file can neither be misread nor hit Python's int-conversion limit.
+    """
+    body = text.strip()
+    negative = signed and body.startswith("-")
+    if negative:
+        body = body[1:]
+    if not body or len(body) > max_digits or not (body.isascii() and body.isdigit()):
+        return None
+    value = int(body)
+    return -value if negative else value
+
+
+# -- roots and dumps -------------------------------------------------------------
+
+_lock = threading.Lock()
+_unpacked: dict[tuple, str] = {}       # (realpath, size, mtime_ns) -> unpacked root
+_cleanup: list[str] = []
+_owner_pid = os.getpid()
+
+
+def _remove_unpacked() -> None:
+    if os.getpid() != _owner_pid:     # a forked child must not delete its parent's dumps
+        return
+    for path in _cleanup:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+atexit.register(_remove_unpacked)
+
+
+def _dump_root(path: str) -> str:
+    """The directory of a dump that holds ``sys``/``proc``: ``path`` itself, or its
+    only subdirectory (an unpacked hwloc-gather-topology tarball holds one
+    directory named after the dump)."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return path
+    if "sys" in names or "proc" in names:
+        return path
+    subdirs = [n for n in names if os.path.isdir(os.path.join(path, n))
+               and not os.path.islink(os.path.join(path, n))]
+    if len(subdirs) == 1:
+        inner = os.path.join(path, subdirs[0])
+        try:
+            inner_names = os.listdir(inner)
+        except OSError:
+            return path
+        if "sys" in inner_names or "proc" in inner_names:
+            return inner
+    return path
+
+
+def _is_tarball(path: str) -> bool:
+    if path.endswith(_TAR_SUFFIXES):
+        return True
+    try:
+        return tarfile.is_tarfile(path)
+    except OSError:
+        return False
+
+
+def _inside(root: str, path: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def _unpack(tarball: str) -> str:
+    """Unpack ``tarball`` into a private temporary directory; returns that directory."""
+    st = os.stat(tarball)
+    key = (os.path.realpath(tarball), st.st_size, st.st_mtime_ns)
+    with _lock:
+        found = _unpacked.get(key)
+        if found is not None and os.path.isdir(found):
+            return found
+        dest = tempfile.mkdtemp(prefix="numabind-dump-")
+        _cleanup.append(dest)
+        try:
+            _extract(tarball, dest)
+        except BaseException:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise
+        _unpacked[key] = dest
+        log.debug("unpacked %s into %s", tarball, dest)
+        return dest
+
+
+def _extract(tarball: str, dest: str) -> None:
+    real_dest = os.path.realpath(dest)
+    total = 0
+    links: list[str] = []
+    skipped = 0
+    try:
+        tf = tarfile.open(tarball, "r:*")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise NumabindError(f"cannot read the dump {tarball}: {exc}") from None
+    with tf:
+        try:
+            for count, member in enumerate(tf, 1):
+                if count > MAX_DUMP_MEMBERS:
+                    raise NumabindError(
+                        f"the dump {tarball} has more than {MAX_DUMP_MEMBERS} members; "
+                        f"a sysfs/procfs dump is far smaller (is this the right file?)")
+                name = posixpath.normpath(member.name.replace("\\", "/"))
+                parts = name.split("/")
+                if name.startswith("/") or ".." in parts or name in (".", "") or "\0" in name:
+                    skipped += 1
+                    continue
+                target = os.path.join(real_dest, *parts)
+                parent = os.path.dirname(target)
+                # realpath resolves the links already unpacked: nothing is created through
+                # a link that leads outside (such links are dropped below).
+                if member.isdir():
+                    if not _inside(real_dest, os.path.realpath(target)):
+                        skipped += 1
+                        continue
+                    os.makedirs(target, mode=0o700, exist_ok=True)
+                    continue
+                if not (member.isfile() or member.issym()):
+                    skipped += 1        # devices, FIFOs, hard links: nothing sysfs dumps need
+                    continue
+                if not _inside(real_dest, os.path.realpath(parent)):
+                    skipped += 1
+                    continue
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+                if os.path.lexists(target):
+                    if os.path.isdir(target) and not os.path.islink(target):
+                        skipped += 1
+                        continue
+                    os.unlink(target)
+                if member.issym():
+                    if posixpath.isabs(member.linkname) or "\0" in member.linkname:
+                        skipped += 1
+                        continue
+                    os.symlink(member.linkname, target)
+                    links.append(target)
+                    continue
+                total += member.size
+                if total > MAX_DUMP_BYTES:
+                    raise NumabindError(
+                        f"the dump {tarball} unpacks to more than {MAX_DUMP_BYTES >> 20} MiB; "
+                        f"a sysfs/procfs dump is a few MiB at most (is this the right file?)")
+                src = tf.extractfile(member)
+                if src is None:
+                    skipped += 1
+                    continue
+                with src, open(target, "xb") as out:
+                    remaining = member.size
+                    while remaining > 0:
+                        chunk = src.read(min(remaining, 1 << 20))
+                        if not chunk:
+                            break
+                        out.write(chunk)
+                        remaining -= len(chunk)
+                os.chmod(target, 0o600)
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise NumabindError(f"cannot unpack the dump {tarball}: {exc}") from None
+    # A link is kept only if it resolves inside the dump, following every link on
+    # the way; removing one can change where others resolve, so repeat until stable.
+    changed = True
+    while changed:
+        changed = False
+        for link in links:
+            if os.path.islink(link) and not _inside(real_dest, os.path.realpath(link)):
+                os.unlink(link)
+                skipped += 1
+                changed = True
+    if skipped:
+        log.debug("skipped %d members of %s (outside the dump, links out of it, "
+                  "devices or FIFOs)", skipped, tarball)
+
+
+def _resolve(root: str | os.PathLike | None) -> tuple[str, str]:
+    """(root directory to read, what the user gave: shown in messages)."""
+    from_env = root is None
+    if root is None:
+        root = os.environ.get("NUMABIND_FSROOT") or "/"
+    given = os.fspath(root)
+    path = os.path.abspath(given)
+    if path == "/":
+        return "/", "/"
+    where = f"$NUMABIND_FSROOT={given!r}" if from_env else repr(given)
+    if os.path.isdir(path):
+        return _dump_root(path), path
+    if os.path.isfile(path):
+        if not _is_tarball(path):
+            raise NumabindError(
+                f"discovery root {where} is a file but not a tar archive; give a directory "
+                f"holding sys/ and proc/, or an hwloc-gather-topology .tar.bz2")
+        return _dump_root(_unpack(path)), path
+    if os.path.lexists(path) or os.path.exists(path):
+        raise NumabindError(f"discovery root {where} is neither a directory nor a tarball")
+    raise NumabindError(
+        f"discovery root {where} does not exist; give a directory holding sys/ and proc/ "
+        f"(a dump of a machine), an hwloc-gather-topology .tar.bz2, or / for this machine")
 
 
 def resolve_root(root: str | os.PathLike | None = None) -> str:
-    """The discovery root: the argument, else ``$NUMABIND_FSROOT``, else ``/``."""
-    if root is None:
-        root = os.environ.get("NUMABIND_FSROOT") or "/"
-    return os.path.abspath(os.fspath(root))
+    """The discovery root: the argument, else ``$NUMABIND_FSROOT``, else ``/``.
+
+    A directory is used as it is (or its only subdirectory, for an unpacked
+    hwloc-gather-topology dump); a tarball is unpacked to a private temporary
+    directory, returned. A root that does not exist is a NumabindError.
+    """
+    return _resolve(root)[0]
+
+
+# -- the reader ------------------------------------------------------------------
 
 
 class FsReader:
-    """Reads files below ``root``; missing or unreadable files read as ``None``."""
+    """Reads files below ``root``; missing or unreadable files read as ``None``.
 
-    __slots__ = ("root", "is_live")
+    ``origin`` is what was asked for (a directory or a tarball), ``root`` the
+    directory actually read.
+    """
+
+    __slots__ = ("root", "is_live", "origin")
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
-        self.root = resolve_root(root)
+        self.root, self.origin = _resolve(root)
         self.is_live = self.root == "/"
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel.lstrip("/"))
 
     def read(self, rel: str, limit: int | None = None) -> str | None:
-        """The file's text (its first ``limit`` bytes when given), or None.
+        """The file's text up to its first NUL byte, or None when it cannot be opened.
+
+        With ``limit``, only the first ``limit`` bytes are read (a prefix is
+        wanted); without it, a file over :data:`MAX_READ` bytes is an error.
+        A path that is not a regular file raises NumabindError.
 
         Raw ``os.read`` is used instead of text-mode ``open``: discovery reads
         thousands of small sysfs files and the io stack costs more than the read.
         """
         try:
-            fd = os.open(self.path(rel), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+            fd = os.open(self.path(rel), _OPEN_FLAGS)
+        except (OSError, ValueError):
             return None
         try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+                raise NumabindError(
+                    f"{self.path(rel)} is {kind}, not a regular file: a sysfs or procfs "
+                    f"file (or a dump of one) is always a regular file; check the root")
+            cap = MAX_READ + 1 if limit is None else limit
             chunks = []
             size = 0
-            while True:
-                want = 65536 if limit is None else min(65536, limit - size)
-                if want <= 0:
-                    break
+            while size < cap:
+                want = min(65536, cap - size)
                 chunk = os.read(fd, want)
                 if not chunk:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
+                # sysfs and seq_file reads return everything that fits at once: a short
+                # read that does not end on a page boundary is the end of the file.
+                if len(chunk) < want and len(chunk) % 4096:
+                    break
         except OSError:
             return None
         finally:
             os.close(fd)
-        return b"".join(chunks).decode("utf-8", errors="replace")
+        if limit is None and size > MAX_READ:
+            raise NumabindError(f"{self.path(rel)} is larger than {MAX_READ >> 20} MiB; no "
+                                f"sysfs or procfs file discovery reads is that large")
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        nul = data.find(b"\0")
+        if nul >= 0:
+            data = data[:nul]
+        return data.decode("utf-8", errors="replace")
 
     def read_strip(self, rel: str) -> str | None:
         text = self.read(rel)
         return None if text is None else text.strip()
 
     def read_int(self, rel: str) -> int | None:
+        """The file as a signed decimal (or ``0x`` hex) integer; None if missing or not one."""
         text = self.read_strip(rel)
         if text is None:
             return None
-        try:
-            return int(text, 0) if text.startswith("0x") else int(text)
-        except ValueError:
+        if text.startswith("0x"):
+            digits = text[2:]
+            if digits and len(digits) <= 16 and digits.isascii() and all(
+                    c in "0123456789abcdefABCDEF" for c in digits):
+                return int(digits, 16)
             return None
+        return ascii_int(text, signed=True)
 
     def listdir(self, rel: str) -> list[str]:
         try:
             return sorted(os.listdir(self.path(rel)))
-        except OSError:
+        except (OSError, ValueError):
             return []
+
+    def numbered(self, rel: str, prefix: str) -> list[int]:
+        """Sorted ids N of the entries ``<prefix>N`` of directory ``rel`` (ASCII digits only)."""
+        n = len(prefix)
+        out = []
+        for name in self.listdir(rel):
+            if name.startswith(prefix):
+                value = ascii_int(name[n:], max_digits=9)
+                if value is not None and name[n:] == str(value):
+                    out.append(value)
+        return sorted(out)
 
     def exists(self, rel: str) -> bool:
         return os.path.exists(self.path(rel))
+
+    def isdir(self, rel: str) -> bool:
+        return os.path.isdir(self.path(rel))
 
     def realpath(self, rel: str) -> str | None:
         """Resolve a sysfs symlink; the result is relative to the root."""

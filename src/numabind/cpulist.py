@@ -122,27 +122,48 @@ def format_cpulist(ids: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+_MASK = re.compile(r"[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{1,8})*")
+
+
 def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
-    """Parse a kernel hex bitmask (``"00000000,0000000f"``) into ids."""
+    """Parse a kernel hex bitmask (``"00000000,0000000f"``) into ids.
+
+    Words are 32 bits, most significant first; the first word may be shorter
+    (the kernel prints ``"3"`` for CPUs 0-1 of a 2-CPU machine) and leading
+    all-zero words are allowed (masks are printed as wide as the kernel's
+    ``nr_cpu_ids``).
+
+    >>> sorted(parse_mask("00000000,0000000f"))
+    [0, 1, 2, 3]
+    """
     if not isinstance(text, str):
         raise PlanError(f"{what} must be a string, got {type(text).__name__}: {text!r}")
     body = text.strip()
     if not body:
         return frozenset()
+    if _MASK.fullmatch(body) is None:
+        bad = next((w for w in body.split(",") if not (0 < len(w) <= 8 and w.isascii()
+                    and all(c in "0123456789abcdefABCDEF" for c in w))), body)
+        shown = text if len(text) <= 200 else text[:200] + "..."
+        raise PlanError(
+            f"{what} {shown!r}: {bad[:40]!r} is not a hex word of at most 8 digits "
+            f"(expected e.g. '00000000,0000000f')"
+        )
     words = body.split(",")
-    out: set[int] = set()
+    nwords = len(words)
+    out: list[int] = []
+    # word by word: bit extraction from one big int would make long masks quadratic
     for k, w in enumerate(words):
-        if not w or len(w) > 8 or not re.fullmatch(r"[0-9a-fA-F]+", w):
-            raise PlanError(
-                f"{what} {text!r}: {w!r} is not a hex word of at most 8 digits "
-                f"(expected e.g. '00000000,0000000f')"
-            )
-        # word by word: one big int would make long masks quadratic
         word = int(w, 16)
-        base = 32 * (len(words) - 1 - k)
-        if word and base + word.bit_length() - 1 > MAX_ID:
-            raise PlanError(f"{what} {text!r}: sets a bit above numabind's cap of {MAX_ID}")
-        out.update(base + b for b in range(32) if word >> b & 1)
+        if not word:
+            continue
+        base = 32 * (nwords - 1 - k)
+        if base + word.bit_length() - 1 > MAX_ID:
+            raise PlanError(f"{what} {text[:200]!r}: sets a bit above numabind's cap of {MAX_ID}")
+        while word:
+            low = word & -word
+            out.append(base + low.bit_length() - 1)
+            word ^= low
     return frozenset(out)
 
 

@@ -2,21 +2,51 @@
 
 :func:`discover` reads the kernel's view of the machine through one
 :class:`~numabind._fs.FsReader`, so a dump of ``sys/`` and ``proc/`` in a
-directory is discovered exactly like the live system:
+directory (or an ``hwloc-gather-topology`` tarball) is discovered exactly
+like the live system. It reads what every Linux kernel since 2.6 writes, the
+way hwloc does:
 
-* ``sys/devices/system/node/node*/{cpulist,meminfo,distance}`` and
-  ``node/{online,possible}``: the NUMA nodes, memory-only and CPU-only ones too.
-  A kernel without ``node/`` (``CONFIG_NUMA=n``) gives one node 0 holding every
-  online CPU and ``proc/meminfo``'s MemTotal.
-* ``sys/devices/system/cpu/{online,possible}``, ``cpuN/topology/*`` and
-  ``cpuN/cache/index*/*`` of each online CPU.
-* ``proc/self/status``, the cgroup v2 and v1 cpusets: the CPUs and memory
-  nodes this process (or the dumped one) may use.
-* ``proc/cpuinfo``'s model name and ``cpu0/acpi_cppc/highest_perf``.
+* NUMA nodes: ``node/online`` (else the ``nodeN`` directories) and
+  ``node/possible``. A node's CPUs come from ``cpulist``, else the hex mask
+  ``cpumap``, else the node directory's ``cpuN`` links, else each CPU's own
+  ``cpuN/nodeM`` link; only online CPUs are kept (a node whose CPUs are partly
+  offline keeps the online ones). Memory is ``meminfo``'s MemTotal. A
+  ``distance`` row is mapped onto the online nodes when it has as many values,
+  else onto the node directories, else onto the possible nodes (firmwares that
+  keep offline nodes in the SLIT). A kernel without ``node/``
+  (``CONFIG_NUMA=n``) gives one node 0 holding every online CPU and
+  ``proc/meminfo``'s MemTotal.
+* CPUs: ``cpu/online`` (without it, every ``cpuN`` whose ``online`` file is
+  not ``0``: a missing or empty file means online) and ``cpu/possible``;
+  per core ``thread_siblings_list``, else ``thread_siblings`` (mask), else
+  ``core_cpus(_list)``, plus ``core_id`` and ``physical_package_id``; per
+  cache instance ``shared_cpu_list``, else ``shared_cpu_map`` (an empty map,
+  as ia64 writes, means the core's threads), ``level`` and ``type``.
+* What the process (or the dumped one) may use: ``proc/self/status``, and the
+  cpusets of every hierarchy mounted according to ``proc/mounts``: cgroup v2
+  (``cpuset.cpus.effective``), cgroup v1 (``cpuset.effective_cpus``, else
+  ``cpuset.cpus``; without the prefix when mounted ``noprefix``) and the
+  legacy cpuset filesystem (``mount -t cpuset``: ``cpus``/``mems``, the path
+  from ``proc/self/cpuset``). Memory nodes without CPUs (CXL, HBM, GPU
+  memory) stay in the allowed nodes.
+* ``proc/cpuinfo``'s model name (``model name``, or ``cpu``/``Processor``/
+  ``cpu model`` on POWER, old ARM and MIPS; arm64 has none) and
+  ``cpu0/acpi_cppc/highest_perf``.
+
+Where hwloc and the kernel disagree numabind follows what the kernel
+enforces: for cgroup v1 it reads ``cpuset.effective_cpus`` (hwloc reads
+``cpuset.cpus``); for cgroup v2 a cgroup without the cpuset controller is
+limited by its nearest ancestor's ``cpuset.cpus.effective`` (hwloc reads only
+the process's own cgroup); in a dump, ``proc/self/status`` also restricts the
+allowed CPUs (hwloc ignores it); distance rows over the possible nodes are
+mapped by node id (hwloc takes the first values); memory nodes of NVIDIA GPUs
+are kept (hwloc drops them unless ``HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES=1``).
 
 A file that is missing is not an error (most of them are optional on some
 kernel); a file that is present but cannot be parsed raises
-:class:`~numabind.errors.NumabindError` naming the file and its text.
+:class:`~numabind.errors.NumabindError` naming the file and its text. A root
+that holds no sysfs (no ``sys/devices/system/cpu`` nor ``.../node``) is an
+error, never an empty machine.
 """
 
 from __future__ import annotations
@@ -25,12 +55,13 @@ import dataclasses
 import logging
 import os
 import posixpath
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._fs import FsReader
+from ._fs import FsReader, ascii_int
 from ._util import FrozenMap
 from .cpulist import format_cpulist, parse_cpulist, parse_mask
 from .devices import Gpu, discover_gpus
@@ -234,6 +265,13 @@ def _parse_list_text(reader: FsReader, rel: str, text: str, what: str) -> frozen
         raise _malformed(reader, rel, text, str(exc)) from None
 
 
+def _parse_mask_text(reader: FsReader, rel: str, text: str, what: str) -> frozenset[int]:
+    try:
+        return parse_mask(text, what=what)
+    except PlanError as exc:
+        raise _malformed(reader, rel, text, str(exc)) from None
+
+
 def _read_list(reader: FsReader, rel: str, what: str = "cpulist") -> frozenset[int] | None:
     text = reader.read(rel)
     if text is None:
@@ -245,10 +283,50 @@ def _read_int(reader: FsReader, rel: str) -> int | None:
     text = reader.read(rel)
     if text is None:
         return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise _malformed(reader, rel, text, "expected one integer") from None
+    value = ascii_int(text, signed=True)
+    if value is None:
+        raise _malformed(reader, rel, text, "expected one integer")
+    return value
+
+
+class _Sets:
+    """Reads CPU sets from list files or hex masks, parsing each distinct text once
+    (the same text recurs per core, per cache and per node)."""
+
+    __slots__ = ("reader", "_lists", "_masks")
+
+    def __init__(self, reader: FsReader) -> None:
+        self.reader = reader
+        self._lists: dict[str, frozenset[int]] = {}
+        self._masks: dict[str, frozenset[int]] = {}
+
+    def list_file(self, rel: str, what: str = "cpulist") -> frozenset[int] | None:
+        text = self.reader.read(rel)
+        if text is None:
+            return None
+        found = self._lists.get(text)
+        if found is None:
+            found = self._lists[text] = _parse_list_text(self.reader, rel, text, what)
+        return found
+
+    def mask_file(self, rel: str, what: str = "mask") -> frozenset[int] | None:
+        text = self.reader.read(rel)
+        if text is None:
+            return None
+        found = self._masks.get(text)
+        if found is None:
+            found = self._masks[text] = _parse_mask_text(self.reader, rel, text, what)
+        return found
+
+    def first(self, base: str, *names: str) -> frozenset[int] | None:
+        """The set in the first of ``base/name`` that exists; names ending in
+        ``list`` are lists, the others masks."""
+        for name in names:
+            rel = f"{base}/{name}"
+            found = self.list_file(rel) if name.endswith("list") else self.mask_file(rel)
+            if found is not None:
+                return found
+        return None
 
 
 def _parse_memtotal_kb(reader: FsReader, rel: str, text: str) -> int:
@@ -258,15 +336,20 @@ def _parse_memtotal_kb(reader: FsReader, rel: str, text: str) -> int:
         if not sep:
             continue
         parts = rest.split()
-        if not parts or not parts[0].isdigit() or parts[1:] not in ([], ["kB"]):
+        kb = ascii_int(parts[0]) if parts else None
+        if kb is None or parts[1:] not in ([], ["kB"]):
             raise _malformed(reader, rel, line, "MemTotal is not '<number> kB'")
-        return int(parts[0])
+        return kb
     raise _malformed(reader, rel, text, "no MemTotal line")
 
 
-def _ids_from_dir(names: Iterable[str], prefix: str) -> list[int]:
-    n = len(prefix)
-    return sorted(int(name[n:]) for name in names if name.startswith(prefix) and name[n:].isdigit())
+def _require_sysfs(reader: FsReader) -> None:
+    if reader.isdir(_CPU_DIR) or reader.isdir(_NODE_DIR):
+        return
+    raise NumabindError(
+        f"discovery root {reader.origin!r} holds no sysfs: neither {_CPU_DIR} nor {_NODE_DIR} "
+        f"is a directory under {reader.root!r}. Give the directory that holds sys/ and proc/ "
+        f"(or an hwloc-gather-topology .tar.bz2), or / for this machine")
 
 
 # -- discovery steps -----------------------------------------------------------
@@ -275,26 +358,57 @@ def _ids_from_dir(names: Iterable[str], prefix: str) -> list[int]:
 def _discover_cpus(reader: FsReader) -> tuple[frozenset[int], frozenset[int]]:
     """(online, possible) CPUs."""
     online = _read_list(reader, f"{_CPU_DIR}/online")
+    dirs: list[int] | None = None
     if online is None:
-        # No online file: every cpuN directory not marked offline is online.
+        # No online file: every cpuN directory is online unless its online file says 0
+        # (cpu0 often has no such file, some kernels leave it empty).
+        dirs = reader.numbered(_CPU_DIR, "cpu")
         found = set()
-        for cpu in _ids_from_dir(reader.listdir(_CPU_DIR), "cpu"):
-            if _read_int(reader, f"{_CPU_DIR}/cpu{cpu}/online") != 0:
+        for cpu in dirs:
+            rel = f"{_CPU_DIR}/cpu{cpu}/online"
+            text = reader.read(rel)
+            if text is None or not text.strip():
+                found.add(cpu)
+                continue
+            flag = ascii_int(text)
+            if flag not in (0, 1):
+                raise _malformed(reader, rel, text, "expected 0 or 1")
+            if flag:
                 found.add(cpu)
         online = frozenset(found)
         log.debug("no %s/online; %d CPUs from cpuN directories", _CPU_DIR, len(online))
     possible = _read_list(reader, f"{_CPU_DIR}/possible")
     if possible is None:
-        possible = online
+        if dirs is None:
+            dirs = reader.numbered(_CPU_DIR, "cpu")
+        possible = frozenset(dirs)
     return online, possible | online
 
 
+def _read_distances(reader: FsReader, rel: str, orders: Iterable[tuple[str, list[int]]],
+                    keep: Iterable[int]) -> FrozenMap:
+    text = reader.read(rel)
+    if text is None or not text.strip():
+        return FrozenMap()
+    row = [ascii_int(x, max_digits=9) for x in text.split()]
+    if any(v is None for v in row):
+        raise _malformed(reader, rel, text, "expected integers separated by spaces")
+    tried = []
+    for name, order in orders:
+        if len(row) == len(order):
+            wanted = set(keep)
+            return FrozenMap({n: d for n, d in zip(order, row) if n in wanted})
+        tried.append(f"{len(order)} {name} ({format_cpulist(order)})")
+    raise _malformed(reader, rel, text,
+                     f"{len(row)} distances, but there are " + ", ".join(dict.fromkeys(tried)))
+
+
 def _discover_nodes(
-    reader: FsReader, online_cpus: frozenset[int]
+    reader: FsReader, sets: _Sets, online_cpus: frozenset[int]
 ) -> tuple[dict[int, Node], frozenset[int], frozenset[int]]:
     """(nodes, online node ids, possible node ids)."""
-    ids = _ids_from_dir(reader.listdir(_NODE_DIR), "node")
-    if not ids:
+    dirs = reader.numbered(_NODE_DIR, "node") if reader.isdir(_NODE_DIR) else []
+    if not dirs:
         meminfo = reader.read("proc/meminfo")
         kb = 0 if meminfo is None else _parse_memtotal_kb(reader, "proc/meminfo", meminfo)
         log.debug("no NUMA nodes under %s: one node 0 with %d CPUs, %d kB",
@@ -303,99 +417,112 @@ def _discover_nodes(
         return {0: node}, frozenset({0}), frozenset({0})
 
     listed_online = _read_list(reader, f"{_NODE_DIR}/online", "nodelist")
-    online = listed_online if listed_online is not None else frozenset(ids)
+    online = listed_online if listed_online is not None else frozenset(dirs)
     possible = _read_list(reader, f"{_NODE_DIR}/possible", "nodelist")
-    possible = (possible if possible is not None else online) | online | frozenset(ids)
-    # The kernel prints one distance per online node, in increasing node id order.
-    order = sorted(online)
+    possible = (possible if possible is not None else online) | online | frozenset(dirs)
+
+    cpus_of: dict[int, frozenset[int] | None] = {}
+    for nid in dirs:
+        base = f"{_NODE_DIR}/node{nid}"
+        found = sets.first(base, "cpulist", "cpumap")
+        if found is None:
+            links = reader.numbered(base, "cpu")         # node*/cpuN -> ../../cpu/cpuN
+            found = frozenset(links) if links else None
+        cpus_of[nid] = found
+    if any(v is None for v in cpus_of.values()) and online_cpus:
+        # Oldest kernels: only each CPU's cpuN/nodeM link says where it is.
+        claimed = frozenset().union(*(v for v in cpus_of.values() if v is not None))
+        by_link: dict[int, set[int]] = {}
+        for cpu in sorted(online_cpus - claimed):
+            nodes = reader.numbered(f"{_CPU_DIR}/cpu{cpu}", "node")
+            if len(nodes) == 1:
+                by_link.setdefault(nodes[0], set()).add(cpu)
+        for nid, value in cpus_of.items():
+            if value is None:
+                cpus_of[nid] = frozenset(by_link.get(nid, ()))
+        log.debug("node CPUs from cpuN/nodeM links: %s",
+                  {n: format_cpulist(c) for n, c in sorted(by_link.items())})
+
+    ids = []
+    for nid in dirs:
+        mine = cpus_of[nid] or frozenset()
+        if online_cpus:
+            mine = mine & online_cpus
+        cpus_of[nid] = mine
+        if nid in online:
+            ids.append(nid)
+        elif mine:
+            log.warning("node %d has online CPUs %s but %s/online (%s) does not list it; "
+                        "keeping it", nid, format_cpulist(mine), _NODE_DIR, format_cpulist(online))
+            ids.append(nid)
+            online = online | {nid}
+    absent = online - frozenset(dirs)
+    if absent:
+        log.debug("online nodes %s have no directory under %s", format_cpulist(absent),
+                  reader.path(_NODE_DIR))
+    # The kernel prints one distance per online node, in increasing node id order;
+    # some firmwares' rows cover the node directories or the possible nodes instead.
+    orders = (("online nodes", sorted(online)), ("node directories", sorted(dirs)),
+              ("possible nodes", sorted(possible)))
     nodes: dict[int, Node] = {}
     for nid in ids:
         base = f"{_NODE_DIR}/node{nid}"
-        cpus = _read_list(reader, f"{base}/cpulist")
-        if cpus is None:
-            cpus = frozenset()
-        elif online_cpus:
-            cpus = cpus & online_cpus
         meminfo = reader.read(f"{base}/meminfo")
         kb = 0 if meminfo is None else _parse_memtotal_kb(reader, f"{base}/meminfo", meminfo)
-        distances = _read_distances(reader, f"{base}/distance", order, ids)
-        nodes[nid] = Node(nid, cpus, kb * 1024, distances)
+        distances = _read_distances(reader, f"{base}/distance", orders, ids)
+        nodes[nid] = Node(nid, cpus_of[nid], kb * 1024, distances)
     return nodes, online, possible
 
 
-def _read_distances(reader: FsReader, rel: str, order: list[int], ids: list[int]) -> FrozenMap:
-    text = reader.read(rel)
-    if text is None:
-        return FrozenMap()
-    try:
-        row = [int(x) for x in text.split()]
-    except ValueError:
-        raise _malformed(reader, rel, text, "expected integers separated by spaces") from None
-    if len(row) == len(order):
-        return FrozenMap(dict(zip(order, row)))
-    if len(row) == len(ids):
-        return FrozenMap(dict(zip(ids, row)))
-    raise _malformed(
-        reader, rel, text,
-        f"{len(row)} distances, but there are {len(order)} online nodes "
-        f"({format_cpulist(order)})",
-    )
-
-
 def _discover_cpu_details(
-    reader: FsReader, online_cpus: frozenset[int], node_of: Mapping[int, int]
+    reader: FsReader, sets: _Sets, online_cpus: frozenset[int], node_of: Mapping[int, int]
 ) -> tuple[dict[int, Cpu], tuple[Cache, ...]]:
     """Per-CPU topology and the distinct caches, reading each instance once.
 
     Hyperthread siblings share package and core, so one CPU's topology files
     describe its whole sibling set. A cache at ``indexK`` of one CPU is the
-    ``indexK`` cache of every CPU in its ``shared_cpu_list`` (the kernel builds
-    the sharing per index), so those CPUs' ``indexK`` directories are skipped;
+    ``indexK`` cache of every CPU in its shared set (the kernel builds the
+    sharing per index), so those CPUs' ``indexK`` directories are skipped;
     siblings of one core have the same cache indexes, so a CPU whose sibling's
     indexes all cover it is not even listed.
     """
     cpus: dict[int, Cpu] = {}
     known: dict[int, tuple[int, int, frozenset[int]]] = {}
-    covered: dict[str, set[int]] = {}
-    indexes_of: dict[int, list[str]] = {}
+    covered: dict[int, set[int]] = {}
+    indexes_of: dict[int, list[int]] = {}
     caches: set[Cache] = set()
-    parsed: dict[str, frozenset[int]] = {}  # the same list text recurs per core and cache
-
-    def read_list(rel: str) -> frozenset[int] | None:
-        text = reader.read(rel)
-        if text is None:
-            return None
-        found = parsed.get(text)
-        if found is None:
-            found = parsed[text] = _parse_list_text(reader, rel, text, "cpulist")
-        return found
 
     for cid in sorted(online_cpus):
         base = f"{_CPU_DIR}/cpu{cid}"
         info = known.get(cid)
         if info is None:
             topo = f"{base}/topology"
-            siblings = read_list(f"{topo}/thread_siblings_list")
+            siblings = sets.first(topo, "thread_siblings_list", "thread_siblings",
+                                  "core_cpus_list", "core_cpus")
             siblings = frozenset({cid}) if siblings is None else (siblings & online_cpus) | {cid}
             core = _read_int(reader, f"{topo}/core_id")
             package = _read_int(reader, f"{topo}/physical_package_id")
             info = (-1 if package is None else package, -1 if core is None else core, siblings)
             for sib in siblings:
-                known[sib] = info
+                known.setdefault(sib, info)
         cpus[cid] = Cpu(cid, node_of.get(cid), info[0], info[1], info[2])
 
         listed = next((indexes_of[s] for s in info[2] if s in indexes_of), None)
-        if listed is not None and all(cid in covered[name] for name in listed):
+        if listed is not None and all(cid in covered[k] for k in listed):
             continue
-        names = [n for n in reader.listdir(f"{base}/cache") if n.startswith("index")]
-        indexes_of[cid] = names
-        for index in names:
+        indexes = reader.numbered(f"{base}/cache", "index")
+        indexes_of[cid] = indexes
+        for index in indexes:
             seen = covered.setdefault(index, set())
             if cid in seen:
                 continue
-            idir = f"{base}/cache/{index}"
-            shared = read_list(f"{idir}/shared_cpu_list")
-            shared = frozenset({cid}) if shared is None else shared | {cid}
+            idir = f"{base}/cache/index{index}"
+            shared = sets.first(idir, "shared_cpu_list", "shared_cpu_map")
+            if shared is None:
+                shared = frozenset({cid})
+            elif not shared:
+                shared = info[2]              # ia64 writes empty maps: the core's threads
+            shared = shared | {cid}
             seen.update(shared)
             level = _read_int(reader, f"{idir}/level")
             ctype = reader.read_strip(f"{idir}/type")
@@ -422,10 +549,7 @@ def _status_set(reader: FsReader, fields: dict[str, str], name: str) -> frozense
     if f"{name}_list" in fields:
         return _parse_list_text(reader, rel, fields[f"{name}_list"], f"{name}_list")
     if name in fields:
-        try:
-            return parse_mask(fields[name], what=name)
-        except PlanError as exc:
-            raise _malformed(reader, rel, fields[name], str(exc)) from None
+        return _parse_mask_text(reader, rel, fields[name], name)
     return None
 
 
@@ -447,51 +571,100 @@ def _clean_cgroup_path(path: str) -> str:
     return posixpath.normpath("/" + path.strip().split(" ", 1)[0].lstrip("/"))
 
 
-def _cgroup2_cpuset(reader: FsReader, lines) -> tuple[str, frozenset | None, frozenset | None] | None:
-    """(path, cpus, mems) of the nearest cgroup v2 cpuset at or above the process's cgroup."""
-    path = next((p for h, c, p in lines if h == "0" and c == ""), None)
-    if path is None:
-        return None
-    path = _clean_cgroup_path(path)
-    for mount in (_CGROUP_DIR, f"{_CGROUP_DIR}/unified"):
-        current = path
-        while True:
-            d = mount + ("" if current == "/" else current)
-            cpus = _read_list(reader, f"{d}/cpuset.cpus.effective")
-            mems = _read_list(reader, f"{d}/cpuset.mems.effective", "nodelist")
-            if cpus is not None or mems is not None:
-                return current, cpus, mems
-            if current == "/":
-                break
-            current = posixpath.dirname(current)
-    return None
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
-def _cgroup1_cpuset(reader: FsReader, lines) -> tuple[str, frozenset | None, frozenset | None] | None:
-    """(path, cpus, mems) of the process's legacy (v1) cpuset."""
-    path = reader.read_strip("proc/self/cpuset")
-    mounts = [f"{_CGROUP_DIR}/cpuset"]
-    for _h, controllers, cpath in lines:
-        if "cpuset" in controllers.split(","):
-            if path is None:
-                path = cpath
-            if controllers != "cpuset":
-                mounts.append(f"{_CGROUP_DIR}/{controllers}")
-    if not path:
-        return None
-    path = _clean_cgroup_path(path)
-    for mount in mounts:
-        d = mount + ("" if path == "/" else path)
-        cpus = _read_list(reader, f"{d}/cpuset.effective_cpus")
-        if cpus is None:
-            cpus = _read_list(reader, f"{d}/cpuset.cpus")
-        if cpus is None:
+@dataclass(frozen=True)
+class _Hierarchy:
+    kind: str          # "cgroup2" | "cgroup1" | "cpuset"
+    mount: str         # relative to the root
+    prefix: str        # "cpuset." or "" (legacy cpuset filesystem, cgroup v1 -o noprefix)
+
+
+def _hierarchies(reader: FsReader, lines: list[tuple[str, str, str]]) -> list[_Hierarchy]:
+    """Every cpuset-bearing mount: from proc/mounts, else the usual mount points."""
+    found: list[_Hierarchy] = []
+    text = reader.read("proc/mounts")
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if len(fields) < 4:
             continue
-        mems = _read_list(reader, f"{d}/cpuset.effective_mems", "nodelist")
-        if mems is None:
-            mems = _read_list(reader, f"{d}/cpuset.mems", "nodelist")
-        return path, cpus, mems
-    return None
+        mount = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), fields[1])
+        rel = posixpath.normpath("/" + mount.lstrip("/")).lstrip("/")
+        fstype, options = fields[2], fields[3].split(",")
+        if fstype == "cgroup2":
+            found.append(_Hierarchy("cgroup2", rel, "cpuset."))
+        elif fstype == "cpuset":
+            found.append(_Hierarchy("cpuset", rel, ""))
+        elif fstype == "cgroup" and "cpuset" in options:
+            found.append(_Hierarchy("cgroup1", rel, "" if "noprefix" in options else "cpuset."))
+    if found:
+        return found
+    # No mounts file (or no cgroup in it): the places systemd, Docker and the
+    # cpuset(7) manual page use.
+    found = [_Hierarchy("cgroup2", _CGROUP_DIR, "cpuset."),
+             _Hierarchy("cgroup2", f"{_CGROUP_DIR}/unified", "cpuset."),
+             _Hierarchy("cgroup1", f"{_CGROUP_DIR}/cpuset", "cpuset.")]
+    for _h, controllers, _p in lines:
+        if "cpuset" in controllers.split(",") and controllers != "cpuset":
+            found.append(_Hierarchy("cgroup1", f"{_CGROUP_DIR}/{controllers}", "cpuset."))
+    found.append(_Hierarchy("cpuset", "dev/cpuset", ""))
+    return found
+
+
+def _nearest(reader: FsReader, mount: str, path: str,
+             names: tuple[tuple[str, ...], tuple[str, ...]]) -> tuple[str, frozenset | None,
+                                                                  frozenset | None] | None:
+    """(cgroup path, cpus, mems) at ``path`` or its nearest ancestor that has the files."""
+    current = path
+    while True:
+        d = mount + ("" if current == "/" else current)
+        cpus = mems = None
+        for name in names[0]:
+            cpus = _read_list(reader, f"{d}/{name}")
+            if cpus is not None:
+                break
+        for name in names[1]:
+            mems = _read_list(reader, f"{d}/{name}", "nodelist")
+            if mems is not None:
+                break
+        if cpus is not None or mems is not None:
+            return current, cpus, mems
+        if current == "/":
+            return None
+        current = posixpath.dirname(current)
+
+
+def _cpusets(reader: FsReader) -> list[tuple[str, str, frozenset | None, frozenset | None]]:
+    """(kind, path, cpus, mems) of the process's cpuset in each kind of hierarchy
+    found (cgroup v2, cgroup v1, legacy cpuset filesystem), the first mount of
+    each kind that holds it."""
+    lines = _cgroup_lines(reader)
+    v2_path = next((p for h, c, p in lines if h == "0" and c == ""), None)
+    v1_path = next((p for _h, c, p in lines if "cpuset" in c.split(",")), None)
+    own = None
+    if v1_path is None:
+        own = reader.read_strip("proc/self/cpuset")
+    out = []
+    done: set[str] = set()
+    for h in _hierarchies(reader, lines):
+        if h.kind in done:
+            continue
+        if h.kind == "cgroup2":
+            raw = v2_path
+            names = (("cpuset.cpus.effective",), ("cpuset.mems.effective",))
+        else:
+            raw = v1_path if v1_path is not None else own
+            p = h.prefix
+            names = ((f"{p}effective_cpus", f"{p}cpus"), (f"{p}effective_mems", f"{p}mems"))
+        if not raw:
+            continue
+        found = _nearest(reader, h.mount, _clean_cgroup_path(raw), names)
+        if found is not None:
+            done.add(h.kind)
+            out.append((h.kind, *found))
+    order = ("cgroup2", "cgroup1", "cpuset")
+    return sorted(out, key=lambda item: order.index(item[0]))
 
 
 def _discover_allowed(
@@ -502,7 +675,7 @@ def _discover_allowed(
     mems: frozenset[int] | None = None
     sources: list[str] = []
 
-    def meet(current, found):
+    def meet(current: frozenset[int] | None, found: frozenset[int]) -> frozenset[int]:
         return found if current is None else current & found
 
     if reader.is_live:
@@ -519,12 +692,7 @@ def _discover_allowed(
             mems = meet(mems, st_mems)
         if st_cpus is not None or st_mems is not None:
             sources.append("status")
-    lines = _cgroup_lines(reader)
-    for kind, found in (("cgroup2", _cgroup2_cpuset(reader, lines)),
-                        ("cgroup1", _cgroup1_cpuset(reader, lines))):
-        if found is None:
-            continue
-        path, cg_cpus, cg_mems = found
+    for kind, path, cg_cpus, cg_mems in _cpusets(reader):
         if cg_cpus is not None and not reader.is_live:
             cpus = meet(cpus, cg_cpus)
         if cg_mems is not None:
@@ -538,15 +706,27 @@ def _discover_allowed(
     return cpus, mems, "+".join(sources) or "online"
 
 
+_MODEL_KEYS = ("model name", "Processor", "cpu model", "cpu")
+
+
 def _model_name(reader: FsReader) -> str | None:
+    """The first CPU's model: ``model name`` (x86, ia64, newer 32-bit ARM), else
+    ``Processor`` (old ARM), ``cpu model`` (MIPS) or ``cpu`` (POWER, SPARC); arm64
+    kernels print none."""
     text = reader.read("proc/cpuinfo", limit=8192)  # the first CPU's block
     if text is None:
         return None
+    found: dict[str, str] = {}
     for line in text.splitlines():
+        if not line.strip():
+            if found:
+                break                  # end of the first processor's block
+            continue
         key, sep, value = line.partition(":")
-        if sep and key.strip() == "model name":
-            return value.strip()
-    return None
+        key = key.strip()
+        if sep and key in _MODEL_KEYS and value.strip() and key not in found:
+            found[key] = value.strip()
+    return next((found[k] for k in _MODEL_KEYS if k in found), None)
 
 
 # -- entry points --------------------------------------------------------------
@@ -555,8 +735,10 @@ def _model_name(reader: FsReader) -> str | None:
 def discover(root: str | os.PathLike | None = None) -> Topology:
     """Discover the machine under ``root`` (else ``$NUMABIND_FSROOT``, else ``/``).
 
-    On the live system (root ``/``) ``allowed_cpus`` is this process's real
-    affinity, ``os.sched_getaffinity(0)``.
+    ``root`` may be a directory holding ``sys/`` and ``proc/`` or an
+    ``hwloc-gather-topology`` tarball. On the live system (root ``/``)
+    ``allowed_cpus`` is this process's real affinity, ``os.sched_getaffinity(0)``.
+    A root that does not exist or holds no sysfs raises NumabindError.
     """
     return discover_from(FsReader(root))
 
@@ -568,14 +750,20 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
     it defaults to ``os.environ``.
     """
     start = time.perf_counter()
+    _require_sysfs(reader)
+    sets = _Sets(reader)
     online_cpus, possible_cpus = _discover_cpus(reader)
-    nodes, online_nodes, possible_nodes = _discover_nodes(reader, online_cpus)
+    nodes, online_nodes, possible_nodes = _discover_nodes(reader, sets, online_cpus)
     if not online_cpus:
         # A dump without sys/devices/system/cpu: trust the nodes' cpulists.
         online_cpus = frozenset().union(*(n.cpus for n in nodes.values()))
         possible_cpus = possible_cpus | online_cpus
+    if not online_cpus:
+        raise NumabindError(
+            f"no online CPU found under {reader.origin!r}: {_CPU_DIR}/online, the cpuN "
+            f"directories and the nodes' CPU lists are all missing or empty")
     node_of = {cpu: node.id for node in nodes.values() for cpu in node.cpus}
-    cpus, caches = _discover_cpu_details(reader, online_cpus, node_of)
+    cpus, caches = _discover_cpu_details(reader, sets, online_cpus, node_of)
     allowed_cpus, allowed_nodes, source = _discover_allowed(
         reader, online_cpus, frozenset(nodes)
     )
@@ -600,7 +788,7 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
     log.debug(
         "discovered %s in %.1f ms: %d nodes (%s), %d online CPUs, allowed CPUs %s "
         "nodes %s from %s, %d caches, %d GPUs",
-        reader.root, (time.perf_counter() - start) * 1e3, len(nodes),
+        reader.origin, (time.perf_counter() - start) * 1e3, len(nodes),
         format_cpulist(nodes), len(online_cpus), format_cpulist(allowed_cpus),
         format_cpulist(allowed_nodes), source, len(caches), len(gpus),
     )
@@ -609,7 +797,7 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
 
 @dataclass(frozen=True)
 class Cpuset:
-    """The CPUs and memory nodes a process's cpuset (cgroup v2 or v1) allows."""
+    """The CPUs and memory nodes a process's cpuset allows."""
 
     cpus: frozenset[int] | None
     mems: frozenset[int] | None
@@ -619,13 +807,10 @@ class Cpuset:
 def read_cpuset(reader: FsReader) -> Cpuset | None:
     """The nearest cpuset of the process under ``reader``'s root, or None.
 
+    The first found of cgroup v2, cgroup v1 and the legacy cpuset filesystem.
     The backends use it on the live system to tell a CPU outside the cpuset
     (a PlanError) from a CPU the process merely is not bound to yet.
     """
-    lines = _cgroup_lines(reader)
-    for kind, found in (("cgroup2", _cgroup2_cpuset(reader, lines)),
-                        ("cgroup1", _cgroup1_cpuset(reader, lines))):
-        if found is not None:
-            path, cpus, mems = found
-            return Cpuset(cpus=cpus, mems=mems, source=f"{kind}:{path}")
+    for kind, path, cpus, mems in _cpusets(reader):
+        return Cpuset(cpus=cpus, mems=mems, source=f"{kind}:{path}")
     return None
