@@ -13,9 +13,9 @@ compared. Modes:
 * ``bound-in-child``: ``configure_subprocess(plan, spawn="in-child")``: the
   child imports numabind and binds itself while it unpickles its preparation
   data, before it re-imports ``__main__``.
-* ``numactl``: what vLLM's ``configure_subprocess`` does: the numactl wrapper
-  as the multiprocessing executable (``_NUMABIND_NUMACTL_ARGS``), i.e. an extra
-  ``sh`` and ``numactl`` exec before Python starts.
+* ``numactl``: what vLLM's ``configure_subprocess`` does: a generated shell
+  script that execs ``numactl <plan> -- python "$@"`` as the multiprocessing
+  executable, i.e. an extra ``sh`` and ``numactl`` exec before Python starts.
 
 Two scenarios run: the child's main module does not import numabind (the
 bound child pays the numabind import), and it does (as any program that calls
@@ -63,7 +63,10 @@ def _start_to_ready(ctx) -> float:
 def _modes(plan, ctx, numactl_ok: bool):
     import contextlib
 
-    from numabind.backends.numactl import WRAPPER
+    import atexit
+    import shlex
+    import tempfile
+
     from numabind.process import configure_subprocess
 
     @contextlib.contextmanager
@@ -76,17 +79,22 @@ def _modes(plan, ctx, numactl_ok: bool):
     def bound_in_child():
         return configure_subprocess(plan, spawn="in-child")
 
+    python = os.fsdecode(multiprocessing.spawn.get_executable())
+    script_dir = tempfile.mkdtemp(prefix="bench-spawn-")
+    atexit.register(shutil.rmtree, script_dir, True)
+    script = os.path.join(script_dir, "python-under-numactl")
+    words = [shutil.which("numactl") or "numactl", *plan.to_numactl_argv(), "--", python]
+    with open(script, "w") as f:
+        f.write(f'#!/bin/sh\nexec {" ".join(shlex.quote(w) for w in words)} "$@"\n')
+    os.chmod(script, 0o700)
+
     @contextlib.contextmanager
     def numactl():
-        python = multiprocessing.spawn.get_executable()
-        os.environ["_NUMABIND_NUMACTL_ARGS"] = plan.to_numactl_args()
-        os.environ["_NUMABIND_PYTHON"] = os.fsdecode(python)
-        multiprocessing.spawn.set_executable(WRAPPER)
+        multiprocessing.spawn.set_executable(script)
         try:
             yield
         finally:
             multiprocessing.spawn.set_executable(python)
-            del os.environ["_NUMABIND_NUMACTL_ARGS"], os.environ["_NUMABIND_PYTHON"]
 
     modes = {"unbound": unbound, "bound": bound, "bound-in-child": bound_in_child}
     if numactl_ok:

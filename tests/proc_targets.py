@@ -128,3 +128,93 @@ def touch_then_migrate(conn, plan, size: int) -> None:
                "describe": report.describe()})
     conn.close()
     del buf
+
+
+# ----------------------------------------------------------------------------- raw mode words
+_SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}.get(platform.machine(), 238)
+
+
+def mode_word() -> list:
+    """(the whole get_mempolicy mode word, MPOL_F_* flags included, nodes) of the calling thread."""
+    mode = ctypes.c_int()
+    mask = (ctypes.c_ulong * 16)()
+    rc = _libc.syscall(_SYS_GET_MEMPOLICY, ctypes.byref(mode), mask, ctypes.c_ulong(16 * 64), None, ctypes.c_ulong(0))
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"get_mempolicy: {os.strerror(err)}")
+    return [mode.value, [i for i in range(16 * 64) if mask[i // 64] >> (i % 64) & 1]]
+
+
+def set_mode_word(word: int, nodes: list[int]) -> int:
+    """Raw set_mempolicy(word, nodes); 0 or the errno."""
+    mask = (ctypes.c_ulong * 16)()
+    for n in nodes:
+        mask[n // 64] |= 1 << (n % 64)
+    rc = _libc.syscall(_SYS_SET_MEMPOLICY, ctypes.c_int(word), mask if nodes else None,
+                       ctypes.c_ulong(16 * 64 + 1 if nodes else 0))
+    return 0 if rc == 0 else ctypes.get_errno()
+
+
+def spawn_keeps_mode_word(conn, word: int, node: int, plan_text: str, bad_plan_text: str) -> None:
+    """Fork-child target: put this thread on ``word``, spawn inside configure_subprocess (a plan that
+    binds, then one that fails strict); report the word after each and what the children got."""
+    import multiprocessing
+
+    import numabind
+
+    out: dict = {"set": set_mode_word(word, [node])}
+    out["before"] = mode_word()
+    ctx = multiprocessing.get_context("spawn")
+    r, w = ctx.Pipe(duplex=False)
+    with numabind.configure_subprocess(numabind.Plan.from_text(plan_text)):
+        p = ctx.Process(target=report_state, args=(w,))
+        p.start()
+    out["child"] = r.recv() if r.poll(60) else None
+    p.join(30)
+    out["after_spawn"] = mode_word()
+    try:
+        with numabind.configure_subprocess(numabind.Plan.from_text(bad_plan_text), strict=True):
+            ctx.Process(target=report_state, args=(w,)).start()
+        out["strict_error"] = None
+    except numabind.NumabindError as e:
+        out["strict_error"] = f"{type(e).__name__}: {e}"
+    out["after_strict"] = mode_word()
+    conn.send(out)
+    conn.close()
+
+
+def spawn_with_unreadable_policy(conn, plan_text: str, strict: bool) -> None:
+    """Fork-child target: the backend cannot read the old memory policy; spawn inside configure_subprocess."""
+    import errno
+    import multiprocessing
+
+    import numabind
+    from numabind.backends import get_backend
+
+    plan = numabind.Plan.from_text(plan_text)
+    set_mode_word(1, [min(plan.mem_nodes)])   # preferred: a policy to keep, other than the plan's
+    out: dict = {"before": mode_word()}
+
+    def unreadable(*_args):
+        raise numabind.BindError(errno.EPERM, "get_mempolicy", "calling thread")
+
+    be = get_backend()[0]
+    be.get_mempolicy = unreadable
+    be.save_mempolicy = unreadable
+    ctx = multiprocessing.get_context("spawn")
+    r, w = ctx.Pipe(duplex=False)
+    try:
+        with numabind.configure_subprocess(plan, strict=strict) as births:
+            p = ctx.Process(target=report_state, args=(w,))
+            p.start()
+        out["child"] = r.recv() if r.poll(60) else None
+        p.join(30)
+        rep = births.report(p.pid, timeout=10)
+        out["warnings"] = list(rep.report.warnings)
+        out["error"] = None
+    except numabind.NumabindError as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["after"] = mode_word()
+    out["cpus_after"] = status_cpus()
+    conn.send(out)
+    conn.close()

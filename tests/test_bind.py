@@ -78,6 +78,33 @@ def raw_mempolicy() -> tuple[int, frozenset[int]]:
     return mode[0] & 0xFF, nodes
 
 
+def raw_word() -> tuple[int, frozenset[int]]:
+    """(the whole mode word, MPOL_F_* flags included, nodes) of the calling thread, from raw get_mempolicy."""
+    from numabind import _native
+
+    ffi, lib = _native.ffi, _native.lib
+    mode = ffi.new("int *")
+    mask = ffi.new("unsigned long[]", 16)
+    rc = lib.nb_sys_get_mempolicy(mode, mask, 16 * 64, ffi.NULL, 0)
+    assert rc == 0, f"get_mempolicy returned {rc}"
+    return mode[0], frozenset(w * 64 + b for w in range(16) for b in range(64) if mask[w] >> b & 1)
+
+
+def raw_set_word(word: int, nodes=()) -> None:
+    """set_mempolicy with a raw mode word (a mode or-ed with MPOL_F_* flags)."""
+    from numabind import _native
+
+    ffi, lib = _native.ffi, _native.lib
+    bits = sum(1 << n for n in nodes)
+    rc = lib.nb_sys_set_mempolicy(word, ffi.new("unsigned long[]", [bits]) if nodes else ffi.NULL,
+                                  65 if nodes else 0)
+    assert rc == 0, f"set_mempolicy({word:#x}, {sorted(nodes)}) returned {rc}"
+
+
+# <linux/mempolicy.h> mode flags
+MPOL_F_STATIC_NODES, MPOL_F_RELATIVE_NODES, MPOL_F_NUMA_BALANCING = 1 << 15, 1 << 14, 1 << 13
+
+
 def raw_set_mempolicy(policy: str, nodes=()) -> None:
     from numabind import _native
 
@@ -199,9 +226,9 @@ SECCOMP = r'''
 import ctypes, errno, platform, struct
 
 _ARCH = {"x86_64": (0xC000003E, {"set_mempolicy": 238, "sched_setaffinity": 203, "mbind": 237,
-                                 "migrate_pages": 256}),
+                                 "migrate_pages": 256, "get_mempolicy": 239}),
          "aarch64": (0xC00000B7, {"set_mempolicy": 237, "sched_setaffinity": 122, "mbind": 235,
-                                  "migrate_pages": 238})}
+                                  "migrate_pages": 238, "get_mempolicy": 236})}
 
 def deny(*names, err=errno.EPERM):
     arch, nrs = _ARCH[platform.machine()]
@@ -236,20 +263,15 @@ def restore_process(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     affinity = thread_affinities()
     policy = raw_mempolicy()
+    word = raw_word()
     yield affinity, policy
     for tid, cpus in affinity.items():
         try:
             os.sched_setaffinity(tid, cpus)
         except OSError:  # a thread that exited
             pass
-    from numabind import _native
-
-    ffi, lib = _native.ffi, _native.lib
-    mode, nodes = policy
-    word = sum(1 << n for n in nodes)
-    assert lib.nb_sys_set_mempolicy(mode, ffi.new("unsigned long[]", [word]) if nodes else ffi.NULL,
-                                    65 if nodes else 0) == 0
-    assert raw_mempolicy() == policy
+    raw_set_word(*word)
+    assert raw_word() == word
 
 
 @pytest.fixture
@@ -844,3 +866,324 @@ def test_numabind_strict_unknown_value_is_an_error(value, monkeypatch):
     monkeypatch.setenv("NUMABIND_STRICT", value)
     with pytest.raises(numabind.NumabindError, match=r"NUMABIND_STRICT=.*not understood.*1, true, yes, on"):
         numabind.bind_current(Plan(cpus=frozenset(os.sched_getaffinity(0))))
+
+
+# --------------------------------------------------------------------------- issue 15: loud and atomic
+ONLINE_CPUS = ids_of(open("/sys/devices/system/cpu/online").read())
+OUTSIDE_CPU = max(ONLINE_CPUS) + 1                     # a CPU this machine does not have
+MEM_NODE = min(ids_of(open("/sys/devices/system/node/has_memory").read()))
+MISSING_NODE = max(ids_of(open("/sys/devices/system/node/possible").read())) + 1
+CPU = max(os.sched_getaffinity(0))
+
+FLAGGED = {  # mode words that carry MPOL_F_* flags, all on MEM_NODE
+    "bind+balancing": MPOL["bind"] | MPOL_F_NUMA_BALANCING,
+    "bind+static": MPOL["bind"] | MPOL_F_STATIC_NODES,
+    "interleave+relative": MPOL["interleave"] | MPOL_F_RELATIVE_NODES,
+    "preferred+static": MPOL["preferred"] | MPOL_F_STATIC_NODES,
+}
+
+
+def set_flagged(word: int) -> tuple[int, frozenset[int]]:
+    """Put the calling thread on ``word`` (raw set_mempolicy); skip where the kernel predates the flag."""
+    from numabind import _native
+
+    mask = _native.ffi.new("unsigned long[]", [1 << MEM_NODE])
+    rc = _native.lib.nb_sys_set_mempolicy(word, mask, 65)
+    if rc == -errno.EINVAL and word & MPOL_F_NUMA_BALANCING:
+        pytest.skip("this kernel refuses MPOL_F_NUMA_BALANCING with MPOL_BIND (added in Linux 5.12)")
+    assert rc == 0, f"set_mempolicy({word:#x}) returned {rc}"
+    state = raw_word()
+    assert state == (word, frozenset({MEM_NODE})), state
+    return state
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+@pytest.mark.parametrize("word", FLAGGED.values(), ids=FLAGGED.keys())
+def test_save_and_restore_keep_the_whole_mode_word(backend, word):
+    from numabind.backends.base import MemPolicyState
+
+    be = get_backend(backend)[0]
+    before = set_flagged(word)
+    saved = be.save_mempolicy()
+    assert saved == MemPolicyState(mode=word, nodes=frozenset({MEM_NODE}))
+    assert saved.flags == word & (MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES | MPOL_F_NUMA_BALANCING)
+    be.set_mempolicy("default", frozenset())
+    assert raw_word() == (0, frozenset())
+    be.restore_mempolicy(saved)
+    assert raw_word() == before
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+@pytest.mark.parametrize("word", FLAGGED.values(), ids=FLAGGED.keys())
+def test_strict_rollback_restores_the_mode_flags(backend, word):
+    """Issue 15, item 3: a strict failure after the policy was changed puts back flags and mask too."""
+    before = set_flagged(word)
+    with pytest.raises(PlanError, match=f"CPUs {OUTSIDE_CPU} are outside"):
+        numabind.bind_current(Plan(cpus={CPU, OUTSIDE_CPU}, mem_policy="interleave", mem_nodes={MEM_NODE}),
+                              strict=True, backend=backend)
+    assert raw_word() == before
+
+
+@pytest.mark.parametrize("word", FLAGGED.values(), ids=FLAGGED.keys())
+def test_unexpected_error_rollback_restores_the_mode_flags(word, monkeypatch):
+    be = get_backend("syscall")[0]
+    before = set_flagged(word)
+
+    def broken_walk():
+        raise RuntimeError("cannot list /proc/self/task")
+
+    monkeypatch.setattr(be, "thread_ids", broken_walk)
+    with pytest.raises(RuntimeError):
+        numabind.bind_current(Plan(cpus={CPU}, mem_policy="bind", mem_nodes={MEM_NODE}), backend="syscall")
+    assert raw_word() == before
+
+
+def _unreadable(*_args):
+    raise BindError(errno.EPERM, "get_mempolicy", "calling thread")
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+@pytest.mark.parametrize("later_failure", [False, True], ids=["fits", "then-cpu-outside"])
+def test_strict_refuses_before_any_change_when_the_old_policy_is_unreadable(backend, later_failure, monkeypatch):
+    """Issue 15, item 4: no saved state, no change: strict raises first and leaves everything as it was."""
+    be = get_backend(backend)[0]
+    raw_set_mempolicy("preferred", {MEM_NODE})
+    monkeypatch.setattr(be, "get_mempolicy", _unreadable)
+    monkeypatch.setattr(be, "save_mempolicy", _unreadable, raising=False)
+    cpus = {CPU, OUTSIDE_CPU} if later_failure else {CPU}
+    with Parked(2):
+        before = thread_affinities()
+        with pytest.raises(BindError) as exc:
+            numabind.bind_current(Plan(cpus=cpus, mem_policy="interleave", mem_nodes={MEM_NODE}),
+                                  strict=True, backend=backend)
+        assert (exc.value.errno, exc.value.syscall) == (errno.EPERM, "get_mempolicy")
+        assert "nothing was changed" in str(exc.value)
+        assert thread_affinities() == before
+    assert raw_mempolicy() == (MPOL["preferred"], frozenset({MEM_NODE}))
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_lenient_with_an_unreadable_old_policy_applies_and_says_so(backend, monkeypatch):
+    be = get_backend(backend)[0]
+    monkeypatch.setattr(be, "save_mempolicy", _unreadable, raising=False)
+    report = numabind.bind_current(Plan(cpus={CPU}, mem_policy="interleave", mem_nodes={MEM_NODE}),
+                                   backend=backend)
+    assert raw_mempolicy() == (MPOL["interleave"], frozenset({MEM_NODE}))
+    assert os.sched_getaffinity(0) == {CPU}
+    assert any("old memory policy could not be read" in n for n in report.notes), report.notes
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_kernel_refusal_of_get_mempolicy_strict_changes_nothing(backend):
+    """The same with get_mempolicy really denied (seccomp, EPERM)."""
+    out = run_json(SECCOMP + f'''
+import json, os, numabind
+deny("get_mempolicy")
+before = sorted(os.sched_getaffinity(0))
+try:
+    numabind.bind_current(numabind.Plan(cpus={{{CPU}}}, mem_policy="interleave", mem_nodes={{{MEM_NODE}}}),
+                          strict=True, backend="{backend}")
+    err = None
+except numabind.BindError as e:
+    err = {{"errno": e.errno, "syscall": e.syscall, "text": str(e)}}
+print(json.dumps({{"err": err, "before": before, "after": sorted(os.sched_getaffinity(0))}}))
+''')
+    assert out["err"] is not None, "strict must refuse when the old memory policy cannot be saved"
+    assert (out["err"]["errno"], out["err"]["syscall"]) == (errno.EPERM, "get_mempolicy")
+    assert out["after"] == out["before"]
+
+
+class _Recorder:
+    """Fake two memory nodes (so migration has a source) and record migrate_pages calls with the state then."""
+
+    def __init__(self, be, monkeypatch, fail_with: BindError | None = None) -> None:
+        import dataclasses
+
+        self.calls: list[dict] = []
+        real = be.kernel_limits()
+        nodes = frozenset({MEM_NODE, MISSING_NODE})
+        fake = dataclasses.replace(real, online_nodes=real.online_nodes | nodes, memory_nodes=nodes,
+                                   mems_allowed=nodes)
+        monkeypatch.setattr(be, "kernel_limits", lambda: fake)
+
+        def migrate_pages(pid, from_nodes, to_nodes):
+            self.calls.append({"from": from_nodes, "to": to_nodes, "cpus": frozenset(os.sched_getaffinity(0)),
+                               "policy": raw_mempolicy()})
+            if fail_with is not None:
+                raise fail_with
+            return 0
+
+        monkeypatch.setattr(be, "migrate_pages", migrate_pages)
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_migration_is_the_last_step(backend, monkeypatch):
+    be = get_backend(backend)[0]
+    rec = _Recorder(be, monkeypatch)
+    report = numabind.bind_current(Plan(cpus={CPU}, mem_policy="bind", mem_nodes={MEM_NODE}, migrate=True),
+                                   backend=backend)
+    assert rec.calls == [{"from": {MISSING_NODE}, "to": {MEM_NODE}, "cpus": {CPU},
+                          "policy": (MPOL["bind"], frozenset({MEM_NODE}))}]
+    assert report.pages_migrated is not None
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_a_strict_failure_at_verification_moves_no_pages(backend, monkeypatch):
+    """Issue 15, item 4: pages are moved only after the binding was verified, so a strict failure moved none."""
+    be = get_backend(backend)[0]
+    rec = _Recorder(be, monkeypatch)
+    raw_set_mempolicy("preferred", {MEM_NODE})
+    # the read-back sees another policy than the one set: a strict failure after everything was applied
+    monkeypatch.setattr(be, "get_mempolicy", lambda: ("interleave", frozenset({MEM_NODE})))
+    with pytest.raises(BindError, match="instead of bind"):
+        numabind.bind_current(Plan(cpus={CPU}, mem_policy="bind", mem_nodes={MEM_NODE}, migrate=True),
+                              strict=True, backend=backend)
+    assert rec.calls == [], "pages were moved for a binding that was then rolled back"
+    assert raw_mempolicy() == (MPOL["preferred"], frozenset({MEM_NODE}))
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_a_strict_migration_failure_rolls_back_and_says_pages_stay(backend, monkeypatch):
+    be = get_backend(backend)[0]
+    _Recorder(be, monkeypatch, fail_with=BindError(errno.EPERM, "migrate_pages", "pid 0"))
+    raw_set_mempolicy("preferred", {MEM_NODE})
+    before = thread_affinities()
+    with pytest.raises(BindError) as exc:
+        numabind.bind_current(Plan(cpus={CPU}, mem_policy="bind", mem_nodes={MEM_NODE}, migrate=True),
+                              strict=True, backend=backend)
+    assert exc.value.syscall == "migrate_pages" and "pages moved before the error stay" in str(exc.value)
+    assert thread_affinities() == before
+    assert raw_mempolicy() == (MPOL["preferred"], frozenset({MEM_NODE}))
+
+
+def two_cpus() -> tuple[int, int]:
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs this process may use")
+    return allowed[0], allowed[-1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_threads_left_out_by_matching_are_a_warning(backend, caplog):
+    """Issue 15, item 9: the caller narrowed itself with os.sched_setaffinity(0, ...); the workers it left
+    on every CPU are not bound by threads='matching', and the report says so instead of ok."""
+    a, b = two_cpus()
+    allowed = frozenset(os.sched_getaffinity(0))
+    with Parked(2) as parked:
+        os.sched_setaffinity(0, {a})
+        with caplog.at_level(logging.WARNING, logger="numabind"):
+            report = numabind.bind_current(Plan(cpus={b}), backend=backend)
+        by_tid = {t.tid: t for t in report.threads}
+        for tid in parked.tids:
+            assert by_tid[tid].status == "left-alone"
+            assert os.sched_getaffinity(tid) == allowed
+        assert os.sched_getaffinity(0) == {b}
+        assert not report.ok
+        left = sum(t.status == "left-alone" for t in report.threads)
+        (warning,) = [w for w in report.warnings if "left out of the CPU binding" in w]
+        assert warning.startswith(f"{left} thread(s)") and "threads='all'" in warning
+        assert f"{parked.tids[0]} (" in warning or left > 8
+        assert any(warning in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+        # threads="all" takes them too, and then nothing is left out
+        report = numabind.bind_current(Plan(cpus={b}), threads="all", backend=backend)
+        assert report.ok, report.warnings
+        for tid in parked.tids:
+            assert os.sched_getaffinity(tid) == {b}
+
+
+# --------------------------------------------------------------------------- strict="partial"
+def test_strict_values():
+    from numabind.bind import strict_default
+
+    assert [strict_default(v) for v in (True, False, "partial", 1, 0)] == [True, False, "partial", True, False]
+    for bad in ("yes", "strict", 2, 0.5, "PARTIAL"):
+        with pytest.raises(PlanError, match="strict="):
+            strict_default(bad)
+    with pytest.raises(PlanError, match="strict="):
+        numabind.bind_current(Plan(cpus={CPU}), strict="sometimes")
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_partial_raises_when_nothing_could_be_applied(backend):
+    raw_set_mempolicy("preferred", {MEM_NODE})
+    with Parked(1):
+        before = thread_affinities()
+        with pytest.raises(PlanError) as exc:
+            numabind.bind_current(Plan(cpus={OUTSIDE_CPU}, mem_policy="bind", mem_nodes={MISSING_NODE}),
+                                  strict="partial", backend=backend)
+        text = str(exc.value)
+        assert "nothing of the plan" in text and "strict='partial'" in text
+        assert f"CPUs {OUTSIDE_CPU} are outside" in text and f"nodes {MISSING_NODE} do not exist" in text
+        assert thread_affinities() == before
+    assert raw_mempolicy() == (MPOL["preferred"], frozenset({MEM_NODE}))
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_partial_keeps_the_cpus_when_the_memory_cannot_be_applied(backend, caplog):
+    raw_set_mempolicy("preferred", {MEM_NODE})
+    with caplog.at_level(logging.WARNING, logger="numabind"):
+        report = numabind.bind_current(Plan(cpus={CPU}, mem_policy="bind", mem_nodes={MISSING_NODE}),
+                                       strict="partial", backend=backend)
+    assert os.sched_getaffinity(0) == {CPU} and report.applied.cpus == {CPU}
+    assert raw_mempolicy() == (MPOL["preferred"], frozenset({MEM_NODE}))
+    assert not report.ok and any(f"nodes {MISSING_NODE} do not exist" in w for w in report.warnings)
+    assert any("do not exist" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_partial_keeps_the_memory_when_the_cpus_cannot_be_applied(backend):
+    before = frozenset(os.sched_getaffinity(0))
+    report = numabind.bind_current(Plan(cpus={OUTSIDE_CPU}, mem_policy="interleave", mem_nodes={MEM_NODE}),
+                                   strict="partial", backend=backend)
+    assert raw_mempolicy() == (MPOL["interleave"], frozenset({MEM_NODE}))
+    assert os.sched_getaffinity(0) == before
+    assert any("CPU binding not applied" in w for w in report.warnings)
+
+
+def test_partial_narrows_like_lenient(monkeypatch):
+    monkeypatch.setenv("NUMABIND_STRICT", "partial")
+    report = numabind.bind_current(Plan(cpus={CPU, OUTSIDE_CPU}))
+    assert report.applied.cpus == {CPU} and any("narrowed" in w for w in report.warnings)
+    with pytest.raises(PlanError, match="nothing of the plan"):
+        numabind.bind_current(Plan(cpus={OUTSIDE_CPU}))
+
+
+@pytest.mark.parametrize("backend", ("numactl", "none"))
+def test_partial_memory_only_plan_without_an_in_process_backend_raises(backend):
+    before = raw_mempolicy()
+    with pytest.raises(BindError) as exc:
+        numabind.bind_current(Plan(mem_policy="bind", mem_nodes={MEM_NODE}), strict="partial", backend=backend)
+    assert (exc.value.errno, exc.value.syscall) == (errno.ENOTSUP, "set_mempolicy")
+    assert "nothing of the plan" in str(exc.value)
+    assert raw_mempolicy() == before
+    report = numabind.bind_current(Plan(cpus={CPU}, mem_policy="bind", mem_nodes={MEM_NODE}), strict="partial",
+                                   backend=backend)
+    assert os.sched_getaffinity(0) == {CPU} and not report.ok
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+@pytest.mark.parametrize("denied", [("set_mempolicy",), ("set_mempolicy", "sched_setaffinity")],
+                         ids=["memory", "memory+cpus"])
+def test_partial_under_seccomp(backend, denied):
+    """The kernel refuses (EPERM): partial raises only when both parts are refused."""
+    out = run_json(SECCOMP + f'''
+import json, os, numabind
+deny(*{denied!r})
+before = sorted(os.sched_getaffinity(0))
+try:
+    r = numabind.bind_current(numabind.Plan(cpus={{{CPU}}}, mem_policy="bind", mem_nodes={{{MEM_NODE}}}),
+                              strict="partial", backend="{backend}")
+    out = {{"err": None, "warnings": r.warnings, "cpus": sorted(r.applied.cpus)}}
+except numabind.BindError as e:
+    out = {{"err": {{"errno": e.errno, "syscall": e.syscall, "text": str(e)}}}}
+out.update(before=before, after=sorted(os.sched_getaffinity(0)))
+print(json.dumps(out))
+''')
+    if len(denied) == 1:
+        assert out["err"] is None and out["cpus"] == out["after"] == [CPU]
+        assert any("EPERM" in w and "set_mempolicy" in w for w in out["warnings"])
+    else:
+        assert out["err"] is not None, out
+        assert out["err"]["errno"] == errno.EPERM and "nothing of the plan" in out["err"]["text"]
+        assert "set_mempolicy" in out["err"]["text"] and "sched_setaffinity" in out["err"]["text"]
+        assert out["after"] == out["before"]

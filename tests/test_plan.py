@@ -648,3 +648,53 @@ def test_from_text_mutations_only_plan_error(plan, data):
         return
     assert isinstance(back, Plan)
     assert re.fullmatch(r"[a-z0-9;=:,\-/]+", mutated)  # nothing hostile got through
+
+
+# --------------------------------------------------------------------------- issue 15, item 8: id types
+NOT_IDS = [b"1", b"0-1", bytearray(b"1"), memoryview(b"1"), 1.0, 2.5, True, False, [1.0], [True], {2, True},
+           (1, "2"), [None], {1: "x", 2.0: "y"}, object()]
+
+
+@pytest.mark.parametrize("value", NOT_IDS, ids=[repr(v)[:30] for v in NOT_IDS])
+@pytest.mark.parametrize("field", ["cpus", "mem_nodes"])
+def test_bytes_floats_and_bools_are_not_ids(field, value):
+    """``Plan(cpus=b"1")`` once meant CPU 49 (the byte's value): bytes, floats and bools are refused."""
+    kwargs = {field: value} if field == "cpus" else {"mem_policy": "bind", field: value}
+    with pytest.raises(PlanError, match=field) as exc:
+        Plan(**kwargs)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        assert "bytes" in str(exc.value) and "decode" in str(exc.value)
+
+
+@given(st.binary(min_size=1, max_size=8))
+@FAST
+def test_no_bytes_value_is_a_plan(data):
+    with pytest.raises(PlanError):
+        Plan(cpus=data)
+    with pytest.raises(PlanError):
+        Plan(mem_policy="interleave", mem_nodes=data)
+
+
+def test_ids_above_the_cap_are_refused():
+    from numabind.cpulist import MAX_ID
+
+    assert Plan(cpus={MAX_ID}).cpus == {MAX_ID}
+    with pytest.raises(PlanError, match="larger than numabind's cap"):
+        Plan(cpus={MAX_ID + 1})
+
+
+def test_plan_for_gpu_with_a_malformed_cpu_list_is_a_plan_error(tmp_path):
+    """``plan_for_gpu(0, cpus=[0])`` raised a raw TypeError; now a PlanError that says the expected shape."""
+    from numabind import discover, plan_for_gpu
+    from tests.fakegpu import add_nvidia_gpu
+    from tests.fakesys import two_sockets
+
+    two_sockets(tmp_path, cpus_per_socket=4, smt=False)
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", numa_node=0, local_cpulist="0-3")
+    topo = discover(str(tmp_path))
+    assert plan_for_gpu(0, topology=topo, cpus=["1-2"]).cpus == {1, 2}
+    assert plan_for_gpu(0, topology=topo, cpus=[{1, 2}]).cpus == {1, 2}
+    for cpus in ([0], [b"1"], [1.5], [[1.0]], [{True}], "0-3", b"0-3", 0, [[[0]]]):
+        with pytest.raises(PlanError, match=r"cpus|CPU list") as exc:
+            plan_for_gpu(0, topology=topo, cpus=cpus)
+        assert "cpulist string or a set of ints" in str(exc.value) or "non-negative ints" in str(exc.value), cpus

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Literal, Union
 
 from .errors import NumabindError
 
-__all__ = ["STRICT_TRUE", "STRICT_FALSE", "strict_from_env"]
+__all__ = ["STRICT_TRUE", "STRICT_FALSE", "STRICT_PARTIAL", "Strictness", "strict_from_env"]
+
+#: How a binding that cannot be applied in full is handled: ``True`` raises (and rolls back) on any
+#: weakening, ``False`` degrades with a warning per step, ``"partial"`` degrades like ``False`` but
+#: raises when in the end nothing of the plan is in force.
+Strictness = Union[bool, Literal["partial"]]
 
 #: Spellings of NUMABIND_STRICT that mean "raise instead of degrading".
 STRICT_TRUE = ("1", "true", "yes", "on")
 #: Spellings that mean "degrade, with a warning per step" (unset is the same).
 STRICT_FALSE = ("0", "false", "no", "off", "")
+#: The spelling that means "degrade, but raise when nothing of the plan could be applied".
+STRICT_PARTIAL = ("partial",)
 
 
-def strict_from_env(env: Mapping[str, str] | None = None) -> bool:
-    """``NUMABIND_STRICT`` as a bool; any other value is an error listing the accepted ones.
+def strict_from_env(env: Mapping[str, str] | None = None) -> Strictness:
+    """``NUMABIND_STRICT`` as True, False or ``"partial"``; any other value is an error listing the accepted ones.
 
     A typo such as ``NUMABIND_STRICT=enabled`` must not silently mean lenient.
     """
@@ -26,8 +34,11 @@ def strict_from_env(env: Mapping[str, str] | None = None) -> bool:
         return True
     if value in STRICT_FALSE:
         return False
+    if value in STRICT_PARTIAL:
+        return "partial"
     shown = raw if len(raw) <= 40 else raw[:40] + "..."
     raise NumabindError(
         f"NUMABIND_STRICT={shown!r} is not understood; use one of {', '.join(STRICT_TRUE)} (raise instead of "
-        f"degrading) or {', '.join(v for v in STRICT_FALSE if v)} or unset (degrade with warnings)"
+        f"degrading), partial (degrade, but raise when nothing of the plan could be applied) or "
+        f"{', '.join(v for v in STRICT_FALSE if v)} or unset (degrade with warnings)"
     )

@@ -3,8 +3,10 @@
 ``bind_current`` sets the CPU affinity of every thread and the memory policy
 of the calling thread through a backend, reads back what the kernel now says
 and returns a :class:`BindReport`. A binding that cannot be applied in full is
-either raised (``strict``) after rolling back, or degraded step by step —
-hard bind → preferred → CPU only → nothing — with a WARNING per step.
+either raised (``strict=True``) after rolling back, or degraded step by step —
+hard bind → preferred → CPU only → nothing — with a WARNING per step
+(``strict=False``; ``strict="partial"`` degrades too, but raises when nothing
+of the plan is in force in the end).
 """
 
 from __future__ import annotations
@@ -15,24 +17,40 @@ import os
 from dataclasses import dataclass, field
 
 from .backends import Backend, get_backend
-from .backends.base import node_pages
+from .backends.base import MemPolicyState, node_pages
 from .cpulist import format_cpulist
-from ._env import strict_from_env
+from ._env import Strictness, strict_from_env
 from .errors import BindError, NumabindError, PlanError
 from .plan import MEM_POLICIES, Plan
 
-__all__ = ["BindReport", "Binding", "ThreadResult", "bind_current", "current_binding", "strict_default"]
+__all__ = ["BindReport", "Binding", "STRICT_VALUES", "ThreadResult", "bind_current", "current_binding",
+           "strict_default", "strict_label"]
 
 log = logging.getLogger(__name__)
 
 THREAD_MODES = ("matching", "all", "current")
 
 
-def strict_default(strict: bool | None) -> bool:
-    """``strict`` if given, else ``NUMABIND_STRICT`` from the environment (see :mod:`numabind._env`)."""
-    if strict is not None:
+STRICT_VALUES = (True, False, "partial")
+
+
+def strict_default(strict: Strictness | None) -> Strictness:
+    """``strict`` if given (True, False or ``"partial"``), else ``NUMABIND_STRICT`` from the environment.
+
+    See :mod:`numabind._env` for the accepted spellings; any other value is a PlanError.
+    """
+    if strict is None:
+        return strict_from_env()
+    if strict == "partial":
+        return "partial"
+    if isinstance(strict, int) and strict in (0, 1):   # True, False (and 0/1, as before)
         return bool(strict)
-    return strict_from_env()
+    raise PlanError(f"strict={strict!r} is not one of True, False, 'partial' (or None for $NUMABIND_STRICT)")
+
+
+def strict_label(strict: Strictness) -> str:
+    """``"strict"``, ``"lenient"`` or ``"partial"``: the word used in messages and command lines."""
+    return "partial" if strict == "partial" else "strict" if strict else "lenient"
 
 
 @dataclass(frozen=True)
@@ -141,11 +159,13 @@ def current_binding(backend: str | None = None) -> Binding:
 class _Binder:
     """One bind_current call: state, rollback and the report under construction."""
 
-    def __init__(self, plan: Plan, strict: bool, threads: str, be: Backend, why: str) -> None:
+    def __init__(self, plan: Plan, strict: Strictness, threads: str, be: Backend, why: str) -> None:
         self.plan, self.strict, self.thread_mode, self.be, self.why = plan, strict, threads, be, why
         self.warnings: list[str] = []
         self.notes: list[str] = []
+        self.failures: list[NumabindError] = []    # every refusal that was degraded (strict="partial")
         self.undo: list = []
+        self.pages_migrated: int | None = None
         self.limits = be.kernel_limits()
         self.mem_target: tuple[str, frozenset[int]] | None = None   # what was set, after the ladder
         self.cpu_target: frozenset[int] | None = None
@@ -153,13 +173,29 @@ class _Binder:
     # -- degradation ------------------------------------------------------
     def warn(self, message: str) -> None:
         self.warnings.append(message)
-        log.warning("numabind: %s", message)
+        log.warning("%s", message)
 
     def fail(self, exc: NumabindError) -> None:
         """In strict mode roll back and raise; otherwise the caller degrades."""
-        if self.strict:
+        if self.strict is True:
             self.rollback()
             raise exc
+        self.failures.append(exc)
+
+    def check_partial(self) -> None:
+        """``strict="partial"``: roll back and raise when neither the CPUs nor any memory step is in force."""
+        plan = self.plan
+        if self.strict != "partial" or (plan.cpus is None and plan.mem_policy is None):
+            return
+        if self.cpu_target is not None or self.mem_target is not None:
+            return
+        self.rollback()
+        text = (f"nothing of the plan ({plan.describe()}) could be applied (strict='partial'): "
+                + "; ".join(self.warnings))
+        refused = next((e for e in self.failures if isinstance(e, BindError)), None)
+        if refused is not None:
+            raise BindError(refused.errno, refused.syscall, text)
+        raise PlanError(text)
 
     def rollback(self) -> None:
         for action in reversed(self.undo):
@@ -214,10 +250,17 @@ class _Binder:
                 self.fail(e)
                 self.warn(f"{e}; memory policy left unchanged")
             return
+        old: MemPolicyState | None
         try:
-            old = self.be.get_mempolicy()
+            old = self.be.save_mempolicy()
         except BindError as e:
+            if self.strict is True:  # nothing has been changed yet: refuse rather than risk a change that cannot be undone
+                raise BindError(e.errno, "get_mempolicy",
+                                f"the calling thread's memory policy cannot be read ({e}), so a strict bind "
+                                f"could not be rolled back; nothing was changed") from None
             old = None
+            self.notes.append(f"the old memory policy could not be read ({e}); it could not have been "
+                              f"restored had a later step failed")
             log.debug("cannot read the old memory policy: %s", e)
         ladder = self.memory_candidates()
         if not ladder:
@@ -231,7 +274,7 @@ class _Binder:
                 continue
             self.mem_target = (policy, nodes)
             if old is not None:
-                self.undo.append(lambda old=old: self.be.set_mempolicy(*old))
+                self.undo.append(lambda old=old: self.be.restore_mempolicy(old))
             if k:
                 self.warn(f"memory policy degraded to {policy} {format_cpulist(nodes)}")
             return
@@ -313,6 +356,13 @@ class _Binder:
                 results.append(ThreadResult(tid, name, before, None, "exited"))
                 continue
             results.append(ThreadResult(tid, name, before, after, "bound"))
+        left = [r for r in results if r.status == "left-alone"]
+        if left:
+            shown = ", ".join(f"{r.tid} ({r.name}) on {format_cpulist(r.before)}" for r in left[:8])
+            more = f" and {len(left) - 8} more" if len(left) > 8 else ""
+            self.warn(f"{len(left)} thread(s) left out of the CPU binding by threads='matching' because their "
+                      f"affinity differs from the calling thread's {format_cpulist(caller_before)}: {shown}{more}; "
+                      f"they keep their CPUs (threads='all' binds them too)")
         return results
 
     # -- migration --------------------------------------------------------------
@@ -338,7 +388,10 @@ class _Binder:
         try:
             refused = self.be.migrate_pages(0, source, target)
         except BindError as e:
-            self.fail(e)
+            # the last step: in strict mode the binding is rolled back, and pages the call moved before
+            # failing cannot be put back (the kernel says only that it failed); the error says so
+            self.fail(BindError(e.errno, e.syscall, f"{e.detail}; the binding was rolled back, but pages "
+                                                    f"moved before the error stay on nodes {format_cpulist(target)}"))
             self.warn(f"{e}; pages already allocated stay where they are")
             return None
         after = node_pages()
@@ -352,7 +405,7 @@ class _Binder:
         left = after.on(source)
         shared = min(after.shared_on(source), left)
         private = left - shared
-        log.info("numabind: migrated %d pages from nodes %s to nodes %s; %d stayed (%d shared or file-backed)",
+        log.info("migrated %d pages from nodes %s to nodes %s; %d stayed (%d shared or file-backed)",
                  self.pages_migrated, src, dst, left, shared)
         if private or refused:
             self.warn(f"{private} private pages stayed on nodes {src} (pinned, locked or busy)"
@@ -390,21 +443,32 @@ class _Binder:
         return applied
 
 
-def bind_current(plan: Plan, strict: bool | None = None, *, threads: str = "matching",
+def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str = "matching",
                  backend: str | None = None) -> BindReport:
     """Bind the running process to ``plan`` and report what the kernel now says.
 
     * CPU affinity is set on **every thread** (``threads="matching"``: those
       whose affinity equals the calling thread's, the others were pinned on
-      purpose and are left alone and reported; ``"all"``: every thread;
-      ``"current"``: only the caller).
+      purpose and are left alone; ``"all"``: every thread; ``"current"``: only
+      the caller). Threads left alone by ``"matching"`` are a WARNING in
+      ``report.warnings`` (so ``report.ok`` is False) naming them, but not a
+      strict failure: nothing numabind tried to change was refused.
     * The memory policy is set on the calling thread; threads created
       afterwards inherit it. Other existing threads cannot be changed by any
       kernel interface; they allocate from the local node of the CPUs they are
       now bound to (``report.notes`` says so).
-    * ``strict`` (default: ``NUMABIND_STRICT=1``) raises :class:`PlanError` or
-      :class:`BindError` and rolls back everything this call changed;
-      otherwise every degradation is in ``report.warnings`` and logged.
+    * ``strict=True`` (default: ``NUMABIND_STRICT``) raises :class:`PlanError` or
+      :class:`BindError` on any weakening and rolls back everything this call
+      changed; it refuses before changing anything when the old memory policy
+      cannot be read (it could not be put back). ``strict=False``: every
+      degradation is in ``report.warnings`` and logged. ``strict="partial"``:
+      degrades like False, but when in the end neither the CPU binding nor
+      any step of the memory ladder is in force, it rolls back and raises
+      (a :class:`BindError` when the kernel refused something, else a
+      :class:`PlanError`), with every step's reason in the message.
+    * ``migrate=True`` moves pages last, after everything else was applied and
+      verified; if ``migrate_pages`` itself fails under strict, the binding is
+      rolled back and the error says that pages already moved stay.
 
     Usable as a multiprocessing initializer:
     ``Pool(initializer=numabind.bind_current, initargs=(plan,))``.
@@ -419,8 +483,9 @@ def bind_current(plan: Plan, strict: bool | None = None, *, threads: str = "matc
     try:
         b.apply_memory()
         results = b.apply_cpus()
-        left = b.migrate()
         applied = b.read_back()
+        b.check_partial()
+        left = b.migrate()      # last: nothing after it can fail and leave pages moved for a binding undone
     except BaseException:
         # strict failures have rolled back already; anything unexpected must not leave a half binding
         b.rollback()
@@ -434,5 +499,5 @@ def bind_current(plan: Plan, strict: bool | None = None, *, threads: str = "matc
     report = BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why,
                         threads=tuple(results), warnings=tuple(b.warnings), notes=tuple(b.notes),
                         pages_not_migrated=left, pages_migrated=b.pages_migrated)
-    log.info("numabind: pid %d bound via %s: %s", os.getpid(), be.name, applied.describe())
+    log.info("pid %d bound via %s: %s", os.getpid(), be.name, applied.describe())
     return report

@@ -1,11 +1,13 @@
 #!/bin/sh
 # numabind's fixed numactl launcher, used only when no in-process backend works
 # (or when NUMABIND_BACKEND=numactl forces it). It never evaluates its input:
-# every option word is checked against a short allow-list before numactl runs.
+# every option word is checked against a short allow-list before numactl runs,
+# and nothing is taken from the environment.
 #
-#   numactl_wrapper.sh [numactl options] -- command [args...]
-#   _NUMABIND_NUMACTL_ARGS="--physcpubind=0-3 --membind=0" _NUMABIND_PYTHON=/usr/bin/python3 \
-#       numactl_wrapper.sh [python args...]        (a multiprocessing executable)
+#   numactl_wrapper.sh [--numactl=/abs/path/numactl] [numactl options] -- command [args...]
+#
+# --numactl names the binary the numactl backend checked (it always passes it);
+# without it, numactl is looked up on PATH.
 set -eu
 
 fail() {
@@ -25,22 +27,22 @@ check() {
     esac
 }
 
-command -v numactl >/dev/null 2>&1 ||
-    fail "numactl is not installed or not on PATH (install the numactl package, or use the libnuma or syscall backend)"
-
-if [ -n "${_NUMABIND_NUMACTL_ARGS+set}" ]; then
-    opts=$_NUMABIND_NUMACTL_ARGS
-    py=${_NUMABIND_PYTHON:-}
-    unset _NUMABIND_NUMACTL_ARGS _NUMABIND_PYTHON
-    [ -n "$py" ] && [ -x "$py" ] || fail "_NUMABIND_PYTHON must name an executable Python interpreter"
-    case "$opts" in
-        *[!a-z0-9=,!+\ -]*) fail "refusing _NUMABIND_NUMACTL_ARGS with characters outside [a-z0-9=,!+ -]" ;;
-    esac
-    set -f
-    for word in $opts; do check "$word"; done
-    # shellcheck disable=SC2086  # opts is validated above and split on purpose
-    exec numactl $opts -- "$py" "$@"
-fi
+numactl=""
+case "${1-}" in
+    --numactl=*)
+        numactl=${1#--numactl=}
+        shift
+        case "$numactl" in
+            /*) ;;
+            *) fail "refusing --numactl='$numactl' (expected an absolute path)" ;;
+        esac
+        [ -f "$numactl" ] && [ -x "$numactl" ] || fail "--numactl='$numactl' is not an executable file"
+        ;;
+    *)
+        numactl=$(command -v numactl 2>/dev/null) ||
+            fail "numactl is not installed or not on PATH (install the numactl package, or use the libnuma or syscall backend)"
+        ;;
+esac
 
 opts=""
 while [ $# -gt 0 ]; do
@@ -51,5 +53,5 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || fail "no command given after '--'"
 set -f
-# shellcheck disable=SC2086
-exec numactl $opts -- "$@"
+# shellcheck disable=SC2086  # opts holds checked words only, split on purpose
+exec "$numactl" $opts -- "$@"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .cpulist import format_cpulist, parse_cpulist
+from .cpulist import MAX_ID, format_cpulist, parse_cpulist
 from .errors import PlanError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,19 +34,31 @@ _TEXT_MAX = 65536
 
 
 def _as_ids(value, what: str) -> frozenset[int] | None:
+    """``value`` (a cpulist string, an int, or an iterable of ints) as a frozenset of ids.
+
+    Bytes are refused, not iterated: ``b"1"`` would otherwise be the id 49. So
+    are floats and bools, alone or inside an iterable.
+    """
     if value is None:
         return None
     if isinstance(value, str):
         return parse_cpulist(value, what=what)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise PlanError(f"{what} must be a cpulist string or an iterable of ints, got bytes {bytes(value)[:100]!r}; "
+                        f"decode it first (e.g. {what}=value.decode())")
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value,)
     try:
         ids = frozenset(value)
     except TypeError:
-        raise PlanError(f"{what} must be a cpulist string or an iterable of ints, got {value!r}") from None
+        raise PlanError(f"{what} must be a cpulist string or an iterable of ints, got "
+                        f"{type(value).__name__}: {value!r}") from None
     for i in ids:
         if not isinstance(i, int) or isinstance(i, bool) or i < 0:
-            raise PlanError(f"{what} must hold non-negative ints, got {i!r}")
+            raise PlanError(f"{what} must hold non-negative ints, got {type(i).__name__}: {i!r}")
+        if i > MAX_ID:
+            raise PlanError(f"{what}: id {i} is larger than numabind's cap of {MAX_ID} (no kernel has that many "
+                            f"CPUs or nodes)")
     return ids
 
 

@@ -50,6 +50,7 @@ for the parent too.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import multiprocessing.spawn as _mp_spawn
@@ -66,11 +67,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from . import backends as _backends
-from .backends.base import NodePages, node_pages
+from .backends.base import MemPolicyState, NodePages, node_pages
 from ._fs import FsReader
-from .bind import THREAD_MODES, BindReport, bind_current, current_binding, strict_default
+from ._env import Strictness
+from .bind import THREAD_MODES, BindReport, bind_current, current_binding, strict_default, strict_label
 from .cpulist import format_cpulist
-from .errors import NumabindError, PlanError
+from .errors import BindError, NumabindError, PlanError
 from .plan import Plan
 
 __all__ = [
@@ -177,7 +179,7 @@ def _write_report(directory: str | None, rec: dict) -> None:
             os.close(fd)
         os.replace(tmp, os.path.join(directory, f"{pid}.json"))
     except OSError as e:  # the parent closed its ChildBindings meanwhile
-        log.debug("numabind: cannot write the birth report of pid %d to %s: %s", pid, directory, e)
+        log.debug("cannot write the birth report of pid %d to %s: %s", pid, directory, e)
 
 
 _birth: ChildReport | None = None
@@ -267,13 +269,13 @@ def _remove_dir(path: str, owner: int) -> None:
 def _check_args(backend, strict, threads) -> None:
     if backend is not None and backend not in _backends.BACKEND_NAMES:
         raise PlanError(f"backend {backend!r} is not one of {', '.join(_backends.BACKEND_NAMES)}")
-    if not isinstance(strict, bool):
-        raise PlanError(f"strict must be True or False, got {strict!r}")
+    if not (isinstance(strict, bool) or strict == "partial"):
+        raise PlanError(f"strict must be True, False or 'partial', got {strict!r}")
     if threads not in THREAD_MODES:
         raise PlanError(f"threads={threads!r} is not one of {', '.join(THREAD_MODES)}")
 
 
-def _bind_or_verify(plan: Plan, strict: bool, backend: str | None, threads: str, verify: bool) -> BindReport:
+def _bind_or_verify(plan: Plan, strict: Strictness, backend: str | None, threads: str, verify: bool) -> BindReport:
     """Bind this process (or, after the numactl wrapper bound it at exec, check that it did)."""
     if not verify:
         return bind_current(plan, strict=strict, threads=threads, backend=backend)
@@ -285,10 +287,11 @@ def _bind_or_verify(plan: Plan, strict: bool, backend: str | None, threads: str,
             (now.mem_policy, now.mem_nodes) != (plan.mem_policy, plan.mem_nodes or frozenset()):
         warnings.append(f"the numactl wrapper left memory policy {now.mem_policy} "
                         f"{format_cpulist(now.mem_nodes)}, not {plan.mem_policy} {format_cpulist(plan.mem_nodes or ())}")
-    if warnings and strict:
+    requested = (plan.cpus is not None) + (plan.mem_policy is not None)
+    if warnings and (strict is True or (strict == "partial" and len(warnings) == requested)):
         raise NumabindError("; ".join(warnings))
     for w in warnings:
-        log.warning("numabind: %s", w)
+        log.warning("%s", w)
     return BindReport(requested=plan, applied=now.plan, backend=now.backend,
                       backend_reason="bound at exec by numabind/numactl_wrapper.sh",
                       warnings=tuple(warnings), notes=("bound by numactl at exec, verified in the child",))
@@ -311,7 +314,7 @@ def _child_bind(text, strict, backend, threads, report_dir, method, verify) -> s
     except NumabindError as e:
         _write_report(report_dir, _report_record(pid, method, None, f"{type(e).__name__}: {e}"))
         raise BirthBindError(f"numabind: {method} child {pid} could not be bound at birth to "
-                             f"{plan.describe()}{' (strict)' if strict else ''}: {e}") from e
+                             f"{plan.describe()} ({strict_label(strict)}): {e}") from e
     _birth = ChildReport(pid, method, report)
     _write_report(report_dir, _report_record(pid, method, report, None))
     return "bound"
@@ -336,16 +339,18 @@ class _Attr:
 
 
 class _PathHint:
-    """Unpickles as ``sys.path.append(<numabind's parent dir>)`` in the child.
+    """Unpickles as ``sys.path.insert(0, <numabind's parent dir>)`` in the child.
 
     The child imports numabind before ``prepare()`` installs the parent's
-    sys.path; appending the directory numabind was loaded from makes that work
-    when the parent found numabind through a path of its own. ``prepare()``
+    sys.path; putting the directory numabind was loaded from first makes it
+    import exactly the parent's copy (not a ``numabind/`` in its working
+    directory, which a ``python -c`` child has first on its path), also when
+    the parent found numabind through a path of its own. ``prepare()``
     replaces sys.path right after, so nothing is left behind.
     """
 
     def __reduce__(self):
-        return (list.append, (_Attr(_Import("sys"), "path"), _PKG_PARENT))
+        return (list.insert, (_Attr(_Import("sys"), "path"), 0, _PKG_PARENT))
 
 
 class _BindPayload:
@@ -363,7 +368,7 @@ class _BindPayload:
 class _Entry:
     plan: Plan
     text: str
-    strict: bool
+    strict: Strictness
     backend: str
     threads: str
     report_dir: str | None
@@ -461,23 +466,35 @@ def _thread_bound(entry: _Entry) -> Iterator[BindReport]:
     """
     be, _ = _backends.get_backend(entry.backend)
     cpus = be.get_affinity(0)
-    try:
-        policy = be.get_mempolicy() if entry.plan.mem_policy is not None else None
-    except NumabindError:
-        policy = None
     plan = entry.plan
-    if plan.migrate:  # a new process has no pages yet; migrating here would move the parent's
-        plan = Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, reason=plan.reason)
+    # a new process has no pages yet; migrating here would move the parent's
+    plan = Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, reason=plan.reason)
+    policy: MemPolicyState | None = None
+    unsaved = None
+    if plan.mem_policy is not None:
+        try:  # the whole mode word (MPOL_F_* flags included) and node mask, to be put back exactly
+            policy = be.save_mempolicy()
+        except BindError as e:
+            # The thread's policy could not be put back after the spawn: never change it.
+            unsaved = (f"memory policy {plan.mem_policy} {format_cpulist(plan.mem_nodes or ())} not applied: the "
+                       f"launching thread's memory policy cannot be read ({e}), so it could not be restored after "
+                       f"the spawn")
+            if entry.strict is True or (entry.strict == "partial" and plan.cpus is None):
+                raise BindError(e.errno, "get_mempolicy", f"{unsaved}; nothing was changed") from None
+            log.warning("%s; the child keeps the parent's policy", unsaved)
+            plan = Plan(cpus=plan.cpus, reason=plan.reason)
     report = bind_current(plan, strict=entry.strict, threads="current", backend=entry.backend)
+    if unsaved is not None:
+        report = dataclasses.replace(report, requested=entry.plan, warnings=(*report.warnings, unsaved))
     try:
         yield report
     finally:
         try:
             be.set_affinity(0, cpus)
             if policy is not None:
-                be.set_mempolicy(*policy)
+                be.restore_mempolicy(policy)
         except NumabindError as e:
-            log.warning("numabind: could not restore the launching thread's binding: %s", e)
+            log.warning("could not restore the launching thread's binding: %s", e)
 
 
 def _before_fork() -> None:
@@ -510,7 +527,7 @@ def _after_fork_child() -> None:
     except BaseException as e:  # noqa: BLE001 - an at-fork hook cannot raise: fail the child loudly
         _write_report(entry.report_dir, _report_record(pid, "fork", None, f"{type(e).__name__}: {e}"))
         text = (f"numabind: fork child {pid} could not be bound at birth to {entry.plan.describe()}"
-                f"{' (strict)' if entry.strict else ''}; exiting with status 1\n" + traceback.format_exc())
+                f" ({strict_label(entry.strict)}); exiting with status 1\n" + traceback.format_exc())
         with contextlib.suppress(OSError):
             os.write(2, text.encode(errors="replace"))
         os._exit(1)
@@ -557,7 +574,7 @@ def _uninstall() -> None:
 
 
 @contextlib.contextmanager
-def configure_subprocess(plan: Plan, *, strict: bool | None = None, backend: str | None = None,
+def configure_subprocess(plan: Plan, *, strict: Strictness | None = None, backend: str | None = None,
                          threads: str = "matching", report: bool = True,
                          spawn: str = "inherit") -> Iterator[ChildBindings]:
     """Bind every multiprocessing child this thread starts inside the block, at birth.
@@ -595,7 +612,7 @@ def configure_subprocess(plan: Plan, *, strict: bool | None = None, backend: str
     entry = _Entry(plan=plan, text=plan.to_text(), strict=strict, backend=be.name, threads=threads,
                    report_dir=handle.directory, prefix=prefix, spawn=spawn,
                    known=handle.known if report else None)
-    log.info("numabind: children of thread %s are bound at birth to %s (%s via %s: %s)",
+    log.info("children of thread %s are bound at birth to %s (%s via %s: %s)",
              threading.current_thread().name, plan.describe(), mode, be.name, why)
     _install()
     st = _stack()
@@ -615,7 +632,7 @@ class BoundCall:
 
     plan: Plan
     fn: Callable
-    strict: bool | None = None
+    strict: Strictness | None = None
     backend: str | None = None
     threads: str = "matching"
 
@@ -626,7 +643,7 @@ class BoundCall:
         return self.fn(*args, **kwargs)
 
 
-def bound(plan: Plan, fn: Callable, *, strict: bool | None = None, backend: str | None = None,
+def bound(plan: Plan, fn: Callable, *, strict: Strictness | None = None, backend: str | None = None,
           threads: str = "matching") -> BoundCall:
     """A picklable callable that binds to ``plan``, then calls ``fn`` (e.g. ``Process(target=bound(plan, work))``)."""
     if not isinstance(plan, Plan):
@@ -637,18 +654,24 @@ def bound(plan: Plan, fn: Callable, *, strict: bool | None = None, backend: str 
 
 
 # ----------------------------------------------------------------------------- commands
-_EXEC_CODE = "from numabind.process import _exec_main; _exec_main()"
+# Run with -I (isolated: neither the working directory nor PYTHON* variables reach sys.path), so the
+# interim Python imports exactly the numabind copy of the parent, from the directory passed as argv[1].
+_EXEC_CODE = ("import sys; sys.path.insert(0, sys.argv[1]); "
+              "from numabind.process import _exec_main; _exec_main(sys.argv[2:])")
 
 
-def wrap_command(plan: Plan, argv: Sequence[str], *, strict: bool | None = None,
+def wrap_command(plan: Plan, argv: Sequence[str], *, strict: Strictness | None = None,
                  backend: str | None = None) -> list[str]:
     """An argv that runs ``argv`` bound to ``plan`` (give it to subprocess without a shell).
 
-    With an in-process backend: ``[python, -c, <fixed code>, <plan text>, <strict>, --, *argv]``
-    — a Python that binds itself through numabind and execs the command (no
-    numactl needed; the plan travels as validated text, never as code). With
-    only the numactl backend: the numactl wrapper's argv. ``migrate`` is dropped:
-    a new process has no pages to move.
+    With an in-process backend:
+    ``[python, -I, -c, <fixed code>, <numabind's parent dir>, <plan text>, <strict>, --, *argv]``
+    — an isolated Python that imports this very copy of numabind (never one in
+    its working directory or on its PYTHONPATH), binds itself and execs the
+    command with the environment unchanged (no numactl needed; the plan travels
+    as validated text, never as code). With only the numactl backend: the
+    numactl wrapper's argv. ``migrate`` is dropped: a new process has no pages
+    to move.
     """
     if not isinstance(plan, Plan):
         raise PlanError(f"wrap_command needs a numabind.Plan, got {type(plan).__name__}: {plan!r}")
@@ -660,8 +683,11 @@ def wrap_command(plan: Plan, argv: Sequence[str], *, strict: bool | None = None,
     if prefix is not None:
         return [*prefix, *argv]
     plan = Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, reason=plan.reason)
-    flags = ("strict" if strict_default(strict) else "lenient") + ("," + be.name)
-    return [sys.executable, "-c", _EXEC_CODE, plan.to_text(), flags, "--", *argv]
+    flags = strict_label(strict_default(strict)) + "," + be.name
+    return [sys.executable, "-I", "-c", _EXEC_CODE, _PKG_PARENT, plan.to_text(), flags, "--", *argv]
+
+
+_STRICT_WORDS: dict[str, Strictness] = {"strict": True, "lenient": False, "partial": "partial"}
 
 
 def _exec_main(argv: Sequence[str] | None = None) -> None:
@@ -669,12 +695,12 @@ def _exec_main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if len(argv) < 4 or argv[2] != "--":
-            raise PlanError("usage: <plan text> <strict|lenient>,<backend> -- command [args...]")
+            raise PlanError("usage: <plan text> <strict|lenient|partial>,<backend> -- command [args...]")
         mode, _, backend = argv[1].partition(",")
-        if mode not in ("strict", "lenient") or backend not in _backends.BACKEND_NAMES:
-            raise PlanError(f"bad flags {argv[1][:100]!r}: expected strict|lenient,<backend>")
+        if mode not in _STRICT_WORDS or backend not in _backends.BACKEND_NAMES:
+            raise PlanError(f"bad flags {argv[1][:100]!r}: expected strict|lenient|partial,<backend>")
         plan = Plan.from_text(argv[0])
-        report = bind_current(plan, strict=mode == "strict", backend=backend)
+        report = bind_current(plan, strict=_STRICT_WORDS[mode], backend=backend)
     except NumabindError as e:
         sys.stderr.write(f"numabind: error: {e}\n")
         raise SystemExit(2) from None
@@ -691,7 +717,7 @@ def _exec_main(argv: Sequence[str] | None = None) -> None:
 class _PreexecBind:
     """preexec_fn: binds the forked child before exec (bind_current, calling thread only)."""
 
-    def __init__(self, plan: Plan, strict: bool, backend: str) -> None:
+    def __init__(self, plan: Plan, strict: Strictness, backend: str) -> None:
         self.plan, self.strict, self.backend = plan, strict, backend
 
     def __call__(self) -> None:
@@ -704,7 +730,7 @@ class _PreexecBind:
             os.write(2, f"numabind: warning: {w}\n".encode(errors="replace"))
 
 
-def popen_kwargs(plan: Plan, *, strict: bool | None = None, backend: str | None = None) -> dict:
+def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: str | None = None) -> dict:
     """``subprocess.Popen`` keyword arguments that bind the child after fork, before exec.
 
     ``subprocess.Popen(argv, **popen_kwargs(plan))``. Memory policy and affinity
@@ -732,7 +758,7 @@ class _SlotTable:
     ``maxtasksperchild``) gets the plan of the worker it replaces.
     """
 
-    def __init__(self, plans: Sequence[Plan], slots: int, strict: bool | None, backend: str | None) -> None:
+    def __init__(self, plans: Sequence[Plan], slots: int, strict: Strictness | None, backend: str | None) -> None:
         fd, self.path = tempfile.mkstemp(prefix="numabind-pool-", suffix=".json")
         os.write(fd, json.dumps([[0, 0]] * slots).encode())
         os.close(fd)
@@ -775,7 +801,7 @@ class _SlotTable:
             else:  # more live workers than slots: keep going round robin, and say why
                 slot = len(table)
                 table.append(list(me))
-                log.warning("numabind: all %d pool slots are held by live workers; worker %d takes extra slot %d "
+                log.warning("all %d pool slots are held by live workers; worker %d takes extra slot %d "
                             "(give pool_plans processes= the pool's size)", self.slots, me[0], slot)
             data = json.dumps(table).encode()
             os.ftruncate(fd, 0)
@@ -821,10 +847,10 @@ def _claim_and_bind(table: _SlotTable) -> None:
     report = bind_current(plan, strict=table.strict, backend=table.backend)
     _slot = (slot, plan)
     _birth = ChildReport(os.getpid(), "pool", report)
-    log.info("numabind: pool worker %d took slot %d: %s", os.getpid(), slot, plan.describe())
+    log.info("pool worker %d took slot %d: %s", os.getpid(), slot, plan.describe())
 
 
-def pool_plans(plans: Sequence[Plan], processes: int | None = None, *, strict: bool | None = None,
+def pool_plans(plans: Sequence[Plan], processes: int | None = None, *, strict: Strictness | None = None,
                backend: str | None = None) -> dict:
     """``initializer``/``initargs`` giving each pool worker its own plan, round robin.
 

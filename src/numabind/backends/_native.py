@@ -16,6 +16,7 @@ from .base import (
     MPOL_MODES,
     MPOL_NAMES,
     Backend,
+    MemPolicyState,
     cpu_mask_bits,
     node_mask_bits,
 )
@@ -86,13 +87,25 @@ class NativeBackend(Backend):
             rc = self._fn["set_mempolicy"](mode, self.ffi.NULL, 0)
         self._check(rc, "set_mempolicy", f"{policy} nodes {sorted(nodes)}")
 
-    def get_mempolicy(self) -> tuple[str, frozenset[int]]:
+    def save_mempolicy(self) -> MemPolicyState:
         mode = self.ffi.new("int *")
         mask, bits = self._node_mask(())
         self._check(self._fn["get_mempolicy"](mode, mask, bits + 1, self.ffi.NULL, 0),
                     "get_mempolicy", "calling thread")
-        value = mode[0] & ~MPOL_MODE_FLAGS
-        nodes = words_to_ids(list(mask))
+        return MemPolicyState(mode=mode[0], nodes=words_to_ids(list(mask)))
+
+    def restore_mempolicy(self, state: MemPolicyState) -> None:
+        if state.nodes:
+            mask, bits = self._node_mask(state.nodes)
+            rc = self._fn["set_mempolicy"](state.mode, mask, bits + 1)
+        else:
+            rc = self._fn["set_mempolicy"](state.mode, self.ffi.NULL, 0)
+        self._check(rc, "set_mempolicy", f"restoring {state.describe()} (mode word {state.mode:#x})")
+
+    def get_mempolicy(self) -> tuple[str, frozenset[int]]:
+        state = self.save_mempolicy()
+        value = state.mode & ~MPOL_MODE_FLAGS
+        nodes = state.nodes
         name = MPOL_NAMES.get(value, f"mode{value}")
         if name == "preferred" and not nodes:
             name = "local"  # older kernels store MPOL_LOCAL as preferred with no node

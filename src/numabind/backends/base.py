@@ -6,6 +6,7 @@ same small surface; :mod:`numabind.bind` never knows which one it got.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
@@ -14,7 +15,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from .._fs import FsReader
-from ..cpulist import parse_cpulist
+from ..cpulist import format_cpulist, parse_cpulist
+from ..errors import BindError
 
 __all__ = [
     "Backend",
@@ -30,6 +32,7 @@ __all__ = [
     "node_mask_bits",
     "cpu_mask_bits",
     "KernelLimits",
+    "MemPolicyState",
     "NodePages",
     "node_pages",
 ]
@@ -87,6 +90,30 @@ def cpu_mask_bits() -> int:
 
 
 @dataclass(frozen=True)
+class MemPolicyState:
+    """A thread's memory policy exactly as ``get_mempolicy`` returned it, to be put back as it was.
+
+    ``mode`` is the whole mode word: the ``MPOL_*`` mode with its ``MPOL_F_STATIC_NODES`` /
+    ``MPOL_F_RELATIVE_NODES`` / ``MPOL_F_NUMA_BALANCING`` flags; ``nodes`` the node mask the kernel
+    returned with it (for static and relative nodes, the mask the policy was set with).
+    """
+
+    mode: int
+    nodes: frozenset[int]
+
+    @property
+    def flags(self) -> int:
+        return self.mode & MPOL_MODE_FLAGS
+
+    def describe(self) -> str:
+        name = MPOL_NAMES.get(self.mode & ~MPOL_MODE_FLAGS, f"mode{self.mode & ~MPOL_MODE_FLAGS}")
+        flags = [f for f, bit in (("static", MPOL_F_STATIC_NODES), ("relative", MPOL_F_RELATIVE_NODES),
+                                  ("balancing", MPOL_F_NUMA_BALANCING)) if self.mode & bit]
+        nodes = f" {format_cpulist(self.nodes)}" if self.nodes else ""
+        return name + "".join(f"+{f}" for f in flags) + nodes
+
+
+@dataclass(frozen=True)
 class KernelLimits:
     """What the live kernel lets this process use right now."""
 
@@ -139,15 +166,26 @@ class Backend(ABC):
     def get_mempolicy(self) -> tuple[str, frozenset[int]]:
         """(policy name, nodes) of the calling thread. Raises BindError."""
 
+    def save_mempolicy(self) -> MemPolicyState:
+        """The calling thread's whole memory policy (mode, flags, nodes), for :meth:`restore_mempolicy`.
+
+        Raises BindError when it cannot be read (then a change could not be undone).
+        """
+        raise BindError(errno.ENOTSUP, "get_mempolicy",
+                        f"the {self.name} backend cannot save the calling thread's memory policy")
+
+    def restore_mempolicy(self, state: MemPolicyState) -> None:
+        """Put back what :meth:`save_mempolicy` returned, flags and node mask included. Raises BindError."""
+        raise BindError(errno.ENOTSUP, "set_mempolicy",
+                        f"the {self.name} backend cannot restore a memory policy ({state.describe()})")
+
     @abstractmethod
     def migrate_pages(self, pid: int, from_nodes: frozenset[int], to_nodes: frozenset[int]) -> int:
         """Move a process's pages; returns the number of pages that could not be moved."""
 
     def page_nodes(self, addresses: list[int]) -> list[int]:
         """Node of each page (move_pages query mode); negative values are -errno."""
-        from .. import errors
-
-        raise errors.BindError(38, "move_pages", f"the {self.name} backend cannot query page placement")
+        raise BindError(errno.ENOSYS, "move_pages", f"the {self.name} backend cannot query page placement")
 
     # -- live process state (the same for every backend) ---------------------
     def kernel_limits(self) -> KernelLimits:

@@ -17,7 +17,7 @@ import subprocess
 
 from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import BindError, NumabindError
-from .base import Backend
+from .base import Backend, MemPolicyState
 
 __all__ = ["AffinityOnlyBackend", "NumactlBackend", "WRAPPER"]
 
@@ -50,6 +50,12 @@ class AffinityOnlyBackend(Backend):
     def get_mempolicy(self) -> tuple[str, frozenset[int]]:
         raise BindError(errno.ENOTSUP, "get_mempolicy", self._why_no_memory)
 
+    def save_mempolicy(self) -> MemPolicyState:
+        raise BindError(errno.ENOTSUP, "get_mempolicy", self._why_no_memory)
+
+    def restore_mempolicy(self, state: MemPolicyState) -> None:
+        raise BindError(errno.ENOTSUP, "set_mempolicy", self._why_no_memory)
+
     def migrate_pages(self, pid, from_nodes, to_nodes) -> int:
         raise BindError(errno.ENOTSUP, "migrate_pages", self._why_no_memory)
 
@@ -65,12 +71,14 @@ class NumactlBackend(AffinityOnlyBackend):
     )
 
     def __init__(self) -> None:
-        self.numactl = shutil.which("numactl")
-        if self.numactl is None:
+        found = shutil.which("numactl")
+        if found is None:
             raise NumabindError(
                 "numactl is not installed or not on PATH; install the numactl package "
                 "or use the libnuma or syscall backend"
             )
+        #: The binary checked here; the wrapper execs exactly this one, never a PATH lookup of its own.
+        self.numactl = os.path.abspath(found)
         st = os.stat(WRAPPER)
         if st.st_mode & stat.S_IWOTH or not st.st_mode & stat.S_IXUSR:
             raise NumabindError(f"{WRAPPER} must be executable and not world-writable (mode {st.st_mode:o})")
@@ -100,7 +108,7 @@ class NumactlBackend(AffinityOnlyBackend):
         return 0
 
     def command_prefix(self, plan) -> list[str]:
-        return [WRAPPER, *plan.to_numactl_argv(), "--"]
+        return [WRAPPER, f"--numactl={self.numactl}", *plan.to_numactl_argv(), "--"]
 
 
 def parse_numactl_show(text: str) -> tuple[str, frozenset[int]]:
