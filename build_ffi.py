@@ -3,6 +3,11 @@
 Run at build time only (``cffi_modules`` in setup.py); the runtime imports the
 compiled module and never parses C. Needs gcc and the Python headers, nothing
 else: libnuma is opened at run time with dlopen().
+
+cffi compiles the module against the stable ABI (it defines ``Py_LIMITED_API``
+and sets ``py_limited_api`` on the extension, except on debug and free-threaded
+CPython), so the file is ``_native.abi3.so`` and setup.py tags the wheel
+``cp310-abi3``: one wheel per platform for every CPython from 3.10 on.
 """
 
 import os
