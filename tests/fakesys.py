@@ -396,9 +396,9 @@ class FakeMachine:
         for pmu, cpus in self.cpu_kinds.items():
             out[f"sys/devices/{pmu}/cpus"] = format_cpulist(cpus & online) + "\n"
         if self.quirks.padding:
-            for rel in out:
-                if rel.startswith("sys/"):
-                    out[rel] += "\0"
+            for rel, text in out.items():
+                if rel.startswith("sys/") and text:
+                    out[rel] = text + "\0"
         for rel, text in self.overrides.items():
             if text is None:
                 prefix = rel.rstrip("/") + "/"
@@ -652,6 +652,25 @@ class FakeMachine:
     @property
     def path(self) -> str:
         return str(self.root)
+
+    def __repr__(self) -> str:
+        nodes = ", ".join(f"{n.id}: cpus {format_cpulist(n.cpus)} {n.memory_kb} kB"
+                          for n in self.nodes.values())
+        changed = {f.name: getattr(self.quirks, f.name) for f in dataclasses.fields(Quirks)
+                   if getattr(self.quirks, f.name) != f.default}
+        parts = [f"nodes {{{nodes}}}", f"online CPUs {format_cpulist(self.online())}",
+                 f"possible {format_cpulist(self.possible())}",
+                 f"online nodes {format_cpulist(self.node_online())}",
+                 f"possible nodes {format_cpulist(self.node_possible())}",
+                 f"cores {sorted((min(c), format_cpulist(c)) for c in self._core_groups().values())}",
+                 f"caches {[(lvl, t[0], format_cpulist(c)) for lvl, t, c in self.caches]}",
+                 f"status {self.status}", f"quirks {changed}"]
+        for cg in (self.cgroup2, self.cgroup1, self.cpuset_fs):
+            if cg is not None:
+                parts.append(f"{cg.kind} {cg.path!r} at {cg.at!r} mount {cg.mount!r} "
+                             f"noprefix={cg.noprefix} cpus {format_cpulist(cg.cpus or ())} "
+                             f"mems {format_cpulist(cg.mems or ())}")
+        return "FakeMachine(" + "; ".join(parts) + ")"
 
 
 # -- ready-made machines ---------------------------------------------------------

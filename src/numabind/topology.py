@@ -568,7 +568,10 @@ def _cgroup_lines(reader: FsReader) -> list[tuple[str, str, str]]:
 def _clean_cgroup_path(path: str) -> str:
     # posixpath.normpath clamps "/.." at "/", so the path never leaves the mount.
     # A leading "//" would survive normpath (POSIX keeps it), hence the lstrip.
-    return posixpath.normpath("/" + path.strip().split(" ", 1)[0].lstrip("/"))
+    path = path.strip()
+    if path.endswith(" (deleted)"):           # a cgroup removed while the process is in it
+        path = path[:-len(" (deleted)")]
+    return posixpath.normpath("/" + path.lstrip("/"))
 
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
