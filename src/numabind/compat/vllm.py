@@ -1,178 +1,556 @@
-"""A drop-in for vLLM's ``vllm.utils.numa_utils``, bound in-process by numabind.
+"""A module drop-in for vLLM's ``vllm.utils.numa_utils``, bound in-process by numabind.
 
-It takes the same decisions as vLLM (worker and EngineCore plans, explicit
-``--numa-bind-nodes`` / ``--numa-bind-cpus``, Priority Core Turbo cores on
-Granite Rapids, preferred memory for automatic binding, the automatic-binding
-gate) from the same ``parallel_config`` fields, but it needs no ``numactl``:
-children are bound at birth by :func:`numabind.configure_subprocess`, and a
-refused memory policy degrades inside the child (bind → preferred → CPU only),
-each step logged, instead of probing ``numactl ... true`` in the parent.
+Every function of vLLM's module that vLLM itself imports, or that its tests
+patch, is here with vLLM's signature and return type: the numactl option
+strings (``"--cpunodebind=1 --membind=1"``) come out exactly as vLLM computes
+them from the same ``parallel_config`` fields, and the exceptions are vLLM's
+types (:class:`RuntimeError` when no node can be detected, :class:`ValueError`
+for lists that are too short, through numabind's subclasses of both). What
+differs is how a child gets its binding:
 
-Only attributes of ``parallel_config`` are read; vLLM itself is not imported.
+* no ``numactl`` binary and no wrapper script: the option string is resolved
+  into a :class:`numabind.Plan` against this machine (``all``, ``!list`` and
+  ``+list`` as numactl reads them) and children started inside
+  :func:`configure_subprocess` are bound at birth by
+  :func:`numabind.configure_subprocess` — with the ``spawn``, ``forkserver``
+  and ``fork`` start methods;
+* the probe before the start is in-process (:func:`_probe_numactl_args`): a
+  binding the machine or the kernel refuses loses its memory policy, then its
+  CPU binding, each step a WARNING, as vLLM's ``numactl ... true`` probes do;
+* the machine is discovered once per process (:mod:`numabind.compat`);
+* the log records go through ``logging.getLogger("vllm.utils.numa_utils")``, a
+  child of the ``vllm`` logger that vLLM configures, and numabind's own
+  warnings about a child's binding are forwarded to it.
+
+vLLM is never imported: only attributes of the config objects are read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import dataclasses
+import functools
 import logging
 import os
+import shutil
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
-from ..errors import PlanError
-from ..plan import Plan
 from ..auto import auto_plan_available
-from ..strategies import plan_for_gpu, plan_for_gpus
+from ..cpulist import format_cpulist
+from ..errors import NumabindError, PlanError
+from ..plan import Plan
+from ..strategies import PCT_SKUS, pct_config, pct_priority_cpus
+from . import (
+    REFRESH_HOOKS,
+    NumaBindingUnavailable,
+    bind_children,
+    current_topology,
+    plan_from_numactl_args,
+    probe_plan,
+    refresh_topology,
+)
 
 __all__ = [
+    "auto_bind_decision",
     "can_auto_bind",
     "configure_subprocess",
+    "current_topology",
     "enginecore_plan",
     "get_auto_numa_nodes",
+    "get_libnuma",
     "log_current_affinity_state",
+    "refresh_topology",
     "worker_plan",
 ]
 
-log = logging.getLogger(__name__)
+#: vLLM's logger name for this module: a child of ``vllm``, so vLLM's logging configuration applies.
+logger = logging.getLogger("vllm.utils.numa_utils")
 
-#: vLLM's default worker start method when VLLM_WORKER_MULTIPROC_METHOD is unset.
+#: vLLM's wrapper read its options from these variables; numabind needs no wrapper (kept for importers).
+_NUMACTL_ARGS_ENV = "_VLLM_INTERNAL_NUMACTL_ARGS"
+_NUMACTL_PYTHON_EXECUTABLE_ENV = "_VLLM_INTERNAL_NUMACTL_PYTHON_EXECUTABLE"
+#: The files behind the PCT gate; numabind reads them through its discovery (under ``NUMABIND_FSROOT``).
+_PCT_HIGHEST_PERF_PATH = "/sys/devices/system/cpu/cpu0/acpi_cppc/highest_perf"
+_PROC_CPUINFO_PATH = "/proc/cpuinfo"
+
+#: Memory-policy modes as the kernel numbers them (``get_mempolicy``'s ``mode``).
+_MPOL_DEFAULT = 0
+_MPOL_MODES = {"default": 0, "preferred": 1, "bind": 2, "interleave": 3, "local": 4,
+               "preferred-many": 5, "weighted-interleave": 6}
+_MEMORY_FLAGS = ("--membind=", "--preferred=", "--preferred-many=", "--interleave=")
+#: vLLM's worker start method when VLLM_WORKER_MULTIPROC_METHOD is unset.
 _VLLM_DEFAULT_METHOD = "fork"
 
 
-def _topology(topology):
-    if topology is None:
-        from ..topology import discover
+class _PctSku(NamedTuple):
+    """A PCT-capable SKU under vLLM's field names (numabind's :class:`~numabind.strategies.PctSku`
+    calls ``priority_stride`` ``stride``)."""
 
-        topology = discover()
-    return topology
+    highest_perf: int
+    priority_stride: int
 
 
-def get_auto_numa_nodes(topology=None) -> list[int] | None:
-    """The NUMA node of every visible GPU in visible order, or None if any is unknown."""
-    topology = _topology(topology)
-    gpus = sorted(topology.gpus, key=lambda g: g.index)
-    if not gpus or any(g.numa_node is None for g in gpus):
+#: vLLM's name for the SKU table, built from numabind's :data:`~numabind.strategies.PCT_SKUS`.
+_PCT_CAPABLE_SKUS: dict[str, _PctSku] = {
+    name: _PctSku(highest_perf=sku.highest_perf, priority_stride=sku.stride) for name, sku in PCT_SKUS.items()
+}
+
+
+# ----------------------------------------------------------------------------- libnuma and the memory policy
+@functools.cache
+def get_libnuma() -> ctypes.CDLL | None:
+    """libnuma opened with ctypes (``libnuma.so``, then ``libnuma.so.1``), or None when absent.
+
+    For code that imports it from here; numabind itself binds through its
+    own backends and never uses this handle.
+    """
+    for name in ("libnuma.so", "libnuma.so.1"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError as e:
+            logger.debug("%s cannot be opened: %s", name, e)
+    return None
+
+
+def _get_mempolicy() -> int | None:
+    """The calling thread's memory-policy mode as the kernel numbers it, or None when unreadable."""
+    from ..bind import current_binding
+
+    try:
+        policy = current_binding().mem_policy
+    except Exception as e:  # noqa: BLE001 - no usable backend, or the kernel refused the read
+        logger.debug("the memory policy cannot be read: %s", e)
         return None
-    nodes = [g.numa_node for g in gpus]
-    log.info("auto-detected NUMA nodes for GPUs: %s", nodes)
+    return None if policy is None else _MPOL_MODES.get(policy)
+
+
+def _can_set_mempolicy() -> bool:
+    """Whether this process can use the memory-policy calls (its policy can be read)."""
+    return _get_mempolicy() is not None
+
+
+# ----------------------------------------------------------------------------- automatic detection
+def _auto_numa_problem(require_unbound_process: bool) -> str | None:
+    """Why automatic GPU-to-NUMA detection should not be attempted here, or None."""
+    try:
+        topology = current_topology()
+    except Exception as e:  # noqa: BLE001 - detection never fails startup
+        return f"the machine could not be discovered: {e}"
+    if not topology.gpus:
+        return "no GPU is visible (check CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES)"
+    if require_unbound_process and not any(g.vendor in ("nvidia", "amd") for g in topology.gpus):
+        return "automatic NUMA binding is only done for NVIDIA and AMD GPUs (vLLM's CUDA and ROCm platforms)"
+    ok, why = auto_plan_available(topology, mem_policy=None if require_unbound_process else "default")
+    return None if ok else why
+
+
+def _is_auto_numa_available(verbose: bool = True, *, require_unbound_process: bool = False) -> bool:
+    """Whether automatic GPU-to-NUMA detection should be attempted (never raises).
+
+    Needs a visible GPU, more than one NUMA node with CPUs, a process whose
+    CPU affinity covers every online CPU, and a NUMA node for every visible
+    GPU. ``require_unbound_process`` (automatic binding) also needs NVIDIA or
+    AMD GPUs and the default memory policy. The reason for a "no" is logged
+    at WARNING when ``verbose`` (the user asked for binding), else at DEBUG.
+    """
+    problem = _auto_numa_problem(require_unbound_process)
+    if problem is not None:
+        (logger.warning if verbose else logger.debug)("NUMA nodes of the GPUs are not detected: %s", problem)
+    return problem is None
+
+
+def get_auto_numa_nodes() -> list[int] | None:
+    """The NUMA node of every visible GPU, in visible order, or None when detection is not possible."""
+    if not _is_auto_numa_available():
+        return None
+    nodes = [g.numa_node for g in sorted(current_topology().gpus, key=lambda g: g.index)]
+    logger.info("NUMA nodes of the visible GPUs, detected: %s", nodes)
     return nodes
 
 
-def _node_list(parallel_config, topology) -> list[int]:
+# ----------------------------------------------------------------------------- Priority Core Turbo
+@functools.cache
+def _pct_sku_config() -> _PctSku | None:
+    """The PCT entry of this machine when its CPU model and cpu0's CPPC ``highest_perf`` both match one."""
+    sku, why = pct_config(current_topology())
+    logger.debug("PCT: %s", why)
+    return None if sku is None else _PctSku(sku.highest_perf, sku.stride)
+
+
+REFRESH_HOOKS.append(_pct_sku_config.cache_clear)
+
+
+def _pct_sku_from_cpuinfo() -> _PctSku | None:
+    """The PCT entry whose SKU the CPU model name names (the first gate only), or None."""
+    topology = current_topology()
+    for perf in sorted({s.highest_perf for s in PCT_SKUS.values()}):
+        sku, _ = pct_config(dataclasses.replace(topology, cppc_highest_perf=perf))
+        if sku is not None:
+            return _PctSku(sku.highest_perf, sku.stride)
+    return None
+
+
+def _maybe_get_pct_cpu_binding(numa_nodes: list[int]) -> list[int] | None:
+    """The PCT priority CPUs of ``numa_nodes`` that this process may use, sorted, or None."""
+    sku = _pct_sku_config()
+    if sku is None:
+        return None
+    topology = current_topology()
+    union: set[int] = set()
+    for node in numa_nodes:
+        cpus, _ = pct_priority_cpus(topology, [node])
+        if cpus is None:
+            continue
+        union |= cpus
+        logger.info("Priority Core Turbo (CPU stride %d): priority CPUs of NUMA node %d are %s",
+                    sku.priority_stride, node, ",".join(map(str, sorted(cpus))))
+    return sorted(union) or None
+
+
+# ----------------------------------------------------------------------------- GPU index and nodes
+def _local_launch(parallel_config: Any) -> bool:
+    pc = parallel_config
+    return (pc.distributed_executor_backend not in ("ray", "external_launcher")
+            and getattr(pc, "data_parallel_backend", "mp") != "ray"
+            and getattr(pc, "nnodes_within_dp", 1) == 1)
+
+
+def _shard_size(parallel_config: Any) -> int:
+    pp = getattr(parallel_config, "pipeline_parallel_size", None)
+    tp = getattr(parallel_config, "tensor_parallel_size", None)
+    if pp is not None and tp is not None:
+        return int(pp) * int(tp)
+    return int(parallel_config.world_size)
+
+
+def _dp_local_rank(parallel_config: Any, dp_local_rank: int | None) -> int:
+    if dp_local_rank is None:
+        dp_local_rank = getattr(parallel_config, "data_parallel_rank_local", None)
+    if dp_local_rank is None:
+        dp_local_rank = getattr(parallel_config, "data_parallel_index", None)
+    return int(dp_local_rank or 0)
+
+
+def _get_gpu_index(parallel_config: Any, local_rank: int, dp_local_rank: int | None = None) -> int:
+    """The visible GPU of a worker: ``ParallelConfig.get_local_gpu_index`` where vLLM has it, else
+    vLLM's formula (local rank plus DP rank times TP x PP, for local launches)."""
+    get = getattr(parallel_config, "get_local_gpu_index", None)
+    if callable(get):
+        return int(get(local_rank, dp_local_rank))
+    if not _local_launch(parallel_config):
+        return local_rank
+    return local_rank + _dp_local_rank(parallel_config, dp_local_rank) * _shard_size(parallel_config)
+
+
+def _get_numa_node(parallel_config: Any, gpu_index: int) -> int:
+    """The NUMA node of visible GPU ``gpu_index``; detected nodes are stored in ``numa_bind_nodes``."""
     nodes = parallel_config.numa_bind_nodes
     if nodes is None:
-        nodes = get_auto_numa_nodes(topology)
+        nodes = get_auto_numa_nodes()
         if nodes is None:
-            raise PlanError("no GPU-to-NUMA mapping: pass --numa-bind-nodes (numa_bind_nodes) explicitly")
+            raise NumaBindingUnavailable(
+                "NUMA binding is on (--numa-bind) but the NUMA node of each visible GPU could not be "
+                "detected (the warning above says why); pass --numa-bind-nodes with one node per visible "
+                "GPU, or turn --numa-bind off")
         parallel_config.numa_bind_nodes = list(nodes)
-    return list(nodes)
+    if gpu_index >= len(nodes):
+        raise PlanError(
+            f"GPU index {gpu_index} is beyond numa_bind_nodes {list(nodes)} ({len(nodes)} entries); "
+            f"--numa-bind-nodes needs one node per visible GPU")
+    return nodes[gpu_index]
 
 
-def _policy(parallel_config) -> str:
-    # vLLM binds memory hard when the user asked for binding, and only prefers
-    # the node when it decided to bind on its own.
-    return "preferred" if getattr(parallel_config, "_numa_bind_auto", False) else "bind"
+def _get_cpu_binding(parallel_config: Any, gpu_index: int, numa_nodes: list[int]) -> str | None:
+    """The CPU list (numactl syntax) for a process, or None to bind to its nodes' CPUs."""
+    cpu_bindings = parallel_config.numa_bind_cpus
+    if cpu_bindings is None:
+        pct = _maybe_get_pct_cpu_binding(numa_nodes)
+        return None if pct is None else ",".join(map(str, pct))
+    if gpu_index >= len(cpu_bindings):
+        raise PlanError(
+            f"GPU index {gpu_index} is beyond numa_bind_cpus ({len(cpu_bindings)} entries); "
+            f"--numa-bind-cpus needs one CPU list per visible GPU")
+    return cpu_bindings[gpu_index]
 
 
-def worker_plan(parallel_config, local_rank: int, dp_local_rank: int | None = None, topology=None) -> Plan:
-    """The plan of one TP/PP worker: its GPU's node (or its explicit CPU list, or PCT cores)."""
-    topology = _topology(topology)
-    gpu_index = parallel_config.get_local_gpu_index(local_rank, dp_local_rank)
-    nodes = _node_list(parallel_config, topology)
-    cpus = parallel_config.numa_bind_cpus
-    return plan_for_gpu(gpu_index, mode="node" if cpus is not None else "pct", topology=topology,
-                        policy=_policy(parallel_config), nodes=nodes, cpus=cpus)
+def _get_enginecore_numa_nodes(parallel_config: Any, dp_local_rank: int | None = None) -> list[int]:
+    """The sorted, distinct NUMA nodes of the GPUs of an EngineCore's DP shard."""
+    nodes = parallel_config.numa_bind_nodes
+    if nodes is None:
+        _get_numa_node(parallel_config, 0)  # detects and stores them
+        nodes = parallel_config.numa_bind_nodes
+    if _local_launch(parallel_config):
+        start = _get_gpu_index(parallel_config, 0, dp_local_rank)
+        shard = range(start, min(start + _shard_size(parallel_config), len(nodes)))
+    else:
+        shard = range(len(nodes))
+    if not shard:
+        return [nodes[0]]
+    return sorted({nodes[i] for i in shard})
 
 
-def _shard_indices(parallel_config, dp_local_rank: int | None, count: int) -> list[int]:
-    pc = parallel_config
-    local_launch = (pc.distributed_executor_backend not in ("ray", "external_launcher")
-                    and pc.data_parallel_backend != "ray" and pc.nnodes_within_dp == 1)
-    if not local_launch:
-        return list(range(count))
-    start = pc.get_local_gpu_index(0, dp_local_rank)
-    indices = list(range(start, min(start + pc.world_size, count)))
-    return indices or [0]
+# ----------------------------------------------------------------------------- numactl option strings
+def _memory_flag(parallel_config: Any, nodes: list[int]) -> str:
+    if not getattr(parallel_config, "_numa_bind_auto", False):
+        return "membind"
+    return "preferred" if len(nodes) == 1 else "preferred-many"
 
 
-def enginecore_plan(parallel_config, local_rank: int, dp_local_rank: int | None = None, topology=None) -> Plan:
-    """The plan of an EngineCore: every node of its DP shard's GPUs.
+def _get_numactl_worker_args(parallel_config: Any, local_rank: int, dp_local_rank: int | None = None) -> str:
+    """numactl options for one TP/PP worker: its GPU's node, or its explicit or PCT CPUs."""
+    gpu_index = _get_gpu_index(parallel_config, local_rank, dp_local_rank)
+    node = _get_numa_node(parallel_config, gpu_index)
+    cpus = _get_cpu_binding(parallel_config, gpu_index, [node])
+    cpu_arg = f"--physcpubind={cpus}" if cpus is not None else f"--cpunodebind={node}"
+    return f"{cpu_arg} --{_memory_flag(parallel_config, [node])}={node}"
 
-    Per-worker CPU lists are ignored on purpose: the EngineCore's CPUs must be
-    a superset of each worker's so that workers spawned from it can narrow
-    their affinity; numabind's shard plans guarantee that by construction.
+
+def _get_numactl_enginecore_args(parallel_config: Any, local_rank: int,
+                                 dp_local_rank: int | None = None) -> str:
+    """numactl options for an EngineCore: every node of its shard.
+
+    Per-worker ``--numa-bind-cpus`` lists are not used: the EngineCore's CPUs
+    must contain each worker's, which the shard's nodes (or the union of their
+    PCT priority CPUs, when no list is given) always do.
     """
-    topology = _topology(topology)
-    nodes = _node_list(parallel_config, topology)
-    indices = _shard_indices(parallel_config, dp_local_rank, len(nodes))
-    mode = "node" if parallel_config.numa_bind_cpus is not None else "pct"
-    return plan_for_gpus(indices, topology, mode=mode, policy=_policy(parallel_config), nodes=nodes)
+    nodes = _get_enginecore_numa_nodes(parallel_config, dp_local_rank)
+    node_list = ",".join(map(str, nodes))
+    pct = None if parallel_config.numa_bind_cpus is not None else _maybe_get_pct_cpu_binding(nodes)
+    cpu_arg = f"--physcpubind={','.join(map(str, pct))}" if pct is not None else f"--cpunodebind={node_list}"
+    return f"{cpu_arg} --{_memory_flag(parallel_config, nodes)}={node_list}"
 
 
-def can_auto_bind(parallel_config, local_rank: int, dp_local_rank: int | None = None, topology=None,
-                  env=None) -> tuple[bool, str]:
-    """Whether vLLM-style automatic binding should happen here, and why (never raises).
-
-    Unlike vLLM's gate it does not require numactl on PATH.
-    """
-    env = os.environ if env is None else env
-    pc = parallel_config
-    try:
-        method = env.get("VLLM_WORKER_MULTIPROC_METHOD", _VLLM_DEFAULT_METHOD)
-        if method != "spawn":
-            return False, f"automatic binding needs the spawn start method (VLLM_WORKER_MULTIPROC_METHOD={method})"
-        if pc.distributed_executor_backend not in ("mp", "uni") or pc.data_parallel_backend != "mp":
-            return False, "automatic binding needs local mp/uni launchers"
-        if getattr(pc, "assigned_physical_gpu_ids", None) is not None:
-            return False, "automatic binding does not support --device-ids remapping"
-        topology = _topology(topology)
-        ok, why = auto_plan_available(topology)
-        if not ok:
-            return False, why
-        nodes = get_auto_numa_nodes(topology)
-        if not nodes:
-            return False, "no GPU-to-NUMA topology"
-        last_rank = max(local_rank, pc.local_world_size - 1)
-        last_dp = (pc.data_parallel_rank_local or 0) + max(pc.data_parallel_size_local - 1, 0)
-        last_gpu = max(pc.get_local_gpu_index(last_rank, dp_local_rank),
-                       pc.get_local_gpu_index(last_rank, last_dp))
-        if last_gpu >= len(nodes):
-            return False, f"GPU index {last_gpu} is beyond the {len(nodes)} visible GPUs"
-        empty = sorted(n for n in set(nodes) if not topology.nodes[n].cpus)
-        if empty:
-            return False, f"NUMA nodes {empty} have no CPUs"
-        pc.numa_bind_nodes = list(nodes)
-        return True, why
-    except Exception as exc:  # the gate never fails startup
-        log.debug("automatic NUMA binding gate failed", exc_info=True)
-        return False, f"gate failed: {exc}"
-
-
-@contextlib.contextmanager
-def configure_subprocess(vllm_config, local_rank: int, dp_local_rank: int | None = None,
-                         process_kind: str = "worker", topology=None):
-    """Bind every process started inside at birth, as vLLM's helper does with numactl."""
+def _get_numactl_args(vllm_config: Any, local_rank: int, dp_local_rank: int | None = None,
+                      process_kind: str = "worker") -> str | None:
+    """The numactl options for a child of ``process_kind``, or None when NUMA binding is off."""
     pc = vllm_config.parallel_config
-    if process_kind not in ("worker", "EngineCore"):
-        raise ValueError(f"Unknown process_kind {process_kind!r}; expected 'worker' or 'EngineCore'.")
+    if not pc.numa_bind:
+        return None
+    if process_kind == "EngineCore":
+        return _get_numactl_enginecore_args(pc, local_rank, dp_local_rank)
+    if process_kind == "worker":
+        return _get_numactl_worker_args(pc, local_rank, dp_local_rank)
+    raise PlanError(f"Unknown process_kind {process_kind!r}; expected 'worker' or 'EngineCore'.")
+
+
+def _cannot_apply(numactl_args: str) -> str | None:
+    """None when ``numactl_args`` can be applied in this process, else why not."""
+    if not numactl_args:
+        return None
+    topology = current_topology()
+    try:
+        plan = plan_from_numactl_args(numactl_args, topology)
+    except PlanError as e:
+        return str(e)
+    return probe_plan(plan, topology)
+
+
+def _probe_numactl_args(numactl_args: str) -> bool:
+    """Whether ``numactl_args`` can be applied in this process (checked and tried in-process)."""
+    problem = _cannot_apply(numactl_args)
+    if problem is not None:
+        logger.debug("NUMA binding %r cannot be applied here: %s", numactl_args, problem)
+    return problem is None
+
+
+def _resolve_numactl_args(numactl_args: str) -> str:
+    """``numactl_args``, or without its memory policy, or ``""``: the first that can be applied.
+
+    Each step down is a WARNING with the reason. An EngineCore over several
+    nodes whose memory policy is refused keeps its CPUs and loses the policy
+    rather than having it narrowed onto one node.
+    """
+    problem = _cannot_apply(numactl_args)
+    if problem is None:
+        return numactl_args
+    cpu_only = " ".join(t for t in numactl_args.split() if not t.startswith(_MEMORY_FLAGS))
+    if cpu_only and cpu_only != numactl_args:
+        logger.warning("NUMA binding %r cannot be applied in this process (%s); trying %r, without the "
+                       "memory policy", numactl_args, problem, cpu_only)
+        problem = _cannot_apply(cpu_only)
+        if problem is None:
+            return cpu_only
+        numactl_args = cpu_only
+    logger.warning("NUMA binding %r cannot be applied in this process (%s); starting without NUMA binding",
+                   numactl_args, problem)
+    return ""
+
+
+# ----------------------------------------------------------------------------- the automatic gate
+def auto_bind_decision(parallel_config: Any, local_rank: int,
+                       dp_local_rank: int | None = None) -> tuple[bool, str]:
+    """Whether vLLM's automatic binding should happen here, and why; stores the detected nodes.
+
+    vLLM's conditions (spawn start method, local mp/uni launchers, no
+    ``--device-ids`` remapping, an unbound process with the default memory
+    policy, a NUMA node with CPUs for every visible GPU, every local worker's
+    GPU covered), except that numactl need not be installed. Never raises.
+    """
+    pc = parallel_config
+    method = os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", _VLLM_DEFAULT_METHOD)
+    if method != "spawn":
+        return False, f"automatic NUMA binding needs the spawn start method (VLLM_WORKER_MULTIPROC_METHOD={method})"
+    if pc.distributed_executor_backend not in ("mp", "uni") or getattr(pc, "data_parallel_backend", "mp") != "mp":
+        return False, "automatic NUMA binding needs vLLM's local mp/uni launchers"
+    if getattr(pc, "assigned_physical_gpu_ids", None) is not None:
+        return False, "automatic NUMA binding does not follow --device-ids remapping"
+    try:
+        problem = _auto_numa_problem(require_unbound_process=True)
+        if problem is not None:
+            return False, problem
+        nodes = get_auto_numa_nodes()
+        if not nodes:
+            return False, "no GPU-to-NUMA mapping was detected"
+        topology = current_topology()
+        if len(nodes) != len(topology.gpus) or any(not isinstance(n, int) or n < 0 for n in nodes):
+            return False, f"the GPU-to-NUMA mapping {nodes} does not give a node to each of the {len(topology.gpus)} GPUs"
+        last_rank = max(local_rank, pc.local_world_size - 1)
+        last_dp = (getattr(pc, "data_parallel_rank_local", None) or 0) + max(pc.data_parallel_size_local - 1, 0)
+        last_gpu = max(_get_gpu_index(pc, last_rank, dp_local_rank), _get_gpu_index(pc, last_rank, last_dp))
+        if last_gpu >= len(nodes):
+            return False, f"local workers reach GPU index {last_gpu}, beyond the {len(nodes)} visible GPUs"
+        empty = sorted(n for n in set(nodes) if n not in topology.nodes or not topology.nodes[n].cpus)
+        if empty:
+            return False, f"NUMA nodes {format_cpulist(empty)} have no CPUs"
+        pc.numa_bind_nodes = list(nodes)
+        return True, f"GPUs on NUMA nodes {nodes}"
+    except Exception as e:  # noqa: BLE001 - the gate never fails startup
+        logger.debug("the automatic NUMA binding check failed", exc_info=True)
+        return False, f"the check failed: {e}"
+
+
+def can_auto_bind(parallel_config: Any, local_rank: int, dp_local_rank: int | None = None) -> bool:
+    """vLLM's ``_can_auto_bind``: True when automatic binding should happen (reason at DEBUG).
+
+    :func:`auto_bind_decision` returns the reason too.
+    """
+    ok, why = auto_bind_decision(parallel_config, local_rank, dp_local_rank)
+    logger.debug("automatic NUMA binding %s: %s", "possible" if ok else "not possible", why)
+    return ok
+
+
+_can_auto_bind = can_auto_bind
+
+
+# ----------------------------------------------------------------------------- starting children
+@contextlib.contextmanager
+def configure_subprocess(vllm_config: Any, local_rank: int, dp_local_rank: int | None = None,
+                         process_kind: str = "worker") -> Iterator[None]:
+    """Children started inside are bound at birth to the NUMA binding vLLM computes for them.
+
+    ``numa_bind=None`` decides automatic binding once, here in the launcher
+    (children get the answer through their pickled config). A binding that
+    cannot be applied loses its memory policy, then its CPU binding (WARNINGs);
+    when nothing is left the child starts unbound and, for automatic binding,
+    ``numa_bind``, ``numa_bind_nodes`` and ``_numa_bind_auto`` are reset. An
+    unknown ``process_kind`` is a ValueError when binding is on.
+    """
+    pc = vllm_config.parallel_config
     if pc.numa_bind is None:
-        ok, why = can_auto_bind(pc, local_rank, dp_local_rank, topology)
-        pc.numa_bind = ok
-        pc._numa_bind_auto = ok
-        (log.info if ok else log.debug)("automatic NUMA binding %s: %s", "on" if ok else "off", why)
+        pc.numa_bind = _can_auto_bind(pc, local_rank, dp_local_rank)
+        pc._numa_bind_auto = pc.numa_bind
+        if not pc.numa_bind:
+            logger.info("Automatic NUMA binding is not possible here; children start unbound "
+                        "(the reason is logged at DEBUG).")
     if not pc.numa_bind:
         yield
         return
-    make = enginecore_plan if process_kind == "EngineCore" else worker_plan
-    plan = make(pc, local_rank, dp_local_rank, topology)
-    log.info("launching %s subprocess (local_rank=%s, dp_local_rank=%s) bound to %s",
-             process_kind, local_rank, dp_local_rank, plan.describe())
-    from ..process import configure_subprocess as bind_children
-
-    with bind_children(plan):
+    if process_kind == "EngineCore":
+        numactl_args = _get_numactl_enginecore_args(pc, local_rank, dp_local_rank)
+    elif process_kind == "worker":
+        numactl_args = _get_numactl_worker_args(pc, local_rank, dp_local_rank)
+    else:
+        raise PlanError(f"Unknown process_kind {process_kind!r}; expected 'worker' or 'EngineCore'.")
+    numactl_args = _resolve_numactl_args(numactl_args)
+    if not numactl_args:
+        if getattr(pc, "_numa_bind_auto", False):
+            pc.numa_bind = False
+            pc.numa_bind_nodes = None
+            pc._numa_bind_auto = False
+        yield
+        return
+    plan = plan_from_numactl_args(numactl_args, current_topology())
+    logger.info("Starting %s subprocess (local_rank=%s, dp_local_rank=%s) bound at birth to %s (%s)",
+                process_kind, local_rank, dp_local_rank, numactl_args, plan.describe())
+    with bind_children(plan, logger):
         yield
 
 
-def log_current_affinity_state(label: str) -> None:
-    """Log this process's binding (what vLLM logs with ``numactl --show``)."""
+def worker_plan(parallel_config: Any, local_rank: int, dp_local_rank: int | None = None) -> Plan:
+    """The :class:`numabind.Plan` of one worker (its numactl options resolved on this machine)."""
+    return plan_from_numactl_args(_get_numactl_worker_args(parallel_config, local_rank, dp_local_rank),
+                                  current_topology())
+
+
+def enginecore_plan(parallel_config: Any, local_rank: int, dp_local_rank: int | None = None) -> Plan:
+    """The :class:`numabind.Plan` of an EngineCore (its numactl options resolved on this machine)."""
+    return plan_from_numactl_args(_get_numactl_enginecore_args(parallel_config, local_rank, dp_local_rank),
+                                  current_topology())
+
+
+# ----------------------------------------------------------------------------- what a process got
+def _show(binding: Any) -> list[str]:
+    """numactl --show's fields from a :class:`numabind.Binding`."""
+    lines = [f"policy: {binding.mem_policy or 'unknown'}",
+             "physcpubind: " + " ".join(map(str, sorted(binding.cpus)))]
+    nodes = binding.mem_nodes if binding.mem_policy not in (None, "default", "local") else binding.mems_allowed
+    key = "preferred" if binding.mem_policy == "preferred" else "membind"
+    lines.append(f"{key}: " + " ".join(map(str, sorted(nodes))))
+    return lines
+
+
+def _log_numactl_show(label: str) -> bool:
+    """Log (DEBUG) this process's CPU affinity and memory policy, like ``numactl --show``; False if unreadable."""
     from ..bind import current_binding
 
-    log.info("%s: %s", label, current_binding().describe().replace("\n", "; "))
+    try:
+        binding = current_binding()
+    except NumabindError as e:
+        logger.warning("The NUMA binding of %s cannot be read: %s", label, e)
+        return False
+    logger.debug("%s affinity: %s", label, ", ".join(_show(binding)))
+    return True
+
+
+def log_current_affinity_state(label: str) -> None:
+    """Log (DEBUG) the CPU affinity and memory policy this process runs with."""
+    _log_numactl_show(label)
+
+
+# ----------------------------------------------------------------------------- vLLM's numactl plumbing
+def _get_numactl_executable() -> tuple[str, str]:
+    """numabind's fixed numactl wrapper and a line describing it (RuntimeError without numactl).
+
+    :func:`configure_subprocess` does not use it; it is here for code that
+    starts numactl itself. The wrapper takes numactl options as arguments,
+    before ``--`` and the command, never from the environment.
+    """
+    if shutil.which("numactl") is None:
+        raise NumaBindingUnavailable("numactl is not on PATH (numabind binds children without it; only "
+                                     "callers that run numactl themselves need it)")
+    from ..backends.numactl import WRAPPER
+
+    return WRAPPER, f"{WRAPPER} [numactl options] -- command (numabind's numactl wrapper)"
+
+
+@contextlib.contextmanager
+def _set_numa_wrapper_env(numactl_args: str, python_executable: str) -> Iterator[None]:
+    """Does nothing: vLLM passed its wrapper's options through the environment; numabind has no wrapper.
+
+    Kept so that code entering it keeps working; it logs at DEBUG that the
+    variables stay unset.
+    """
+    logger.debug("%s and %s stay unset: numabind binds children at birth without a wrapper (asked: %r for %s)",
+                 _NUMACTL_ARGS_ENV, _NUMACTL_PYTHON_EXECUTABLE_ENV, numactl_args, python_executable)
+    yield
+
+
+@contextlib.contextmanager
+def _mp_set_executable(executable: str, debug_str: str) -> Iterator[None]:
+    """Does nothing: vLLM swapped multiprocessing's executable for its numactl wrapper; numabind binds
+    children at birth without touching it. Kept for code that enters it; logs at DEBUG."""
+    logger.debug("multiprocessing's executable is left as it is, not replaced by %s (%s): numabind binds "
+                 "children at birth in-process", executable, debug_str)
+    yield
