@@ -1,0 +1,412 @@
+"""A drop-in for SGLang's ``sglang.srt.utils.numa_utils``, bound in-process by numabind.
+
+The functions SGLang's launcher, scheduler and CPU model runner call, with
+SGLang's signatures and environment:
+
+* ``SGLANG_NUMA_BIND_V2`` (default on): :func:`configure_subprocess` binds each
+  scheduler child it starts to its GPU's NUMA node;
+* ``SGLANG_AUTO_NUMA_BIND`` (default on): without ``--numa-node``, the node is
+  the GPU's own (sysfs, cross-checked with NVML by numabind's discovery);
+* ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE`` (default off): a binding of which
+  *nothing* could be applied raises :class:`RuntimeError` instead of a
+  warning; a binding that kept part of itself (preferred memory, or CPUs
+  only) never does;
+* ``SGLANG_CPU_OMP_THREADS_BIND`` (default ``all``): :func:`init_threads_binding`
+  gives each rank of the CPU backend its CPUs;
+* ``SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS``: the launcher narrows
+  ``CUDA_VISIBLE_DEVICES`` to the child's one GPU and passes GPU id 0; the GPU
+  is looked up under the variable as it is at the call, and an explicit
+  ``--numa-node`` list is indexed by the GPU's id before the narrowing.
+
+The binding ladder is SGLang's — hard memory binding, then preferred memory on
+the same node, then CPUs only — with the CPUs intersected with what the
+process may use (a constrained process is bound within its CPUs, not refused).
+Unlike SGLang there is no numactl, no script written per call (nothing is
+written at all) and no global executable swapped, so launcher threads (one per
+DP rank) need no lock around it: each child gets the plan of the thread that
+starts it. Records go to ``logging.getLogger("sglang.srt.utils.numa_utils")``.
+SGLang, torch and pynvml are never imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from ..cpulist import format_cpulist
+from ..errors import NumabindError, PlanError
+from ..plan import Plan
+from . import (
+    NumaBindingUnavailable,
+    bind_children,
+    current_topology,
+    forward_warnings,
+    plan_from_numactl_args,
+    probe_plan,
+    refresh_topology,
+)
+
+__all__ = [
+    "NumaListError",
+    "configure_subprocess",
+    "current_topology",
+    "get_libnuma",
+    "get_numa_node_if_available",
+    "init_threads_binding",
+    "numa_bind_to_node",
+    "refresh_topology",
+]
+
+#: SGLang's logger name for this module.
+logger = logging.getLogger("sglang.srt.utils.numa_utils")
+
+#: ``CUDA_VISIBLE_DEVICES`` when this module was imported (SGLang's launcher imports it before it
+#: narrows the variable per child): what GPU ids of ``--numa-node`` refer to.
+_LAUNCH_CUDA_VISIBLE_DEVICES = os.environ.get("CUDA_VISIBLE_DEVICES")
+
+_TRUE = ("true", "1", "yes", "y")
+_FALSE = ("false", "0", "no", "n")
+
+
+class NumaListError(PlanError, IndexError):
+    """A per-GPU list (``--numa-node``, ``SGLANG_CPU_OMP_THREADS_BIND``) has no entry for a GPU or rank."""
+
+
+def _env_bool(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
+    """SGLang's boolean environment variables: true/1/yes/y or false/0/no/n, any case."""
+    raw = (os.environ if env is None else env).get(name)
+    if raw is None:
+        return default
+    value = raw.lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise PlanError(f"{name}={raw!r} is not a boolean; use one of {', '.join(_TRUE)} or {', '.join(_FALSE)}")
+
+
+def _crash_on_failure() -> bool:
+    return _env_bool("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", False)
+
+
+def _ids(cpus) -> str:
+    return ",".join(map(str, sorted(cpus)))
+
+
+# ----------------------------------------------------------------------------- failures
+def _handle_numa_bind_failure(node: int | None = None, allowed_cpus=None, gpu_id: int | None = None, *,
+                              reason: str | None = None) -> None:
+    """Log a NUMA binding that could not be applied at all, and raise it under
+    ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE``.
+
+    Without ``reason`` the failure is a node with no CPU in ``allowed_cpus``.
+    """
+    if reason is None:
+        on = f" for GPU {gpu_id}" if gpu_id is not None else ""
+        reason = (f"NUMA node {node} has none of the CPUs this process may use "
+                  f"({format_cpulist(sorted(allowed_cpus or ()))}); skipping NUMA binding{on}.")
+    logger.warning("%s", reason)
+    if _crash_on_failure():
+        raise NumaBindingUnavailable(f"{reason} (SGLANG_CRASH_ON_NUMA_BIND_FAILURE is set)")
+
+
+# ----------------------------------------------------------------------------- libnuma and availability
+@functools.cache
+def get_libnuma() -> ctypes.CDLL | None:
+    """libnuma opened with ctypes (``libnuma.so``, then ``libnuma.so.1``), or None.
+
+    For code that imports it from here; numabind binds through its own backends.
+    """
+    for name in ("libnuma.so", "libnuma.so.1"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError as e:
+            logger.debug("%s cannot be opened: %s", name, e)
+    return None
+
+
+def _can_set_mempolicy() -> bool:
+    """Whether this process can use the memory-policy calls (its policy can be read)."""
+    from ..bind import current_binding
+
+    try:
+        return current_binding().mem_policy is not None
+    except Exception as e:  # noqa: BLE001 - no usable backend
+        logger.debug("the memory policy cannot be read: %s", e)
+        return False
+
+
+def _is_numa_available() -> bool:
+    """Whether SGLang's automatic NUMA binding applies here: NVIDIA GPUs visible (SGLang's CUDA
+    platform), more than one NUMA node with CPUs, and memory-policy calls permitted."""
+    try:
+        topology = current_topology()
+    except Exception as e:  # noqa: BLE001 - detection never fails startup
+        logger.warning("The machine could not be discovered, skipping NUMA binding: %s", e)
+        return False
+    if not any(g.vendor == "nvidia" for g in topology.gpus):
+        return False
+    if len(topology.nodes_with_cpus) < 2:
+        return False
+    if not _can_set_mempolicy():
+        logger.warning("This process may not use NUMA memory policies (in a container, add "
+                       "--cap-add SYS_NICE); skipping NUMA binding of the GPUs.")
+        return False
+    return True
+
+
+def _gpu(device_id: int) -> Any | None:
+    return next((g for g in current_topology().gpus if g.index == device_id), None)
+
+
+def _query_numa_node_for_gpu(device_id: int) -> list[int]:
+    """The NUMA node of GPU ``device_id`` (CUDA numbering under the current ``CUDA_VISIBLE_DEVICES``),
+    as a list of one, or ``[]`` when the GPU is not visible or its node unknown."""
+    gpu = _gpu(device_id)
+    if gpu is None:
+        visible = ", ".join(str(g.index) for g in current_topology().gpus) or "none"
+        logger.warning("GPU %d is not visible (visible GPUs: %s); skipping its NUMA binding", device_id, visible)
+        return []
+    if gpu.numa_node is None:
+        logger.warning("The NUMA node of GPU %d (%s) is unknown: %s; skipping its NUMA binding",
+                       device_id, gpu.pci_address, gpu.numa_note or "firmware reports -1")
+        return []
+    return [gpu.numa_node]
+
+
+def _get_nvml_device_index(device_id: int) -> int:
+    """The NVML (PCI order) index of CUDA device ``device_id``, ``device_id`` itself when not visible."""
+    gpu = _gpu(device_id)
+    return device_id if gpu is None or gpu.physical_index is None else gpu.physical_index
+
+
+def _server_gpu_id(gpu_id: int) -> int:
+    """The GPU id in the launcher's numbering, undoing ``SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS``.
+
+    The launcher narrows ``CUDA_VISIBLE_DEVICES`` to one entry of its own value
+    (or to the id itself when it had none) and passes 0.
+    """
+    if gpu_id != 0 or not _env_bool("SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS", False):
+        return gpu_id
+    now = os.environ.get("CUDA_VISIBLE_DEVICES")
+    tokens = [t.strip() for t in now.split(",")] if now is not None else []
+    if len(tokens) != 1:
+        return gpu_id
+    token = tokens[0]
+    if _LAUNCH_CUDA_VISIBLE_DEVICES is None:
+        if token.isdigit():
+            return int(token)
+    else:
+        launch = [t.strip() for t in _LAUNCH_CUDA_VISIBLE_DEVICES.split(",")]
+        if token in launch:
+            return launch.index(token)
+    logger.warning("CUDA_VISIBLE_DEVICES=%s names no GPU of the launcher's CUDA_VISIBLE_DEVICES=%s; "
+                   "indexing --numa-node with GPU id %d", now, _LAUNCH_CUDA_VISIBLE_DEVICES, gpu_id)
+    return gpu_id
+
+
+def get_numa_node_if_available(server_args: Any, gpu_id: int) -> int | None:
+    """The NUMA node for GPU ``gpu_id``: from ``server_args.numa_node``, else detected
+    (``SGLANG_AUTO_NUMA_BIND``), else None."""
+    numa_nodes = server_args.numa_node
+    if numa_nodes is not None:
+        index = _server_gpu_id(gpu_id)
+        if not 0 <= index < len(numa_nodes):
+            raise NumaListError(f"GPU {index} has no entry in --numa-node {list(numa_nodes)}; "
+                                f"give one NUMA node per GPU")
+        return numa_nodes[index]
+    if not _env_bool("SGLANG_AUTO_NUMA_BIND", True):
+        return None
+    if not _is_numa_available():
+        return None
+    nodes = _query_numa_node_for_gpu(gpu_id)
+    return nodes[0] if nodes else None
+
+
+# ----------------------------------------------------------------------------- numactl-syntax plans
+def _node_cpus(node: int) -> set[int]:
+    """The online CPUs of NUMA ``node`` (empty when it has none or does not exist)."""
+    found = current_topology().nodes.get(node)
+    return set(found.cpus) if found is not None else set()
+
+
+def _numactl_cpu_mem_args(node: int, gpu_id: int) -> str | None:
+    """numactl options binding to ``node``, with the CPUs narrowed to those this process may use;
+    None (after :func:`_handle_numa_bind_failure`) when none of them is."""
+    node_cpus = _node_cpus(node)
+    if not node_cpus:
+        return f"--cpunodebind={node} --membind={node}"
+    allowed = set(current_topology().allowed_cpus)
+    target = node_cpus & allowed
+    if not target:
+        _handle_numa_bind_failure(node, allowed, gpu_id)
+        return None
+    if target == node_cpus:
+        return f"--cpunodebind={node} --membind={node}"
+    return f"--physcpubind={_ids(target)} --membind={node}"
+
+
+def _strip_memory_args(numactl_args: str) -> str:
+    """``numactl_args`` without the memory policy, keeping the CPU binding."""
+    return " ".join(t for t in numactl_args.split()
+                    if not t.startswith(("--membind", "--preferred", "--interleave")))
+
+
+def _cannot_apply(numactl_args: str) -> str | None:
+    topology = current_topology()
+    try:
+        plan = plan_from_numactl_args(numactl_args, topology)
+    except PlanError as e:
+        return str(e)
+    return probe_plan(plan, topology)
+
+
+def _probe_numactl_args(numactl_args: str) -> tuple[str | None, str]:
+    """The strongest of ``numactl_args``, its memory binding as preferred, and its CPUs only that can
+    be applied in this process, and the reason the strongest was refused (``(None, why)`` when none)."""
+    first = _cannot_apply(numactl_args)
+    if first is None:
+        return numactl_args, ""
+    if "--membind=" in numactl_args:
+        preferred = numactl_args.replace("--membind=", "--preferred=")
+        if _cannot_apply(preferred) is None:
+            logger.warning("Hard memory binding %r cannot be applied (%s); using preferred memory: %r",
+                           numactl_args, first, preferred)
+            return preferred, ""
+    cpu_only = _strip_memory_args(numactl_args)
+    if cpu_only and cpu_only != numactl_args:
+        problem = _cannot_apply(cpu_only)
+        if problem is None:
+            logger.warning("Memory binding %r cannot be applied (%s); binding CPUs only: %r",
+                           numactl_args, first, cpu_only)
+            return cpu_only, ""
+        first = problem
+    return None, first
+
+
+# ----------------------------------------------------------------------------- starting children
+@contextlib.contextmanager
+def configure_subprocess(server_args: Any, gpu_id: int) -> Iterator[None]:
+    """Scheduler children started inside are bound at birth to GPU ``gpu_id``'s NUMA node.
+
+    Under ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE`` a binding of which nothing can
+    be applied raises :class:`RuntimeError` here, before any child starts.
+    """
+    plan, args = _child_plan(server_args, gpu_id)
+    if plan is None:
+        yield
+        return
+    logger.info("Scheduler process for GPU %d is bound at birth to %s (%s)", gpu_id, args, plan.describe())
+    with bind_children(plan, logger, strict="partial" if _crash_on_failure() else False):
+        yield
+
+
+def _child_plan(server_args: Any, gpu_id: int) -> tuple[Plan | None, str]:
+    if not _env_bool("SGLANG_NUMA_BIND_V2", True):
+        return None, ""
+    node = get_numa_node_if_available(server_args, gpu_id)
+    if node is None:
+        return None, ""
+    args = _numactl_cpu_mem_args(node, gpu_id)
+    if args is None:
+        return None, ""
+    resolved, why = _probe_numactl_args(args)
+    if resolved is None:
+        _handle_numa_bind_failure(node, reason=(
+            f"No part of the NUMA binding {args!r} of GPU {gpu_id} can be applied in this process"
+            f"{': ' + why if why else ''}; skipping NUMA binding for GPU {gpu_id}."))
+        return None, ""
+    return plan_from_numactl_args(resolved, current_topology()), resolved
+
+
+# ----------------------------------------------------------------------------- binding this process
+def numa_bind_to_node(node: int) -> Any:
+    """Bind this whole process to NUMA ``node``: every thread that is not pinned elsewhere runs on
+    the node's CPUs this process may use, and memory prefers the node. Returns the BindReport.
+
+    A memory-only node leaves the CPUs as they are. A node with no allowed CPU
+    is a failure (a warning, or RuntimeError under
+    ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE``); so is a binding of which nothing
+    can be applied (numabind's ``strict="partial"``).
+    """
+    from ..bind import bind_current
+
+    topology = current_topology()
+    node_cpus = _node_cpus(node)
+    cpus = None
+    if node_cpus:
+        cpus = node_cpus & set(topology.allowed_cpus)
+        if not cpus:
+            _handle_numa_bind_failure(node, topology.allowed_cpus)
+            return None
+    plan = Plan(cpus=cpus, mem_policy="preferred", mem_nodes={node}, reason=f"numa_bind_to_node({node})")
+    try:
+        with forward_warnings(logger):
+            report = bind_current(plan, strict="partial" if _crash_on_failure() else False)
+    except NumabindError as e:
+        raise NumaBindingUnavailable(f"NUMA binding to node {node} could not be applied at all: {e} "
+                                     f"(SGLANG_CRASH_ON_NUMA_BIND_FAILURE is set)") from e
+    logger.info("Process %d bound to NUMA node %d: %s", os.getpid(), node, report.applied.describe())
+    return report
+
+
+# ----------------------------------------------------------------------------- the CPU backend
+def _physical_cores(topology: Any, cpus: frozenset[int]) -> list[int]:
+    """One CPU per physical core among ``cpus`` (the lowest allowed sibling), sorted."""
+    firsts = set()
+    for cpu in cpus:
+        info = topology.cpus.get(cpu)
+        siblings = (info.siblings if info is not None and info.siblings else frozenset({cpu})) & cpus
+        firsts.add(min(siblings))
+    return sorted(firsts)
+
+
+def init_threads_binding(*, numa_index: int, world_size: int) -> str:
+    """The CPUs (a cpulist string) for the OpenMP threads of CPU-backend rank ``numa_index``.
+
+    ``SGLANG_CPU_OMP_THREADS_BIND=all`` (the default): the physical cores this
+    process may use on the ``numa_index``-th NUMA node with CPUs; ``world_size``
+    (dp x tp x pp) must not exceed the number of such nodes. Otherwise the
+    variable is ``|``-separated numactl CPU lists, one per rank, indexed by
+    ``numa_index`` (a router worker with ``world_size`` 1 may pick any of them);
+    the chosen list is checked against this machine and returned as written.
+    """
+    value = os.environ.get("SGLANG_CPU_OMP_THREADS_BIND", "all")
+    topology = current_topology()
+    node_ids = sorted(topology.nodes_with_cpus)
+    if value == "all":
+        if world_size > len(node_ids):
+            raise PlanError(
+                f"SGLANG_CPU_OMP_THREADS_BIND is unset (all) and the world size {world_size} is larger than "
+                f"the {len(node_ids)} NUMA nodes with CPUs; give each rank its CPUs, e.g. "
+                f"SGLANG_CPU_OMP_THREADS_BIND='0-15|16-31|...' with {world_size} lists")
+        if not 0 <= numa_index < len(node_ids):
+            raise NumaListError(f"rank {numa_index} has no NUMA node: this machine has {len(node_ids)} nodes with CPUs")
+        if world_size < len(node_ids):
+            logger.warning("%d NUMA nodes have CPUs but the world size is %d: %d nodes are not used",
+                           len(node_ids), world_size, len(node_ids) - world_size)
+        node = node_ids[numa_index]
+        cores = _physical_cores(topology, topology.nodes[node].cpus & topology.allowed_cpus)
+        if not cores:
+            raise PlanError(f"NUMA node {node} (rank {numa_index}) has no CPU this process may use "
+                            f"({format_cpulist(topology.allowed_cpus)}); set SGLANG_CPU_OMP_THREADS_BIND")
+        return format_cpulist(cores)
+    groups = value.split("|")
+    if len(groups) < world_size or not 0 <= numa_index < len(groups):
+        raise NumaListError(
+            f"SGLANG_CPU_OMP_THREADS_BIND={value!r} has {len(groups)} CPU lists, which does not cover rank "
+            f"{numa_index} of world size {world_size}; give one list per rank, separated by '|'")
+    group = groups[numa_index].strip()
+    try:
+        plan_from_numactl_args(f"--physcpubind={group}", topology).validate(topology)
+    except PlanError as e:
+        raise PlanError(f"SGLANG_CPU_OMP_THREADS_BIND list {numa_index} ({group!r}): {e}") from None
+    if world_size > len(node_ids):
+        logger.warning("The world size %d is larger than the %d NUMA nodes with CPUs: how much memory each rank "
+                       "has cannot be known in advance; set --max-total-tokens", world_size, len(node_ids))
+    return group

@@ -1,0 +1,548 @@
+"""numabind.compat.sglang as a drop-in for sglang.srt.utils.numa_utils.
+
+The cases restate the facts of SGLang's own numa_utils tests (availability,
+GPU-to-node queries, explicit --numa-node lists, the constrained-CPU rule,
+the membind -> preferred -> CPU-only ladder, crash-on-failure, the CPU
+backend's thread lists) against duck-typed server args and fake machines;
+SGLang, torch, pynvml and numactl are never imported or run. Tests that bind
+for real derive their CPUs and nodes from this process at run time and
+restore what they change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import tempfile
+import threading
+import types
+
+import pytest
+
+import numabind
+from numabind import compat
+from numabind.compat import sglang
+from numabind.cpulist import format_cpulist
+from numabind.cpulist import parse_cpulist as L
+from numabind.topology import discover
+
+from .fakegpu import add_amd_gpu, add_nvidia_gpu
+from .fakesys import one_node, two_sockets
+from .test_compat_vllm import (  # noqa: F401 - fixtures and machine builders shared with the vLLM tests
+    absent_node,
+    clean_env,
+    discoveries,
+    dgx,
+    host_cpus,
+    host_shaped,
+    machine,
+    on_logger,
+    use,
+)
+
+SGLANG_VARS = ("SGLANG_NUMA_BIND_V2", "SGLANG_AUTO_NUMA_BIND", "SGLANG_CRASH_ON_NUMA_BIND_FAILURE",
+               "SGLANG_CPU_OMP_THREADS_BIND", "SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS")
+
+
+@pytest.fixture(autouse=True)
+def clean_sglang_env(monkeypatch):
+    for name in SGLANG_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def args(numa_node=None):
+    """The one ServerArgs field numa_utils reads."""
+    return types.SimpleNamespace(numa_node=numa_node)
+
+
+@pytest.fixture
+def mempolicy_ok(monkeypatch):
+    """The process may use memory policies (SGLang's tests patch _can_set_mempolicy the same way)."""
+    monkeypatch.setattr(sglang, "_can_set_mempolicy", lambda: True)
+
+
+@pytest.fixture
+def children(monkeypatch):
+    """Replaces the birth binding with a recorder of (plan, strict)."""
+    plans = []
+
+    @contextlib.contextmanager
+    def record(plan, target, strict=False):
+        plans.append((plan, strict))
+        yield
+
+    monkeypatch.setattr(sglang, "bind_children", record)
+    return plans
+
+
+def refuse(*policies):
+    """A stand-in for the in-process probe that refuses plans with these memory policies."""
+    def probe(plan, topology):
+        return f"set_mempolicy failed with EPERM for {plan.mem_policy}" if plan.mem_policy in policies else None
+    return probe
+
+
+def wide(root, **kw):
+    """2 nodes x 72 CPUs (node 0: 0-71, node 1: 72-143), one NVIDIA GPU per node."""
+    return machine(root, {0: "0-71", 1: "72-143"}, gpus=[0, 1], **kw)
+
+
+# ----------------------------------------------------------------------------- surface and environment
+@pytest.mark.parametrize("name", [
+    "configure_subprocess", "get_numa_node_if_available", "numa_bind_to_node", "init_threads_binding",
+    "get_libnuma", "_is_numa_available", "_query_numa_node_for_gpu", "_node_cpus", "_numactl_cpu_mem_args",
+    "_strip_memory_args", "_probe_numactl_args", "_handle_numa_bind_failure", "_can_set_mempolicy",
+    "_get_nvml_device_index",
+])
+def test_every_name_sglang_code_uses_is_a_function(name):
+    assert callable(getattr(sglang, name))
+    assert sglang.logger.name == "sglang.srt.utils.numa_utils"
+
+
+@pytest.mark.parametrize("value, expect", [("1", True), ("true", True), ("YES", True), ("y", True),
+                                           ("0", False), ("False", False), ("no", False), ("N", False)])
+def test_environment_booleans_are_sglangs(monkeypatch, value, expect):
+    monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", value)
+    assert sglang._crash_on_failure() is expect
+
+
+def test_a_malformed_boolean_is_an_error(monkeypatch):
+    monkeypatch.setenv("SGLANG_NUMA_BIND_V2", "maybe")
+    with pytest.raises(ValueError, match="SGLANG_NUMA_BIND_V2"):
+        with sglang.configure_subprocess(args(), 0):
+            pass
+
+
+# ----------------------------------------------------------------------------- availability
+def test_not_available_without_an_nvidia_gpu(tmp_path, mempolicy_ok):
+    two_sockets(tmp_path)
+    add_amd_gpu(tmp_path, "0000:18:00.0", kfd_node=None, numa_node=0)
+    use(discover(tmp_path))
+    assert sglang._is_numa_available() is False
+
+
+def test_not_available_on_one_node(tmp_path, mempolicy_ok):
+    one_node(tmp_path, ncpus=4)
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", numa_node=0)
+    use(discover(tmp_path))
+    assert sglang._is_numa_available() is False
+
+
+def test_available_on_a_numa_machine_with_nvidia_gpus(tmp_path, mempolicy_ok):
+    use(wide(tmp_path))
+    assert sglang._is_numa_available() is True
+
+
+def test_not_available_when_memory_policies_are_forbidden(tmp_path, monkeypatch, on_logger):
+    use(wide(tmp_path))
+    monkeypatch.setattr(sglang, "_can_set_mempolicy", lambda: False)
+    seen = on_logger("sglang")
+    assert sglang._is_numa_available() is False
+    assert any("SYS_NICE" in m for m in seen.at(logging.WARNING))
+
+
+# ----------------------------------------------------------------------------- the node of a GPU
+def test_query_gives_each_gpus_node(tmp_path):
+    use(wide(tmp_path))
+    assert sglang._query_numa_node_for_gpu(0) == [0]
+    assert sglang._query_numa_node_for_gpu(1) == [1]
+
+
+def test_query_of_an_unknown_or_invisible_gpu_is_empty(tmp_path, on_logger):
+    machine(tmp_path, {0: "0-7", 1: "8-15"})
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", numa_node=-1, local_cpulist="")
+    use(discover(tmp_path))
+    seen = on_logger("sglang")
+    assert sglang._query_numa_node_for_gpu(0) == []
+    assert sglang._query_numa_node_for_gpu(3) == []
+    assert len(seen.at(logging.WARNING)) == 2
+
+
+def test_explicit_nodes_from_server_args(tmp_path):
+    use(wide(tmp_path))
+    server = args([2, 3, 0, 1])
+    assert [sglang.get_numa_node_if_available(server, g) for g in range(4)] == [2, 3, 0, 1]
+
+
+def test_explicit_nodes_take_precedence_over_detection(tmp_path, monkeypatch):
+    def never(*a):
+        raise AssertionError("detection must not run when --numa-node is given")
+
+    monkeypatch.setattr(sglang, "_is_numa_available", never)
+    monkeypatch.setattr(sglang, "_query_numa_node_for_gpu", never)
+    assert sglang.get_numa_node_if_available(args([5, 6]), 0) == 5
+
+
+def test_explicit_list_without_an_entry_for_the_gpu(tmp_path):
+    with pytest.raises(IndexError):
+        sglang.get_numa_node_if_available(args([0, 1]), 2)
+    with pytest.raises(ValueError, match="--numa-node"):
+        sglang.get_numa_node_if_available(args([0, 1]), 2)
+
+
+def test_automatic_detection_off(tmp_path, monkeypatch, mempolicy_ok):
+    use(wide(tmp_path))
+    assert sglang.get_numa_node_if_available(args(), 1) == 1
+    monkeypatch.setenv("SGLANG_AUTO_NUMA_BIND", "0")
+    assert sglang.get_numa_node_if_available(args(), 1) is None
+
+
+@pytest.mark.parametrize("available, queried, expect", [(False, [1], None), (True, [], None), (True, [1], 1)])
+def test_detection_steps(monkeypatch, available, queried, expect):
+    monkeypatch.setattr(sglang, "_is_numa_available", lambda: available)
+    monkeypatch.setattr(sglang, "_query_numa_node_for_gpu", lambda gpu: queried)
+    assert sglang.get_numa_node_if_available(args(), 0) == expect
+
+
+def test_one_visible_device_per_process_is_looked_up_under_the_narrowed_variable(
+        tmp_path, monkeypatch, mempolicy_ok, discoveries):
+    """The launcher sets CUDA_VISIBLE_DEVICES to the child's GPU and passes id 0 (no new discovery)."""
+    dgx(tmp_path)
+    monkeypatch.setenv("NUMABIND_FSROOT", str(tmp_path))
+    assert len(compat.current_topology().gpus) == 8
+    monkeypatch.setenv("SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS", "1")
+    found = {}
+    for physical in (5, 2):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", str(physical))
+        found[physical] = sglang.get_numa_node_if_available(args(), 0)
+        assert sglang._get_nvml_device_index(0) == physical
+    assert found == {5: 1, 2: 0}
+    assert len(discoveries) == 1
+
+
+def test_one_visible_device_per_process_indexes_numa_node_by_the_launchers_id(monkeypatch):
+    monkeypatch.setenv("SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS", "true")
+    monkeypatch.setattr(sglang, "_LAUNCH_CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6")                  # launcher's GPU 2
+    assert sglang.get_numa_node_if_available(args([0, 0, 1, 1]), 0) == 1
+    monkeypatch.setattr(sglang, "_LAUNCH_CUDA_VISIBLE_DEVICES", None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")                  # launcher's GPU 3
+    assert sglang.get_numa_node_if_available(args([0, 0, 1, 1]), 0) == 1
+    monkeypatch.delenv("SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS")
+    assert sglang.get_numa_node_if_available(args([0, 0, 1, 1]), 0) == 0
+
+
+# ----------------------------------------------------------------------------- constrained processes
+def test_unconstrained_process_binds_the_whole_node(tmp_path):
+    use(wide(tmp_path))
+    assert sglang._numactl_cpu_mem_args(0, 0) == "--cpunodebind=0 --membind=0"
+
+
+def test_constrained_process_binds_within_its_cpus(tmp_path):
+    use(wide(tmp_path, allowed={0} | set(range(21, 144))))
+    expected = ",".join(str(c) for c in [0] + list(range(21, 72)))
+    assert sglang._numactl_cpu_mem_args(0, 0) == f"--physcpubind={expected} --membind=0"
+
+
+def test_no_allowed_cpu_on_the_node_skips_or_crashes(tmp_path, monkeypatch, on_logger):
+    use(wide(tmp_path, allowed=set(range(72, 144))))
+    seen = on_logger("sglang")
+    assert sglang._numactl_cpu_mem_args(0, 0) is None
+    assert any("NUMA node 0" in m and "72-143" in m for m in seen.at(logging.WARNING))
+    monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "1")
+    with pytest.raises(RuntimeError, match="NUMA node 0"):
+        sglang._numactl_cpu_mem_args(0, 0)
+
+
+def test_memory_only_node_is_given_as_numactl_would_take_it(tmp_path):
+    use(machine(tmp_path, {0: "0-7", 2: ()}, gpus=[0]))
+    assert sglang._node_cpus(2) == set()
+    assert sglang._numactl_cpu_mem_args(2, 0) == "--cpunodebind=2 --membind=2"
+
+
+def test_failure_handler_warns_or_raises(monkeypatch, on_logger):
+    seen = on_logger("sglang")
+    monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "0")
+    sglang._handle_numa_bind_failure(0, {72, 73})
+    assert len(seen.at(logging.WARNING)) == 1
+    monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "1")
+    with pytest.raises(RuntimeError):
+        sglang._handle_numa_bind_failure(0, {72, 73})
+    with pytest.raises(RuntimeError, match="custom reason"):
+        sglang._handle_numa_bind_failure(reason="custom reason")
+
+
+# ----------------------------------------------------------------------------- the ladder
+def test_accepted_binding_is_kept(tmp_path, monkeypatch):
+    use(wide(tmp_path))
+    monkeypatch.setattr(sglang, "probe_plan", refuse())
+    assert sglang._probe_numactl_args("--cpunodebind=0 --membind=0") == ("--cpunodebind=0 --membind=0", "")
+
+
+def test_refused_hard_binding_falls_back_to_preferred_on_the_same_node(tmp_path, monkeypatch, on_logger):
+    use(wide(tmp_path))
+    monkeypatch.setattr(sglang, "probe_plan", refuse("bind"))
+    seen = on_logger("sglang")
+    assert sglang._probe_numactl_args("--cpunodebind=1 --membind=1") == ("--cpunodebind=1 --preferred=1", "")
+    [warning] = seen.at(logging.WARNING)
+    assert "preferred" in warning and "EPERM" in warning
+
+
+def test_refused_memory_falls_back_to_cpus_only(tmp_path, monkeypatch, on_logger):
+    use(wide(tmp_path, allowed={0} | set(range(21, 144))))
+    monkeypatch.setattr(sglang, "probe_plan", refuse("bind", "preferred"))
+    seen = on_logger("sglang")
+    assert sglang._probe_numactl_args("--physcpubind=0,21,22 --membind=0") == ("--physcpubind=0,21,22", "")
+    [warning] = seen.at(logging.WARNING)
+    assert "CPUs only" in warning and "EPERM" in warning
+
+
+def test_nothing_accepted(tmp_path, monkeypatch):
+    use(wide(tmp_path))
+    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: "sched_setaffinity failed with EINVAL")
+    resolved, why = sglang._probe_numactl_args("--cpunodebind=0 --membind=0")
+    assert resolved is None and "EINVAL" in why
+
+
+@pytest.mark.kernel
+def test_ladder_with_the_real_kernel(tmp_path, on_logger):
+    """Memory on a node this kernel does not have is refused: the CPUs are kept."""
+    cpus = host_cpus()
+    node = absent_node()
+    use(machine(tmp_path, {node: cpus}, gpus=[node]))
+    seen = on_logger("sglang")
+    assert sglang._probe_numactl_args(f"--cpunodebind={node} --membind={node}") == (f"--cpunodebind={node}", "")
+    assert seen.at(logging.WARNING)
+
+
+# ----------------------------------------------------------------------------- configure_subprocess
+def test_bind_v2_off_does_nothing(tmp_path, monkeypatch, children):
+    monkeypatch.setenv("SGLANG_NUMA_BIND_V2", "false")
+    monkeypatch.setattr(sglang, "get_numa_node_if_available", lambda *a: pytest.fail("looked up a node"))
+    with sglang.configure_subprocess(args([0]), 0):
+        pass
+    assert children == []
+
+
+def test_children_get_the_resolved_plan(tmp_path, monkeypatch, children, on_logger):
+    use(wide(tmp_path))
+    monkeypatch.setattr(sglang, "probe_plan", refuse("bind"))
+    seen = on_logger("sglang")
+    with sglang.configure_subprocess(args([0, 1]), 1):
+        pass
+    [(plan, strict)] = children
+    assert (plan.cpus, plan.mem_policy, plan.mem_nodes, strict) == (L("72-143"), "preferred", frozenset({1}), False)
+    assert len(seen.at(logging.INFO)) == 1
+    monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "1")
+    with sglang.configure_subprocess(args([0, 1]), 0):
+        pass
+    assert children[1][1] == "partial"
+
+
+def test_probe_failure_starts_unbound_with_a_warning(tmp_path, monkeypatch, children, on_logger):
+    use(wide(tmp_path))
+    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: "set_mempolicy failed with EPERM")
+    seen = on_logger("sglang")
+    entered = []
+    with sglang.configure_subprocess(args([0, 1]), 0):
+        entered.append(True)
+    assert entered == [True] and children == []
+    assert any("GPU 0" in m and "EPERM" in m for m in seen.at(logging.WARNING))
+
+
+def test_probe_failure_raises_before_the_child_starts_when_asked(tmp_path, monkeypatch, children):
+    use(wide(tmp_path))
+    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: "set_mempolicy failed with EPERM")
+    monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "1")
+    entered = []
+    with pytest.raises(RuntimeError, match="EPERM"):
+        with sglang.configure_subprocess(args([0, 1]), 0):
+            entered.append(True)
+    assert entered == [] and children == []
+
+
+def _child_cpus(conn):
+    conn.send(sorted(os.sched_getaffinity(0)))
+
+
+@pytest.mark.kernel
+def test_scheduler_child_is_bound_and_nothing_is_written(tmp_path, monkeypatch, on_logger):
+    """No script per call, no report directory: the temporary directory stays empty."""
+    topo, node, cpus = host_shaped(tmp_path / "machine")
+    use(topo)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setenv("PATH", str(scratch))               # no numactl
+    seen = on_logger("sglang")
+    ctx = multiprocessing.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    with sglang.configure_subprocess(args([node]), 0):
+        p = ctx.Process(target=_child_cpus, args=(send,))
+        p.start()
+    got = recv.recv()
+    p.join(60)
+    assert p.exitcode == 0
+    assert got == cpus
+    assert list(scratch.iterdir()) == []
+    assert len(seen.at(logging.INFO)) == 1
+
+
+@pytest.mark.kernel
+def test_launcher_threads_bind_their_own_children_without_a_lock(tmp_path, on_logger):
+    """One launcher thread per DP rank, each starting its scheduler at the same moment: each child gets
+    the CPUs of its own GPU's node (memory on these fake nodes is refused by the kernel: CPUs only)."""
+    cpus = host_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs this process may use")
+    a, b = absent_node(), absent_node() + 1
+    use(machine(tmp_path, {a: [cpus[0]], b: cpus[1:]}, gpus=[a, b]))
+    on_logger("sglang")
+    ctx = multiprocessing.get_context("spawn")
+    barrier = threading.Barrier(2)
+    results: dict[int, list[int]] = {}
+    errors: list[BaseException] = []
+
+    def launch(gpu_id):
+        try:
+            recv, send = ctx.Pipe(duplex=False)
+            with sglang.configure_subprocess(args([a, b]), gpu_id):
+                barrier.wait(30)
+                p = ctx.Process(target=_child_cpus, args=(send,))
+                p.start()
+            results[gpu_id] = recv.recv()
+            p.join(60)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=launch, args=(g,)) for g in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert results == {0: [cpus[0]], 1: cpus[1:]}
+    assert sorted(os.sched_getaffinity(0)) == cpus
+
+
+# ----------------------------------------------------------------------------- the CPU backend
+def four_nodes(root, **kw):
+    return use(machine(root, {0: "0-3", 1: "4-7", 2: "8-11", 3: "12-15"}, **kw))
+
+
+def test_dp_ranks_get_distinct_nodes(tmp_path):
+    four_nodes(tmp_path)
+    assert [sglang.init_threads_binding(numa_index=i, world_size=4) for i in range(4)] == \
+        ["0-3", "4-7", "8-11", "12-15"]
+
+
+def test_only_physical_cores_are_given(tmp_path):
+    two_sockets(tmp_path, cpus_per_socket=8)               # node 0: cores 0-3, their siblings 8-11
+    use(discover(tmp_path))
+    assert sglang.init_threads_binding(numa_index=0, world_size=2) == "0-3"
+    assert sglang.init_threads_binding(numa_index=1, world_size=2) == "4-7"
+
+
+def test_only_allowed_cpus_are_given(tmp_path):
+    four_nodes(tmp_path, allowed=L("1-3,4-15"))
+    assert sglang.init_threads_binding(numa_index=0, world_size=4) == "1-3"
+
+
+def test_fewer_ranks_than_nodes_warns(tmp_path, on_logger):
+    four_nodes(tmp_path)
+    seen = on_logger("sglang")
+    assert sglang.init_threads_binding(numa_index=1, world_size=2) == "4-7"
+    assert seen.at(logging.WARNING)
+
+
+def test_more_ranks_than_nodes_needs_explicit_lists(tmp_path):
+    four_nodes(tmp_path)
+    with pytest.raises(ValueError, match="SGLANG_CPU_OMP_THREADS_BIND"):
+        sglang.init_threads_binding(numa_index=0, world_size=8)
+
+
+def test_explicit_lists_indexed_by_rank(tmp_path, monkeypatch):
+    four_nodes(tmp_path)
+    monkeypatch.setenv("SGLANG_CPU_OMP_THREADS_BIND", "0-1|4-5")
+    assert sglang.init_threads_binding(numa_index=0, world_size=2) == "0-1"
+    assert sglang.init_threads_binding(numa_index=1, world_size=2) == "4-5"
+
+
+def test_router_worker_picks_its_list_by_global_index(tmp_path, monkeypatch):
+    """Each router worker is a world of one, yet its global index selects any list."""
+    four_nodes(tmp_path)
+    monkeypatch.setenv("SGLANG_CPU_OMP_THREADS_BIND", "0-1|2-3|4-5")
+    assert sglang.init_threads_binding(numa_index=2, world_size=1) == "4-5"
+
+
+@pytest.mark.parametrize("value, index, world, error", [
+    ("0-1|4-5", 0, 4, IndexError),                 # fewer lists than ranks
+    ("0-1|4-5", 2, 2, IndexError),                 # no list for this rank
+    ("0-1|4-x", 1, 2, ValueError),                 # not a CPU list
+    ("0-1|40-41", 1, 2, ValueError),               # CPUs the machine does not have
+    ("0-1|4-7:2", 1, 2, ValueError),               # a stride numactl would refuse
+])
+def test_bad_explicit_lists(tmp_path, monkeypatch, value, index, world, error):
+    four_nodes(tmp_path)
+    monkeypatch.setenv("SGLANG_CPU_OMP_THREADS_BIND", value)
+    with pytest.raises(error, match="SGLANG_CPU_OMP_THREADS_BIND"):
+        sglang.init_threads_binding(numa_index=index, world_size=world)
+
+
+# ----------------------------------------------------------------------------- binding this process
+@pytest.fixture
+def restore_binding():
+    """Puts this process's threads and memory policy back as they were."""
+    before = {t.native_id: os.sched_getaffinity(t.native_id) for t in threading.enumerate() if t.native_id}
+    memory = numabind.current_binding().plan
+    yield
+    for tid, cpus in before.items():
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(tid, cpus)
+    if memory.mem_policy is not None:
+        numabind.bind_current(numabind.Plan(mem_policy=memory.mem_policy, mem_nodes=memory.mem_nodes),
+                              threads="current")
+
+
+@pytest.mark.kernel
+def test_bind_to_node_binds_every_thread_within_the_allowed_cpus(tmp_path, restore_binding):
+    topo, node, cpus = host_shaped(tmp_path)
+    chosen = cpus[-1:]
+    use(machine(tmp_path / "narrow", {node: cpus}, allowed=chosen, gpus=[node]))
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait, daemon=True)
+    helper.start()
+    try:
+        report = sglang.numa_bind_to_node(node)
+        assert sorted(os.sched_getaffinity(0)) == chosen
+        assert sorted(os.sched_getaffinity(helper.native_id)) == chosen       # not only the caller
+        now = numabind.current_binding()
+        if not report.warnings:
+            assert (now.mem_policy, now.mem_nodes) == ("preferred", frozenset({node}))
+    finally:
+        stop.set()
+        helper.join()
+
+
+@pytest.mark.kernel
+def test_bind_to_node_without_allowed_cpus_changes_nothing(tmp_path, monkeypatch, restore_binding, on_logger):
+    cpus = host_cpus()
+    node = absent_node()
+    use(machine(tmp_path, {0: cpus, node: [max(cpus) + 1]}, allowed=cpus, gpus=[0]))
+    seen = on_logger("sglang")
+    before = os.sched_getaffinity(0)
+    assert sglang.numa_bind_to_node(node) is None
+    assert os.sched_getaffinity(0) == before
+    assert seen.at(logging.WARNING)
+    monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "1")
+    with pytest.raises(RuntimeError):
+        sglang.numa_bind_to_node(node)
+    assert os.sched_getaffinity(0) == before
+
+
+@pytest.mark.kernel
+def test_crash_on_failure_raises_only_when_nothing_applied(tmp_path, monkeypatch, restore_binding, on_logger):
+    """Kept last: SGLANG_CRASH_ON_NUMA_BIND_FAILURE maps to numabind's strict='partial'. The memory of a
+    node this kernel does not have is refused, the CPUs are applied: a warning, not an error."""
+    cpus = host_cpus()
+    node = absent_node()
+    use(machine(tmp_path, {node: cpus}, gpus=[node]))
+    monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "1")
+    seen = on_logger("sglang")
+    report = sglang.numa_bind_to_node(node)
+    assert report.warnings
+    assert sorted(os.sched_getaffinity(0)) == cpus
+    assert format_cpulist(cpus) in seen.at(logging.INFO)[-1]
+    assert seen.at(logging.WARNING)          # numabind's degradation, shown on SGLang's logger
