@@ -44,6 +44,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from .._env import Strictness
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 
@@ -98,7 +99,7 @@ class _Cache:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pid = os.getpid()
-        self.entries: dict[tuple, _Entry] = {}
+        self.entries: dict[tuple[Any, ...], _Entry] = {}
         self.pinned: _Entry | None = None
         self.discoveries = 0          # full discoveries in this process (tests and logs)
 
@@ -111,7 +112,7 @@ class _Cache:
                 self.entries.clear()
                 self.discoveries = 0
             if self.pinned is not None:
-                key: tuple = ("pinned", vis)
+                key: tuple[Any, ...] = ("pinned", vis)
                 bases = [self.pinned]
             else:
                 root = _root(env)
@@ -312,7 +313,7 @@ def forward_warnings(target: logging.Logger) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def bind_children(plan: Plan, target: logging.Logger, strict: bool | str = False) -> Iterator[None]:
+def bind_children(plan: Plan, target: logging.Logger, strict: Strictness = False) -> Iterator[None]:
     """numabind's :func:`~numabind.configure_subprocess` for an adapter: no report files (nothing is
     written anywhere), degradations shown through ``target``, ``strict`` given by the host's rules
     (not ``NUMABIND_STRICT``)."""

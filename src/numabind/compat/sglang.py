@@ -35,9 +35,10 @@ import ctypes
 import functools
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from ..bind import BindReport
 from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
@@ -94,12 +95,13 @@ def _crash_on_failure() -> bool:
     return _env_bool("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", False)
 
 
-def _ids(cpus) -> str:
+def _ids(cpus: Iterable[int]) -> str:
     return ",".join(map(str, sorted(cpus)))
 
 
 # ----------------------------------------------------------------------------- failures
-def _handle_numa_bind_failure(node: int | None = None, allowed_cpus=None, gpu_id: int | None = None, *,
+def _handle_numa_bind_failure(node: int | None = None, allowed_cpus: Iterable[int] | None = None,
+                              gpu_id: int | None = None, *,
                               reason: str | None = None) -> None:
     """Log a NUMA binding that could not be applied at all, and raise it under
     ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE``.
@@ -219,7 +221,7 @@ def get_numa_node_if_available(server_args: Any, gpu_id: int) -> int | None:
         if not 0 <= index < len(numa_nodes):
             raise NumaListError(f"GPU {index} has no entry in --numa-node {list(numa_nodes)}; "
                                 f"give one NUMA node per GPU")
-        return numa_nodes[index]
+        return int(numa_nodes[index])
     if not _env_bool("SGLANG_AUTO_NUMA_BIND", True):
         return None
     if not _is_numa_available():
@@ -325,7 +327,7 @@ def _child_plan(server_args: Any, gpu_id: int) -> tuple[Plan | None, str]:
 
 
 # ----------------------------------------------------------------------------- binding this process
-def numa_bind_to_node(node: int) -> Any:
+def numa_bind_to_node(node: int) -> BindReport | None:
     """Bind this whole process to NUMA ``node``: every thread that is not pinned elsewhere runs on
     the node's CPUs this process may use, and memory prefers the node. Returns the BindReport.
 
@@ -338,13 +340,14 @@ def numa_bind_to_node(node: int) -> Any:
 
     topology = current_topology()
     node_cpus = _node_cpus(node)
-    cpus = None
+    cpus: frozenset[int] | None = None
     if node_cpus:
-        cpus = node_cpus & set(topology.allowed_cpus)
+        cpus = frozenset(node_cpus) & topology.allowed_cpus
         if not cpus:
             _handle_numa_bind_failure(node, topology.allowed_cpus)
             return None
-    plan = Plan(cpus=cpus, mem_policy="preferred", mem_nodes={node}, reason=f"numa_bind_to_node({node})")
+    plan = Plan(cpus=cpus, mem_policy="preferred", mem_nodes=frozenset({node}),
+                reason=f"numa_bind_to_node({node})")
     try:
         with forward_warnings(logger):
             report = bind_current(plan, strict="partial" if _crash_on_failure() else False)

@@ -259,7 +259,7 @@ def _get_numa_node(parallel_config: Any, gpu_index: int) -> int:
         raise PlanError(
             f"GPU index {gpu_index} is beyond numa_bind_nodes {list(nodes)} ({len(nodes)} entries); "
             f"--numa-bind-nodes needs one node per visible GPU")
-    return nodes[gpu_index]
+    return int(nodes[gpu_index])
 
 
 def _get_cpu_binding(parallel_config: Any, gpu_index: int, numa_nodes: list[int]) -> str | None:
@@ -272,7 +272,7 @@ def _get_cpu_binding(parallel_config: Any, gpu_index: int, numa_nodes: list[int]
         raise PlanError(
             f"GPU index {gpu_index} is beyond numa_bind_cpus ({len(cpu_bindings)} entries); "
             f"--numa-bind-cpus needs one CPU list per visible GPU")
-    return cpu_bindings[gpu_index]
+    return str(cpu_bindings[gpu_index])
 
 
 def _get_enginecore_numa_nodes(parallel_config: Any, dp_local_rank: int | None = None) -> list[int]:
