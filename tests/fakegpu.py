@@ -3,8 +3,18 @@
 Writes what the kernel and the drivers expose for a GPU:
 
 * ``sys/bus/pci/devices/<addr>/{class,vendor,device,numa_node,local_cpulist}``
-* NVIDIA: ``proc/driver/nvidia/gpus/<addr>/information``
+  (and ``drm/renderD<N>``, ``driver`` when asked)
+* NVIDIA: ``proc/driver/nvidia/gpus/<addr>/information``, MIG capabilities
+  under ``proc/driver/nvidia/capabilities/gpu<minor>/mig``
 * AMD: ``sys/class/kfd/kfd/topology/nodes/<n>/{properties,name,gpu_id}``
+* device files under ``dev/`` (``nvidia<minor>``, ``kfd``, ``dri/renderD<N>``)
+  as plain files: a replayed root cannot hold device nodes, and numabind reads
+  a replayed device file's owner read/write bits as "accessible" (mode 000 is
+  a device this process may not open).
+
+:func:`eight_gpu_box` lays out a 2-socket, 8-GPU server of one vendor as bare
+metal shows it; :func:`container` then turns it into what a container given
+some of the GPUs sees (sysfs is not namespaced, so it still lists all eight).
 
 Works on its own or on top of a tree made by ``tests/fakesys.py``.
 """
@@ -12,6 +22,10 @@ Works on its own or on top of a tree made by ``tests/fakesys.py``.
 from __future__ import annotations
 
 import os
+import shutil
+import types
+
+from numabind.cpulist import parse_cpulist
 
 VENDOR_IDS = {"nvidia": 0x10DE, "amd": 0x1002, "intel": 0x8086}
 DEFAULT_DEVICE = {"nvidia": 0x2330, "amd": 0x74A1, "intel": 0x0BD5}
@@ -112,3 +126,169 @@ def add_intel_gpu(root, address: str, *, numa_node: int | None = 0, local_cpulis
     """An Intel GPU (on bus 00 it is the integrated one)."""
     return add_pci_device(root, address, vendor="intel", numa_node=numa_node, local_cpulist=local_cpulist,
                           device=device, pci_class=pci_class)
+
+
+# ------------------------------------------------------------ device files
+def add_dev_node(root, name: str, *, mode: int = 0o666) -> str:
+    """A device file ``dev/<name>`` (a plain file with ``mode``; 0o000 stands for "not accessible")."""
+    path = os.path.join(os.fspath(root), "dev", name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8"):
+        pass
+    os.chmod(path, mode)
+    return path
+
+
+def remove_dev_node(root, name: str) -> None:
+    os.remove(os.path.join(os.fspath(root), "dev", name))
+
+
+def add_render_node(root, address: str, minor: int) -> None:
+    """``sys/bus/pci/devices/<addr>/drm/renderD<minor>``: which render node is this GPU's."""
+    os.makedirs(os.path.join(os.fspath(root), f"sys/bus/pci/devices/{address}/drm/renderD{minor}"), exist_ok=True)
+    os.makedirs(os.path.join(os.fspath(root), f"sys/bus/pci/devices/{address}/drm/card{minor - 128}"), exist_ok=True)
+
+
+def add_driver_link(root, address: str, driver: str) -> None:
+    """``sys/bus/pci/devices/<addr>/driver`` -> ``sys/bus/pci/drivers/<driver>``, as the kernel links it."""
+    base = os.fspath(root)
+    os.makedirs(os.path.join(base, f"sys/bus/pci/drivers/{driver}"), exist_ok=True)
+    link = os.path.join(base, f"sys/bus/pci/devices/{address}/driver")
+    os.symlink(f"../../drivers/{driver}", link)
+
+
+def add_mig_instances(root, minor: int, gpu_instances=(1,)) -> None:
+    """MIG GPU instances (each with compute instance 0) of the GPU with ``minor``, as procfs lists them."""
+    base = f"proc/driver/nvidia/capabilities/gpu{minor}/mig"
+    _write(root, f"{base}/config", "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+    _write(root, f"{base}/monitor", "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+    for gi in gpu_instances:
+        _write(root, f"{base}/gi{gi}/access", f"DeviceFileMinor: {10 + gi}\nDeviceFileMode: 292\n")
+        _write(root, f"{base}/gi{gi}/ci0/access", f"DeviceFileMinor: {100 + gi}\nDeviceFileMode: 292\n")
+
+
+# ------------------------------------------------- 8-GPU servers and containers
+#: PCI addresses of the 8 GPUs of :func:`eight_gpu_box`, in PCI order; the first 4 on node 0.
+BOX_ADDRS = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
+             "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"]
+BOX_CPUS = {0: "0-55,112-167", 1: "56-111,168-223"}
+#: KFD node ids of the AMD box's GPUs (by PCI position): KFD order is not PCI order.
+AMD_KFD_NODES = [3, 2, 5, 4, 7, 6, 9, 8]
+
+
+def box_node(k: int) -> int:
+    """NUMA node of the box's k-th GPU (PCI order)."""
+    return 0 if k < 4 else 1
+
+
+def eight_gpu_box(root, vendor: str) -> list[str]:
+    """A 2-socket server with 8 GPUs of ``vendor`` (4 per socket) as bare metal shows it.
+
+    NVIDIA: minors 0-7 in PCI order, UUIDs ``nv_uuid(k)``, ``dev/nvidiactl``
+    and ``dev/nvidia0-7``. AMD (MI300X-like): KFD CPU agents 0-1, GPU agents
+    :data:`AMD_KFD_NODES`, render nodes 128-135, ``dev/kfd``. Intel (Max-like):
+    render nodes 128-135. Returns the PCI addresses in PCI order.
+    """
+    for k, addr in enumerate(BOX_ADDRS):
+        node = box_node(k)
+        if vendor == "nvidia":
+            add_nvidia_gpu(root, addr, numa_node=node, local_cpulist=BOX_CPUS[node], uuid=nv_uuid(k), minor=k)
+            add_dev_node(root, f"nvidia{k}")
+        elif vendor == "amd":
+            add_amd_gpu(root, addr, kfd_node=AMD_KFD_NODES[k], numa_node=node, local_cpulist=BOX_CPUS[node],
+                        unique_id=0xA000 + k, render_minor=128 + k)
+            add_render_node(root, addr, 128 + k)
+            add_dev_node(root, f"dri/renderD{128 + k}")
+        elif vendor == "intel":
+            add_intel_gpu(root, addr, numa_node=node, local_cpulist=BOX_CPUS[node])
+            add_render_node(root, addr, 128 + k)
+            add_dev_node(root, f"dri/renderD{128 + k}")
+        else:
+            raise ValueError(f"unknown vendor {vendor!r}")
+    if vendor == "nvidia":
+        add_dev_node(root, "nvidiactl")
+    if vendor == "amd":
+        add_kfd_cpu_node(root, 0)
+        add_kfd_cpu_node(root, 1)
+        add_dev_node(root, "kfd")
+    return list(BOX_ADDRS)
+
+
+def container(root, vendor: str, expose, *, style: str = "legacy") -> dict[str, str]:
+    """Turn an :func:`eight_gpu_box` root into what a container given host GPUs ``expose`` sees.
+
+    ``expose`` are host indices (PCI order). NVIDIA ``style``: ``"legacy"``
+    (nvidia-container-cli: ``/proc/driver/nvidia/gpus`` masked to the exposed
+    GPUs, only their ``/dev/nvidiaN``), ``"cdi"`` (device nodes only, procfs
+    unmasked), ``"privileged"`` (masked procfs, the host's whole ``/dev``).
+    AMD: the hidden GPUs' KFD node files become unreadable (EPERM: here,
+    absent), their render nodes absent. Intel: only the exposed render nodes.
+    Returns the environment the container runtime sets.
+    """
+    base = os.fspath(root)
+    hidden = [k for k in range(len(BOX_ADDRS)) if k not in expose]
+    if vendor == "nvidia":
+        for k in hidden:
+            if style in ("legacy", "privileged"):
+                shutil.rmtree(os.path.join(base, f"proc/driver/nvidia/gpus/{BOX_ADDRS[k]}"))
+            if style in ("legacy", "cdi"):
+                remove_dev_node(root, f"nvidia{k}")
+        value = "void" if style == "cdi" else ",".join(str(k) for k in expose)
+        return {"NVIDIA_VISIBLE_DEVICES": value}
+    for k in hidden:
+        remove_dev_node(root, f"dri/renderD{128 + k}")
+        if vendor == "amd":
+            kfd = os.path.join(base, f"sys/class/kfd/kfd/topology/nodes/{AMD_KFD_NODES[k]}")
+            for name in ("properties", "name", "gpu_id"):
+                os.remove(os.path.join(kfd, name))
+    return {}
+
+
+# ------------------------------------------------------------------ NVML
+class FakeNVMLError(Exception):
+    pass
+
+
+def fake_pynvml(devices, *, init_fails=False):
+    """A module with pynvml's surface; ``devices`` is a list of dicts.
+
+    Each dict: ``bus`` (NVML's bus id), ``uuid``, ``name``, ``cpus`` (cpulist),
+    ``mems`` (node ids), optionally ``mig`` (MIG UUIDs, None for an empty slot)
+    and ``minor`` (default: the NVML index).
+    """
+    mod = types.ModuleType("pynvml")
+    mod.NVMLError = FakeNVMLError
+    calls = []
+
+    def init():
+        calls.append("init")
+        if init_fails:
+            raise FakeNVMLError("Driver Not Loaded")
+
+    def words(ids, n):
+        out = [0] * n
+        for i in ids:
+            out[i // 64] |= 1 << (i % 64)
+        return out
+
+    def mig_handle(h, k):
+        migs = devices[h].get("mig", [])
+        if k >= len(migs) or migs[k] is None:
+            raise FakeNVMLError("Not Found")
+        return ("mig", migs[k])
+
+    mod.nvmlInit = init
+    mod.nvmlShutdown = lambda: calls.append("shutdown")
+    mod.nvmlDeviceGetCount = lambda: len(devices)
+    mod.nvmlDeviceGetHandleByIndex = lambda i: i
+    mod.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=devices[h]["bus"].encode())
+    mod.nvmlDeviceGetUUID = lambda h: h[1] if isinstance(h, tuple) else devices[h]["uuid"]
+    mod.nvmlDeviceGetName = lambda h: devices[h]["name"]
+    mod.nvmlDeviceGetMinorNumber = lambda h: devices[h].get("minor", h)
+    mod.nvmlDeviceGetCpuAffinity = lambda h, n: words(parse_cpulist(devices[h]["cpus"]), n)
+    mod.nvmlDeviceGetMemoryAffinity = lambda h, n, scope: words(devices[h]["mems"], n)
+    mod.nvmlDeviceGetMigMode = lambda h: (1, 1) if "mig" in devices[h] else (0, 0)
+    mod.nvmlDeviceGetMaxMigDeviceCount = lambda h: 7 if "mig" in devices[h] else 0
+    mod.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
+    mod.calls = calls
+    return mod

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import types
 
 import pytest
 from hypothesis import given, settings
@@ -25,7 +24,7 @@ from numabind.devices import (
 from numabind.errors import PlanError
 from numabind.topology import Node
 
-from .fakegpu import add_amd_gpu, add_intel_gpu, add_kfd_cpu_node, add_nvidia_gpu, add_pci_device, nv_uuid
+from .fakegpu import add_amd_gpu, add_intel_gpu, add_kfd_cpu_node, add_nvidia_gpu, add_pci_device, fake_pynvml, nv_uuid
 
 # ------------------------------------------------------------------ helpers
 GiB = 1 << 30
@@ -283,10 +282,31 @@ def intel_box(root):
 
 
 def test_intel_integrated_flagged_and_pci_order(tmp_path):
-    found = gpus(intel_box(tmp_path))
+    # ZE_ENABLE_PCI_ID_DEVICE_ORDER=1: the driver reports PCI bus order, the iGPU on bus 0 first
+    found = gpus(intel_box(tmp_path), {"ZE_ENABLE_PCI_ID_DEVICE_ORDER": "1"})
     assert [(g.index, g.pci_address, g.integrated, g.numa_node) for g in found] == [
         (0, "0000:00:02.0", True, None), (1, "0000:29:00.0", False, 0), (2, "0000:9a:00.0", False, 1),
     ]
+    assert {g.identity for g in found} == {"certain"}
+
+
+def test_intel_integrated_last_by_default_and_uncertain(tmp_path, caplog):
+    # without it, discrete cards come first (the loader's discrete-first rule): the order is the driver's choice
+    caplog.set_level(logging.WARNING, logger="numabind.devices")
+    found = gpus(intel_box(tmp_path))
+    assert [(g.index, g.pci_address, g.integrated) for g in found] == [
+        (0, "0000:29:00.0", False), (1, "0000:9a:00.0", False), (2, "0000:00:02.0", True),
+    ]
+    assert {g.identity for g in found} == {"uncertain"}
+    assert "ZE_ENABLE_PCI_ID_DEVICE_ORDER=1" in found[0].identity_note
+    assert "integrated and discrete Intel GPUs are visible" in caplog.text
+    # a value Intel's driver would read as 0 is reported, not silently taken as on
+    caplog.clear()
+    odd = gpus(tmp_path, {"ZE_ENABLE_PCI_ID_DEVICE_ORDER": "true"})
+    assert odd[2].integrated and "'true' is not a number" in caplog.text
+    # ZE_AFFINITY_MASK indexes that order: 0 and 1 are the discrete cards
+    only = gpus(tmp_path, {"ZE_AFFINITY_MASK": "0,1"})
+    assert [g.pci_address for g in only] == ["0000:29:00.0", "0000:9a:00.0"]
 
 
 @pytest.mark.parametrize("mask,expected", [
@@ -325,50 +345,6 @@ def test_only_integrated_gpu_is_listed(tmp_path):
 
 
 # ------------------------------------------------------------------ NVML
-class FakeNVMLError(Exception):
-    pass
-
-
-def fake_pynvml(devices, *, init_fails=False):
-    """A module with pynvml's surface; ``devices`` is a list of dicts."""
-    mod = types.ModuleType("pynvml")
-    mod.NVMLError = FakeNVMLError
-    calls = []
-
-    def init():
-        calls.append("init")
-        if init_fails:
-            raise FakeNVMLError("Driver Not Loaded")
-
-    def words(ids, n):
-        out = [0] * n
-        for i in ids:
-            out[i // 64] |= 1 << (i % 64)
-        return out
-
-    def mig_handle(h, k):
-        migs = devices[h].get("mig", [])
-        if k >= len(migs) or migs[k] is None:
-            raise FakeNVMLError("Not Found")
-        return ("mig", migs[k])
-
-    mod.nvmlInit = init
-    mod.nvmlShutdown = lambda: calls.append("shutdown")
-    mod.nvmlDeviceGetCount = lambda: len(devices)
-    mod.nvmlDeviceGetHandleByIndex = lambda i: i
-    mod.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=devices[h]["bus"].encode())
-    mod.nvmlDeviceGetUUID = lambda h: h[1] if isinstance(h, tuple) else devices[h]["uuid"]
-    mod.nvmlDeviceGetName = lambda h: devices[h]["name"]
-    mod.nvmlDeviceGetMinorNumber = lambda h: h
-    mod.nvmlDeviceGetCpuAffinity = lambda h, n: words(parse_cpulist(devices[h]["cpus"]), n)
-    mod.nvmlDeviceGetMemoryAffinity = lambda h, n, scope: words(devices[h]["mems"], n)
-    mod.nvmlDeviceGetMigMode = lambda h: (1, 1) if "mig" in devices[h] else (0, 0)
-    mod.nvmlDeviceGetMaxMigDeviceCount = lambda h: 7 if "mig" in devices[h] else 0
-    mod.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
-    mod.calls = calls
-    return mod
-
-
 def nvml_view_of_dgx():
     return [
         {"bus": f"00000000:{a[5:].upper()}", "uuid": nv_uuid(k), "name": "NVIDIA H100 80GB HBM3",

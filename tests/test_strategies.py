@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import types
@@ -652,3 +653,33 @@ def test_e2e_granite_rapids_pct(tmp_path, monkeypatch, perf, expected):
     t = _discover(tmp_path, monkeypatch)
     assert (t.model_name, t.cppc_highest_perf) == ("Intel(R) Xeon(R) 6776P", perf)
     assert plan_for_gpu(0, "pct", t) == P(expected, "bind", "0")
+
+
+# ------------------------------------------------- GPU identity uncertain
+def _uncertain(t, index, note="NVML lists 2 GPUs, /dev/nvidiaN says 8; set CUDA_VISIBLE_DEVICES to GPU UUIDs"):
+    gpus = tuple(g if g.index != index else dataclasses.replace(g, identity="uncertain", identity_note=note)
+                 for g in t.gpus)
+    return dataclasses.replace(t, gpus=gpus)
+
+
+def test_uncertain_gpu_identity_is_said_in_the_plan_and_refused_when_strict(monkeypatch):
+    monkeypatch.delenv("NUMABIND_STRICT", raising=False)
+    t = _uncertain(dgx(), 5)
+    plan = plan_for_gpu(5, topology=t)
+    assert plan == P("56-111,168-223", "bind", "1")
+    assert "GPU 5 (nvidia 0000:15:00.0): identity uncertain (NVML lists 2 GPUs, /dev/nvidiaN says 8" in plan.reason
+    assert "identity" not in plan_for_gpu(4, topology=t).reason
+    with pytest.raises(PlanError, match=r"GPU 5 \(nvidia 0000:15:00.0\): which board this index is, is uncertain: "
+                                        r"NVML lists 2 GPUs.*CUDA_VISIBLE_DEVICES to GPU UUIDs; strict mode"):
+        plan_for_gpu(5, topology=t, strict=True)
+    monkeypatch.setenv("NUMABIND_STRICT", "1")
+    with pytest.raises(PlanError, match="strict mode"):
+        plan_for_gpus([4, 5], topology=t)
+    assert plan_for_gpu(5, topology=t, strict=False).mem_nodes == frozenset({1})
+    assert plan_for_gpu(5, topology=t, nodes=[0] * 8) == P("0-55,112-167", "bind", "0")   # no guess needed
+    rows = plan_table(t)
+    assert rows[5].plan is None and "uncertain" in rows[5].error and rows[4].plan is not None
+    ok, why = strategies.auto_gate(t)
+    assert not ok and why.startswith("GPU 5 cannot be placed: GPU 5 (nvidia 0000:15:00.0): which board")
+    monkeypatch.delenv("NUMABIND_STRICT")
+    assert not strategies.auto_gate(t)[0]       # automatic binding refuses an uncertain board even when lenient

@@ -1,41 +1,119 @@
-"""Accelerator (GPU) discovery from sysfs, procfs and optionally NVML.
+"""Accelerator (GPU) discovery from sysfs, procfs, device files and optionally NVML.
 
-Reads only through an :class:`numabind._fs.FsReader`; NVML (``pynvml``) is
-used only for the live root and only when it imports.
+Reads only through an :class:`numabind._fs.FsReader` under the discovery root:
+file contents through ``reader.read``, device files (``dev/nvidia4``,
+``dev/dri/renderD128``, ``dev/kfd``) only by ``stat`` of ``reader.path(...)``,
+never opened. NVML (``pynvml``) is used only for the live root and only when
+it imports.
 
-Sources, in the order they are consulted:
+Which GPUs, and in which order
+------------------------------
+``topology.gpus`` is what a worker of one vendor's runtime sees: NVIDIA if any
+NVIDIA GPU is present, else AMD, else Intel; ``vendor=`` or
+``$NUMABIND_GPU_VENDOR`` picks another. Three steps:
 
-* ``sys/bus/pci/devices/<addr>/{class,vendor,device,numa_node,local_cpulist}``:
-  every display-class (0x03) device of NVIDIA (0x10de), AMD (0x1002) and
-  Intel (0x8086), and processing-accelerator-class (0x12) devices of NVIDIA
-  and AMD. Intel GPUs on PCI bus 0 are integrated and flagged as such.
-* ``proc/driver/nvidia/gpus/<addr>/information``: UUID, model, minor number.
-* ``sys/class/kfd/kfd/topology/nodes/*``: AMD GPU agents (UUID, APU flag) and
-  the order ROCm numbers them in.
-* NVML: UUIDs, MIG instance UUIDs and their parents, CPU and memory affinity.
+1. **The GPUs this process can open** (the runtime's own numbering, "physical
+   index"). sysfs is not namespaced: inside a container given 2 of 8 GPUs,
+   ``sys/bus/pci/devices`` still lists all 8, while CUDA, ROCm and Level Zero
+   number only the ones the container can open. Facts relied on:
 
-Device numbering follows the runtime of one vendor (``topology.gpus`` is what
-a worker of that runtime sees): NVIDIA if any NVIDIA GPU is present, else AMD,
-else Intel; ``vendor=`` or ``$NUMABIND_GPU_VENDOR`` picks another.
+   * NVIDIA. The legacy container runtime (``nvidia-container-cli``, used by
+     ``docker --gpus`` and Kubernetes' device plugin) mounts a tmpfs over
+     ``/proc/driver/nvidia`` and bind-mounts only the selected GPUs'
+     ``gpus/<pci>`` directories, and creates only their ``/dev/nvidia<minor>``
+     nodes (the minor is ``Device Minor`` in each ``information`` file). The
+     CDI path (``--device nvidia.com/gpu=N``, podman) injects the device nodes
+     but leaves ``/proc/driver/nvidia/gpus`` listing every GPU. A privileged
+     container sees the host's whole ``/dev`` and can open every GPU, while the
+     masked procfs lists only the selected ones. The driver's libraries open
+     ``/dev/nvidia<minor>`` for each GPU and skip those they cannot open. So:
+     when at least one ``dev/nvidia<N>`` exists under the root, the GPUs whose
+     device node is accessible are the ones CUDA numbers (a GPU with no known
+     minor is counted when enough unclaimed accessible nodes exist); with no
+     device node at all (a dump, or a host where nothing created them yet) the
+     ``proc/driver/nvidia/gpus`` listing decides; with neither,
+     ``NVIDIA_VISIBLE_DEVICES`` does; with none of them, every GPU in sysfs.
+     A GPU bound to another driver (``vfio-pci``) is never counted.
+   * ``NVIDIA_VISIBLE_DEVICES`` (what the container runtime was asked to
+     expose, in *host* terms): host indices (NVML order = PCI bus order of the
+     host's NVIDIA GPUs), ``GPU-<uuid>``, ``MIG-<uuid>``, ``<gpu>:<mig>``,
+     ``all``, ``none``, ``void``, empty, or a directory path (the device
+     plugin's ``volume-mounts`` strategy lists the devices as entries there).
+     It describes the container the *calling process* runs in, so it is read
+     for the live root, or when ``env`` is passed explicitly. ``all`` is the
+     default baked into CUDA images and ``void`` is what a CDI spec sets to
+     switch the legacy hook off, so neither says what was exposed: they are
+     used only when no file says anything. An explicit list that disagrees
+     with the device files is reported and makes the identity uncertain.
+   * AMD. The KFD topology (``sys/class/kfd/kfd/topology/nodes``) hides GPUs
+     outside the process's device cgroup: their ``properties``, ``name`` and
+     ``gpu_id`` read fail with EPERM, and KFD skips them for the process. ROCm
+     numbers the readable GPU agents in KFD node order and needs ``/dev/kfd``
+     and the GPU's ``/dev/dri/renderD<drm_render_minor>``. Without KFD the PCI
+     order of the GPUs whose render node is accessible is used.
+   * Intel. Level Zero opens the GPUs' render nodes ``/dev/dri/renderD<N>``
+     (``sys/bus/pci/devices/<pci>/drm/renderD<N>`` names each GPU's); an
+     inaccessible or missing node hides the GPU. With
+     ``ZE_ENABLE_PCI_ID_DEVICE_ORDER=1`` the driver reports devices in PCI bus
+     order; without it numabind numbers discrete cards in PCI order and the
+     integrated GPU (PCI bus 0) last, as the Level Zero loader puts discrete
+     GPU solutions first; when both kinds are visible that order is the
+     driver's choice, so their identity is uncertain.
 
-* NVIDIA: physical order is PCI bus order. That is exactly CUDA's order under
-  ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and NVML's order always. CUDA's default
-  (``FASTEST_FIRST``) puts faster models first and breaks ties by PCI bus id,
-  so it equals PCI order when all GPUs are the same model; when they are not,
-  numabind keeps PCI order and logs a warning suggesting ``PCI_BUS_ID``.
-  ``CUDA_VISIBLE_DEVICES`` entries are indices, ``GPU-<uuid>`` (or a unique
-  prefix of one), ``MIG-<uuid>`` and ``MIG-GPU-<uuid>/<gi>/<ci>``; the first
-  entry that is invalid, ambiguous or repeated ends the list, and an empty
-  value means no devices.
-* AMD: physical order is the KFD topology node order (PCI order without KFD).
-  ``ROCR_VISIBLE_DEVICES`` filters first, then ``HIP_VISIBLE_DEVICES`` (or
-  ``CUDA_VISIBLE_DEVICES`` when HIP's is unset) indexes into what is left;
-  both take indices or ``GPU-<uuid>`` entries with the same rules as CUDA.
-* Intel: physical order is PCI order. ``ZE_AFFINITY_MASK`` (``N`` or
-  ``N.sub`` entries) filters and never permutes; entries that name no device
-  are skipped; an empty value means all devices. Tile-as-device mode
-  (``ZE_FLAT_DEVICE_HIERARCHY=FLAT``) numbers tiles, which sysfs cannot count,
-  so numabind numbers whole cards.
+   *Accessible* means: on the live root, a character device that
+   ``os.access(path, R_OK | W_OK)`` allows (a device cgroup that denies a node
+   with permissive mode bits is not seen without opening it; NVML's
+   cross-check catches that on NVIDIA hosts); on a replayed root, where a
+   fake machine carries ``dev/nvidia0`` as a plain file, a file whose owner
+   read and write bits are set (``chmod 000`` stands for "denied").
+
+2. **Order** (NVIDIA): PCI bus order, which is CUDA's order under
+   ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and NVML's. CUDA's default
+   (``FASTEST_FIRST``) puts faster models first and breaks ties by PCI bus id,
+   so with GPUs of different models the order is uncertain (a warning suggests
+   ``PCI_BUS_ID``). With MIG enabled on one of several visible GPUs, CUDA
+   enumerates a single MIG device per process, so which index is which GPU is
+   uncertain too (name the MIG device in ``CUDA_VISIBLE_DEVICES``).
+
+3. **The visibility variables** index into that list:
+
+   * ``CUDA_VISIBLE_DEVICES``: indices, ``GPU-<uuid>`` (or a unique prefix),
+     ``MIG-<uuid>`` and ``MIG-GPU-<uuid>/<gi>/<ci>``; the first entry that is
+     invalid, ambiguous or repeated ends the list (an index of more than 9
+     digits is invalid, like one out of range), and an empty value means no
+     devices.
+   * AMD: ``ROCR_VISIBLE_DEVICES`` filters first, then ``HIP_VISIBLE_DEVICES``
+     (or ``CUDA_VISIBLE_DEVICES`` when HIP's is unset) indexes into what is
+     left; both take indices or ``GPU-<uuid>`` entries with the same rules.
+   * Intel: ``ZE_AFFINITY_MASK`` (``N`` or ``N.sub`` entries) filters and never
+     permutes; entries that name no device are skipped with a warning; an
+     empty value means all devices. Tile-as-device mode
+     (``ZE_FLAT_DEVICE_HIERARCHY=FLAT``) numbers tiles, which sysfs cannot
+     count, so numabind numbers whole cards.
+
+Identity
+--------
+Each :class:`Gpu` says whether numabind is sure which board its index is
+(``identity``: ``"certain"`` or ``"uncertain"``, with ``identity_note`` naming
+the sources that disagree and the fix). It is uncertain when sources disagree
+(NVML against the files, ``NVIDIA_VISIBLE_DEVICES`` against the device files,
+the device files against themselves), when the order is the runtime's choice
+(mixed CUDA models, MIG, integrated plus discrete Intel GPUs), except for a
+device selected by UUID, whose identity does not depend on numbering. Each
+disagreement is logged at WARNING naming both sources and what each said.
+Plans carry the note; in strict mode (``NUMABIND_STRICT``) planning refuses an
+uncertain GPU (:func:`numabind.strategies.plan_for_gpu`).
+
+NVML, when importable (live root only), lists what the driver lets this
+process open, in its index order: its list cross-checks the count and order,
+confirms the file-based answer (then it is certain), or, when it disagrees,
+replaces it (and the identity is uncertain).
+
+Bad input is never fatal here: numbers are parsed as bounded ASCII decimals
+(``²``, ``٣``, fullwidth digits and 5000-digit values are refused, never
+handed to ``int()``); an unparsable ``Device Minor``, KFD node name or
+property is ignored with a DEBUG line, an unparsable visibility entry is
+handled as documented above with a WARNING.
 
 Firmware that reports ``numa_node = -1`` is placed by its ``local_cpulist``
 (the one node whose CPUs it overlaps), on a machine with one node with CPUs on
@@ -47,9 +125,12 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
+from ._fs import ascii_int
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
 
@@ -57,6 +138,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Gpu",
+    "IDENTITIES",
     "PciGpu",
     "VENDORS",
     "discover_gpus",
@@ -68,13 +150,25 @@ __all__ = [
 
 #: PCI vendor id -> numabind vendor name.
 VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
+#: Values of :attr:`Gpu.identity`.
+IDENTITIES = ("certain", "uncertain")
 _VENDOR_ORDER = ("nvidia", "amd", "intel")
 #: PCI base classes accepted per vendor (0x03 display, 0x12 processing accelerator).
 _BASE_CLASSES = {"nvidia": (0x03, 0x12), "amd": (0x03, 0x12), "intel": (0x03,)}
+#: Kernel drivers through which each vendor's runtime drives its GPUs.
+_DRIVERS = {"nvidia": ("nvidia",), "amd": ("amdgpu",), "intel": ("i915", "xe")}
 _PCI_DEVICES = "sys/bus/pci/devices"
 _NV_PROC = "proc/driver/nvidia/gpus"
+_NV_CAPS = "proc/driver/nvidia/capabilities"
 _KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 _BDF = re.compile(r"([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
+_HEX = re.compile(r"(?:0[xX])?([0-9a-fA-F]{1,16})")
+_NV_NODE = re.compile(r"nvidia([0-9]{1,6})")
+_RENDER_NODE = re.compile(r"renderD([0-9]{1,6})")
+#: Most digits accepted in a visibility index (CUDA_VISIBLE_DEVICES & co.).
+_INDEX_DIGITS = 9
+#: Read caps for the small driver files (bytes).
+_INFO_LIMIT = 16384
 
 
 @dataclass(frozen=True)
@@ -84,9 +178,11 @@ class Gpu:
     ``numa_source`` says how ``numa_node`` was found: ``"numa_node"`` (the PCI
     device's own attribute), ``"local_cpulist"``, ``"single-node"``, ``"nvml"``
     or ``"unknown"`` (then ``numa_node`` is None and ``numa_note`` says why).
-    ``physical_index`` is the device's number with no visibility variable
-    set; ``mig_uuid`` is set when the visible device is a MIG instance of
-    this physical GPU.
+    ``physical_index`` is the device's number in its runtime with no
+    visibility variable set (inside a container: among the GPUs the container
+    can open); ``mig_uuid`` is set when the visible device is a MIG instance
+    of this physical GPU. ``identity`` is ``"certain"`` or ``"uncertain"``
+    (which board this index is); ``identity_note`` says why and how to fix it.
     """
 
     index: int                      # visible index (after CUDA_VISIBLE_DEVICES & co.)
@@ -103,14 +199,21 @@ class Gpu:
     device_id: int | None = None
     physical_index: int | None = None
     mig_uuid: str | None = None
+    identity: str = "certain"
+    identity_note: str = ""
+
+    @property
+    def identity_certain(self) -> bool:
+        return self.identity == "certain"
 
     def describe(self) -> str:
         """One human line: ``GPU 0 nvidia 0000:1b:00.0 node 0``."""
         where = f"node {self.numa_node}" if self.numa_node is not None else "node unknown"
         extra = f" ({self.mig_uuid})" if self.mig_uuid else ""
-        return f"GPU {self.index} {self.vendor} {self.pci_address}{extra} {where}"
+        doubt = "" if self.identity_certain else " [identity uncertain]"
+        return f"GPU {self.index} {self.vendor} {self.pci_address}{extra} {where}{doubt}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-serializable form (cpu sets as canonical cpulists)."""
         return {
             "index": self.index,
@@ -127,6 +230,8 @@ class Gpu:
             "device_id": f"0x{self.device_id:04x}" if self.device_id is not None else None,
             "physical_index": self.physical_index,
             "mig_uuid": self.mig_uuid,
+            "identity": self.identity,
+            "identity_note": self.identity_note,
         }
 
 
@@ -147,17 +252,33 @@ class PciGpu:
     kfd_node: int | None = None
     mig_uuids: tuple[str, ...] = ()
     nvml_memory_nodes: frozenset[int] | None = None
+    driver: str | None = None       # kernel driver bound to it (basename of its driver link)
+    render_minor: int | None = None  # N of its /dev/dri/renderDN (AMD, Intel)
+    mig_slices: int = 0             # MIG GPU instances procfs lists for it (NVIDIA)
+
+
+# ------------------------------------------------------------ small parsers
+def _hex(text: str | None) -> int | None:
+    """A sysfs hex attribute (``0x10de``) of ASCII hex digits, else None."""
+    if text is None:
+        return None
+    m = _HEX.fullmatch(text.strip())
+    return int(m.group(1), 16) if m else None
+
+
+def _shown(text: str, width: int = 40) -> str:
+    """``text`` for a message, cut to ``width`` characters with its length said."""
+    return repr(text) if len(text) <= width else f"{text[:width]!r}... ({len(text)} characters)"
+
+
+def _addrs(gpus: Sequence[PciGpu] | Sequence[str]) -> str:
+    items = [g if isinstance(g, str) else g.pci_address for g in gpus]
+    return f"{len(items)} ({', '.join(items)})" if items else "none"
 
 
 # ---------------------------------------------------------------- sysfs scan
-def _read_hex(reader, rel: str) -> int | None:
-    text = reader.read_strip(rel)
-    if not text:
-        return None
-    try:
-        return int(text, 16)
-    except ValueError:
-        return None
+def _read_hex(reader: Any, rel: str) -> int | None:
+    return _hex(reader.read_strip(rel))
 
 
 def _is_integrated(vendor: str, address: str) -> bool:
@@ -165,7 +286,21 @@ def _is_integrated(vendor: str, address: str) -> bool:
     return vendor == "intel" and m is not None and int(m.group(1), 16) == 0 and int(m.group(2), 16) == 0
 
 
-def scan_pci_gpus(reader) -> list[PciGpu]:
+def _driver(reader: Any, base: str) -> str | None:
+    realpath = getattr(reader, "realpath", None)
+    real = realpath(f"{base}/driver") if realpath is not None else None
+    return os.path.basename(real) if real else None
+
+
+def _render_minor(reader: Any, base: str) -> int | None:
+    for name in reader.listdir(f"{base}/drm"):
+        m = _RENDER_NODE.fullmatch(name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def scan_pci_gpus(reader: Any) -> list[PciGpu]:
     """Every GPU-class PCI device of a known vendor under the reader's root, PCI order."""
     found = []
     for addr in reader.listdir(_PCI_DEVICES):
@@ -178,12 +313,15 @@ def scan_pci_gpus(reader) -> list[PciGpu]:
         pci_class = _read_hex(reader, f"{base}/class")
         if vendor is None or pci_class is None or (pci_class >> 16) not in _BASE_CLASSES[vendor]:
             continue
-        node = reader.read_int(f"{base}/numa_node")
+        raw_node = reader.read_strip(f"{base}/numa_node")
+        node = ascii_int(raw_node, signed=True, max_digits=6) if raw_node is not None else None
+        if raw_node and node is None:
+            log.debug("GPU %s: unparsable numa_node %s", address, _shown(raw_node))
         cpulist = reader.read_strip(f"{base}/local_cpulist")
         try:
             local = parse_cpulist(cpulist) if cpulist else frozenset()
         except PlanError:
-            log.debug("GPU %s: unparsable local_cpulist %r", address, cpulist)
+            log.debug("GPU %s: unparsable local_cpulist %s", address, _shown(cpulist or ""))
             local = frozenset()
         found.append(PciGpu(
             pci_address=address,
@@ -193,10 +331,20 @@ def scan_pci_gpus(reader) -> list[PciGpu]:
             firmware_node=node,
             local_cpus=local,
             integrated=_is_integrated(vendor, address),
+            driver=_driver(reader, base),
+            render_minor=_render_minor(reader, base) if vendor != "nvidia" else None,
         ))
     found.sort(key=lambda g: g.pci_address)
     log.debug("PCI scan: %d GPUs (%s)", len(found), ", ".join(f"{g.vendor} {g.pci_address}" for g in found))
     return found
+
+
+def _normal_bdf(name: str) -> str | None:
+    """A procfs/NVML bus id (``0000:18:00.0``, ``00000000:18:00.0``) as sysfs spells it."""
+    m = _BDF.fullmatch(name.strip().lower())
+    if m is None:
+        return None
+    return f"{int(m.group(1), 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
 
 
 def parse_nvidia_information(text: str) -> dict[str, str]:
@@ -209,42 +357,77 @@ def parse_nvidia_information(text: str) -> dict[str, str]:
     return out
 
 
-def _nvidia_proc(reader, gpus: list[PciGpu]) -> list[PciGpu]:
+def _nvidia_procfs(reader: Any) -> dict[str, str] | None:
+    """``{pci address: directory name}`` of ``proc/driver/nvidia/gpus``; None when it lists nothing."""
+    listed = {}
+    for name in reader.listdir(_NV_PROC):
+        addr = _normal_bdf(name)
+        if addr is not None:
+            listed[addr] = name
+    return listed or None
+
+
+def _nvidia_proc(reader: Any, gpus: list[PciGpu], listed: Mapping[str, str] | None) -> list[PciGpu]:
     out = []
     for g in gpus:
-        if g.vendor == "nvidia":
-            text = reader.read(f"{_NV_PROC}/{g.pci_address}/information")
+        if g.vendor == "nvidia" and listed and g.pci_address in listed:
+            text = reader.read(f"{_NV_PROC}/{listed[g.pci_address]}/information", _INFO_LIMIT)
             if text is not None:
                 info = parse_nvidia_information(text)
-                minor = info.get("Device Minor")
+                raw = info.get("Device Minor")
+                minor = ascii_int(raw, max_digits=6) if raw else None
+                if raw and minor is None:
+                    log.debug("GPU %s: unparsable Device Minor %s; ignored", g.pci_address, _shown(raw))
                 g = replace(
                     g,
                     uuid=info.get("GPU UUID") or g.uuid,
                     name=info.get("Model") or g.name,
-                    minor=int(minor) if minor and minor.isdigit() else g.minor,
+                    minor=minor if minor is not None else g.minor,
                 )
+        if g.vendor == "nvidia" and g.minor is not None:
+            slices = [n for n in reader.listdir(f"{_NV_CAPS}/gpu{g.minor}/mig")
+                      if n.startswith("gi") and ascii_int(n[2:], max_digits=6) is not None]
+            if slices:
+                g = replace(g, mig_slices=len(slices))
         out.append(g)
     return out
 
 
 def _kfd_properties(text: str) -> dict[str, int]:
+    """``name value`` lines of a KFD ``properties`` file; values as bounded ASCII decimals."""
     out = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2:
-            try:
-                out[parts[0]] = int(parts[1])
-            except ValueError:
-                continue
+        if len(parts) == 2 and parts[0].isascii():
+            value = ascii_int(parts[1], max_digits=20)
+            if value is not None:
+                out[parts[0]] = value
     return out
 
 
-def _amd_kfd(reader, gpus: list[PciGpu]) -> list[PciGpu]:
-    by_addr: dict[str, tuple[int, dict[str, int], str | None]] = {}
-    node_ids = sorted((int(n) for n in reader.listdir(_KFD_NODES) if n.isdigit()))
-    for nid in node_ids:
-        text = reader.read(f"{_KFD_NODES}/{nid}/properties")
+class _Kfd(NamedTuple):
+    agents: dict[str, tuple[int, dict[str, int], str | None]]   # pci address -> (node id, properties, name)
+    hidden: list[int]                                            # node ids whose properties cannot be read
+
+
+def _kfd(reader: Any) -> _Kfd | None:
+    """The KFD topology's GPU agents; None when there is no KFD topology."""
+    entries = reader.listdir(_KFD_NODES)
+    if not entries:
+        return None
+    ids = []
+    for name in entries:
+        nid = ascii_int(name, max_digits=6)
+        if nid is None or name != str(nid):
+            log.debug("KFD topology: node directory %s is not a node id; ignored", _shown(name))
+            continue
+        ids.append(nid)
+    agents: dict[str, tuple[int, dict[str, int], str | None]] = {}
+    hidden = []
+    for nid in sorted(ids):
+        text = reader.read(f"{_KFD_NODES}/{nid}/properties", _INFO_LIMIT)
         if text is None:
+            hidden.append(nid)      # EPERM: a GPU outside this process's device cgroup
             continue
         props = _kfd_properties(text)
         if not props.get("simd_count"):
@@ -252,27 +435,34 @@ def _amd_kfd(reader, gpus: list[PciGpu]) -> list[PciGpu]:
         loc = props.get("location_id")
         if loc is None:
             continue
-        addr = f"{props.get('domain', 0):04x}:{loc >> 8 & 0xFF:02x}:{loc >> 3 & 0x1F:02x}.{loc & 7:x}"
-        by_addr[addr] = (nid, props, reader.read_strip(f"{_KFD_NODES}/{nid}/name"))
+        addr = f"{props.get('domain', 0) & 0xFFFF:04x}:{loc >> 8 & 0xFF:02x}:{loc >> 3 & 0x1F:02x}.{loc & 7:x}"
+        name = reader.read(f"{_KFD_NODES}/{nid}/name", 256)
+        agents[addr] = (nid, props, name.strip() if name else None)
+    return _Kfd(agents, hidden)
+
+
+def _amd_kfd(gpus: list[PciGpu], kfd: _Kfd | None) -> list[PciGpu]:
     out = []
     for g in gpus:
-        hit = by_addr.get(g.pci_address) if g.vendor == "amd" else None
+        hit = kfd.agents.get(g.pci_address) if kfd is not None and g.vendor == "amd" else None
         if hit is not None:
             nid, props, name = hit
             unique = props.get("unique_id")
+            render = props.get("drm_render_minor")
             g = replace(
                 g,
                 kfd_node=nid,
                 uuid=f"GPU-{unique:016x}" if unique else g.uuid,
                 name=name or g.name,
                 integrated=g.integrated or props.get("cpu_cores_count", 0) > 0,
-                minor=props.get("drm_render_minor", g.minor),
+                minor=render if render is not None else g.minor,
+                render_minor=render if render is not None else g.render_minor,
             )
         out.append(g)
     return out
 
 
-def _with_nvml(gpus: list[PciGpu], nvml_devices) -> list[PciGpu]:
+def _with_nvml(gpus: list[PciGpu], nvml_devices: Sequence[Any]) -> list[PciGpu]:
     by_addr = {d.pci_address: d for d in nvml_devices}
     out = []
     for g in gpus:
@@ -299,7 +489,7 @@ def _with_nvml(gpus: list[PciGpu], nvml_devices) -> list[PciGpu]:
 
 
 # ------------------------------------------------------------------ placing
-def place_numa_node(gpu: PciGpu, nodes: Mapping) -> tuple[int | None, str, str]:
+def place_numa_node(gpu: PciGpu, nodes: Mapping[int, Any]) -> tuple[int | None, str, str]:
     """``(node, source, note)`` for one GPU; node None when it cannot be placed."""
     fw = gpu.firmware_node
     if fw is not None and fw >= 0 and fw in nodes:
@@ -333,6 +523,290 @@ def place_numa_node(gpu: PciGpu, nodes: Mapping) -> tuple[int | None, str, str]:
     return None, "unknown", f"firmware numa_node {said} and {why}"
 
 
+# ------------------------------------------------ which GPUs the runtime opens
+def _accessible(reader: Any, rel: str) -> bool:
+    """Whether the device file ``rel`` under the root could be opened read-write (see the module doc)."""
+    path = reader.path(rel)
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    if getattr(reader, "is_live", False):
+        return stat.S_ISCHR(st.st_mode) and os.access(path, os.R_OK | os.W_OK)
+    return st.st_mode & 0o600 == 0o600
+
+
+def _device_nodes(reader: Any, directory: str, pattern: re.Pattern[str]) -> dict[int, bool] | None:
+    """``{N: accessible}`` of the device files ``directory/<pattern N>``; None when there is none."""
+    if not hasattr(reader, "path"):
+        return None
+    found = {}
+    for name in reader.listdir(directory):
+        m = pattern.fullmatch(name)
+        if m:
+            found[int(m.group(1))] = _accessible(reader, f"{directory}/{name}")
+    return found or None
+
+
+def _node_verdicts(gpus: Sequence[PciGpu], minor_of: Callable[[PciGpu], int | None],
+                   nodes: Mapping[int, bool]) -> dict[str, bool | None]:
+    """Per GPU: can its device node be opened? None when that cannot be told.
+
+    A GPU of unknown minor is openable when there are at least as many
+    accessible device nodes no known GPU claims as GPUs of unknown minor,
+    not openable when there is no such node, else undecided.
+    """
+    claimed = {m for m in map(minor_of, gpus) if m is not None}
+    spare = [m for m, ok in nodes.items() if ok and m not in claimed]
+    unknown = [g for g in gpus if minor_of(g) is None]
+    out: dict[str, bool | None] = {}
+    for g in gpus:
+        m = minor_of(g)
+        if m is not None:
+            out[g.pci_address] = bool(nodes.get(m, False))
+        elif not spare:
+            out[g.pci_address] = False
+        else:
+            out[g.pci_address] = True if len(spare) >= len(unknown) else None
+    return out
+
+
+def _names(prefix: str, ids: Sequence[int]) -> str:
+    return ", ".join(f"{prefix}{i}" for i in sorted(ids)) or "none"
+
+
+def _drop_other_drivers(vendor: str, gpus: Sequence[PciGpu]) -> list[PciGpu]:
+    out = []
+    for g in gpus:
+        if g.driver is not None and g.driver not in _DRIVERS[vendor]:
+            log.debug("GPU %s is bound to %s, not %s: its runtime cannot use it",
+                      g.pci_address, g.driver, " or ".join(_DRIVERS[vendor]))
+            continue
+        out.append(g)
+    return out
+
+
+class _Runtime(NamedTuple):
+    gpus: list[PciGpu]          # what the runtime numbers, in its order
+    membership: list[str]       # why the set may be wrong (sources disagree)
+    order: list[str]            # why the order may be wrong
+
+
+def _warn(note: str) -> str:
+    log.warning("%s", note)
+    return note
+
+
+def _nvidia_env_verdict(value: str, reader: Any, host: Sequence[PciGpu]) -> tuple[dict[str, bool | None], str]:
+    """What ``NVIDIA_VISIBLE_DEVICES`` says about each host GPU, and that in words."""
+    entries: list[str]
+    if value.startswith("/"):
+        # the device plugin's volume-mounts strategy: one entry per device under this directory
+        parts = value.strip("/").split("/")
+        entries = [] if ".." in parts else reader.listdir("/".join(parts))[:1024]
+        said = f"NVIDIA_VISIBLE_DEVICES={_shown(value)} lists {', '.join(entries) or 'no device'}"
+    else:
+        entries = [e.strip() for e in value.split(",") if e.strip()]
+        said = f"NVIDIA_VISIBLE_DEVICES={_shown(value)}"
+    chosen: set[str] = set()
+    unresolved: list[str] = []
+    uuids = [g.uuid for g in host]
+    for raw in entries:
+        entry = raw.rpartition("=")[2].strip()        # CDI-style "nvidia.com/gpu=4"
+        pos: int | None = None
+        if entry.lower() == "all":
+            return {g.pci_address: True for g in host}, said
+        head = entry.split(":", 1)[0]                 # "<gpu>:<mig>" names the parent GPU
+        if head.isascii() and head.isdigit():
+            k = ascii_int(head, max_digits=_INDEX_DIGITS)
+            pos = k if k is not None and k < len(host) else None
+        elif entry.upper().startswith("MIG-GPU-"):
+            pos = _match_uuid(entry[4:].split("/", 1)[0], uuids)
+        elif entry.upper().startswith("MIG-"):
+            hits = [i for i, g in enumerate(host) if any(m.lower().startswith(entry.lower()) for m in g.mig_uuids)]
+            pos = hits[0] if len(hits) == 1 else None
+        elif entry.upper().startswith("GPU-"):
+            pos = _match_uuid(entry, uuids)
+        if pos is None:
+            unresolved.append(entry)
+        else:
+            chosen.add(host[pos].pci_address)
+    if unresolved:
+        log.debug("NVIDIA_VISIBLE_DEVICES: cannot resolve %s here", ", ".join(_shown(e) for e in unresolved[:4]))
+        return {g.pci_address: (True if g.pci_address in chosen else None) for g in host}, said
+    return {g.pci_address: g.pci_address in chosen for g in host}, said
+
+
+def _nvidia_runtime(reader: Any, gpus: Sequence[PciGpu], env: Mapping[str, str], container_env: bool,
+                    procfs: Mapping[str, str] | None, nvml: Sequence[Any] | None) -> _Runtime:
+    host = _drop_other_drivers("nvidia", sorted((g for g in gpus if g.vendor == "nvidia"),
+                                                key=lambda g: g.pci_address))
+    membership: list[str] = []
+    order: list[str] = []
+    dev = _device_nodes(reader, "dev", _NV_NODE)
+    value = env.get("NVIDIA_VISIBLE_DEVICES") if container_env else None
+    env_verdict: dict[str, bool | None] | None = None
+    env_said = ""
+    if value is not None:
+        env_verdict, env_said = _nvidia_env_verdict(value.strip(), reader, host)
+    listed = set(procfs or ())
+    if dev is not None:
+        verdict = _node_verdicts(host, lambda g: g.minor, dev)
+        keep = [g for g in host if verdict[g.pci_address] is not False]
+        open_nodes = [m for m, ok in dev.items() if ok]
+        dev_said = f"/dev holds accessible NVIDIA device nodes {_names('nvidia', open_nodes)}"
+        undecided = [g for g in host if verdict[g.pci_address] is None]
+        if undecided:
+            claimed = {g.minor for g in host if g.minor is not None}
+            spare = [m for m in open_nodes if m not in claimed]
+            membership.append(_warn(
+                f"{dev_said}, but only {len(spare)} of them ({_names('nvidia', spare)}) belong to no GPU of known "
+                f"minor, for {len(undecided)} GPUs of unknown minor ({_addrs(undecided)}, not in "
+                f"/proc/driver/nvidia/gpus); numabind counts all {len(undecided)}, CUDA may open fewer"))
+        if procfs is not None and {g.pci_address for g in keep} != listed & {g.pci_address for g in host}:
+            log.debug("%s; /proc/driver/nvidia/gpus lists %s; the device nodes decide what CUDA can open "
+                      "(CDI containers narrow by device node, privileged ones widen)",
+                      dev_said, _addrs(sorted(listed)))
+        decided_by = dev_said
+    elif procfs is not None:
+        keep = [g for g in host if g.pci_address in listed]
+        decided_by = f"/proc/driver/nvidia/gpus lists {_addrs(sorted(listed))}"
+    elif env_verdict is not None and value is not None:
+        word = value.strip().lower()
+        if word in ("", "none", "void"):
+            keep = []
+        else:
+            keep = [g for g in host if env_verdict[g.pci_address] is not False]
+            if any(env_verdict[g.pci_address] is None for g in host):
+                membership.append(_warn(
+                    f"{env_said} names devices numabind cannot resolve without the driver's /proc/driver/nvidia "
+                    f"or NVML; numabind counts all {len(host)} NVIDIA GPUs of sysfs"))
+        decided_by = env_said
+        env_verdict = None          # it decided; nothing to cross-check
+    else:
+        keep = list(host)
+        decided_by = f"sysfs lists {_addrs(host)}"
+    if env_verdict is not None and value is not None and value.strip().lower() not in ("all", "none", "void", ""):
+        kept = {g.pci_address for g in keep}
+        wrong = [g for g in host if env_verdict[g.pci_address] is not None and
+                 env_verdict[g.pci_address] != (g.pci_address in kept)]
+        if wrong:
+            named = sorted(a for a, v in env_verdict.items() if v)
+            membership.append(_warn(
+                f"{env_said} names {_addrs(named)}, but {decided_by}; numabind numbers what the device files "
+                f"say ({_addrs(keep)})"))
+    if nvml is not None:
+        nvml_addrs = [d.pci_address for d in nvml]
+        known = {g.pci_address: g for g in host}
+        file_addrs = [g.pci_address for g in keep]
+        if set(nvml_addrs) != set(file_addrs):
+            note = _warn(f"NVML lists {_addrs(nvml_addrs)}, but {decided_by} ({_addrs(file_addrs)}); "
+                         f"numabind numbers NVML's")
+            membership = [note]
+            keep = sorted((known[a] for a in nvml_addrs if a in known), key=lambda g: g.pci_address)
+        else:
+            if membership:
+                log.debug("NVML confirms %s; the disagreement of the other sources is moot", _addrs(file_addrs))
+            membership = []
+            if nvml_addrs != file_addrs:
+                membership.append(_warn(
+                    f"NVML numbers the GPUs {', '.join(nvml_addrs)}; CUDA numbers them in PCI bus order "
+                    f"({', '.join(file_addrs)}) under CUDA_DEVICE_ORDER=PCI_BUS_ID; numabind uses PCI bus order"))
+    if env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST") != "PCI_BUS_ID":
+        # the PCI device id names the model; a name is only known where the driver's procfs or NVML told it
+        by_id = all(g.device_id is not None for g in keep)
+        models = {g.device_id if by_id else g.name for g in keep} - {None}
+        if len(models) > 1:
+            shown = sorted({g.name or (f"0x{g.device_id:04x}" if g.device_id is not None else "?")
+                            for g in keep})
+            order.append(_warn(
+                f"GPUs of different models ({', '.join(shown)}) with CUDA_DEVICE_ORDER="
+                f"{env.get('CUDA_DEVICE_ORDER', 'FASTEST_FIRST (default)')}: CUDA may number them fastest first, "
+                f"numabind numbers them in PCI bus order; set CUDA_DEVICE_ORDER=PCI_BUS_ID so both agree"))
+    mig = [g for g in keep if g.mig_slices or g.mig_uuids]
+    if mig and len(keep) > 1:
+        order.append(_warn(
+            f"MIG is enabled on {_addrs(mig)} of the {len(keep)} visible GPUs: CUDA enumerates a single MIG device "
+            f"per process, so which index is which GPU is the driver's choice; name the MIG device in "
+            f"CUDA_VISIBLE_DEVICES (MIG-<uuid>)"))
+    return _Runtime(keep, membership, order)
+
+
+def _amd_runtime(reader: Any, gpus: Sequence[PciGpu], kfd: _Kfd | None) -> _Runtime:
+    host = _drop_other_drivers("amd", [g for g in gpus if g.vendor == "amd"])
+    membership: list[str] = []
+    if kfd is not None:
+        keep = sorted((g for g in host if g.kfd_node is not None), key=lambda g: g.kfd_node or 0)
+        if len(keep) < len(host):
+            log.debug("KFD topology: GPU agents %s of the %d AMD GPUs in sysfs (%d KFD nodes hidden from this "
+                      "process, a device cgroup such as a container's)", _addrs(keep), len(host), len(kfd.hidden))
+        decided_by = f"the KFD topology shows GPU agents {_addrs(keep)}"
+    else:
+        keep = sorted(host, key=lambda g: g.pci_address)
+        decided_by = f"sysfs lists {_addrs(keep)}"
+    render = _device_nodes(reader, "dev/dri", _RENDER_NODE)
+    kfd_dev = _accessible(reader, "dev/kfd") if hasattr(reader, "path") and reader.exists("dev/kfd") else None
+    if render is None and kfd_dev is None:
+        return _Runtime(keep, membership, [])
+    if not kfd_dev and keep:
+        log.warning("AMD GPUs %s are present but /dev/kfd is %s: ROCm sees no GPU (a container needs "
+                    "--device /dev/kfd)", _addrs(keep), "not accessible" if kfd_dev is False else "missing")
+        return _Runtime([], membership, [])
+    verdict = _node_verdicts(keep, lambda g: g.render_minor, render or {})
+    dropped = [g for g in keep if verdict[g.pci_address] is False]
+    if dropped and kfd is not None:
+        open_nodes = [m for m, ok in (render or {}).items() if ok]
+        membership.append(_warn(
+            f"{decided_by}, but /dev/dri holds accessible render nodes {_names('renderD', open_nodes)} only: "
+            f"{_addrs(dropped)} cannot be opened; numabind drops them, ROCm may fail on them instead"))
+    undecided = [g for g in keep if verdict[g.pci_address] is None]
+    if undecided:
+        membership.append(_warn(
+            f"AMD GPUs {_addrs(undecided)} have no known render node and /dev/dri holds fewer spare accessible "
+            f"render nodes than them; numabind counts them all, ROCm may count fewer"))
+    return _Runtime([g for g in keep if verdict[g.pci_address] is not False], membership, [])
+
+
+def _flag(env: Mapping[str, str], var: str) -> tuple[bool, str]:
+    """An integer flag as Intel's driver reads it (non-zero is on); ``(on, problem)``."""
+    raw = env.get(var)
+    if raw is None or not raw.strip():
+        return False, ""
+    value = ascii_int(raw, max_digits=9)
+    if value is None:
+        return False, (f"{var}={_shown(raw)} is not a number (Intel's driver reads it as one, so it likely means "
+                       f"off); use 1 or 0")
+    return value != 0, ""
+
+
+def _intel_runtime(reader: Any, gpus: Sequence[PciGpu], env: Mapping[str, str]) -> _Runtime:
+    host = _drop_other_drivers("intel", sorted((g for g in gpus if g.vendor == "intel"),
+                                               key=lambda g: g.pci_address))
+    render = _device_nodes(reader, "dev/dri", _RENDER_NODE)
+    keep = host
+    if render is not None:
+        verdict = _node_verdicts(host, lambda g: g.render_minor, render)
+        keep = [g for g in host if verdict[g.pci_address] is not False]
+        undecided = [g for g in host if verdict[g.pci_address] is None]
+        membership = [_warn(
+            f"Intel GPUs {_addrs(undecided)} have no known render node and /dev/dri holds fewer spare accessible "
+            f"render nodes than them; numabind counts them all, Level Zero may count fewer")] if undecided else []
+    else:
+        membership = []
+    pci_order, problem = _flag(env, "ZE_ENABLE_PCI_ID_DEVICE_ORDER")
+    order: list[str] = []
+    if problem:
+        order.append(_warn(problem))
+    if not pci_order:
+        keep = [g for g in keep if not g.integrated] + [g for g in keep if g.integrated]
+        if any(g.integrated for g in keep) and not all(g.integrated for g in keep):
+            order.append(_warn(
+                f"integrated and discrete Intel GPUs are visible ({_addrs(keep)}): their order is the driver's "
+                f"choice; numabind puts the integrated one last; set ZE_ENABLE_PCI_ID_DEVICE_ORDER=1 "
+                f"for PCI bus order"))
+    return _Runtime(keep, membership, order)
+
+
 # -------------------------------------------------------------- visibility
 def _match_uuid(entry: str, uuids: Sequence[str | None]) -> int | None:
     want = entry.lower()
@@ -340,53 +814,57 @@ def _match_uuid(entry: str, uuids: Sequence[str | None]) -> int | None:
     return hits[0] if len(hits) == 1 else None
 
 
+class _Pick(NamedTuple):
+    pos: int                    # position in the runtime's list
+    mig_uuid: str | None
+    named: bool                 # selected by UUID: its identity does not depend on numbering
+
+
 def _parse_entries(value: str, count: int, uuids: Sequence[str | None],
-                   mig: Mapping[str, int], var: str) -> tuple[list[tuple[int, str | None]], str]:
+                   mig: Mapping[str, int], var: str) -> tuple[list[_Pick], str]:
     """CUDA-style list: indices, GPU-uuid prefixes, MIG ids; the first bad entry ends it."""
-    chosen: list[tuple[int, str | None]] = []
+    chosen: list[_Pick] = []
     for raw in value.split(","):
         entry = raw.strip()
-        pick: tuple[int, str | None] | None = None
-        if re.fullmatch(r"[0-9]+", entry):
-            k = int(entry)
-            pick = (k, None) if k < count else None
-            why = f"index {k} is out of range ({count} devices)"
+        pick: _Pick | None = None
+        if entry.isascii() and entry.isdigit():
+            k = ascii_int(entry, max_digits=_INDEX_DIGITS)
+            if k is None:
+                why = f"is not a valid index (more than {_INDEX_DIGITS} digits)"
+            else:
+                pick = _Pick(k, None, False) if k < count else None
+                why = f"index {k} is out of range ({count} devices)"
         elif entry.upper().startswith("MIG-GPU-"):
             parent_uuid = entry[4:].split("/", 1)[0]
             k = _match_uuid(parent_uuid, uuids)
-            pick = (k, entry) if k is not None else None
+            pick = _Pick(k, entry, True) if k is not None else None
             why = "names no known parent GPU"
         elif entry.upper().startswith("MIG-"):
             keys = [m for m in mig if m.lower().startswith(entry.lower())]
-            pick = (mig[keys[0]], keys[0]) if len(keys) == 1 else None
+            pick = _Pick(mig[keys[0]], keys[0], True) if len(keys) == 1 else None
             why = ("is ambiguous" if keys else
                    "names no known MIG instance" + ("" if mig else " (MIG UUIDs need NVML: pip install nvidia-ml-py)"))
         elif entry.upper().startswith("GPU-"):
             k = _match_uuid(entry, uuids)
-            pick = (k, None) if k is not None else None
+            pick = _Pick(k, None, True) if k is not None else None
             why = "matches no GPU UUID or more than one"
             if not any(uuids):
                 why += " (UUIDs come from the driver's /proc/driver/nvidia or NVML; neither is readable)"
         else:
             why = "is not an index or a UUID"
-        if pick is not None and pick in chosen:
+        if pick is not None and any((p.pos, p.mig_uuid) == (pick.pos, pick.mig_uuid) for p in chosen):
             pick, why = None, "repeats an earlier device"
         if pick is None:
-            note = f"{var}: entry {entry!r} {why}; it and the entries after it are ignored"
+            note = f"{var}: entry {_shown(entry)} {why}; it and the entries after it are ignored"
             log.warning("%s", note)
             return chosen, note
         chosen.append(pick)
     return chosen, ""
 
 
-def select_visible(vendor: str, devices: Sequence[PciGpu], env: Mapping[str, str]
-                   ) -> tuple[list[tuple[int, str | None]], list[str]]:
-    """Positions (into ``devices``, physical order) the runtime makes visible, in visible order.
-
-    Returns ``([(position, mig_uuid_or_None), ...], notes)``.
-    """
+def _select(vendor: str, devices: Sequence[PciGpu], env: Mapping[str, str]) -> tuple[list[_Pick], list[str]]:
     count = len(devices)
-    everything = [(k, None) for k in range(count)]
+    everything = [_Pick(k, None, False) for k in range(count)]
     notes: list[str] = []
     if vendor == "nvidia":
         value = env.get("CUDA_VISIBLE_DEVICES")
@@ -405,10 +883,10 @@ def select_visible(vendor: str, devices: Sequence[PciGpu], env: Mapping[str, str
         var = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in env else "CUDA_VISIBLE_DEVICES"
         hip = env.get(var)
         if hip is not None:
-            sub = [devices[k] for k, _ in chosen]
+            sub = [devices[p.pos] for p in chosen]
             inner, note = _parse_entries(hip, len(sub), [d.uuid for d in sub], {}, var)
             notes += [note] if note else []
-            chosen = [chosen[k] for k, _ in inner]
+            chosen = [chosen[p.pos]._replace(named=chosen[p.pos].named or p.named) for p in inner]
         return chosen, notes
     value = env.get("ZE_AFFINITY_MASK")
     if not value or not value.strip():
@@ -416,13 +894,24 @@ def select_visible(vendor: str, devices: Sequence[PciGpu], env: Mapping[str, str
     keep = set()
     for raw in value.split(","):
         head = raw.strip().split(".", 1)[0]
-        if head.isdigit() and int(head) < count:
-            keep.add(int(head))
+        k = ascii_int(head, max_digits=_INDEX_DIGITS) if head.isascii() and head.isdigit() else None
+        if k is not None and k < count:
+            keep.add(k)
         else:
-            note = f"ZE_AFFINITY_MASK: entry {raw.strip()!r} names no device ({count} devices); skipped"
+            note = f"ZE_AFFINITY_MASK: entry {_shown(raw.strip())} names no device ({count} devices); skipped"
             log.warning("%s", note)
             notes.append(note)
-    return [(k, None) for k in sorted(keep)], notes
+    return [_Pick(k, None, False) for k in sorted(keep)], notes
+
+
+def select_visible(vendor: str, devices: Sequence[PciGpu], env: Mapping[str, str]
+                   ) -> tuple[list[tuple[int, str | None]], list[str]]:
+    """Positions (into ``devices``, the runtime's order) the visibility variables keep, in visible order.
+
+    Returns ``([(position, mig_uuid_or_None), ...], notes)``.
+    """
+    picks, notes = _select(vendor, devices, env)
+    return [(p.pos, p.mig_uuid) for p in picks], notes
 
 
 def _runtime_vendor(gpus: Sequence[PciGpu], wanted: str | None) -> str | None:
@@ -439,37 +928,34 @@ def _runtime_vendor(gpus: Sequence[PciGpu], wanted: str | None) -> str | None:
     return None
 
 
-def _physical_order(vendor: str, gpus: Sequence[PciGpu], env: Mapping[str, str]) -> list[PciGpu]:
-    mine = [g for g in gpus if g.vendor == vendor]
-    if vendor == "amd" and mine and all(g.kfd_node is not None for g in mine):
-        return sorted(mine, key=lambda g: g.kfd_node)
-    mine.sort(key=lambda g: g.pci_address)
-    if vendor == "nvidia" and env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST") != "PCI_BUS_ID":
-        models = {g.name or g.device_id for g in mine}
-        if len(models) > 1:
-            log.warning(
-                "GPUs of different models (%s) with CUDA_DEVICE_ORDER=%s: CUDA may number them "
-                "fastest first, numabind numbers them in PCI bus order; set CUDA_DEVICE_ORDER=PCI_BUS_ID "
-                "so both agree",
-                ", ".join(sorted(str(m) for m in models)), env.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST (default)"),
-            )
-    return mine
+_FIXES = {
+    "nvidia": "set CUDA_VISIBLE_DEVICES to GPU UUIDs (nvidia-smi -L) or pass an explicit node per GPU",
+    "amd": "set ROCR_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES to GPU UUIDs (rocm-smi --showuniqueid) or pass an "
+           "explicit node per GPU",
+    "intel": "set ZE_ENABLE_PCI_ID_DEVICE_ORDER=1 or pass an explicit node per GPU",
+}
 
 
-def discover_gpus(reader, nodes, env=None, *, vendor: str | None = None,
-                  use_nvml: bool | None = None) -> tuple[Gpu, ...]:
+def discover_gpus(reader: Any, nodes: Mapping[int, Any], env: Mapping[str, str] | None = None, *,
+                  vendor: str | None = None, use_nvml: bool | None = None) -> tuple[Gpu, ...]:
     """Visible accelerators under ``reader``'s root, in visible-index order.
 
     ``nodes`` is the discovered ``{id: Node}`` mapping (used to place GPUs whose
-    firmware reports ``numa_node = -1``); ``env`` defaults to ``os.environ``.
-    ``vendor`` (default ``$NUMABIND_GPU_VENDOR``, else the first of nvidia,
-    amd, intel present) picks whose runtime numbers the devices. ``use_nvml``
-    defaults to "only for the live root".
+    firmware reports ``numa_node = -1``); ``env`` defaults to ``os.environ``
+    (``NVIDIA_VISIBLE_DEVICES``, which describes the calling process's own
+    container, is then read for the live root only). ``vendor`` (default
+    ``$NUMABIND_GPU_VENDOR``, else the first of nvidia, amd, intel present)
+    picks whose runtime numbers the devices. ``use_nvml`` defaults to "only
+    for the live root".
     """
+    container_env = env is not None or bool(getattr(reader, "is_live", False))
     env = os.environ if env is None else env
-    gpus = _amd_kfd(reader, _nvidia_proc(reader, scan_pci_gpus(reader)))
+    procfs = _nvidia_procfs(reader)
+    kfd = _kfd(reader)
+    gpus = _amd_kfd(_nvidia_proc(reader, scan_pci_gpus(reader), procfs), kfd)
     if use_nvml is None:
         use_nvml = bool(getattr(reader, "is_live", False)) and any(g.vendor == "nvidia" for g in gpus)
+    nvml_devices = None
     if use_nvml:
         from . import _nvml
 
@@ -479,19 +965,28 @@ def discover_gpus(reader, nodes, env=None, *, vendor: str | None = None,
     if vendor is None:
         vendor = (env.get("NUMABIND_GPU_VENDOR") or "").strip().lower() or None
         if vendor is not None and vendor not in _VENDOR_ORDER:
-            log.warning("NUMABIND_GPU_VENDOR=%r is not one of %s; ignored", vendor, ", ".join(_VENDOR_ORDER))
+            log.warning("NUMABIND_GPU_VENDOR=%s is not one of %s; ignored", _shown(vendor), ", ".join(_VENDOR_ORDER))
             vendor = None
     chosen_vendor = _runtime_vendor(gpus, vendor)
     if chosen_vendor is None:
         return ()
-    physical = _physical_order(chosen_vendor, gpus, env)
-    visible, _notes = select_visible(chosen_vendor, physical, env)
+    if chosen_vendor == "nvidia":
+        runtime = _nvidia_runtime(reader, gpus, env, container_env, procfs, nvml_devices)
+    elif chosen_vendor == "amd":
+        runtime = _amd_runtime(reader, gpus, kfd)
+    else:
+        runtime = _intel_runtime(reader, gpus, env)
+    physical = runtime.gpus
+    picks, _notes = _select(chosen_vendor, physical, env)
+    doubt = runtime.membership + runtime.order
+    note = "; ".join(doubt + [_FIXES[chosen_vendor]]) if doubt else ""
     out = []
-    for index, (pos, mig_uuid) in enumerate(visible):
-        g = physical[pos]
-        node, source, note = place_numa_node(g, nodes)
+    for index, pick in enumerate(picks):
+        g = physical[pick.pos]
+        node, source, numa_note = place_numa_node(g, nodes)
         if node is None:
-            log.warning("GPU %d (%s): NUMA node unknown: %s", index, g.pci_address, note)
+            log.warning("GPU %d (%s): NUMA node unknown: %s", index, g.pci_address, numa_note)
+        certain = not doubt or pick.named
         out.append(Gpu(
             index=index,
             pci_address=g.pci_address,
@@ -503,10 +998,12 @@ def discover_gpus(reader, nodes, env=None, *, vendor: str | None = None,
             minor=g.minor,
             integrated=g.integrated,
             numa_source=source,
-            numa_note=note,
+            numa_note=numa_note,
             device_id=g.device_id,
-            physical_index=pos,
-            mig_uuid=mig_uuid,
+            physical_index=pick.pos,
+            mig_uuid=pick.mig_uuid,
+            identity="certain" if certain else "uncertain",
+            identity_note="" if certain else note,
         ))
     log.debug("GPUs (%s runtime): %s", chosen_vendor, "; ".join(g.describe() for g in out) or "none visible")
     return tuple(out)

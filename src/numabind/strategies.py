@@ -399,11 +399,30 @@ def _explicit_cpus(topology, cpus, index: int, label: str, reasons: list[str], n
     return _trim(topology, frozenset(ids), "explicit CPUs", reasons, label, node)
 
 
-def _plan_one(topology, index, mode, policy, nodes, cpus, migrate) -> tuple[Plan, _Placement, tuple[str, ...]]:
+def _check_identity(p: _Placement, nodes, strict: bool | None, reasons: list[str]) -> None:
+    """A GPU whose identity is uncertain (see numabind.devices): said in the reasons, refused when strict."""
+    gpu = p.gpu
+    if nodes is not None or gpu is None or getattr(gpu, "identity", "certain") == "certain":
+        return
+    label = _gpu_label(p.index, gpu)
+    note = getattr(gpu, "identity_note", "") or "its discovery sources disagree"
+    if strict is None:
+        from ._env import strict_from_env
+
+        strict = strict_from_env()
+    if strict:
+        raise PlanError(f"{label}: which board this index is, is uncertain: {note}; strict mode "
+                        f"(NUMABIND_STRICT) does not plan on a guess")
+    reasons.append(f"{label}: identity uncertain ({note})")
+
+
+def _plan_one(topology, index, mode, policy, nodes, cpus, migrate,
+              strict: bool | None = None) -> tuple[Plan, _Placement, tuple[str, ...]]:
     if mode not in MODES:
         raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     p = _place(topology, index, nodes)
     reasons = list(p.reasons)
+    _check_identity(p, nodes, strict, reasons)
     if cpus is not None:
         chosen = _explicit_cpus(topology, cpus, index, _gpu_label(index, p.gpu), reasons, p.cpu_node)
         mem_nodes = frozenset({p.mem_node})
@@ -423,7 +442,7 @@ def _plan_one(topology, index, mode, policy, nodes, cpus, migrate) -> tuple[Plan
 # ------------------------------------------------------------- public API
 def plan_for_gpu(gpu_index: int, mode: str = "node", topology=None, *, policy: str | None = "bind",
                  nodes: Sequence[int] | None = None, cpus: Sequence | None = None,
-                 migrate: bool = False) -> Plan:
+                 migrate: bool = False, strict: bool | None = None) -> Plan:
     """The plan for a worker that drives visible GPU ``gpu_index``.
 
     ``mode`` is one of :data:`MODES`; ``policy`` the memory policy (``bind``,
@@ -433,16 +452,19 @@ def plan_for_gpu(gpu_index: int, mode: str = "node", topology=None, *, policy: s
     index (like vLLM's ``--numa-bind-nodes`` / ``--numa-bind-cpus``): a node
     id per GPU, and a cpulist string or id set per GPU; ``cpus`` overrides the
     mode's CPU choice. Raises :class:`PlanError` when the GPU cannot be placed.
+    A GPU whose identity is uncertain (``gpu.identity``) is planned with that
+    said in the plan's reason, or refused when ``strict`` (default
+    ``NUMABIND_STRICT``); explicit ``nodes`` do not depend on it.
     """
     topology = _topology(topology)
-    plan, _, _ = _plan_one(topology, gpu_index, mode, policy, nodes, cpus, migrate)
+    plan, _, _ = _plan_one(topology, gpu_index, mode, policy, nodes, cpus, migrate, strict)
     log.debug("plan for GPU %d: %s (%s)", gpu_index, plan.describe(), plan.reason)
     return plan
 
 
 def plan_for_gpus(indices: Iterable[int], topology=None, *, mode: str = "node", policy: str | None = "bind",
                   nodes: Sequence[int] | None = None, cpus: Sequence | None = None,
-                  migrate: bool = False) -> Plan:
+                  migrate: bool = False, strict: bool | None = None) -> Plan:
     """The plan for a process driving a shard of GPUs (EngineCore, DP rank, torchrun agent).
 
     CPUs are the allowed CPUs of the members' CPU nodes (for ``pct``, the
@@ -454,7 +476,7 @@ def plan_for_gpus(indices: Iterable[int], topology=None, *, mode: str = "node", 
     indices = list(indices)
     if not indices:
         raise PlanError("a shard needs at least one GPU index")
-    members = [_plan_one(topology, i, mode, policy, nodes, cpus, migrate) for i in indices]
+    members = [_plan_one(topology, i, mode, policy, nodes, cpus, migrate, strict) for i in indices]
     cpu_nodes = sorted({p.cpu_node for _, p, _ in members})
     out = frozenset().union(*(plan.cpus for plan, _, _ in members))
     if mode != "pct" or cpus is not None:
@@ -518,7 +540,7 @@ class PlanRow:
 
 def plan_table(topology=None, mode: str = "node", policy: str | None = "bind", *,
                gpus: Iterable[int] | None = None, nodes: Sequence[int] | None = None,
-               cpus: Sequence | None = None) -> tuple[PlanRow, ...]:
+               cpus: Sequence | None = None, strict: bool | None = None) -> tuple[PlanRow, ...]:
     """One :class:`PlanRow` per GPU (``gpus``, default every visible GPU); never raises PlanError per GPU.
 
     A GPU that cannot be placed gets a row with ``plan=None`` and ``error``
@@ -537,7 +559,7 @@ def plan_table(topology=None, mode: str = "node", policy: str | None = "bind", *
         base = dict(gpu=i, pci_address=gpu.pci_address if gpu else None, vendor=gpu.vendor if gpu else None,
                     numa_node=gpu.numa_node if gpu else None, numa_source=gpu.numa_source if gpu else None)
         try:
-            plan, p, why = _plan_one(topology, i, mode, policy, nodes, cpus, False)
+            plan, p, why = _plan_one(topology, i, mode, policy, nodes, cpus, False, strict)
         except PlanError as exc:
             rows.append(PlanRow(**base, cpu_node=None, mem_nodes=None, distance=None, node_cpus=None,
                                 trimmed_cpus=None, plan=None, error=str(exc), reasons=()))
@@ -596,7 +618,8 @@ def auto_gate(topology, *, affinity: Iterable[int] | None = None, mem_policy: st
         placed = []
         for i in indices:
             try:
-                _, p, _ = _plan_one(topology, i, mode, "preferred", None, None, False)
+                # automatic binding never guesses which board a GPU is: an uncertain one stops the gate
+                _, p, _ = _plan_one(topology, i, mode, "preferred", None, None, False, True)
             except PlanError as exc:
                 return False, f"GPU {i} cannot be placed: {exc}"
             placed.append(f"GPU {i}->node {p.cpu_node}")
