@@ -33,14 +33,24 @@ from .fakesys import (
     GIB_KB,
     FakeMachine,
     RecordingReader,
+    arm_clusters,
     big,
     cgroup_restricted,
     cgroup_v1_restricted,
     fake_machine,  # noqa: F401  (pytest fixture)
+    gpu_memory_cpuset,
+    hybrid,
+    legacy_cpuset,
+    many_nodes,
     memory_only_nodes,
+    multi_die,
     no_numa_dir,
     offline_cpus,
+    offline_node0,
+    old_kernel,
     one_node,
+    padded,
+    power_cpuinfo,
     snc,
     sparse_nodes,
     two_sockets,
@@ -739,3 +749,268 @@ def test_generated_packages_cores_and_caches(sockets, per_socket, cores, smt, cc
     assert t.package_nodes() == {
         p: frozenset(range(p * per_socket, (p + 1) * per_socket)) for p in range(sockets)}
     assert max(collections.Counter(_own_reads(reader)).values()) == 1
+
+
+# -- what real kernels write (issue 9) ---------------------------------------------------
+
+
+def test_masks_only_old_kernel(tmp_path):
+    old_kernel(tmp_path)                      # no *_list files, no core_cpus & co
+    assert not (tmp_path / NODE / "node0/cpulist").exists()
+    t = discover(tmp_path)
+    assert nodes_summary(t) == {
+        0: (L("0-3,8-11"), 64 * GIB, {0: 10, 1: 21}),
+        1: (L("4-7,12-15"), 64 * GIB, {0: 21, 1: 10}),
+    }
+    assert t.cpus[8] == Cpu(8, 0, 0, 0, L("0,8"))
+    assert t.llc_groups() == (L("0-3,8-11"), L("4-7,12-15"))
+    assert len(t.caches) == 8 * 3 + 2
+
+
+@pytest.mark.parametrize("remove", ["lists", "cpumap", "node links", "cpu links"])
+def test_node_cpus_fall_back_cpulist_cpumap_node_links_cpu_links(tmp_path, remove):
+    m = two_sockets(tmp_path, 8)
+    steps = ["lists", "cpumap", "node links", "cpu links"]
+    q = {}
+    for step in steps[:steps.index(remove) + 1]:
+        q.update({"lists": {"lists": False}, "cpumap": {"node_cpumap": False},
+                  "node links": {"node_cpu_links": False}, "cpu links": {}}[step])
+    m.set_quirks(**q).write()
+    t = discover(tmp_path)
+    assert {n: node.cpus for n, node in t.nodes.items()} == {0: L("0-3,8-11"), 1: L("4-7,12-15")}
+    assert t.node_of_cpu(12) == 1
+
+
+def test_node_without_any_cpu_source_is_cpu_less(tmp_path):
+    m = two_sockets(tmp_path, 8)
+    m.set_quirks(lists=False, node_cpumap=False, node_cpu_links=False, cpu_node_links=False)
+    m.write()
+    t = discover(tmp_path)
+    assert all(not n.cpus for n in t.nodes.values())
+    assert t.online_cpus == L("0-15") and t.node_of_cpu(3) is None
+
+
+def test_padding_after_the_text(tmp_path):
+    m = padded(tmp_path)
+    assert (tmp_path / NODE / "online").read_bytes() == b"0-3\n\0"
+    m.set_file(f"{NODE}/node0/cpulist", "0-3,16-19\n\0\0\0\0")
+    m.set_file(f"{NODE}/node1/distance", "12 10 21 21\n\0garbage after the NUL")
+    m.write()
+    t = discover(tmp_path)
+    assert t.nodes[0].cpus == L("0-3,16-19")
+    assert dict(t.nodes[1].distances) == {0: 12, 1: 10, 2: 21, 3: 21}
+    assert t.online_cpus == L("0-31")
+
+
+@pytest.mark.parametrize("cpu0", ["missing", "empty"])
+def test_empty_or_missing_cpu_online_is_online(tmp_path, cpu0):
+    m = offline_cpus(tmp_path)
+    m.set_quirks(cpu0_online=cpu0, cpu_online_file=False).write()
+    t = discover(tmp_path)
+    assert t.online_cpus == L("0-2,4-5,8-11,13-15")
+
+
+def test_cpu_online_list_wins_over_an_empty_cpu_file(tmp_path):
+    m = offline_cpus(tmp_path)
+    m.set_possible_cpus(range(16)).set_online_cpus(set(range(1, 16)) - {3, 6, 7, 12})
+    m.set_quirks(cpu0_online="empty").write()
+    assert 0 not in discover(tmp_path).online_cpus
+
+
+def test_malformed_cpu_online_flag(tmp_path):
+    m = offline_cpus(tmp_path)
+    m.set_quirks(cpu_online_file=False).set_file(f"{CPU}/cpu5/online", "2\n").write()
+    with pytest.raises(NumabindError, match=r"cpu5/online: expected 0 or 1"):
+        discover(tmp_path)
+
+
+def test_offline_node_0_distance_rows_over_possible_nodes(tmp_path):
+    offline_node0(tmp_path)
+    assert (tmp_path / NODE / "node1/distance").read_text() == "21 10 20\n"
+    assert not (tmp_path / NODE / "node0").exists()
+    t = discover(tmp_path)
+    assert nodes_summary(t) == {
+        1: (L("4-7"), 32 * GIB, {1: 10, 2: 20}),
+        2: (L("8-11"), 32 * GIB, {1: 20, 2: 10}),
+    }
+    assert t.online_nodes == {1, 2} and t.possible_nodes == {0, 1, 2}
+    assert t.online_cpus == L("4-11") and t.possible_cpus == L("0-11")
+
+
+def test_distance_rows_over_online_nodes_with_node_0_offline(tmp_path):
+    m = offline_node0(tmp_path)
+    m.set_quirks(distance_over="online").write()
+    assert (tmp_path / NODE / "node1/distance").read_text() == "10 20\n"
+    assert dict(discover(tmp_path).nodes[2].distances) == {1: 20, 2: 10}
+
+
+def test_node_directory_missing_from_node_online_but_with_cpus(tmp_path, caplog):
+    m = two_sockets(tmp_path, 8)
+    m.set_file(f"{NODE}/online", "0\n").write()
+    with caplog.at_level("WARNING", logger="numabind.topology"):
+        t = discover(tmp_path)
+    assert set(t.nodes) == {0, 1} and t.nodes[1].cpus == L("4-7,12-15")
+    assert "node 1 has online CPUs 4-7,12-15" in caplog.text
+
+
+def test_legacy_cpuset_filesystem(tmp_path):
+    legacy_cpuset(tmp_path)
+    assert (tmp_path / "dev/cpuset/batch/job42/cpus").read_text() == "4-7,12-15\n"
+    t = discover(tmp_path)
+    assert (t.allowed_cpus, t.allowed_nodes) == (L("4-7,12-15"), {1})
+    assert t.allowed_source == "cpuset:/batch/job42"
+    assert read_cpuset(FsReader(tmp_path)) == Cpuset(L("4-7,12-15"), frozenset({1}),
+                                                     "cpuset:/batch/job42")
+
+
+def test_legacy_cpuset_mounted_elsewhere_without_proc_self_cgroup(tmp_path):
+    m = two_sockets(tmp_path, 8)
+    m.remove_status().set_cpuset_fs("/j", L("1-2"), L("0"), mount="mnt/my cpusets")
+    m.remove_file("proc/self/cgroup").write()
+    assert "/mnt/my cpusets cpuset" in (tmp_path / "proc/mounts").read_text()
+    m.set_file("proc/mounts", (tmp_path / "proc/mounts").read_text().replace(
+        "/mnt/my cpusets", "/mnt/my\\040cpusets")).write()
+    t = discover(tmp_path)
+    assert (t.allowed_cpus, t.allowed_source) == (L("1-2"), "cpuset:/j")
+
+
+@pytest.mark.parametrize("noprefix", [False, True])
+def test_cgroup_v1_mounted_anywhere(tmp_path, noprefix):
+    m = two_sockets(tmp_path, 8)
+    m.set_cgroup1("/slurm/uid_0/job_7", L("2-5"), L("0-1"), mount="run/cgroups/cpuset,cpuacct",
+                  noprefix=noprefix).write()
+    name = "cpus" if noprefix else "cpuset.cpus"
+    assert (tmp_path / f"run/cgroups/cpuset,cpuacct/slurm/uid_0/job_7/{name}").exists()
+    t = discover(tmp_path)
+    assert (t.allowed_cpus, t.allowed_nodes) == (L("2-5"), {0, 1})
+    assert t.allowed_source == "status+cgroup1:/slurm/uid_0/job_7"
+
+
+def test_cgroup_v1_path_missing_under_the_mount_uses_the_nearest_ancestor(tmp_path):
+    m = two_sockets(tmp_path, 8)
+    m.set_cgroup1("/", L("0-3"), L("0")).write()      # the container sees its cgroup as root
+    m.set_file("proc/self/cgroup", "3:cpuset:/docker/abc\n").remove_file("proc/self/cpuset")
+    m.write()
+    t = discover(tmp_path)
+    assert (t.allowed_cpus, t.allowed_source) == (L("0-3"), "status+cgroup1:/")
+
+
+def test_cgroup2_mount_found_in_proc_mounts(tmp_path):
+    m = two_sockets(tmp_path, 8)
+    m.set_cgroup2("/ctr", L("8-11"), L("0"), mount="run/unified").write()
+    t = discover(tmp_path)
+    assert (t.allowed_cpus, t.allowed_source) == (L("8-11"), "status+cgroup2:/ctr")
+
+
+def test_deleted_cgroup_suffix(tmp_path):
+    m = two_sockets(tmp_path, 8)
+    m.set_cgroup2("/ctr", L("8-11"), L("0")).write()
+    m.set_file("proc/self/cgroup", "0::/ctr (deleted)\n").write()
+    assert discover(tmp_path).allowed_cpus == L("8-11")
+
+
+def test_gpu_memory_nodes_in_a_cpuset_are_kept(tmp_path):
+    gpu_memory_cpuset(tmp_path)
+    t = discover(tmp_path)
+    assert set(t.nodes) == {0, 8, *range(250, 256)}
+    assert t.allowed_nodes == {0, 8, *range(250, 256)}
+    assert t.allowed_cpus == L("2-9")
+    assert all(not t.nodes[g].cpus and t.nodes[g].memory_bytes == 96 * GIB for g in range(250, 256))
+    assert dict(t.nodes[250].distances)[8] == 80 and t.possible_nodes == L("0-255")
+
+
+def test_more_than_64_nodes(tmp_path):
+    many_nodes(tmp_path, nodes=72)
+    t = discover(tmp_path)
+    assert sorted(t.nodes) == list(range(72))
+    assert t.nodes[71].cpus == L("142-143")
+    assert t.nodes[70].distances[71] == 16 and t.nodes[0].distances[71] == 32
+    assert t.allowed_nodes == L("0-71")
+
+
+def test_hybrid_performance_and_efficiency_cores(tmp_path):
+    hybrid(tmp_path)
+    t = discover(tmp_path)
+    assert t.cpus[0].siblings == {0, 1} and t.cpus[17].siblings == {17}
+    assert t.cpus[17].core == 33 and t.cpus[2].core == 4
+    assert (2, "Unified", L("16-19")) in caches_summary(t)
+    assert (2, "Unified", L("0-1")) in caches_summary(t)
+    assert t.llc_groups() == (L("0-23"),)
+    assert t.to_dict()["cpus"]["cores"] == 16
+
+
+def test_arm_clusters_without_model_name(tmp_path):
+    arm_clusters(tmp_path)
+    t = discover(tmp_path)
+    assert t.model_name is None
+    assert {c.cpus for c in t.caches if c.level == 2} == {L("0-3"), L("4-7"), L("8-11"),
+                                                          L("12-15")}
+    assert t.package_nodes() == {0: {0, 1}}
+
+
+def test_dies(tmp_path):
+    multi_die(tmp_path)
+    t = discover(tmp_path)
+    assert t.nodes[1].cpus == L("4-7,20-23")
+    assert t.cpus[4] == Cpu(4, 1, 0, 0, L("4,20"))      # core ids restart per die
+    assert t.to_dict()["cpus"]["cores"] == 16
+    assert t.package_nodes() == {0: {0, 1}, 1: {2, 3}}
+
+
+@pytest.mark.parametrize("fmt,expected", [
+    ("x86", "Fake CPU"), ("ia64", "Fake CPU"), ("power", "Fake CPU"), ("arm64", None)])
+def test_cpuinfo_formats(tmp_path, fmt, expected):
+    m = one_node(tmp_path)
+    m.set_model_name("Fake CPU").set_quirks(cpuinfo=fmt).write()
+    assert discover(tmp_path).model_name == expected
+
+
+def test_cpuinfo_old_arm_processor_line(tmp_path):
+    m = one_node(tmp_path)
+    m.set_file("proc/cpuinfo", "Processor\t: ARMv7 Processor rev 10 (v7l)\nprocessor\t: 0\n"
+                               "BogoMIPS\t: 790.52\n\nHardware\t: Freescale i.MX6\n").write()
+    assert discover(tmp_path).model_name == "ARMv7 Processor rev 10 (v7l)"
+
+
+def test_power_threads_numbered_per_core_and_sparse_nodes(tmp_path):
+    power_cpuinfo(tmp_path)
+    t = discover(tmp_path)
+    assert set(t.nodes) == {0, 8} and t.nodes[8].cpus == L("16-31")
+    assert t.cpus[5].siblings == L("4-7")
+    assert t.model_name == "POWER9 (raw), altivec supported"
+    assert dict(t.nodes[0].distances) == {0: 10, 8: 40}
+
+
+def test_empty_shared_cpu_map_means_the_core(tmp_path):
+    m = two_sockets(tmp_path, 8)
+    m.set_quirks(lists=False)
+    m.write()
+    for cpu in (0, 8):
+        m.set_file(f"{CPU}/cpu{cpu}/cache/index3/shared_cpu_map", "0000\n")
+    m.write()
+    t = discover(tmp_path)
+    assert Cache(3, "Unified", L("0,8")) in t.caches
+
+
+@pytest.mark.parametrize("rel,text", [
+    (f"{NODE}/node0/cpumap", "zz\n"),
+    (f"{CPU}/cpu5/topology/thread_siblings", "2g\n"),
+    (f"{NODE}/node0/distance", "10 ²1\n"),
+    (f"{NODE}/node0/meminfo", "Node 0 MemTotal:   ²²² kB\n"),
+    (f"{CPU}/cpu5/topology/core_id", "٥\n"),
+])
+def test_malformed_masks_and_non_ascii_numbers(tmp_path, rel, text):
+    m = two_sockets(tmp_path, 8)
+    m.set_quirks(lists=False).set_file(rel, text).write()
+    with pytest.raises(NumabindError) as err:
+        discover(tmp_path)
+    assert os.path.join(str(tmp_path), rel) in str(err.value)
+    assert repr(text.strip())[1:-1] in str(err.value)
+
+
+def test_node_directory_named_with_non_ascii_digits_is_ignored(tmp_path):
+    two_sockets(tmp_path, 8)
+    (tmp_path / NODE / "node²").mkdir()
+    (tmp_path / CPU / "cpu١").mkdir()
+    t = discover(tmp_path)
+    assert set(t.nodes) == {0, 1} and t.online_cpus == L("0-15")

@@ -1,0 +1,245 @@
+"""numabind._fs: roots (directories, hwloc-gather-topology tarballs, unpacked safely),
+bounded reads that never hang, NUL padding, ASCII-only integers."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from numabind import _fs
+from numabind._fs import FsReader, ascii_int, resolve_root
+from numabind.errors import NumabindError
+from numabind.topology import discover
+
+from .fakesys import two_sockets
+
+REPO = Path(__file__).resolve().parent.parent
+CPU = "sys/devices/system/cpu"
+
+
+def tar_of(root: Path, dest: Path, top: str = "dump") -> Path:
+    """``root``'s tree as hwloc-gather-topology packs it: one top directory ``top``."""
+    with tarfile.open(dest, "w:bz2") as tf:
+        tf.add(root, arcname=top)
+    return dest
+
+
+def add_member(tf: tarfile.TarFile, name: str, data: bytes = b"", **attrs) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    for key, value in attrs.items():
+        setattr(info, key, value)
+    tf.addfile(info, io.BytesIO(data) if data else None)
+
+
+# -- ascii_int -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("0", 0), (" 42\n", 42), ("007", 7), ("-1", None), ("+5", None), ("1_000", None),
+    ("²", None), ("١٢", None), ("", None), ("1 2", None), ("9" * 21, None), ("0x10", None),
+])
+def test_ascii_int(text, expected):
+    assert ascii_int(text) == expected
+
+
+def test_ascii_int_signed():
+    assert ascii_int("-1", signed=True) == -1
+    assert ascii_int("--1", signed=True) is None
+    assert ascii_int("-²", signed=True) is None
+
+
+# -- reads -----------------------------------------------------------------------------
+
+
+def test_read_stops_at_the_first_nul(tmp_path):
+    (tmp_path / "f").write_bytes(b"0-3\n\0\0\0garbage")
+    r = FsReader(tmp_path)
+    assert r.read("f") == "0-3\n"
+    assert r.read_strip("f") == "0-3"
+    (tmp_path / "g").write_bytes(b"\0")
+    assert r.read("g") == ""
+
+
+def test_read_int_is_ascii_only(tmp_path):
+    r = FsReader(tmp_path)
+    for name, text, value in [("a", "12\n", 12), ("b", "-1\n", -1), ("c", "0x1f\n", 31),
+                              ("d", "²\n", None), ("e", "0x\n", None), ("f", "5" * 5000, None),
+                              ("g", "0x" + "f" * 100, None)]:
+        (tmp_path / name).write_text(text)
+        assert r.read_int(name) == value, name
+
+
+def test_fifo_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    r = FsReader(tmp_path)
+    with pytest.raises(NumabindError, match="is a FIFO, not a regular file"):
+        r.read("fifo")
+
+
+def test_link_to_a_device_is_refused(tmp_path):
+    os.symlink("/dev/zero", tmp_path / "zero")
+    with pytest.raises(NumabindError, match=r"zero is a character device"):
+        FsReader(tmp_path).read("zero")
+
+
+def test_a_directory_is_refused(tmp_path):
+    (tmp_path / "d").mkdir()
+    with pytest.raises(NumabindError, match="is a directory"):
+        FsReader(tmp_path).read("d")
+
+
+def test_reads_are_capped(tmp_path, monkeypatch):
+    monkeypatch.setattr(_fs, "MAX_READ", 1000)
+    (tmp_path / "big").write_bytes(b"1" * 5000)
+    (tmp_path / "ok").write_bytes(b"2" * 1000)
+    r = FsReader(tmp_path)
+    with pytest.raises(NumabindError, match="larger than"):
+        r.read("big")
+    assert r.read("ok") == "2" * 1000
+    assert r.read("big", limit=10) == "1" * 10        # a wanted prefix is not an error
+
+
+def test_read_of_a_long_file_is_whole(tmp_path):
+    body = "".join(f"processor\t: {n}\nmodel name\t: X\n\n" for n in range(20000))
+    (tmp_path / "cpuinfo").write_text(body)
+    assert FsReader(tmp_path).read("cpuinfo") == body
+
+
+def test_missing_file_and_bad_names(tmp_path):
+    r = FsReader(tmp_path)
+    assert r.read("nope") is None
+    assert r.read("a\0b") is None
+    assert r.listdir("nope") == [] and r.listdir("a\0b") == []
+
+
+def test_numbered_takes_ascii_ids_only(tmp_path):
+    for name in ("node0", "node12", "node²", "node٣", "node01", "nodex", "node", "cpulist",
+                 "node-1", "node" + "9" * 30):
+        (tmp_path / name).mkdir()
+    assert FsReader(tmp_path).numbered(".", "node") == [0, 12]
+
+
+# -- roots -----------------------------------------------------------------------------
+
+
+def test_missing_root_names_it(tmp_path):
+    with pytest.raises(NumabindError, match=r"'.*/typo' does not exist"):
+        FsReader(tmp_path / "typo")
+
+
+def test_live_root():
+    assert resolve_root("/") == "/"
+    assert FsReader("/").is_live
+
+
+def test_unpacked_dump_with_one_top_directory(tmp_path):
+    two_sockets(tmp_path / "outer" / "mybox", 8)
+    assert resolve_root(tmp_path / "outer") == str(tmp_path / "outer" / "mybox")
+    assert discover(tmp_path / "outer") == discover(tmp_path / "outer" / "mybox")
+
+
+def test_tarball_root_is_discovered_like_its_directory(tmp_path, monkeypatch):
+    two_sockets(tmp_path / "tree", 8)
+    tarball = tar_of(tmp_path / "tree", tmp_path / "box.tar.bz2", top="box")
+    a, b = discover(tmp_path / "tree"), discover(tarball)
+    assert b.root != a.root and b.root.endswith("/box")
+    assert (b.nodes, b.cpus, b.caches, b.allowed_cpus) == (a.nodes, a.cpus, a.caches, a.allowed_cpus)
+    assert resolve_root(tarball) == b.root              # unpacked once per file
+    monkeypatch.setenv("NUMABIND_FSROOT", str(tarball))
+    assert discover().nodes == a.nodes
+    assert FsReader(tarball).origin == str(tarball)
+    mode = os.stat(os.path.dirname(b.root)).st_mode & 0o777
+    assert mode == 0o700                                 # private
+
+
+def test_plain_tar_and_gzip_are_accepted(tmp_path):
+    two_sockets(tmp_path / "tree", 8)
+    for name, mode in (("d.tar", "w"), ("d.tgz", "w:gz")):
+        with tarfile.open(tmp_path / name, mode) as tf:
+            tf.add(tmp_path / "tree", arcname="d")
+        assert discover(tmp_path / name).online_cpus == frozenset(range(16))
+
+
+def test_corrupt_tarball_is_an_error(tmp_path):
+    (tmp_path / "x.tar.bz2").write_bytes(b"BZh91AY&SY not really")
+    with pytest.raises(NumabindError, match="cannot (read|unpack) the dump"):
+        discover(tmp_path / "x.tar.bz2")
+
+
+def test_unpacking_never_writes_outside_the_dump(tmp_path):
+    two_sockets(tmp_path / "tree", 8)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    tarball = tmp_path / "evil.tar"
+    with tarfile.open(tarball, "w") as tf:
+        tf.add(tmp_path / "tree", arcname="box")
+        add_member(tf, "../escaped", b"x")
+        add_member(tf, f"box/../../{outside.name}/escaped2", b"x")
+        add_member(tf, str(outside / "absolute"), b"x")
+        add_member(tf, "box/etc-link", type=tarfile.SYMTYPE, linkname="/etc")
+        add_member(tf, "box/up-link", type=tarfile.SYMTYPE, linkname="../../../../../../../etc")
+        add_member(tf, "box/up-link/passwd-copy", b"x")
+        add_member(tf, "box/out", type=tarfile.SYMTYPE, linkname=f"../../{outside.name}")
+        add_member(tf, "box/out/through-link", b"x")
+        add_member(tf, "box/out/newdir", type=tarfile.DIRTYPE)
+        # a chain: each hop looks local, together they leave the dump
+        add_member(tf, "box/a/b/c", type=tarfile.DIRTYPE)
+        add_member(tf, "box/a/b/c/hop", type=tarfile.SYMTYPE, linkname="../../..")
+        add_member(tf, "box/a/b/c/hop2", type=tarfile.SYMTYPE, linkname="hop/../../..")
+        add_member(tf, "box/hard", type=tarfile.LNKTYPE, linkname="/etc/passwd")
+        add_member(tf, "box/fifo", type=tarfile.FIFOTYPE)
+        add_member(tf, "box/zero", type=tarfile.CHRTYPE, devmajor=1, devminor=5)
+        add_member(tf, "box/ok-link", type=tarfile.SYMTYPE, linkname="sys/devices/system/cpu")
+    root = Path(resolve_root(tarball))
+    dump = root.parent
+    assert list(outside.iterdir()) == []
+    assert not (tmp_path / "escaped").exists()
+    for path in dump.rglob("*"):
+        assert os.path.realpath(path).startswith(str(dump) + os.sep), path
+    names = {p.name for p in root.iterdir()}
+    assert {"sys", "proc", "ok-link", "a"} <= names
+    assert not names & {"etc-link", "up-link", "out", "hard", "fifo", "zero"}
+    assert not (root / "a/b/c/hop2").exists() or os.path.realpath(root / "a/b/c/hop2").startswith(
+        str(dump))
+    assert discover(tarball).online_cpus == frozenset(range(16))
+
+
+def test_unpacking_is_size_capped(tmp_path, monkeypatch):
+    two_sockets(tmp_path / "tree", 8)
+    tarball = tar_of(tmp_path / "tree", tmp_path / "box.tar.bz2")
+    monkeypatch.setattr(_fs, "MAX_DUMP_BYTES", 1000)
+    with pytest.raises(NumabindError, match="unpacks to more than"):
+        resolve_root(tarball)
+    monkeypatch.setattr(_fs, "MAX_DUMP_BYTES", 1 << 30)
+    monkeypatch.setattr(_fs, "MAX_DUMP_MEMBERS", 10)
+    with pytest.raises(NumabindError, match="more than 10 members"):
+        resolve_root(tarball)
+
+
+def test_unpacked_dump_is_removed_at_exit_but_not_by_a_forked_child(tmp_path):
+    two_sockets(tmp_path / "tree", 8)
+    tarball = tar_of(tmp_path / "tree", tmp_path / "box.tar.bz2")
+    script = textwrap.dedent(f"""
+        import os, sys
+        from numabind._fs import resolve_root
+        root = resolve_root({str(tarball)!r})
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0) if False else sys.exit(0)      # the child runs atexit handlers
+        os.waitpid(pid, 0)
+        print(root, os.path.isdir(root), flush=True)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    root, alive = out.stdout.split()
+    assert alive == "True"               # the child's exit left the parent's copy alone
+    assert not os.path.exists(root)      # the parent's exit removed it
