@@ -384,3 +384,125 @@ def test_unknown_backend_in_the_environment_exits_2():
 def test_bad_subcommand_option_is_a_usage_error():
     cp = numabind_cli("plan", "--mode", "sideways")
     assert cp.returncode == 2 and "invalid choice" in cp.stderr
+
+
+# --------------------------------------------------------------------------- issue 15: never the wrong code
+def _marker_command(tmp_path) -> tuple[list[str], object]:
+    marker = tmp_path / "ran"
+    return ["/usr/bin/touch", str(marker)], marker
+
+
+@pytest.mark.parametrize("how", ["env", "flag"])
+def test_run_refuses_a_replayed_root(how, gpu_machine, tmp_path):
+    """Issue 15, item 6: with NUMABIND_FSROOT (or --root) naming a dump, `run -N 0` would bind this
+    machine's processes to CPUs read from the dump: it is an error that says how to plan on the dump."""
+    command, marker = _marker_command(tmp_path)
+    if how == "env":
+        cp = numabind_cli("run", "-N", "0", "--", *command, env=child_env(NUMABIND_FSROOT=gpu_machine))
+        source = "NUMABIND_FSROOT"
+    else:
+        cp = numabind_cli("--root", gpu_machine, "run", "-N", "0", "--", *command)
+        source = "--root"
+    assert cp.returncode == 2, (cp.returncode, cp.stderr)
+    assert "numabind: error:" in cp.stderr and source in cp.stderr and gpu_machine in cp.stderr
+    assert f"numabind plan --root {gpu_machine}" in cp.stderr
+    assert not marker.exists()
+
+
+@kernel
+def test_run_accepts_the_live_root_given_explicitly():
+    cpu = max(os.sched_getaffinity(0))
+    for args, env in ((["--root", "/"], child_env()), ([], child_env(NUMABIND_FSROOT="/"))):
+        cp = numabind_cli(*args, "run", "-C", str(cpu), "--", "grep", "Cpus_allowed_list", "/proc/self/status",
+                          env=env)
+        assert cp.returncode == 0, cp.stderr
+        assert cp.stdout.split() == ["Cpus_allowed_list:", str(cpu)]
+
+
+def test_plan_takes_root_after_the_subcommand(capsys, gpu_machine):
+    rc, out, _ = run_main(capsys, "plan", "--root", gpu_machine, "--json")
+    assert rc == 0
+    assert [r["pci_address"] for r in json.loads(out)] == ["0000:18:00.0", "0000:9a:00.0"]
+
+
+def test_show_refuses_a_root_it_would_ignore(capsys, gpu_machine):
+    rc, _, err = run_main(capsys, "--root", gpu_machine, "show")
+    assert rc == 2 and "--root" in err and "does not apply" in err
+
+
+CONFLICTS = [  # (run options, the options the message must name)
+    (["--gpu", "0", "--physcpubind", "1", "--interleave", "0"], ["--gpu", "--physcpubind", "--interleave"]),
+    (["--gpu", "0", "-m", "0"], ["--gpu", "--membind"]),
+    (["--gpu", "0", "--localalloc"], ["--gpu", "--localalloc"]),
+    (["--gpu", "0", "--cpunodebind", "0"], ["--gpu", "--cpunodebind"]),
+    (["--policy", "interleave", "-C", "0"], ["--policy"]),
+    (["--mode", "socket", "-C", "0"], ["--mode"]),
+    (["--mode", "node", "--policy", "bind", "-m", "0"], ["--mode", "--policy"]),
+    (["-C", "0", "-C", "1"], ["-C", "given twice"]),
+    (["-C", "0", "--cpus", "1"], ["--cpus", "given twice"]),
+    (["--membind", "0", "-m", "0"], ["-m", "given twice"]),
+    (["--gpu", "0", "--gpu", "1"], ["--gpu", "given twice"]),
+    (["-C", "0", "--backend", "syscall", "--backend", "none"], ["--backend", "given twice"]),
+]
+
+
+class Executed(Exception):
+    """Raised instead of exec'ing: ``numabind run`` in-process must never replace the test process."""
+
+
+@pytest.fixture
+def no_exec(monkeypatch):
+    def refuse(path, argv):
+        raise Executed(list(argv))
+
+    monkeypatch.setattr(os, "execv", refuse)
+    monkeypatch.setattr(os, "execvp", refuse)
+
+
+def run_in_process(capsys, *argv: str) -> tuple[object, str]:
+    """``numabind ARGV`` through cli.main: (exit status, or the argv it would have exec'd; stderr)."""
+    try:
+        rc: object = main(list(argv))
+    except SystemExit as e:  # argparse's own usage errors
+        rc = e.code
+    except Executed as e:
+        rc = e.args[0]
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("opts,named", CONFLICTS, ids=[" ".join(o) for o, _ in CONFLICTS])
+def test_run_conflicting_or_unused_options_are_a_usage_error(opts, named, capsys, no_exec):
+    """Issue 15, item 7: nothing is silently ignored; exit 2 naming the options, the command never runs."""
+    rc, err = run_in_process(capsys, "run", *opts, "--", "true")
+    assert rc == 2, (rc, err)
+    for name in named:
+        assert name in err, (name, err)
+
+
+def test_plan_of_a_gpu_that_cannot_be_placed_exits_1_in_text_and_json(capsys, gpu_machine, tmp_path):
+    """Issue 15, item 10: `plan --gpu 99` had exit 0 in text mode but 1 with --json."""
+    for extra in ([], ["--json"]):
+        rc, out, _ = run_main(capsys, "--root", gpu_machine, "plan", "--gpu", "99", *extra)
+        assert rc == 1, extra
+        assert "GPU 99 is not visible" in out
+    no_gpus = tmp_path / "no-gpus"
+    two_sockets(no_gpus, cpus_per_socket=4, smt=False)
+    for extra in ([], ["--json"]):  # a machine without GPUs: --gpu is not silently replaced by node plans
+        rc, out, _ = run_main(capsys, "--root", str(no_gpus), "plan", "--gpu", "0", *extra)
+        assert rc == 1 and "GPU 0 is not visible" in out, (extra, out)
+    rc, _, _ = run_main(capsys, "--root", gpu_machine, "plan", "--gpu", "1")
+    assert rc == 0
+
+
+@pytest.mark.parametrize("args", [["topology", "--json"], ["plan", "--json"], ["hardware"]])
+def test_a_closed_pipe_ends_quietly(args, gpu_machine):
+    """Issue 15, item 10: `numabind ... --json | head` ended in a BrokenPipeError traceback."""
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before numabind writes a byte
+    try:
+        cp = subprocess.run([sys.executable, "-m", "numabind", "--root", gpu_machine, *args], stdout=w,
+                            stderr=subprocess.PIPE, text=True, env=child_env(), timeout=60, cwd=ROOT)
+    finally:
+        os.close(w)
+    assert cp.stderr == "", cp.stderr
+    assert cp.returncode == 128 + 13  # as a process ended by SIGPIPE

@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 
 from .backends import backend_info, get_backend
@@ -66,11 +67,11 @@ def _plan_rows(topo, mode: str, policy: str, gpus=None):
     return plan_table(topo, mode=mode, policy=policy, gpus=gpus)
 
 
-def _plans_text(topo, mode: str = "node", policy: str = "bind", gpus=None) -> str:
-    if topo.gpus:
+def _plans_text(topo, mode: str = "node", policy: str = "bind", gpus=None, plan_rows=None) -> str:
+    if topo.gpus or gpus is not None:
         rows = [["gpu", "node", "plan", "numactl equivalent"]]
         notes = []
-        for r in _plan_rows(topo, mode, policy, gpus):
+        for r in plan_rows if plan_rows is not None else _plan_rows(topo, mode, policy, gpus):
             if r.plan is None:
                 rows.append([str(r.gpu), "-", "cannot place: " + (r.error or ""), "-"])
                 continue
@@ -141,6 +142,9 @@ def cmd_hardware(args) -> int:
 def cmd_show(args) -> int:
     from .bind import current_binding
 
+    if args.root is not None and os.path.realpath(args.root) != "/":
+        raise NumabindError(f"numabind show reads this process's binding from the kernel; --root {args.root!r} "
+                            f"does not apply (drop it; `numabind --root R hardware` shows a replayed machine)")
     print(current_binding().describe())
     return 0
 
@@ -163,23 +167,74 @@ def cmd_plan(args) -> int:
 
     topo = discover(args.root)
     gpus = None if args.gpu is None else [args.gpu]
+    rows = _plan_rows(topo, args.mode, args.policy, gpus)
     if args.json:
-        rows = _plan_rows(topo, args.mode, args.policy, gpus)
         print(json.dumps([r.to_dict() for r in rows], indent=2, sort_keys=True))
-        return 0 if all(r.plan is not None for r in rows) else 1
-    print(_plans_text(topo, args.mode, args.policy, gpus))
-    return 0
+    else:
+        print(_plans_text(topo, args.mode, args.policy, gpus, plan_rows=rows))
+    return 0 if all(r.plan is not None for r in rows) else 1   # the same in text and JSON
+
+
+#: ``numabind run`` options that choose CPUs or memory explicitly (dest, flag).
+_EXPLICIT_RUN_OPTIONS = (("physcpubind", "--physcpubind"), ("cpunodebind", "--cpunodebind"),
+                         ("membind", "--membind"), ("preferred", "--preferred"),
+                         ("preferred_many", "--preferred-many"), ("interleave", "--interleave"),
+                         ("weighted_interleave", "--weighted-interleave"), ("weights", "--weights"),
+                         ("localalloc", "--localalloc"))
+#: Options that choose a GPU whose plan gives the CPUs and memory (dest, flag).
+_GPU_RUN_OPTIONS = (("gpu", "--gpu"), ("gpu_from_rank", "--gpu-from-rank"))
+#: Options that only shape a GPU plan (dest, flag).
+_GPU_PLAN_OPTIONS = (("mode", "--mode"), ("policy", "--policy"))
+
+
+def _given(args, dest: str) -> bool:
+    value = getattr(args, dest, None)
+    return value is not None and value is not False
+
+
+def check_run_options(args) -> None:
+    """Conflicting or unused ``numabind run`` options are a usage error naming them, never ignored."""
+    explicit = [flag for dest, flag in _EXPLICIT_RUN_OPTIONS if _given(args, dest)]
+    gpu = [flag for dest, flag in _GPU_RUN_OPTIONS if _given(args, dest)]
+    shaping = [flag for dest, flag in _GPU_PLAN_OPTIONS if _given(args, dest)]
+    if len(gpu) > 1:
+        raise NumabindError(f"numabind run: {' and '.join(gpu)} both choose the GPU; give one of them")
+    if gpu and explicit:
+        raise NumabindError(
+            f"numabind run: {gpu[0]} plans the CPUs and memory for the GPU, so it cannot be combined with "
+            f"{', '.join(explicit)}; drop {gpu[0]} to bind explicitly, or drop {', '.join(explicit)}")
+    if _given(args, "bind_replayed_root") and not _given(args, "gpu_from_rank"):
+        raise NumabindError("numabind run: --bind-replayed-root applies only with --gpu-from-rank")
+    if shaping and not gpu:
+        raise NumabindError(
+            f"numabind run: {' and '.join(shaping)} only {'shapes' if len(shaping) == 1 else 'shape'} the plan "
+            f"of --gpu N (or --gpu-from-rank); "
+            f"without a GPU give the binding explicitly (--membind, --preferred, --interleave, ...)")
+
+
+def _live_root(args) -> None:
+    """``run`` binds processes of this machine: refuse a discovery root that is a replayed one."""
+    explicit = getattr(args, "root", None)
+    root = explicit if explicit is not None else os.environ.get("NUMABIND_FSROOT") or None
+    if root is None or os.path.realpath(root) == "/":
+        return
+    source, fix = (("--root", "drop --root") if explicit is not None else
+                   ("NUMABIND_FSROOT", "unset NUMABIND_FSROOT"))
+    raise NumabindError(
+        f"numabind {args.cmd} binds processes of this machine, but {source}={root!r} is another discovery root "
+        f"(a replayed machine): its CPUs and nodes are not this machine's. To plan on it use "
+        f"`numabind plan --root {root}`; to {args.cmd} here, {fix}")
 
 
 def _run_plan(args) -> Plan:
     from .topology import discover
 
-    topo = discover()
+    topo = discover("/")
     if args.gpu is not None:
         from .strategies import plan_for_gpu
 
         policy = args.policy or "bind"
-        plan = plan_for_gpu(args.gpu, mode=args.mode, topology=topo, policy=policy)
+        plan = plan_for_gpu(args.gpu, mode=args.mode or "node", topology=topo, policy=policy)
         if args.migrate:
             plan = Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, migrate=True,
                         reason=plan.reason)
@@ -197,6 +252,8 @@ def _run_plan(args) -> Plan:
 
 
 def cmd_run(args) -> int:
+    _live_root(args)
+    check_run_options(args)
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -219,6 +276,17 @@ def cmd_run(args) -> int:
         raise NumabindError(f"numabind run: cannot execute {command[0]!r}: {e.strerror}") from None
 
 
+class _Once(argparse.Action):
+    """Store an option's value, refusing a second one (argparse would silently keep the last)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        old = getattr(namespace, self.dest, None)
+        if old is not None:
+            parser.error(f"{option_string} given twice (first {old!r}, then {values!r}; "
+                         f"{'/'.join(self.option_strings)} is one option): give it once")
+        setattr(namespace, self.dest, values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="numabind",
@@ -233,6 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--root", default=argparse.SUPPRESS, help="discovery root (default $NUMABIND_FSROOT or /)")
     t.add_argument("--json", action="store_true", help="print Topology.to_dict() as JSON")
     pl = sub.add_parser("plan", help="what each GPU's worker would be bound to")
+    pl.add_argument("--root", default=argparse.SUPPRESS,
+                    help="plan on this machine dump (default $NUMABIND_FSROOT or /)")
     g = pl.add_mutually_exclusive_group()
     g.add_argument("--gpu", type=int, help="one visible GPU index")
     g.add_argument("--all", action="store_true", help="every visible GPU (the default)")
@@ -241,19 +311,20 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true")
     r = sub.add_parser("run", help="run a command bound (a numactl replacement)",
                        usage="numabind run [binding options] -- command [args...]")
-    r.add_argument("-C", "--physcpubind", "--cpus", dest="physcpubind", metavar="CPUS")
-    r.add_argument("-N", "--cpunodebind", metavar="NODES")
-    r.add_argument("-m", "--membind", metavar="NODES")
-    r.add_argument("-p", "--preferred", metavar="NODE")
-    r.add_argument("--preferred-many", dest="preferred_many", metavar="NODES")
-    r.add_argument("-i", "--interleave", metavar="NODES")
+    r.add_argument("-C", "--physcpubind", "--cpus", dest="physcpubind", metavar="CPUS", action=_Once)
+    r.add_argument("-N", "--cpunodebind", metavar="NODES", action=_Once)
+    r.add_argument("-m", "--membind", metavar="NODES", action=_Once)
+    r.add_argument("-p", "--preferred", metavar="NODE", action=_Once)
+    r.add_argument("--preferred-many", dest="preferred_many", metavar="NODES", action=_Once)
+    r.add_argument("-i", "--interleave", metavar="NODES", action=_Once)
     r.add_argument("-l", "--localalloc", action="store_true")
-    r.add_argument("--gpu", type=int, help="bind for this visible GPU (see numabind plan)")
-    r.add_argument("--mode", choices=MODES, default="node")
-    r.add_argument("--policy", choices=POLICIES, default=None)
+    r.add_argument("--gpu", type=int, action=_Once, help="bind for this visible GPU (see numabind plan)")
+    r.add_argument("--mode", choices=MODES, default=None, action=_Once, help="placement mode of --gpu (default node)")
+    r.add_argument("--policy", choices=POLICIES, default=None, action=_Once,
+                   help="memory policy of --gpu (default bind)")
     r.add_argument("--migrate", action="store_true", help="also move pages already allocated (no effect at exec)")
     r.add_argument("--strict", action="store_true", default=None, help="fail instead of degrading")
-    r.add_argument("--backend", choices=("libnuma", "syscall", "numactl", "none"))
+    r.add_argument("--backend", choices=("libnuma", "syscall", "numactl", "none"), action=_Once)
     r.add_argument("command", nargs=argparse.REMAINDER)
     return p
 
@@ -265,7 +336,20 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {None: cmd_main, "hardware": cmd_hardware, "show": cmd_show, "topology": cmd_topology,
                 "plan": cmd_plan, "run": cmd_run}
     try:
-        return handlers[args.cmd](args) or 0
+        rc = handlers[args.cmd](args) or 0
+        sys.stdout.flush()   # a closed pipe shows here, not at interpreter exit
+        return rc
+    except BrokenPipeError:
+        # The reader went away (`numabind ... --json | head`): stop quietly, as other command-line tools
+        # do, with the status of a process ended by SIGPIPE; stdout is pointed at /dev/null so that the
+        # interpreter's final flush cannot raise again.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # stdout is not a file (captured in tests)
+            pass
+        return 128 + signal.SIGPIPE
     except NumabindError as e:
         print(f"numabind: error: {e}", file=sys.stderr)
         return 2
