@@ -17,6 +17,8 @@ import os
 
 import pytest
 
+from numabind.process import configure_subprocess
+
 from . import probe
 from .process_cases import SIZE, _child_touch, _scenario
 
@@ -128,3 +130,44 @@ def test_migrate_reports_pages_moved_and_left(vm_topology):
     # the interpreter allocates a few pages on node 0 between the count and migrate_pages(2)
     assert r["moved"] <= r["whole_before"].get(0, 0) + 64
     assert abs(r["left"] - left_measured) <= 64
+
+
+def _flags_across_spawn(word: int, nodes: list[int], node1_cpus: list[int]) -> dict:
+    """The launching thread on a flagged policy over two nodes spawns children inside configure_subprocess."""
+    import numabind
+    from tests import proc_targets
+
+    out: dict = {"set": probe.raw_set_mempolicy(word, set(nodes)), "before": proc_targets.mode_word()}
+    plan = numabind.Plan(cpus=frozenset(node1_cpus), mem_policy="bind", mem_nodes=frozenset({1}))
+    ctx = multiprocessing.get_context("spawn")
+    r, w = ctx.Pipe(duplex=False)
+    with configure_subprocess(plan, strict=True):
+        p = ctx.Process(target=proc_targets.report_state, args=(w,))
+        p.start()
+    out["child"] = r.recv() if r.poll(120) else None
+    p.join(60)
+    out["after_spawn"] = proc_targets.mode_word()
+    try:  # a strict failure (a CPU the guest lacks): the thread is put back the same way
+        with configure_subprocess(numabind.Plan(cpus=frozenset({max(node1_cpus) + 64})), strict=True):
+            ctx.Process(target=proc_targets.report_state, args=(w,)).start()
+        out["strict_error"] = None
+    except numabind.NumabindError as e:
+        out["strict_error"] = str(e)
+    out["after_strict"] = proc_targets.mode_word()
+    return out
+
+
+@pytest.mark.numa_vm(topology="2n")
+@pytest.mark.parametrize("word", [2 | 1 << 13, 2 | 1 << 15, 3 | 1 << 14],
+                         ids=["bind+balancing", "bind+static", "interleave+relative"])
+def test_spawn_puts_back_the_launching_threads_flags_and_mask(word, vm_topology):
+    """Issue 15, item 3 on two nodes: ``numactl -b -m 0,1`` and static/relative masks survive a spawn."""
+    r = probe.in_child(_flags_across_spawn, word, [0, 1], sorted(vm_topology.node_cpus(1)), timeout=240)
+    assert r["set"] == 0, f"the guest kernel refuses {word:#x}: {r['set']}"
+    assert r["before"] == [word, [0, 1]]
+    child = r["child"]
+    assert child["cpus"] == sorted(vm_topology.node_cpus(1)) and (child["policy"], child["nodes"]) == ("bind", [1])
+    assert r["after_spawn"] == [word, [0, 1]], f"{r['after_spawn'][0]:#x} after one spawn"
+    assert r["strict_error"] and "outside" in r["strict_error"]
+    assert r["after_strict"] == [word, [0, 1]]
+    print(f"item 3 (issue 15), {word:#x} over nodes 0,1: kept across a spawn and a strict failure")

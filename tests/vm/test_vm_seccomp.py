@@ -121,3 +121,51 @@ def test_strict_denied_set_mempolicy_ends_with_a_traceback(vm_topology):
     assert "set_mempolicy" in cli.stderr and "EPERM" in cli.stderr, cli.stderr
     print(f"item 7, strict uncaught: exit {proc.returncode}, {last}")
     print(f"item 7, numabind run --strict: exit {cli.returncode}, {cli.stderr.strip().splitlines()[-1]}")
+
+
+SYS_SCHED_SETAFFINITY = 203  # x86_64, like the filter's other numbers
+
+
+def _partial(cpus: list[int], deny: tuple[int, ...]) -> dict:
+    """strict="partial" with ``deny`` refused by seccomp (EPERM): raise only when nothing could be applied."""
+    probe.deny_mempolicy(syscalls=deny)
+    import numabind
+
+    before = sorted(os.sched_getaffinity(0))
+    plan = numabind.Plan(cpus=frozenset(cpus), mem_policy="bind", mem_nodes=frozenset({1}))
+    out: dict = {"before": before}
+    try:
+        report = numabind.bind_current(plan, strict="partial")
+        out.update(error=None, warnings=list(report.warnings), cpus=sorted(report.applied.cpus),
+                   policy=report.applied.mem_policy)
+    except numabind.BindError as e:
+        out["error"] = {"errno": e.errno, "syscall": e.syscall, "text": str(e)}
+    out["after"] = sorted(os.sched_getaffinity(0))
+    return out
+
+
+@pytest.mark.numa_vm(topology="2n")
+@pytest.mark.parametrize("backend", ["libnuma", "syscall"])
+def test_partial_binds_the_cpus_when_only_memory_is_denied(backend, vm_topology, monkeypatch):
+    """Issue 13/15: SGLang's rule — degrade step by step, raise only when nothing of the plan is in force."""
+    monkeypatch.setenv("NUMABIND_BACKEND", backend)
+    cpus = sorted(vm_topology.node_cpus(1))
+    r = probe.in_child(_partial, cpus, (probe.SYS_SET_MEMPOLICY, probe.SYS_MBIND))
+    assert r["error"] is None, r
+    assert r["cpus"] == r["after"] == cpus and r["policy"] == "default"
+    steps = [w for w in r["warnings"] if "EPERM" in w and "set_mempolicy" in w]
+    assert len(steps) == 2, r["warnings"]   # bind 1, then preferred 1
+    print(f"strict=partial, {backend}, set_mempolicy denied: CPUs {r['cpus']} bound, {len(steps)} refused steps")
+
+
+@pytest.mark.numa_vm(topology="2n")
+@pytest.mark.parametrize("backend", ["libnuma", "syscall"])
+def test_partial_raises_when_cpus_and_memory_are_denied(backend, vm_topology, monkeypatch):
+    monkeypatch.setenv("NUMABIND_BACKEND", backend)
+    cpus = sorted(vm_topology.node_cpus(1))
+    r = probe.in_child(_partial, cpus, (probe.SYS_SET_MEMPOLICY, SYS_SCHED_SETAFFINITY))
+    assert r["error"] is not None, r
+    assert r["error"]["errno"] == errno.EPERM and "nothing of the plan" in r["error"]["text"]
+    assert "set_mempolicy" in r["error"]["text"] and "sched_setaffinity" in r["error"]["text"]
+    assert r["after"] == r["before"]
+    print(f"strict=partial, {backend}, set_mempolicy and sched_setaffinity denied: {r['error']['text']}")
