@@ -1,7 +1,8 @@
 """Build configuration that pyproject.toml cannot express: the cffi module, its abi3 tag, and a loud C build.
 
-pip shows a build's output only when the build fails (or with ``pip install -v``), so a warning printed by
-a build that goes on is never seen. A C core that cannot be compiled therefore stops the install with a short
+pip shows a build's output only when the build fails (or with ``pip install -v``): a warning printed by a
+build that goes on is not seen (pip 26.3 and newer show a build's Python warnings, but only when installing a
+local directory, not an sdist). A C core that cannot be compiled therefore stops the install with a short
 message saying what to install; ``NUMABIND_ALLOW_NO_NATIVE=1`` installs without it on purpose, and then
 ``numabind`` and ``numabind.backend_info()`` say in one line that it is missing and how to get it.
 """
@@ -78,7 +79,7 @@ class LoudBuildExt(build_ext):
         except Exception as exc:  # CompileError, LinkError, a missing compiler (OSError), ...
             if not self._allow:
                 raise SetupError(failure_message(ext.name, exc)) from exc
-            # A UserWarning from a build hook is shown by recent pip without -v (older pip: with -v only);
+            # A UserWarning from a build hook: pip >= 26.3 shows it for `pip install DIR` (else only with -v);
             # the opt-out was explicit, and numabind says at run time that the core is missing.
             warnings.warn(f"{ALLOW_NO_NATIVE} is set: numabind is installed without its native core "
                           f"{ext.name} ({_short_cause(exc)}); libnuma and syscall backends unavailable",

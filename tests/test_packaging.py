@@ -430,7 +430,11 @@ def test_without_a_compiler_the_install_fails_loudly_unless_opted_out(dists: dic
 
     opted = venv.pip("install", "--no-cache-dir", source, CC="/bin/false", NUMABIND_ALLOW_NO_NATIVE="1")
     warned = [line for line in _pip_lines(opted.stdout + opted.stderr) if "warning" in line.lower()]
-    assert len(warned) == 1 and "NUMABIND_ALLOW_NO_NATIVE is set" in warned[0], warned
+    pip_version = venv.pip("--version").stdout.split()[1]
+    if tuple(int(x) for x in re.findall(r"\d+", pip_version)[:2]) >= (26, 3):  # it shows a local build's warnings
+        assert len(warned) == 1 and "NUMABIND_ALLOW_NO_NATIVE is set" in warned[0], warned
+    else:
+        assert warned == [], warned
     rc, found, err = venv.inspect(cwd=tmp_path)
     assert rc == 0 and found["native_file"] is None, (found, err)
     assert found["native"] == ("native core numabind._native is not available (not installed): "
