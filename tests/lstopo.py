@@ -59,15 +59,17 @@ class HwlocView:
     xml: str = ""
 
 
-def lstopo_view(root: str | os.PathLike, timeout: float = 120) -> HwlocView:
-    """Run lstopo on ``root`` (a directory holding sys/ and proc/) and parse its XML."""
+def lstopo_view(root: str | os.PathLike | None, timeout: float = 120) -> HwlocView:
+    """Run lstopo on ``root`` (a directory holding sys/ and proc/; None: this machine)
+    and parse its XML."""
     if LSTOPO is None:
         raise RuntimeError("lstopo-no-graphics is not installed (Debian package hwloc-nox)")
     env = dict(os.environ, HWLOC_USE_NUMA_DISTANCES="1", HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES="1",
                LC_ALL="C")
     for var in ("HWLOC_FSROOT", "HWLOC_XMLFILE", "HWLOC_SYNTHETIC", "HWLOC_COMPONENTS"):
         env.pop(var, None)
-    proc = subprocess.run([LSTOPO, "--input", os.fspath(root), "--disallowed", "--of", "xml", "-"],
+    where = [] if root is None else ["--input", os.fspath(root)]
+    proc = subprocess.run([LSTOPO, *where, "--disallowed", "--of", "xml", "-"],
                           capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0 or "<topology" not in proc.stdout:
         raise RuntimeError(f"lstopo failed on {root} (exit {proc.returncode}): {proc.stderr[-2000:]}")

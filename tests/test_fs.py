@@ -143,20 +143,24 @@ def test_live_root():
 def test_unpacked_dump_with_one_top_directory(tmp_path):
     two_sockets(tmp_path / "outer" / "mybox", 8)
     assert resolve_root(tmp_path / "outer") == str(tmp_path / "outer" / "mybox")
-    assert discover(tmp_path / "outer") == discover(tmp_path / "outer" / "mybox")
+    outer, inner = discover(tmp_path / "outer"), discover(tmp_path / "outer" / "mybox")
+    assert outer.root == str(tmp_path / "outer")
+    assert (outer.nodes, outer.cpus, outer.caches) == (inner.nodes, inner.cpus, inner.caches)
 
 
 def test_tarball_root_is_discovered_like_its_directory(tmp_path, monkeypatch):
     two_sockets(tmp_path / "tree", 8)
     tarball = tar_of(tmp_path / "tree", tmp_path / "box.tar.bz2", top="box")
     a, b = discover(tmp_path / "tree"), discover(tarball)
-    assert b.root != a.root and b.root.endswith("/box")
+    assert b.root == str(tarball)                        # what was asked for, shown to users
     assert (b.nodes, b.cpus, b.caches, b.allowed_cpus) == (a.nodes, a.cpus, a.caches, a.allowed_cpus)
-    assert resolve_root(tarball) == b.root              # unpacked once per file
+    unpacked = resolve_root(tarball)
+    assert unpacked.endswith("/box") and resolve_root(tarball) == unpacked   # unpacked once
+    assert discover(b.root) == b                         # the root can be discovered again
     monkeypatch.setenv("NUMABIND_FSROOT", str(tarball))
     assert discover().nodes == a.nodes
     assert FsReader(tarball).origin == str(tarball)
-    mode = os.stat(os.path.dirname(b.root)).st_mode & 0o777
+    mode = os.stat(os.path.dirname(unpacked)).st_mode & 0o777
     assert mode == 0o700                                 # private
 
 
@@ -243,3 +247,15 @@ def test_unpacked_dump_is_removed_at_exit_but_not_by_a_forked_child(tmp_path):
     root, alive = out.stdout.split()
     assert alive == "True"               # the child's exit left the parent's copy alone
     assert not os.path.exists(root)      # the parent's exit removed it
+
+
+@pytest.mark.kernel
+def test_live_seq_files_are_read_to_their_end():
+    """procfs seq_file reads stop at a record that does not fit the kernel's buffer, short of
+    the end: a read of a procfs file larger than a page must not stop at the first one."""
+    with open("/proc/kallsyms", "rb") as f:
+        expected = f.read(300_000)
+    if len(expected) < 20_000:
+        pytest.skip("/proc/kallsyms is too short on this kernel to span several reads")
+    got = FsReader("/").read("proc/kallsyms", limit=300_000)
+    assert got.encode() == expected

@@ -68,7 +68,7 @@ def ascii_int(text: str, *, signed: bool = False, max_digits: int = 20) -> int |
 # -- roots and dumps -------------------------------------------------------------
 
 _lock = threading.Lock()
-_unpacked: dict[tuple, str] = {}       # (realpath, size, mtime_ns) -> unpacked root
+_unpacked: dict[tuple[str, int, int], str] = {}       # (realpath, size, mtime_ns) -> unpacked root
 _cleanup: list[str] = []
 _owner_pid = os.getpid()
 
@@ -224,7 +224,7 @@ def _extract(tarball: str, dest: str) -> None:
                   "devices or FIFOs)", skipped, tarball)
 
 
-def _resolve(root: str | os.PathLike | None) -> tuple[str, str]:
+def _resolve(root: str | os.PathLike[str] | None) -> tuple[str, str]:
     """(root directory to read, what the user gave: shown in messages)."""
     from_env = root is None
     if root is None:
@@ -249,7 +249,7 @@ def _resolve(root: str | os.PathLike | None) -> tuple[str, str]:
         f"(a dump of a machine), an hwloc-gather-topology .tar.bz2, or / for this machine")
 
 
-def resolve_root(root: str | os.PathLike | None = None) -> str:
+def resolve_root(root: str | os.PathLike[str] | None = None) -> str:
     """The discovery root: the argument, else ``$NUMABIND_FSROOT``, else ``/``.
 
     A directory is used as it is (or its only subdirectory, for an unpacked
@@ -269,14 +269,15 @@ class FsReader:
     directory actually read.
     """
 
-    __slots__ = ("root", "is_live", "origin")
+    __slots__ = ("root", "is_live", "origin", "_prefix")
 
-    def __init__(self, root: str | os.PathLike | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root, self.origin = _resolve(root)
         self.is_live = self.root == "/"
+        self._prefix = self.root.rstrip("/") + "/"
 
     def path(self, rel: str) -> str:
-        return os.path.join(self.root, rel.lstrip("/"))
+        return self._prefix + rel.lstrip("/")
 
     def read(self, rel: str, limit: int | None = None) -> str | None:
         """The file's text up to its first NUL byte, or None when it cannot be opened.
@@ -293,7 +294,8 @@ class FsReader:
         except (OSError, ValueError):
             return None
         try:
-            mode = os.fstat(fd).st_mode
+            st = os.fstat(fd)
+            mode = st.st_mode
             if not stat.S_ISREG(mode):
                 kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
                 raise NumabindError(
@@ -309,9 +311,10 @@ class FsReader:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
-                # sysfs and seq_file reads return everything that fits at once: a short
-                # read that does not end on a page boundary is the end of the file.
-                if len(chunk) < want and len(chunk) % 4096:
+                # A short read is the end of a file on disk and of a sysfs attribute (both
+                # have a size); procfs and cgroup files (size 0, seq_file) can return less
+                # than asked before their end, so they are read until read() returns nothing.
+                if len(chunk) < want and st.st_size > 0:
                     break
         except OSError:
             return None

@@ -243,9 +243,11 @@ def _jsonable(value: Any) -> Any:
 def _gpu_to_dict(gpu: Any) -> dict[str, Any]:
     to_dict = getattr(gpu, "to_dict", None)
     if callable(to_dict):
-        return to_dict()
+        out: dict[str, Any] = to_dict()
+        return out
     raw = {f.name: getattr(gpu, f.name) for f in dataclasses.fields(gpu)}
-    return _jsonable(raw)
+    jsonable: dict[str, Any] = _jsonable(raw)
+    return jsonable
 
 
 # -- parsing helpers (every error names the file) -----------------------------
@@ -386,7 +388,7 @@ def _discover_cpus(reader: FsReader) -> tuple[frozenset[int], frozenset[int]]:
 
 
 def _read_distances(reader: FsReader, rel: str, orders: Iterable[tuple[str, list[int]]],
-                    keep: Iterable[int]) -> FrozenMap:
+                    keep: Iterable[int]) -> FrozenMap[int, int]:
     text = reader.read(rel)
     if text is None or not text.strip():
         return FrozenMap()
@@ -397,7 +399,7 @@ def _read_distances(reader: FsReader, rel: str, orders: Iterable[tuple[str, list
     for name, order in orders:
         if len(row) == len(order):
             wanted = set(keep)
-            return FrozenMap({n: d for n, d in zip(order, row) if n in wanted})
+            return FrozenMap({n: d for n, d in zip(order, row) if n in wanted and d is not None})
         tried.append(f"{len(order)} {name} ({format_cpulist(order)})")
     raise _malformed(reader, rel, text,
                      f"{len(row)} distances, but there are " + ", ".join(dict.fromkeys(tried)))
@@ -434,21 +436,22 @@ def _discover_nodes(
         claimed = frozenset().union(*(v for v in cpus_of.values() if v is not None))
         by_link: dict[int, set[int]] = {}
         for cpu in sorted(online_cpus - claimed):
-            nodes = reader.numbered(f"{_CPU_DIR}/cpu{cpu}", "node")
-            if len(nodes) == 1:
-                by_link.setdefault(nodes[0], set()).add(cpu)
+            linked = reader.numbered(f"{_CPU_DIR}/cpu{cpu}", "node")
+            if len(linked) == 1:
+                by_link.setdefault(linked[0], set()).add(cpu)
         for nid, value in cpus_of.items():
             if value is None:
                 cpus_of[nid] = frozenset(by_link.get(nid, ()))
         log.debug("node CPUs from cpuN/nodeM links: %s",
                   {n: format_cpulist(c) for n, c in sorted(by_link.items())})
 
-    ids = []
+    ids: list[int] = []
+    final: dict[int, frozenset[int]] = {}
     for nid in dirs:
         mine = cpus_of[nid] or frozenset()
         if online_cpus:
             mine = mine & online_cpus
-        cpus_of[nid] = mine
+        final[nid] = mine
         if nid in online:
             ids.append(nid)
         elif mine:
@@ -470,7 +473,7 @@ def _discover_nodes(
         meminfo = reader.read(f"{base}/meminfo")
         kb = 0 if meminfo is None else _parse_memtotal_kb(reader, f"{base}/meminfo", meminfo)
         distances = _read_distances(reader, f"{base}/distance", orders, ids)
-        nodes[nid] = Node(nid, cpus_of[nid], kb * 1024, distances)
+        nodes[nid] = Node(nid, final[nid], kb * 1024, distances)
     return nodes, online, possible
 
 
@@ -615,9 +618,11 @@ def _hierarchies(reader: FsReader, lines: list[tuple[str, str, str]]) -> list[_H
     return found
 
 
+_Found = tuple[str, "frozenset[int] | None", "frozenset[int] | None"]
+
+
 def _nearest(reader: FsReader, mount: str, path: str,
-             names: tuple[tuple[str, ...], tuple[str, ...]]) -> tuple[str, frozenset | None,
-                                                                  frozenset | None] | None:
+             names: tuple[tuple[str, ...], tuple[str, ...]]) -> _Found | None:
     """(cgroup path, cpus, mems) at ``path`` or its nearest ancestor that has the files."""
     current = path
     while True:
@@ -638,7 +643,9 @@ def _nearest(reader: FsReader, mount: str, path: str,
         current = posixpath.dirname(current)
 
 
-def _cpusets(reader: FsReader) -> list[tuple[str, str, frozenset | None, frozenset | None]]:
+def _cpusets(
+    reader: FsReader,
+) -> list[tuple[str, str, frozenset[int] | None, frozenset[int] | None]]:
     """(kind, path, cpus, mems) of the process's cpuset in each kind of hierarchy
     found (cgroup v2, cgroup v1, legacy cpuset filesystem), the first mount of
     each kind that holds it."""
@@ -653,6 +660,7 @@ def _cpusets(reader: FsReader) -> list[tuple[str, str, frozenset | None, frozens
     for h in _hierarchies(reader, lines):
         if h.kind in done:
             continue
+        names: tuple[tuple[str, ...], tuple[str, ...]]
         if h.kind == "cgroup2":
             raw = v2_path
             names = (("cpuset.cpus.effective",), ("cpuset.mems.effective",))
@@ -735,7 +743,7 @@ def _model_name(reader: FsReader) -> str | None:
 # -- entry points --------------------------------------------------------------
 
 
-def discover(root: str | os.PathLike | None = None) -> Topology:
+def discover(root: str | os.PathLike[str] | None = None) -> Topology:
     """Discover the machine under ``root`` (else ``$NUMABIND_FSROOT``, else ``/``).
 
     ``root`` may be a directory holding ``sys/`` and ``proc/`` or an
@@ -773,7 +781,7 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
     frozen_nodes = FrozenMap(nodes)
     gpus = tuple(discover_gpus(reader, frozen_nodes, env=env))
     topo = Topology(
-        root=reader.root,
+        root=reader.origin,           # what was asked for: a directory or a dump tarball
         nodes=frozen_nodes,
         cpus=FrozenMap(cpus),
         online_cpus=online_cpus,
