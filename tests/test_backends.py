@@ -606,3 +606,24 @@ def test_backend_failures_are_logged_at_debug(caplog, fresh_backends, monkeypatc
     assert info["available"]["numactl"] is False
     assert any("backend numactl unavailable" in r.getMessage() for r in caplog.records
                if r.levelno == logging.DEBUG)
+
+
+@kernel
+def test_node_pages_reads_all_of_numa_maps():
+    """numa_maps is a seq file: each read(2) returns one batch, short of a page; the count covers every line."""
+    from numabind.backends.base import node_pages
+
+    big = [bytearray(1 << 16) for _ in range(300)]   # many mappings: numa_maps far larger than one read
+    for b in big:
+        b[0] = 1
+    with open("/proc/self/numa_maps") as f:
+        text = f.read()
+    assert len(text) > 8192
+    counts = node_pages()
+    assert counts is not None
+    independent = sum(int(n) for line in text.splitlines() for n in
+                      (w.split("=", 1)[1] for w in line.split() if w[:1] == "N" and "=" in w and w[1:2].isdigit()))
+    assert abs(sum(counts.total.values()) - independent) < 256, (sum(counts.total.values()), independent)
+    for bad in ("../self", "1/../../self", -1, True, "1 "):
+        assert node_pages(bad) is None
+    del big

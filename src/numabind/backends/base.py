@@ -245,9 +245,44 @@ _MAPMAX_RE = re.compile(r"\bmapmax=(\d+)")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+#: Largest numa_maps read (a process with hundreds of thousands of mappings); beyond it pages are not counted.
+_NUMA_MAPS_MAX = 64 << 20
+
+
+def _read_seq_file(path: str, cap: int) -> str | None:
+    """A procfs seq file read to its end, or None (unreadable, or larger than ``cap`` bytes).
+
+    A seq file such as ``numa_maps`` returns one batch of records per read(2), usually short of a page
+    and of the buffer, so a short read is not the end of the file: only an empty read is.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > cap:
+                return None
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("ascii", errors="replace")
+
+
 def node_pages(pid: int | str = "self") -> NodePages | None:
     """Count a process's pages per node; None when numa_maps cannot be read (no NUMA, no permission)."""
-    text = _LIVE.read(f"proc/{pid}/numa_maps")
+    if not (pid == "self" or (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0)
+            or (isinstance(pid, str) and pid.isascii() and pid.isdigit())):
+        return None
+    text = _read_seq_file(f"/proc/{pid}/numa_maps", _NUMA_MAPS_MAX)
     if text is None:
         return None
     total: dict[int, int] = {}
