@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,45 @@ def test_discover_matches_numactl_lstopo_and_qemu(name, vm_topology):
     print(f"{name}: nodes {ids}, memory-only {memory_only}, MiB "
           f"{[topo.nodes[i].memory_bytes >> 20 for i in ids]}, distances {[numactl['distances'][i] for i in ids]}; "
           f"discover() == numactl --hardware == lstopo == QEMU")
+
+
+@pytest.mark.parametrize("name", TOPOLOGY_PARAMS)
+def test_discover_agrees_with_lstopo_everywhere(name, vm_topology):
+    """Issue 9: the whole comparison of tests/lstopo.py (caches, cores, packages, memory,
+    distances, allowed sets) on the live multi-node kernel. On the live root numabind's
+    allowed CPUs are the process's affinity; in the guest it is not narrowed, like hwloc's."""
+    import numabind
+
+    from tests.lstopo import differences, lstopo_view
+
+    topo = numabind.discover()
+    diffs = differences(topo, lstopo_view(None))
+    assert diffs == [], "\n".join(diffs)
+    print(f"{name}: discover() == lstopo on {len(topo.cpus)} CPUs, {len(topo.caches)} caches, "
+          f"{len(topo.nodes)} nodes")
+
+
+@pytest.mark.numa_vm(topology="asym")
+def test_offline_cpus_on_a_real_kernel(vm_topology):
+    """Issue 9, items 3 and 6: CPUs taken offline leave their node the online ones (node 2,
+    whose only CPU goes, keeps its memory), and discovery still agrees with lstopo."""
+    import numabind
+
+    from tests.lstopo import differences, lstopo_view
+
+    gone = [1, 3]
+    files = [Path(f"/sys/devices/system/cpu/cpu{c}/online") for c in gone]
+    try:
+        for f in files:
+            f.write_text("0")
+        topo = numabind.discover()
+        assert topo.online_cpus == {0, 2}
+        assert {n: set(node.cpus) for n, node in topo.nodes.items()} == {0: {0}, 1: {2}, 2: set()}
+        assert topo.nodes[2].memory_bytes > 0 and topo.allowed_nodes == {0, 1, 2}
+        diffs = differences(topo, lstopo_view(None))
+        assert diffs == [], "\n".join(diffs)
+    finally:
+        for f in files:
+            f.write_text("1")
+    assert numabind.discover().online_cpus == {0, 1, 2, 3}
+    print("asym: CPUs 1 and 3 offline -> nodes {0: 0, 1: 2, 2: memory only}; discover() == lstopo")
