@@ -9,6 +9,8 @@ import shutil
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from numabind._fs import FsReader
 from numabind._util import FrozenMap
@@ -445,3 +447,39 @@ def test_fifo_in_the_driver_procfs_is_an_error_not_a_hang(tmp_path):
     os.mkfifo(info)
     with pytest.raises(NumabindError, match="a FIFO"):
         gpus(tmp_path)
+
+
+# ------------------------------------------- random visibility values (hypothesis)
+VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+        "ZE_AFFINITY_MASK", "ZE_ENABLE_PCI_ID_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "NUMABIND_GPU_VENDOR")
+_ENTRY = st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
+    st.from_regex(r"[0-9]{1,12}(\.[0-9]{1,3})?", fullmatch=True),
+    st.sampled_from(["²", "٣", "３", "5" * 5000, "-1", "all", "none", "void", "GPU-0000000", f"MIG-{nv_uuid(2)}/1/0",
+                     "4:0", "nvidia.com/gpu=3", "/var/run/nvidia-container-devices", "/../../etc", nv_uuid(5)]),
+)
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory):
+    out = {}
+    for vendor in ("nvidia", "amd", "intel"):
+        root = tmp_path_factory.mktemp(vendor)
+        eight_gpu_box(root, vendor)
+        container(root, vendor, [1, 4, 6], style="privileged" if vendor == "nvidia" else "legacy")
+        out[vendor] = root
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(vendor=st.sampled_from(["nvidia", "amd", "intel"]),
+       env=st.dictionaries(st.sampled_from(VARS), st.lists(_ENTRY, max_size=4).map(",".join), max_size=4))
+def test_random_visibility_values_select_or_warn_never_crash(roots, vendor, env):
+    logging.getLogger("numabind.devices").setLevel(logging.CRITICAL)   # the warnings are the point elsewhere
+    try:
+        found = gpus(roots[vendor], env)
+    finally:
+        logging.getLogger("numabind.devices").setLevel(logging.NOTSET)
+    assert [g.index for g in found] == list(range(len(found)))
+    assert all(g.pci_address in BOX_ADDRS and g.identity in ("certain", "uncertain") for g in found)
+    assert len({(g.pci_address, g.mig_uuid) for g in found}) == len(found)     # no device twice

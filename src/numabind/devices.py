@@ -54,11 +54,13 @@ NVIDIA GPU is present, else AMD, else Intel; ``vendor=`` or
    * Intel. Level Zero opens the GPUs' render nodes ``/dev/dri/renderD<N>``
      (``sys/bus/pci/devices/<pci>/drm/renderD<N>`` names each GPU's); an
      inaccessible or missing node hides the GPU. With
-     ``ZE_ENABLE_PCI_ID_DEVICE_ORDER=1`` the driver reports devices in PCI bus
-     order; without it numabind numbers discrete cards in PCI order and the
-     integrated GPU (PCI bus 0) last, as the Level Zero loader puts discrete
-     GPU solutions first; when both kinds are visible that order is the
-     driver's choice, so their identity is uncertain.
+     ``ZE_ENABLE_PCI_ID_DEVICE_ORDER=1`` (read as an integer, as the driver
+     reads it) the driver reports devices in PCI bus order. Without it the
+     order is the driver's: older compute-runtime releases keep their
+     discovery order, newer ones sort by PCI bus id anyway, and the Level Zero
+     loader documents that discrete GPU solutions come first. numabind then
+     numbers discrete cards in PCI order and the integrated GPU (PCI bus 0)
+     last, and when both kinds are visible their identity is uncertain.
 
    *Accessible* means: on the live root, a character device that
    ``os.access(path, R_OK | W_OK)`` allows (a device cgroup that denies a node
