@@ -28,6 +28,7 @@ from .process import (
     worker_slot,
 )
 from .auto import auto_plan_available
+from .rank import local_rank, plan_for_rank
 from .strategies import MODES, PlanRow, plan_for_gpu, plan_for_gpus, plan_table
 from .topology import Cache, Cpu, Node, Topology, discover
 
@@ -60,9 +61,11 @@ __all__ = [
     "current_binding",
     "discover",
     "format_cpulist",
+    "local_rank",
     "parse_cpulist",
     "plan_for_gpu",
     "plan_for_gpus",
+    "plan_for_rank",
     "plan_table",
     "pool_plans",
     "popen_kwargs",

@@ -165,6 +165,8 @@ def cmd_topology(args) -> int:
 def cmd_plan(args) -> int:
     from .topology import discover
 
+    if getattr(args, "gpu_from_rank", False):
+        return _cmd_plan_rank(args)
     topo = discover(args.root)
     gpus = None if args.gpu is None else [args.gpu]
     rows = _plan_rows(topo, args.mode, args.policy, gpus)
@@ -173,6 +175,37 @@ def cmd_plan(args) -> int:
     else:
         print(_plans_text(topo, args.mode, args.policy, gpus, plan_rows=rows))
     return 0 if all(r.plan is not None for r in rows) else 1   # the same in text and JSON
+
+
+def _place_rank(args, within=None):
+    """--gpu-from-rank: this process's local rank planned on the discovery root (numabind.rank)."""
+    from .rank import place_rank
+    from .topology import discover
+
+    return place_rank(args.mode or "node", args.policy or "bind", discover(args.root), within=within,
+                      strict=getattr(args, "strict", None), migrate=bool(getattr(args, "migrate", False)))
+
+
+def _cmd_plan_rank(args) -> int:
+    """``numabind plan --gpu-from-rank [--json]``: the rank's plan, not applied; exit 1 when it was not placed."""
+    placed = _place_rank(args)
+    if args.json:
+        print(json.dumps(placed.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(placed.describe())
+        print("numactl equivalent: " + (placed.plan.to_numactl_args() or "(none)"))
+        print("\n".join([f"  {why}" for why in placed.reasons] + [f"  warning: {w}" for w in placed.warnings]))
+    return 0 if placed.to_dict()["placed"] else 1
+
+
+def _rank_run_plan(args) -> Plan:
+    """``numabind run --gpu-from-rank``: never wider than the affinity the launcher gave this process."""
+    from .bind import current_binding
+
+    placed = _place_rank(args, within=current_binding(args.backend).cpus)
+    if args.verbose:
+        print(placed.describe(), file=sys.stderr)
+    return placed.plan
 
 
 #: ``numabind run`` options that choose CPUs or memory explicitly (dest, flag).
@@ -218,6 +251,8 @@ def _live_root(args) -> None:
     root = explicit if explicit is not None else os.environ.get("NUMABIND_FSROOT") or None
     if root is None or os.path.realpath(root) == "/":
         return
+    if getattr(args, "bind_replayed_root", False) and getattr(args, "gpu_from_rank", False):
+        return   # asked for: the replayed machine's CPU ids are this machine's (launcher tests)
     source, fix = (("--root", "drop --root") if explicit is not None else
                    ("NUMABIND_FSROOT", "unset NUMABIND_FSROOT"))
     raise NumabindError(
@@ -229,6 +264,8 @@ def _live_root(args) -> None:
 def _run_plan(args) -> Plan:
     from .topology import discover
 
+    if getattr(args, "gpu_from_rank", False):
+        return _rank_run_plan(args)
     topo = discover("/")
     if args.gpu is not None:
         from .strategies import plan_for_gpu
@@ -306,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = pl.add_mutually_exclusive_group()
     g.add_argument("--gpu", type=int, help="one visible GPU index")
     g.add_argument("--all", action="store_true", help="every visible GPU (the default)")
+    g.add_argument("--gpu-from-rank", action="store_true",
+                   help="the GPU of this process's local rank (LOCAL_RANK, SLURM_LOCALID, ...)")
     pl.add_argument("--mode", choices=MODES, default="node")
     pl.add_argument("--policy", choices=POLICIES, default="bind")
     pl.add_argument("--json", action="store_true")
@@ -319,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-i", "--interleave", metavar="NODES", action=_Once)
     r.add_argument("-l", "--localalloc", action="store_true")
     r.add_argument("--gpu", type=int, action=_Once, help="bind for this visible GPU (see numabind plan)")
+    r.add_argument("--gpu-from-rank", action="store_true",
+                   help="bind for the GPU of this process's local rank (LOCAL_RANK, SLURM_LOCALID, ...), "
+                        "within the CPUs the launcher gave it")
+    r.add_argument("--bind-replayed-root", action="store_true",
+                   help="with --gpu-from-rank: bind this process although the discovery root is a replayed "
+                        "machine whose CPU ids are this machine's (tests of launchers on fake GPU machines)")
     r.add_argument("--mode", choices=MODES, default=None, action=_Once, help="placement mode of --gpu (default node)")
     r.add_argument("--policy", choices=POLICIES, default=None, action=_Once,
                    help="memory policy of --gpu (default bind)")

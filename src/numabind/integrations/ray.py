@@ -1,0 +1,262 @@
+"""Ray: every worker bound to the NUMA node of the GPUs Ray assigned it (``pip install numabind[ray]``).
+
+Two ways, usable together::
+
+    import ray
+    from numabind.integrations import ray as numa_ray
+
+    # 1. every worker of the job, through the runtime environment
+    ray.init(runtime_env=numa_ray.runtime_env(mode="node", policy="bind"))
+    #    (the same as {"worker_process_setup_hook": "numabind.integrations.ray.setup_hook"})
+
+    # 2. one plan per actor class
+    @ray.remote(num_gpus=1)
+    @numa_ray.bind_actor(mode="exclusive")
+    class Trainer: ...
+
+Ray starts a worker process before it knows which task or actor the worker
+will run, and sets ``CUDA_VISIBLE_DEVICES`` to the assigned GPUs
+(``ray.get_gpu_ids()``) only when a task or an actor is scheduled on it. So
+:func:`setup_hook` (run once at worker start) wraps the function Ray calls at
+that moment, ``ray._private.utils.set_visible_accelerator_ids`` (Ray 2.x): after
+Ray sets the devices, the worker is bound to their node(s); a later task with
+other GPUs rebinds it, one with none puts back the binding the worker was born
+with. A Ray without that function gets a WARNING (and :func:`bind_actor`
+still binds actors). :func:`bind_actor` binds in the actor's ``__init__``, when
+its GPUs are known.
+
+Plans come from :func:`numabind.rank.plan_owned_gpus`: a worker owns the GPUs
+Ray gave it, so ``exclusive`` shares a node among the machine's GPUs on it;
+several GPUs get the union of their CPUs; a GPU with no NUMA node leaves the
+worker unbound with a WARNING (strict: an error); the plan never widens the
+CPUs the worker was started with. Ray is imported only when a function here
+runs, never by ``import numabind``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from .._env import strict_from_env
+from ..errors import NumabindError, PlanError
+from ..plan import Plan
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HOOK", "bind_actor", "last_report", "plan_for_worker", "runtime_env", "setup_hook"]
+
+#: The ``worker_process_setup_hook`` value that names :func:`setup_hook`.
+HOOK = "numabind.integrations.ray.setup_hook"
+#: Transport of :func:`runtime_env`'s choices to the workers.
+MODE_VAR = "_NUMABIND_RAY_MODE"
+POLICY_VAR = "_NUMABIND_RAY_POLICY"
+
+T = TypeVar("T", bound=type)
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise NumabindError("numabind.integrations.ray needs Ray: pip install 'numabind[ray]'") from None
+    return ray
+
+
+def _check(mode: str, policy: str | None) -> None:
+    from ..strategies import MODES, POLICIES
+
+    if mode not in MODES:
+        raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if policy not in POLICIES:
+        raise PlanError(f"policy {policy!r} is not one of bind, preferred, preferred-many, interleave (or None)")
+
+
+def runtime_env(mode: str = "node", policy: str | None = "bind", *, strict: bool | None = None,
+                env_vars: Mapping[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    """A Ray ``runtime_env`` whose workers bind themselves (see :func:`setup_hook`).
+
+    ``env_vars`` are passed on (e.g. ``NUMABIND_FSROOT``); ``strict`` sets
+    ``NUMABIND_STRICT`` in the workers; other keywords are more runtime_env
+    fields (``pip``, ``working_dir``, ...).
+    """
+    _check(mode, policy)
+    if "worker_process_setup_hook" in extra:
+        raise NumabindError("runtime_env() sets worker_process_setup_hook itself; do not pass one")
+    variables = dict(env_vars or {})
+    variables[MODE_VAR] = mode
+    variables[POLICY_VAR] = "none" if policy is None else policy
+    if strict is not None:
+        variables["NUMABIND_STRICT"] = "1" if strict else "0"
+    return {**extra, "worker_process_setup_hook": HOOK, "env_vars": variables}
+
+
+def plan_for_worker(mode: str = "node", policy: str | None = "bind", topology: Any = None, *,
+                    gpu_ids: Sequence[Any] | None = None, env: Mapping[str, str] | None = None,
+                    within: Any = None, strict: bool | None = None) -> Plan:
+    """The plan of this Ray worker for the GPUs Ray assigned it (``gpu_ids``, default ``ray.get_gpu_ids()``).
+
+    The GPUs are the visible ones (Ray has set ``CUDA_VISIBLE_DEVICES`` to
+    them); ``topology`` defaults to a discovery under ``$NUMABIND_FSROOT``
+    with ``env`` (default ``os.environ``). A worker with no GPU is a PlanError.
+    """
+    from ..rank import _discover, plan_owned_gpus
+
+    env = os.environ if env is None else env
+    strict = strict_from_env(env) if strict is None else bool(strict)
+    ids = [str(i) for i in (_ray().get_gpu_ids() if gpu_ids is None else gpu_ids)]
+    if not ids:
+        raise PlanError("this Ray worker was assigned no GPU (ray.get_gpu_ids() is empty); give the task or "
+                        "actor num_gpus, or bind it explicitly")
+    if topology is None:
+        topology = _discover(env)
+    visible = sorted(g.index for g in topology.gpus)
+    label = f"Ray worker {os.getpid()} with GPU ids {','.join(ids)}"
+    reasons = [f"{label}: visible GPUs {','.join(map(str, visible)) or 'none'}"]
+    if len(visible) != len(ids):
+        raise PlanError(f"{label}: Ray assigned {len(ids)} GPU(s) but {len(visible)} are visible "
+                        f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); cannot tell which is which")
+    warnings: list[str] = []
+    plan = plan_owned_gpus(topology, visible, label=label, mode=mode, policy=policy, own_devices=True, env=env,
+                           within=within, strict=strict, reasons=reasons, warnings=warnings)
+    for w in warnings:
+        log.warning("%s", w)
+    log.info("%s, mode %s: %s", label, mode, plan.describe())
+    return plan
+
+
+# ------------------------------------------------------------------ the worker hook
+class _WorkerBinder:
+    """Binds this worker whenever Ray changes its GPUs; remembers the binding it was born with."""
+
+    def __init__(self, mode: str, policy: str | None, strict: bool) -> None:
+        from ..bind import current_binding
+
+        self.mode = mode
+        self.policy = policy
+        self.strict = strict
+        birth = current_binding()
+        self.birth = birth.plan
+        self.birth_cpus = birth.cpus
+        self.bound: tuple[str, ...] | None = None
+        self.report: Any = None
+        self.lock = threading.Lock()
+
+    def update(self) -> None:
+        from ..bind import bind_current
+
+        ids = tuple(str(i) for i in _ray().get_gpu_ids())
+        with self.lock:
+            if ids == (self.bound or ()):
+                return
+            if not ids:
+                self.report = bind_current(self.birth, strict=False)
+                log.info("Ray worker %d: no GPU now; birth binding put back (%s)", os.getpid(),
+                         self.report.applied.describe())
+                self.bound = None
+                return
+            try:
+                plan = plan_for_worker(self.mode, self.policy, gpu_ids=ids, within=self.birth_cpus,
+                                       strict=self.strict)
+                self.report = bind_current(plan, strict=self.strict)
+            except NumabindError as exc:
+                if self.strict:
+                    raise
+                log.warning("Ray worker %d with GPU ids %s left unbound: %s", os.getpid(), ",".join(ids), exc)
+                self.report = None
+            self.bound = ids
+
+
+_binder: _WorkerBinder | None = None
+
+
+def _wrap_assignment(binder: _WorkerBinder) -> bool:
+    try:
+        from ray._private import utils as ray_utils
+    except ImportError:
+        return False
+    original = getattr(ray_utils, "set_visible_accelerator_ids", None)
+    if not callable(original):
+        return False
+    if getattr(original, "__numabind__", False):
+        return True
+
+    @functools.wraps(original)
+    def set_visible_accelerator_ids(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        binder.update()
+        return out
+
+    set_visible_accelerator_ids.__numabind__ = True  # type: ignore[attr-defined]
+    ray_utils.set_visible_accelerator_ids = set_visible_accelerator_ids
+    return True
+
+
+def setup_hook() -> None:
+    """Ray ``worker_process_setup_hook``: bind this worker to its GPUs' node each time Ray assigns them.
+
+    Mode and policy come from :func:`runtime_env` (default ``node`` and
+    ``bind``); ``NUMABIND_STRICT`` makes failures raise (the task fails).
+    """
+    global _binder
+    mode = os.environ.get(MODE_VAR) or "node"
+    policy_text = os.environ.get(POLICY_VAR) or "bind"
+    policy = None if policy_text == "none" else policy_text
+    _check(mode, policy)
+    if _binder is None:
+        _binder = _WorkerBinder(mode, policy, strict_from_env())
+    if not _wrap_assignment(_binder):
+        log.warning("this Ray (%s) has no ray._private.utils.set_visible_accelerator_ids to follow; workers are "
+                    "not bound by the setup hook (decorate actor classes with numabind.integrations.ray."
+                    "bind_actor instead)", getattr(_ray(), "__version__", "unknown version"))
+        return
+    _binder.update()
+
+
+def last_report() -> Any:
+    """The :class:`~numabind.BindReport` of this worker's latest binding by the hook (None before one)."""
+    return None if _binder is None else _binder.report
+
+
+# ------------------------------------------------------------------ actors
+def bind_actor(cls: T | None = None, *, mode: str = "node", policy: str | None = "bind",
+               strict: bool | None = None) -> Any:
+    """Class decorator: the actor binds itself to its GPUs' node(s) first thing in ``__init__``.
+
+    Put it under ``@ray.remote(num_gpus=...)``. The actor gains
+    ``numabind_report()``, the :class:`~numabind.BindReport` (None when it was
+    left unbound in lenient mode, with a WARNING).
+    """
+    _check(mode, policy)
+
+    def decorate(klass: T) -> T:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            from ..bind import bind_current, current_binding
+
+            lenient = not (strict_from_env() if strict is None else strict)
+            within = _binder.birth_cpus if _binder is not None else current_binding().cpus
+            try:
+                self._numabind_report = bind_current(
+                    plan_for_worker(mode, policy, within=within, strict=not lenient), strict=not lenient)
+            except NumabindError as exc:
+                if not lenient:
+                    raise
+                log.warning("actor %s left unbound: %s", klass.__name__, exc)
+                self._numabind_report = None
+            klass.__init__(self, *args, **kwargs)
+
+        def numabind_report(self: Any) -> Any:
+            return self._numabind_report
+
+        bound: Any = type(klass.__name__, (klass,), {
+            "__init__": __init__, "numabind_report": numabind_report, "__doc__": klass.__doc__,
+            "__module__": klass.__module__, "__qualname__": klass.__qualname__,
+        })
+        return bound  # type: ignore[no-any-return]
+
+    return decorate(cls) if cls is not None else decorate
+

@@ -1,0 +1,495 @@
+"""Local ranks: launcher variables, the rank's GPU, its plan, the CLI's --gpu-from-rank.
+
+Pure tests plan on fake machines from tests/fakesys.py and tests/fakegpu.py
+with an explicit environment; the kernel tests bind this process (or a
+child) on a fake machine built from this host's CPUs (tests/launchers.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import numabind
+from numabind import rank as rank_module
+from numabind._fs import FsReader
+from numabind.cli import main
+from numabind.errors import NumabindError, PlanError
+from numabind.rank import LAUNCHERS, local_rank, local_world_size, place_rank, plan_for_rank, rank_gpu
+from numabind.strategies import plan_for_gpu
+from numabind.topology import discover_from
+from tests.fakegpu import add_nvidia_gpu, nv_uuid
+from tests.fakesys import FakeMachine, snc
+from tests.launchers import host_gpu_machine, json_lines, numabind_command, report_command
+from tests.test_bind import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
+
+kernel = pytest.mark.kernel
+
+RANK_VARS = [lch.rank_var for lch in LAUNCHERS]
+SIZE_VARS = [v for lch in LAUNCHERS for v in lch.size_vars]
+LAUNCH_ENV = RANK_VARS + SIZE_VARS + ["SLURM_NODEID", "NUMABIND_LOCAL_RANK", "NUMABIND_LOCAL_WORLD_SIZE",
+                                      "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                                      "ZE_AFFINITY_MASK", "CUDA_DEVICE_ORDER", "NUMABIND_GPU_VENDOR"]
+
+
+@pytest.fixture(autouse=True)
+def clean_launch_env(monkeypatch):
+    """This process's own launcher variables (a CI job under Slurm) must not leak into the tests."""
+    for var in LAUNCH_ENV:
+        monkeypatch.delenv(var, raising=False)
+
+
+# ------------------------------------------------------------------ machines
+def eight_gpus(root, *, by_node=(0, 0, 1, 1, 2, 2, 3, 3)):
+    """SNC: 2 sockets x 2 nodes x 4 cores x 2 threads (node n: CPUs 4n-4n+3 and 16+4n-16+4n+3); 8 GPUs."""
+    m = snc(root, sockets=2, nodes_per_socket=2, cores_per_node=4, smt=True)
+    for i, node in enumerate(by_node):
+        add_nvidia_gpu(root, f"0000:{0x10 + i:02x}:00.0", numa_node=node, minor=i, uuid=nv_uuid(i))
+    return m
+
+
+def topo_of(root, env):
+    return discover_from(FsReader(str(root)), env=env)
+
+
+def env_of(**values) -> dict[str, str]:
+    return {k: str(v) for k, v in values.items()}
+
+
+def node_cpus(topo, node):
+    return topo.nodes[node].cpus
+
+
+def cores_of(topo, cpus):
+    """``cpus`` grouped by physical core, ordered by lowest CPU."""
+    groups = {frozenset(topo.cpus[c].siblings) & cpus for c in cpus}
+    return sorted(groups, key=min)
+
+
+# ------------------------------------------------------------------ local rank
+@pytest.mark.parametrize("var", RANK_VARS)
+def test_each_launchers_rank_variable(var):
+    assert local_rank({var: "3"}) == (3, var)
+
+
+def test_rank_variables_are_read_in_the_documented_order():
+    env = {var: str(i + 1) for i, var in enumerate(RANK_VARS)}
+    for i, var in enumerate(RANK_VARS):
+        assert local_rank(env) == (i + 1, var)
+        del env[var]
+
+
+def test_numabind_local_rank_overrides_the_launcher():
+    assert local_rank({"LOCAL_RANK": "1", "NUMABIND_LOCAL_RANK": "5"}) == (5, "NUMABIND_LOCAL_RANK")
+
+
+def test_no_rank_is_an_error_never_rank_0():
+    with pytest.raises(NumabindError) as exc:
+        local_rank({"RANK": "0", "WORLD_SIZE": "2"})   # global ranks are not local ranks
+    msg = str(exc.value)
+    for var in RANK_VARS + ["NUMABIND_LOCAL_RANK"]:
+        assert var in msg
+
+
+@pytest.mark.parametrize("value", ["", "-1", "+1", "1.0", " 1", "1 ", "0x1", "1e3", "\u0661", "\u00b2",
+                                   "1234567", "one"])
+def test_malformed_rank_is_an_error_naming_it(value):
+    with pytest.raises(NumabindError) as exc:
+        local_rank({"SLURM_LOCALID": value})
+    assert "SLURM_LOCALID" in str(exc.value)
+    assert "ASCII digits" in str(exc.value)
+
+
+def test_a_malformed_first_variable_is_not_skipped_for_a_later_one():
+    with pytest.raises(NumabindError, match="LOCAL_RANK"):
+        local_rank({"LOCAL_RANK": "x", "SLURM_LOCALID": "1"})
+
+
+# ------------------------------------------------------------------ local world size
+@pytest.mark.parametrize("rank_var,size_var", [(lch.rank_var, lch.size_vars[-1]) for lch in LAUNCHERS])
+def test_each_launchers_size_variable(rank_var, size_var):
+    assert local_world_size({rank_var: "0", size_var: "4"}) == (4, size_var)
+
+
+@pytest.mark.parametrize("value,node,expected", [
+    ("2(x3),1", 0, 2), ("2(x3),1", 2, 2), ("2(x3),1", 3, 1),
+    ("1,4(x2),2", 0, 1), ("1,4(x2),2", 2, 4), ("1,4(x2),2", 3, 2),
+    ("8", 5, 8), ("4(x2)", 1, 4),
+])
+def test_slurm_compressed_tasks_per_node(value, node, expected):
+    env = {"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": value, "SLURM_NODEID": str(node)}
+    size, source = local_world_size(env)
+    assert size == expected
+    assert "SLURM_STEP_TASKS_PER_NODE" in source
+
+
+def test_slurm_uniform_list_needs_no_node_id():
+    assert local_world_size({"SLURM_LOCALID": "0", "SLURM_TASKS_PER_NODE": "4(x16)"}) == (4, "SLURM_TASKS_PER_NODE")
+
+
+def test_slurm_step_layout_wins_over_the_jobs():
+    env = {"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "8",
+           "SLURM_NTASKS_PER_NODE": "8"}
+    assert local_world_size(env) == (2, "SLURM_STEP_TASKS_PER_NODE")
+
+
+def test_slurm_uneven_list_without_node_id_falls_to_ntasks_per_node_or_unknown():
+    env = {"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "2(x3),1"}
+    size, why = local_world_size(env)
+    assert size is None and "SLURM_NODEID" in why
+    env["SLURM_NTASKS_PER_NODE"] = "2"
+    assert local_world_size(env) == (2, "SLURM_NTASKS_PER_NODE")
+
+
+@pytest.mark.parametrize("value", ["2(x", "2(x)", "2(xa)", "a", "2(x3)1", "", "2,,1", "2(x3),-1"])
+def test_slurm_malformed_lists_are_errors(value):
+    with pytest.raises(NumabindError, match="SLURM_TASKS_PER_NODE"):
+        local_world_size({"SLURM_LOCALID": "0", "SLURM_TASKS_PER_NODE": value, "SLURM_NODEID": "0"})
+
+
+def test_slurm_node_id_past_the_list_is_an_error():
+    with pytest.raises(NumabindError, match="SLURM_NODEID=4"):
+        local_world_size({"SLURM_LOCALID": "0", "SLURM_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "4"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 64), st.integers(1, 5)), min_size=1, max_size=6), st.data())
+def test_slurm_list_entry_matches_its_expansion(entries, data):
+    text = ",".join(f"{t}(x{r})" if r > 1 else str(t) for t, r in entries)
+    expanded = [t for t, r in entries for _ in range(r)]
+    node = data.draw(st.integers(0, len(expanded) - 1))
+    size, _ = local_world_size({"SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": text,
+                                "SLURM_NODEID": str(node)})
+    assert size == expanded[node]
+
+
+def test_size_comes_from_the_launcher_that_gave_the_rank():
+    # torchrun started by srun with one task per node: torchrun's workers are 8 per node, not Slurm's 1
+    env = {"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8", "SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "1"}
+    assert local_world_size(env) == (8, "LOCAL_WORLD_SIZE")
+    del env["LOCAL_WORLD_SIZE"]
+    size, why = local_world_size(env)
+    assert size is None and "LOCAL_WORLD_SIZE" in why
+
+
+def test_size_override_and_zero():
+    assert local_world_size({"LOCAL_RANK": "0", "NUMABIND_LOCAL_WORLD_SIZE": "3"}) == (3, "NUMABIND_LOCAL_WORLD_SIZE")
+    with pytest.raises(NumabindError, match="0 ranks"):
+        local_world_size({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "0"})
+
+
+# ------------------------------------------------------------------ the rank's GPU and plan
+def test_node_mode_each_rank_gets_its_gpus_plan(tmp_path):
+    eight_gpus(tmp_path)
+    env = env_of(LOCAL_WORLD_SIZE=8)
+    topo = topo_of(tmp_path, env)
+    for r in range(8):
+        placed = place_rank(topology=topo, env={**env, "LOCAL_RANK": str(r)})
+        assert placed.gpu == r and placed.rank == r and placed.rank_source == "LOCAL_RANK"
+        assert placed.plan == plan_for_gpu(r, topology=topo)
+        assert placed.plan.cpus == node_cpus(topo, r // 2)
+        assert placed.plan.mem_nodes == {r // 2}
+        assert placed.warnings == ()
+        assert "local rank %d (LOCAL_RANK)" % r in placed.plan.reason
+        assert placed.to_dict()["local_world_size_source"] == "LOCAL_WORLD_SIZE"
+
+
+def test_rank_without_a_gpu_and_no_gpu_are_errors(tmp_path):
+    eight_gpus(tmp_path, by_node=(0, 1))
+    topo = topo_of(tmp_path, {})
+    with pytest.raises(PlanError, match=r"local rank 2 \(from LOCAL_RANK\) has no GPU: 2 GPUs are visible"):
+        place_rank(topology=topo, env={"LOCAL_RANK": "2"})
+    none = topo_of(tmp_path, {"CUDA_VISIBLE_DEVICES": ""})
+    with pytest.raises(PlanError, match="no GPU is visible"):
+        rank_gpu(none, 0, "LOCAL_RANK")
+
+
+def test_rank_not_below_the_local_world_size_is_an_error(tmp_path):
+    eight_gpus(tmp_path)
+    with pytest.raises(NumabindError, match="not below the local world size 2"):
+        place_rank(topology=topo_of(tmp_path, {}), env={"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"})
+
+
+def test_ranks_index_the_visible_gpus(tmp_path):
+    eight_gpus(tmp_path)
+    env = {"CUDA_VISIBLE_DEVICES": "6,7,0,1"}
+    topo = topo_of(tmp_path, env)
+    placed = place_rank(topology=topo, env={**env, "LOCAL_RANK": "1"})
+    assert placed.gpu == 1 and placed.numa_node == 3            # visible 1 is physical GPU 7
+    assert placed.plan.cpus == node_cpus(topo, 3)
+    assert "indexes the 4 visible GPUs" in placed.gpu_rule
+
+
+def test_one_visible_gpu_per_rank_is_that_gpu(tmp_path):
+    eight_gpus(tmp_path)
+    env = {"CUDA_VISIBLE_DEVICES": "5", "SLURM_LOCALID": "5", "SLURM_STEP_TASKS_PER_NODE": "8"}
+    topo = topo_of(tmp_path, env)
+    placed = place_rank(topology=topo, env=env)
+    assert placed.gpu == 0 and placed.numa_node == 2
+    assert placed.plan.cpus == node_cpus(topo, 2)
+    assert placed.gpu_rule == "the launcher gave this rank one visible GPU"
+    assert placed.rank_source == "SLURM_LOCALID"
+
+
+def test_exclusive_splits_the_node_between_the_ranks_that_share_it(tmp_path):
+    eight_gpus(tmp_path, by_node=(0, 0, 0, 0, 1, 1, 1, 1))
+    topo = topo_of(tmp_path, {})
+    cores = cores_of(topo, node_cpus(topo, 0))                  # 4 cores of 2 threads
+    two = [place_rank("exclusive", topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=2)).plan
+           for r in range(2)]
+    assert [p.cpus for p in two] == [cores[0] | cores[1], cores[2] | cores[3]]
+    # with no local world size the node is shared among its four visible GPUs, as plan_for_gpu does
+    unknown = place_rank("exclusive", topology=topo, env=env_of(LOCAL_RANK=1))
+    assert unknown.plan.cpus == cores[1] == plan_for_gpu(1, "exclusive", topo).cpus
+    assert "local world size is unknown" in unknown.plan.reason
+
+
+_MACHINES: dict = {}   # GPU layout -> topology, shared by the examples below
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(by_node=st.lists(st.integers(0, 3), min_size=1, max_size=8), data=st.data())
+def test_exclusive_ranks_never_share_a_cpu_and_cover_their_nodes(tmp_path_factory, by_node, data):
+    # exclusive needs a core per rank: at most 4 ranks on a node of 4 cores
+    by_node = [n for i, n in enumerate(by_node) if by_node[:i].count(n) < 4]
+    key = tuple(by_node)
+    if key not in _MACHINES:
+        root = tmp_path_factory.mktemp("excl")
+        eight_gpus(root, by_node=key)
+        _MACHINES[key] = topo_of(root, {})
+    topo = _MACHINES[key]
+    size = data.draw(st.integers(1, len(by_node)))
+    plans = [place_rank("exclusive", topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=size)).plan
+             for r in range(size)]
+    for r, p in enumerate(plans):
+        assert p.cpus <= node_cpus(topo, by_node[r])
+        for q in plans[r + 1:]:
+            assert not p.cpus & q.cpus
+    for node in set(by_node[:size]):
+        assert frozenset().union(*(p.cpus for r, p in enumerate(plans) if by_node[r] == node)) == \
+            node_cpus(topo, node)
+
+
+def test_exclusive_with_one_gpu_per_rank_shares_among_the_machines_gpus(tmp_path):
+    eight_gpus(tmp_path, by_node=(0, 0, 0, 0, 1, 1, 1, 1))
+    every = topo_of(tmp_path, {})
+    for physical in (2, 5):
+        env = {"CUDA_VISIBLE_DEVICES": str(physical), "SLURM_LOCALID": "0", "SLURM_STEP_TASKS_PER_NODE": "8"}
+        placed = place_rank("exclusive", topology=topo_of(tmp_path, env), env=env)
+        assert placed.plan.cpus == plan_for_gpu(physical, "exclusive", every).cpus
+        assert len(placed.plan.cpus) == 2                        # one core of the node's four
+        assert "this process has its own GPU(s)" in placed.plan.reason
+
+
+def test_exclusive_refuses_ranks_that_share_gpus(tmp_path):
+    eight_gpus(tmp_path, by_node=(0, 1))
+    env = {"CUDA_VISIBLE_DEVICES": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "3"}
+    topo = topo_of(tmp_path, env)
+    with pytest.raises(PlanError, match="3 local ranks .* share the machine's 2 GPUs"):
+        place_rank("exclusive", topology=topo, env=env)
+    assert place_rank("node", topology=topo, env=env).plan.cpus == node_cpus(topo, 0)
+
+
+def test_core_complex_and_socket_follow_plan_for_gpu(tmp_path):
+    eight_gpus(tmp_path)
+    topo = topo_of(tmp_path, {})
+    for mode in ("socket", "core-complex", "pct"):
+        for r in (0, 5):
+            placed = place_rank(mode, "preferred", topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=8))
+            assert placed.plan == plan_for_gpu(r, mode, topo, policy="preferred")
+
+
+# ------------------------------------------------------------------ never wider than the launcher
+def test_plan_is_narrowed_to_the_launchers_cpus_with_a_warning(tmp_path, caplog):
+    eight_gpus(tmp_path)
+    topo = topo_of(tmp_path, {})
+    node0 = sorted(node_cpus(topo, 0))
+    launcher = {node0[0], node0[1], min(node_cpus(topo, 2))}     # two of node 0's CPUs and one of node 2's
+    with caplog.at_level(logging.WARNING, logger="numabind.rank"):
+        placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=launcher, strict=False)
+    assert placed.plan.cpus == {node0[0], node0[1]}
+    assert placed.plan.mem_nodes == {0}
+    assert placed.launcher_cpus == frozenset(launcher)
+    assert len(placed.warnings) == 1 and "never widens" in placed.warnings[0]
+    assert any("narrowed to" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    with pytest.raises(PlanError, match="outside the CPUs this process may use"):
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=launcher, strict=True)
+    with pytest.raises(PlanError):
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=0, NUMABIND_STRICT=1), within=launcher)
+
+
+def test_no_overlap_leaves_the_launchers_affinity_and_binds_memory(tmp_path):
+    eight_gpus(tmp_path)
+    topo = topo_of(tmp_path, {})
+    placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=node_cpus(topo, 1), strict=False)
+    assert placed.plan.cpus is None
+    assert placed.plan.mem_policy == "bind" and placed.plan.mem_nodes == {0}
+    assert "left as the launcher set it" in placed.warnings[0]
+
+
+def test_exclusive_share_is_cut_before_the_launchers_narrowing(tmp_path):
+    # Slurm gave this rank exactly its share: the share is not split again
+    eight_gpus(tmp_path, by_node=(0, 0, 0, 0, 1, 1, 1, 1))
+    topo = topo_of(tmp_path, {})
+    share = plan_for_gpu(1, "exclusive", topo).cpus
+    placed = place_rank("exclusive", topology=topo, env=env_of(LOCAL_RANK=1, LOCAL_WORLD_SIZE=4), within=share)
+    assert placed.plan.cpus == share and placed.warnings == ()
+
+
+def test_a_replayed_cpuset_limits_the_shares(tmp_path):
+    m = eight_gpus(tmp_path, by_node=(0, 0))
+    node0 = sorted(m.nodes[0].cpus)
+    m.set_status(node0[:4], None).write()                     # the dump's process may use 4 CPUs of node 0
+    topo = topo_of(tmp_path, {})
+    plans = [place_rank("exclusive", topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=2)).plan
+             for r in range(2)]
+    assert frozenset().union(*(p.cpus for p in plans)) == frozenset(node0[:4])
+    assert not plans[0].cpus & plans[1].cpus
+
+
+# ------------------------------------------------------------------ a GPU with no node
+def no_node_machine(root):
+    m = FakeMachine(root)
+    m.add_node(0, range(0, 4)).add_node(1, range(4, 8))
+    m.write()
+    add_nvidia_gpu(root, "0000:1b:00.0", numa_node=-1, local_cpulist="")
+    add_nvidia_gpu(root, "0000:9a:00.0", numa_node=1, minor=1, uuid=nv_uuid(1))
+
+
+def test_gpu_without_a_node_leaves_the_rank_unbound_or_raises_in_strict_mode(tmp_path, caplog):
+    no_node_machine(tmp_path)
+    topo = topo_of(tmp_path, {})
+    assert topo.gpus[0].numa_node is None
+    with caplog.at_level(logging.WARNING, logger="numabind.rank"):
+        placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=0))
+    assert placed.plan == numabind.Plan()
+    assert placed.to_dict()["placed"] is False
+    assert "has no NUMA node" in placed.warnings[0] and "left as the launcher started it" in placed.warnings[0]
+    assert any("has no NUMA node" in r.getMessage() for r in caplog.records)
+    with pytest.raises(PlanError, match="has no NUMA node"):
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=0), strict=True)
+    assert place_rank(topology=topo, env=env_of(LOCAL_RANK=1)).plan.cpus == frozenset(range(4, 8))
+
+
+def test_plan_for_rank_is_place_ranks_plan_and_public(tmp_path):
+    eight_gpus(tmp_path)
+    topo = topo_of(tmp_path, {})
+    env = env_of(OMPI_COMM_WORLD_LOCAL_RANK=3, OMPI_COMM_WORLD_LOCAL_SIZE=8)
+    assert numabind.plan_for_rank("exclusive", topology=topo, env=env) == \
+        place_rank("exclusive", topology=topo, env=env).plan
+    assert numabind.local_rank(env) == (3, "OMPI_COMM_WORLD_LOCAL_RANK")
+    assert numabind.plan_for_rank is plan_for_rank
+
+
+def test_discovery_follows_the_given_environment(tmp_path):
+    eight_gpus(tmp_path)
+    env = {"NUMABIND_FSROOT": str(tmp_path), "CUDA_VISIBLE_DEVICES": "7", "PMI_LOCAL_RANK": "0"}
+    placed = place_rank(env=env)
+    assert placed.numa_node == 3 and placed.pci_address == "0000:17:00.0"
+
+
+# ------------------------------------------------------------------ optional dependencies
+def test_importing_numabind_imports_neither_torch_nor_ray():
+    code = ("import sys, numabind, numabind.rank, numabind.integrations, numabind.integrations.ray, "
+            "numabind.cli; print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ the command line
+def run_main(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_plan_gpu_from_rank_json(capsys, monkeypatch, tmp_path):
+    eight_gpus(tmp_path)
+    monkeypatch.setenv("NUMABIND_FSROOT", str(tmp_path))
+    monkeypatch.setenv("SLURM_LOCALID", "2")
+    monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", "4(x2)")
+    rc, out, _ = run_main(capsys, "plan", "--gpu-from-rank", "--mode", "exclusive", "--json")
+    assert rc == 0
+    got = json.loads(out)
+    topo = topo_of(tmp_path, {})
+    expected = place_rank("exclusive", topology=topo, env={"SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "4"})
+    assert got["plan"]["cpus"] == numabind.format_cpulist(expected.plan.cpus)
+    assert (got["local_rank"], got["local_rank_source"], got["local_world_size"], got["gpu"], got["numa_node"]) == \
+        (2, "SLURM_LOCALID", 4, 2, 1)
+    rc, out, _ = run_main(capsys, "plan", "--gpu-from-rank")
+    assert rc == 0 and out.startswith("local rank 2 (SLURM_LOCALID) -> GPU 2 on node 1")
+
+
+def test_cli_plan_gpu_from_rank_exit_1_when_not_placed(capsys, monkeypatch, tmp_path):
+    no_node_machine(tmp_path)
+    monkeypatch.setenv("NUMABIND_FSROOT", str(tmp_path))
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    rc, out, _ = run_main(capsys, "plan", "--gpu-from-rank", "--json")
+    assert rc == 1 and json.loads(out)["placed"] is False
+
+
+def test_cli_plan_gpu_from_rank_excludes_gpu(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "--gpu-from-rank", "--gpu", "0"])
+    assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--gpu", "0"], "--gpu and --gpu-from-rank both choose the GPU"),
+    (["--membind", "0"], "--gpu-from-rank plans the CPUs and memory for the GPU"),
+    (["--physcpubind", "0"], "cannot be combined with --physcpubind"),
+])
+def test_cli_run_gpu_from_rank_conflicts(capsys, extra, message):
+    rc, _, err = run_main(capsys, "run", "--gpu-from-rank", *extra, "--", "true")
+    assert rc == 2 and message in err
+
+
+def test_cli_run_gpu_from_rank_without_a_rank(capsys):
+    rc, _, err = run_main(capsys, "run", "--gpu-from-rank", "--", "true")
+    assert rc == 2 and "no local rank in the environment" in err
+
+
+def test_cli_run_refuses_a_replayed_root_unless_asked(capsys, monkeypatch, tmp_path):
+    eight_gpus(tmp_path)
+    monkeypatch.setenv("NUMABIND_FSROOT", str(tmp_path))
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    rc, _, err = run_main(capsys, "run", "--gpu-from-rank", "--", "true")
+    assert rc == 2 and "replayed machine" in err
+    rc, _, err = run_main(capsys, "run", "--gpu", "0", "--bind-replayed-root", "--", "true")
+    assert rc == 2 and "replayed machine" in err              # the opt-in is for --gpu-from-rank only
+
+
+@kernel
+def test_cli_run_gpu_from_rank_binds_the_command(tmp_path):
+    m = host_gpu_machine(tmp_path)
+    for r in (0, 1):
+        env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}
+        env.update(NUMABIND_FSROOT=str(tmp_path), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", PYTHONPATH=ROOT)
+        out = subprocess.run([*numabind_command(), "run", "--gpu-from-rank", "--bind-replayed-root", "--",
+                              *report_command()], capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert json_lines(out.stdout)[0]["cpus"] == sorted(m.node_cpus[r])
+
+
+@kernel
+def test_bind_current_plan_for_rank_in_a_script(tmp_path, monkeypatch):
+    m = host_gpu_machine(tmp_path)
+    topo = discover_from(FsReader(str(tmp_path)), env={})
+    report = numabind.bind_current(plan_for_rank(policy=None, topology=topo, env={"LOCAL_RANK": "1"}))
+    assert os.sched_getaffinity(0) == m.node_cpus[1]
+    assert report.applied.cpus == m.node_cpus[1]
+    assert "local rank 1 (LOCAL_RANK)" in report.requested.reason
+
+
+def test_module_docs_name_every_launcher_variable():
+    doc = rank_module.__doc__
+    for var in RANK_VARS + SIZE_VARS + ["NUMABIND_LOCAL_RANK", "NUMABIND_LOCAL_WORLD_SIZE", "SLURM_NODEID"]:
+        assert f"``{var}``" in doc
