@@ -29,6 +29,7 @@ from numabind.topology import (
 )
 
 from .fakegpu import add_nvidia_gpu, nv_uuid
+from .lstopo import LSTOPO, differences, lstopo_view
 from .fakesys import (
     GIB_KB,
     FakeMachine,
@@ -620,12 +621,17 @@ def test_each_file_read_once_and_shared_caches_skipped(tmp_path):
     reads = _own_reads(reader)
     assert max(collections.Counter(reads).values()) == 1
     cache_reads = [r for r in reads if "/cache/" in r]
-    # 8 cores x (L1d, L1i, L2) + 2 L3, each: shared_cpu_list, level, type
-    assert len(cache_reads) == (8 * 3 + 2) * 3
+    # shared_cpu_list of 8 cores x (L1d, L1i, L2) + 2 L3; level and type of the
+    # 4 indexes once per package
+    assert len(cache_reads) == (8 * 3 + 2) + 2 * 4 * 2
+    assert {r.split("/")[4] for r in cache_reads if r.endswith(("/level", "/type"))} == {
+        "cpu0", "cpu4"}
     assert not any(r.startswith(f"{CPU}/cpu8/") for r in reads)      # sibling of CPU 0
     assert {r.split("/")[4] for r in cache_reads if "/index3/" in r} == {"cpu0", "cpu4"}
     topo_reads = [r for r in reads if "/topology/" in r]
-    assert len(topo_reads) == 8 * 3                                   # once per core
+    # thread_siblings_list and core_id once per core; the package mask and id once per package
+    assert len(topo_reads) == 8 * 2 + 2 * 2
+    assert sum(r.endswith("/physical_package_id") for r in topo_reads) == 2
 
 
 def test_private_per_thread_cache_is_still_read(tmp_path):
@@ -1014,3 +1020,29 @@ def test_node_directory_named_with_non_ascii_digits_is_ignored(tmp_path):
     (tmp_path / CPU / "cpu١").mkdir()
     t = discover(tmp_path)
     assert set(t.nodes) == {0, 1} and t.online_cpus == L("0-15")
+
+
+def test_cores_of_one_package_with_other_cache_layouts_are_read_as_they_are(tmp_path):
+    """Level and type of a cache index are read once per package, and again for an instance
+    that does not fit: cores without an L2 (index2 is their shared L3) and cores whose index2
+    is an L2 shared by a cluster, next to cores with a private L2."""
+    m = FakeMachine(tmp_path)
+    m.add_node(0, range(12))
+    for c in range(12):
+        m.set_cpu_topology(c, 0, c)
+        m.add_cache(1, "Data", {c}).add_cache(1, "Instruction", {c})
+    for c in range(4):
+        m.add_cache(2, "Unified", {c})                     # big cores: private L2
+    m.add_cache(2, "Unified", {4, 5}).add_cache(2, "Unified", {6, 7})   # clustered L2
+    m.add_cache(3, "Unified", range(8))                    # L3 of cores 0-7
+    m.add_cache(3, "Unified", range(8, 12))                # cores 8-11: no L2, index2 is this L3
+    m.write()
+    t = discover(tmp_path)
+    assert caches_summary(t) == (
+        [(1, "Data", {c}) for c in range(12)] + [(1, "Instruction", {c}) for c in range(12)]
+        + [(2, "Unified", {c}) for c in range(4)] + [(2, "Unified", L("4-5")), (2, "Unified", L("6-7"))]
+        + [(3, "Unified", L("0-7")), (3, "Unified", L("8-11"))]
+    )
+    assert (tmp_path / CPU / "cpu8/cache/index2/level").read_text() == "3\n"
+    if LSTOPO is not None:
+        assert differences(t, lstopo_view(tmp_path)) == []

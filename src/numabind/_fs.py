@@ -354,14 +354,21 @@ class FsReader:
 
     def numbered(self, rel: str, prefix: str) -> list[int]:
         """Sorted ids N of the entries ``<prefix>N`` of directory ``rel`` (ASCII digits only)."""
+        try:
+            names = os.listdir(self.path(rel))
+        except (OSError, ValueError):
+            return []
         n = len(prefix)
         out = []
-        for name in self.listdir(rel):
+        for name in names:
             if name.startswith(prefix):
-                value = ascii_int(name[n:], max_digits=9)
-                if value is not None and name[n:] == str(value):
-                    out.append(value)
-        return sorted(out)
+                digits = name[n:]
+                # ASCII digits without a leading zero ("node01" is no kernel's name)
+                if (digits.isascii() and digits.isdigit() and len(digits) <= 9
+                        and (digits[0] != "0" or digits == "0")):
+                    out.append(int(digits))
+        out.sort()
+        return out
 
     def exists(self, rel: str) -> bool:
         return os.path.exists(self.path(rel))

@@ -483,16 +483,27 @@ def _discover_cpu_details(
     """Per-CPU topology and the distinct caches, reading each instance once.
 
     Hyperthread siblings share package and core, so one CPU's topology files
-    describe its whole sibling set. A cache at ``indexK`` of one CPU is the
-    ``indexK`` cache of every CPU in its shared set (the kernel builds the
-    sharing per index), so those CPUs' ``indexK`` directories are skipped;
-    siblings of one core have the same cache indexes, so a CPU whose sibling's
-    indexes all cover it is not even listed.
+    describe its whole sibling set; the CPUs of one package mask
+    (``core_siblings``) share its ``physical_package_id``, read once per package.
+    A cache at ``indexK`` of one CPU is the ``indexK`` cache of every CPU in its
+    shared set (the kernel builds the sharing per index), so those CPUs'
+    ``indexK`` directories are skipped; siblings of one core have the same cache
+    indexes, so a CPU whose sibling's indexes all cover it is not even listed.
+
+    ``level`` and ``type`` of ``indexK`` are read once per package and list of
+    cache indexes: the kernel numbers a CPU's caches in a fixed order (CPUID
+    leaf 4 on x86, level by level elsewhere). They are read again for any
+    instance that does not fit what was read (private where the first was shared
+    or the reverse, or overlapping another instance of that level and type
+    without being it), so a package mixing kinds of cores is still read as it is.
     """
     cpus: dict[int, Cpu] = {}
     known: dict[int, tuple[int, int, frozenset[int]]] = {}
+    package_of: dict[int, int] = {}
     covered: dict[int, set[int]] = {}
     indexes_of: dict[int, list[int]] = {}
+    layouts: dict[tuple[int, tuple[int, ...]], dict[int, tuple[int, str, bool]]] = {}
+    instance_of: dict[tuple[int, str], dict[int, frozenset[int]]] = {}
     caches: set[Cache] = set()
 
     for cid in sorted(online_cpus):
@@ -504,8 +515,15 @@ def _discover_cpu_details(
                                   "core_cpus_list", "core_cpus")
             siblings = frozenset({cid}) if siblings is None else (siblings & online_cpus) | {cid}
             core = _read_int(reader, f"{topo}/core_id")
-            package = _read_int(reader, f"{topo}/physical_package_id")
-            info = (-1 if package is None else package, -1 if core is None else core, siblings)
+            package = package_of.get(cid)
+            if package is None:
+                members = sets.first(topo, "core_siblings_list", "core_siblings",
+                                     "package_cpus_list", "package_cpus")
+                pid = _read_int(reader, f"{topo}/physical_package_id")
+                package = -1 if pid is None else pid
+                for cpu in (members or frozenset()) & online_cpus:
+                    package_of.setdefault(cpu, package)
+            info = (package, -1 if core is None else core, siblings)
             for sib in siblings:
                 known.setdefault(sib, info)
         cpus[cid] = Cpu(cid, node_of.get(cid), info[0], info[1], info[2])
@@ -515,6 +533,7 @@ def _discover_cpu_details(
             continue
         indexes = reader.numbered(f"{base}/cache", "index")
         indexes_of[cid] = indexes
+        layout = layouts.setdefault((info[0], tuple(indexes)), {})
         for index in indexes:
             seen = covered.setdefault(index, set())
             if cid in seen:
@@ -527,13 +546,29 @@ def _discover_cpu_details(
                 shared = info[2]              # ia64 writes empty maps: the core's threads
             shared = shared | {cid}
             seen.update(shared)
-            level = _read_int(reader, f"{idir}/level")
-            ctype = reader.read_strip(f"{idir}/type")
-            if level is None or ctype is None:
-                continue
             members = shared & online_cpus
+            private = members == info[2]
+            kind = layout.get(index)
+            if kind is not None and kind[2] == private:
+                level, ctype = kind[0], kind[1]
+                others = instance_of.get((level, ctype), {})
+                for cpu in members:
+                    other = others.get(cpu)
+                    if other is not None and other is not members and other != members:
+                        kind = None           # does not fit: read this instance's own files
+                        break
+            if kind is None or kind[2] != private:
+                level_read = _read_int(reader, f"{idir}/level")
+                type_read = reader.read_strip(f"{idir}/type")
+                if level_read is None or type_read is None:
+                    continue
+                level, ctype = level_read, type_read
+                layout.setdefault(index, (level, ctype, private))
             if members:
                 caches.add(Cache(level, ctype, members))
+                owners = instance_of.setdefault((level, ctype), {})
+                for cpu in members:
+                    owners.setdefault(cpu, members)
     ordered = tuple(sorted(caches, key=lambda c: (c.level, c.type, min(c.cpus), len(c.cpus))))
     return cpus, ordered
 
