@@ -14,6 +14,7 @@ SUDO=""
 apt_packages=(gcc python3-dev python3-venv numactl)
 if [ "$with_tests" -eq 1 ]; then
     apt_packages+=(qemu-system-x86 busybox-static cpio hwloc-nox)
+    apt_packages+=(slurm-wlm munge)   # tests/test_launcher_slurm.py: a real single-machine Slurm
 fi
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -30,6 +31,8 @@ PYTHON=${PYTHON:-python3}
 if [ "$with_tests" -eq 1 ]; then
     # editable: the tests import the checkout, so the C extension is built in place
     .venv/bin/python -m pip install -q -e '.[test]'
+    # launcher tests: Ray's local cluster and torchrun (torch 2.13.0 is a CPU build on this kind of machine)
+    .venv/bin/python -m pip install -q 'ray>=2.10' torch==2.13.0
     .venv/bin/python -m tests.vm.harness prepare
 else
     .venv/bin/python -m pip install -q .

@@ -94,3 +94,21 @@ def json_lines(text: str) -> list[dict]:
         if isinstance(value, dict):
             out.append(value)
     return out
+
+
+def json_documents(text: str) -> list[dict]:
+    """Every JSON object in ``text``, also pretty-printed ones spanning lines (one per rank)."""
+    decoder = json.JSONDecoder()
+    out, pos = [], 0
+    while True:
+        start = text.find("{", pos)
+        if start < 0:
+            return out
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            pos = start + 1
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+        pos = end

@@ -1,0 +1,134 @@
+"""Slurm: ``srun -n 2 numabind run --gpu-from-rank -- CMD`` on a real single-machine Slurm.
+
+tests/slurm.py starts munged, slurmctld and slurmd (Debian's slurm-wlm and
+munge, installed by ``scripts/setup.sh --test``) for this module and stops
+them after it. The tasks run on a fake two-node GPU machine whose CPU ids are
+this host's (tests/launchers.py), so every binding is real: each task prints
+the affinity it ended up with. Slurm's ``task/affinity`` plugin binds tasks
+itself when asked (``--cpu-bind``); numabind must never widen that.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from numabind.cpulist import format_cpulist
+from tests import slurm as slurm_fixture
+from tests.launchers import host_gpu_machine, json_documents, json_lines, numabind_command, report_command, usable_cpus
+from tests.test_bind import ROOT
+
+kernel = pytest.mark.kernel
+pytestmark = pytest.mark.skipif(len(usable_cpus()) < 2, reason="a two-node fake machine needs two usable CPUs")
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    missing = slurm_fixture.missing_programs()
+    if missing:
+        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): apt-get install slurm-wlm munge "
+                    f"(scripts/setup.sh --test does)")
+    if os.geteuid() != 0:
+        pytest.skip("slurmd must run as root to start tasks as the submitting user")
+    cluster = slurm_fixture.start_slurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory):
+    return host_gpu_machine(tmp_path_factory.mktemp("gpu-machine"))
+
+
+def task_env(machine) -> dict[str, str]:
+    """This environment without any launcher's or numabind's variables (a CI job may itself run under Slurm)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "NUMABIND_", "_NUMABIND_")) and k not in
+           ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES", "OMPI_COMM_WORLD_LOCAL_RANK")}
+    env.update(NUMABIND_FSROOT=machine.root, PYTHONPATH=ROOT)
+    return env
+
+
+def srun(slurm, machine, *args: str, ok: bool = True):
+    out = slurm.srun(list(args), task_env(machine))
+    if ok:
+        assert out.returncode == 0, f"srun {' '.join(args[:8])} exited {out.returncode}\n{out.stdout}\n{out.stderr}" \
+                                    f"\n{slurm.logs()}"
+    return out
+
+
+def by_task(stdout: str) -> dict[int, dict]:
+    return {int(r["rank"]): r for r in json_lines(stdout)}
+
+
+def swapped(machine) -> tuple[int, int]:
+    """Slurm's CPU for task 0 and task 1: each on the other GPU's node."""
+    return min(machine.node_cpus[1]), min(machine.node_cpus[0])
+
+
+RUN = ("run", "--gpu-from-rank", "--bind-replayed-root")
+
+
+def test_srun_plan_json_names_slurm_localid(slurm, machine):
+    out = srun(slurm, machine, "-n", "2", "--cpu-bind=none", *numabind_command(), "plan", "--gpu-from-rank",
+               "--json")
+    plans = {d["local_rank"]: d for d in json_documents(out.stdout)}
+    assert sorted(plans) == [0, 1]
+    for r, d in plans.items():
+        assert (d["local_rank_source"], d["local_world_size"]) == ("SLURM_LOCALID", 2)
+        assert d["local_world_size_source"] == "SLURM_STEP_TASKS_PER_NODE"
+        assert (d["gpu"], d["numa_node"]) == (r, r)
+        assert d["plan"]["cpus"] == format_cpulist(machine.node_cpus[r])
+        assert d["launcher_cpus"] == format_cpulist(machine.all_cpus)
+
+
+@kernel
+def test_srun_binds_each_task_to_its_gpus_node(slurm, machine):
+    out = srun(slurm, machine, "-n", "2", "--cpu-bind=none", *numabind_command(), *RUN, "--", *report_command())
+    got = {r: v["cpus"] for r, v in by_task(out.stdout).items()}
+    assert got == {0: sorted(machine.node_cpus[0]), 1: sorted(machine.node_cpus[1])}
+
+
+@kernel
+def test_srun_binding_never_widens_slurms_cpus(slurm, machine):
+    cpu0, cpu1 = swapped(machine)
+    bind = f"--cpu-bind=map_cpu:{cpu0},{cpu1}"
+    # node mode: the GPU's node is entirely outside what Slurm gave the task: the affinity stays Slurm's
+    out = srun(slurm, machine, "-n", "2", bind, *numabind_command(), *RUN, "--", *report_command())
+    assert {r: v["cpus"] for r, v in by_task(out.stdout).items()} == {0: [cpu0], 1: [cpu1]}
+    assert out.stderr.count("numabind never widens what the launcher set") == 2
+    assert out.stderr.count("CPU affinity left as the launcher set it") == 2
+    # socket mode: the plan (every CPU) is narrowed to Slurm's CPU
+    out = srun(slurm, machine, "-n", "2", bind, *numabind_command(), *RUN, "--mode", "socket", "--",
+               *report_command())
+    assert {r: v["cpus"] for r, v in by_task(out.stdout).items()} == {0: [cpu0], 1: [cpu1]}
+    assert out.stderr.count("CPUs narrowed to") == 2
+
+
+@kernel
+def test_srun_strict_errors_when_the_plan_falls_outside_slurms_cpus(slurm, machine):
+    cpu0, cpu1 = swapped(machine)
+    out = srun(slurm, machine, "-n", "2", f"--cpu-bind=map_cpu:{cpu0},{cpu1}", *numabind_command(), *RUN,
+               "--strict", "--", *report_command(), ok=False)
+    assert out.returncode != 0
+    assert by_task(out.stdout) == {}                        # the command never ran
+    assert out.stderr.count("are outside the CPUs this process may use") == 2
+
+
+@kernel
+def test_srun_gpus_per_task_binds_each_task_to_its_own_gpu(slurm, machine):
+    if slurm.gpus < 2:
+        pytest.skip("Slurm's GPU gres needs device files, and mknod was refused here")
+    out = srun(slurm, machine, "-n", "2", "--gpus-per-task=1", "--cpu-bind=none", *numabind_command(), *RUN, "--",
+               *report_command())
+    tasks = by_task(out.stdout)
+    assert sorted(t["cvd"] for t in tasks.values()) == ["0", "1"]       # Slurm gave each task one device
+    for t in tasks.values():
+        assert t["cpus"] == sorted(machine.node_cpus[int(t["cvd"])])
+    out = srun(slurm, machine, "-n", "2", "--gpus-per-task=1", "--cpu-bind=none", *numabind_command(), "plan",
+               "--gpu-from-rank", "--json")
+    for d in json_documents(out.stdout):
+        assert d["gpu"] == 0 and d["gpu_rule"] == "the launcher gave this rank one visible GPU"

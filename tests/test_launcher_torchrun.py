@@ -1,0 +1,163 @@
+"""torchrun: every rank bound by ``numabind run --gpu-from-rank``, compared with torch's own ``--numa-binding``.
+
+The real ``torch.distributed.run`` (torch 2.13.0, a CPU build, installed by
+``scripts/setup.sh --test``) starts the ranks on a fake two-node GPU machine
+whose CPU ids are this host's (tests/launchers.py), so each rank's binding is
+real and read back from the kernel. torch's ``--numa-binding`` runs against
+the same fake machine through tests/torch_numa.py (its CUDA and /sys probes
+redirected there; its workers bound by numactl).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from numabind._fs import FsReader
+from numabind.cpulist import format_cpulist
+from numabind.rank import place_rank
+from numabind.topology import discover_from
+from tests.fakegpu import add_nvidia_gpu, nv_uuid
+from tests.fakesys import FakeMachine, snc
+from tests.launchers import (host_gpu_machine, json_documents, json_lines, numabind_command, report_command,
+                             usable_cpus)
+from tests.test_bind import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
+
+torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh --test installs torch==2.13.0)")
+
+from tests import torch_numa  # noqa: E402  (needs torch)
+
+kernel = pytest.mark.kernel
+TIMEOUT = 240
+NUMA_MODES = ("node", "socket", "exclusive", "core-complex")
+LAUNCH_VARS = ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+               "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID", "NUMABIND_LOCAL_RANK", "NUMABIND_LOCAL_WORLD_SIZE",
+               "CUDA_VISIBLE_DEVICES", "NUMABIND_STRICT", "NUMABIND_BACKEND")
+
+
+def torchrun() -> list[str]:
+    script = Path(sys.executable).with_name("torchrun")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def launch_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS and not k.startswith("NUMABIND_")}
+    env["PYTHONPATH"] = ROOT
+    env.update(extra)
+    return env
+
+
+def by_rank(stdout: str) -> dict[int, dict]:
+    return {int(r["rank"] if "rank" in r else r["local_rank"]): r for r in json_lines(stdout)}
+
+
+def run(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.CompletedProcess:
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT, cwd=cwd)
+    assert out.returncode == 0, f"{argv[:6]}... exited {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+needs_two_cpus = pytest.mark.skipif(len(usable_cpus()) < 2, reason="a two-node fake machine needs two usable CPUs")
+
+
+@kernel
+@needs_two_cpus
+def test_torchrun_binds_each_rank_to_its_gpus_node_like_torchs_numa_binding(tmp_path):
+    machine = host_gpu_machine(tmp_path / "machine")
+    env = launch_env(NUMABIND_FSROOT=machine.root)
+    ours = run([*torchrun(), "--standalone", "--no-python", "--nproc-per-node=2",
+                *numabind_command(), "run", "--gpu-from-rank", "--bind-replayed-root", "--", *report_command()],
+               env, str(tmp_path))
+    got = {r: sorted(v["cpus"]) for r, v in by_rank(ours.stdout).items()}
+    assert got == {0: sorted(machine.node_cpus[0]), 1: sorted(machine.node_cpus[1])}
+
+    help_text = run([*torchrun(), "--help"], env, str(tmp_path)).stdout
+    if "--numa-binding" not in help_text or torch_numa.binding_module() is None:
+        pytest.skip(f"numabind part passed; torch {torch.__version__} has no --numa-binding to compare with")
+    if shutil.which("numactl") is None:
+        pytest.skip("numabind part passed; torch's --numa-binding starts workers through numactl, not installed")
+    theirs = run([sys.executable, "-m", "tests.torch_numa", machine.root, "--numa-binding=node", "--standalone",
+                  "--no-python", "--nproc-per-node=2", *report_command()], env, ROOT)
+    assert {r: sorted(v["cpus"]) for r, v in by_rank(theirs.stdout).items()} == got
+
+
+@needs_two_cpus
+def test_torchrun_plan_json_names_the_rank_and_its_source(tmp_path):
+    machine = host_gpu_machine(tmp_path / "machine")
+    out = run([*torchrun(), "--standalone", "--no-python", "--nproc-per-node=2",
+               *numabind_command(), "plan", "--gpu-from-rank", "--json"],
+              launch_env(NUMABIND_FSROOT=machine.root), str(tmp_path))
+    plans = {d["local_rank"]: d for d in json_documents(out.stdout)}
+    assert sorted(plans) == [0, 1]
+    for r, d in plans.items():
+        assert (d["local_rank_source"], d["local_world_size"], d["local_world_size_source"]) == \
+            ("LOCAL_RANK", 2, "LOCAL_WORLD_SIZE")
+        assert (d["gpu"], d["numa_node"], d["placed"]) == (r, r, True)
+        assert d["plan"]["cpus"] == format_cpulist(machine.node_cpus[r])
+        assert (d["plan"]["mem_policy"], d["plan"]["mem_nodes"]) == ("bind", str(r))
+
+
+# ------------------------------------------------------------------ the strategies, side by side
+def eight_gpu_machine(root, status_cpus=None):
+    """2 sockets x 2 nodes x 4 cores x 2 threads, an L3 per 2 cores, 2 GPUs per node."""
+    m = snc(root, sockets=2, nodes_per_socket=2, cores_per_node=4, smt=True, ccx_cores=2)
+    if status_cpus is not None:
+        m.set_status(status_cpus, None).write()
+    for i in range(8):
+        add_nvidia_gpu(root, f"0000:{0x10 + 0x10 * i:02x}:00.0", numa_node=i // 2, minor=i, uuid=nv_uuid(i))
+    return discover_from(FsReader(str(root)), env={})
+
+
+def require_torch_numa():
+    binding = torch_numa.binding_module()
+    if binding is None:
+        pytest.skip(f"torch {torch.__version__} has no torch.numa.binding strategies to compare with")
+    return binding
+
+
+@pytest.mark.parametrize("mode", NUMA_MODES)
+def test_every_mode_matches_torchs_numa_binding(tmp_path, mode):
+    require_torch_numa()
+    topo = eight_gpu_machine(tmp_path)
+    with torch_numa.redirect(str(tmp_path), allowed=topo.allowed_cpus) as binding:
+        theirs = [torch_numa.torch_cpus(binding, r, mode) for r in range(8)]
+    ours = [place_rank(mode, topology=topo, env={"LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "8"}).plan.cpus
+            for r in range(8)]
+    assert ours == theirs
+    if mode in ("exclusive", "core-complex"):
+        assert len(set(ours)) == 8           # the modes really split the nodes
+
+
+def test_exclusive_within_a_cpuset_matches_torch(tmp_path):
+    require_torch_numa()
+    allowed = set(range(0, 32)) - {1, 5, 17, 21}          # one hyperthread pair out of nodes 0 and 1
+    topo = eight_gpu_machine(tmp_path, status_cpus=allowed)
+    with torch_numa.redirect(str(tmp_path), allowed=topo.allowed_cpus) as binding:
+        theirs = [torch_numa.torch_cpus(binding, r, "exclusive") for r in range(8)]
+    ours = [place_rank("exclusive", topology=topo, env={"LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "8"}).plan.cpus
+            for r in range(8)]
+    assert ours == theirs
+
+
+def test_a_gpu_with_no_node_torch_takes_node_0_numabind_leaves_the_rank_unbound(tmp_path):
+    require_torch_numa()
+    m = FakeMachine(tmp_path)
+    m.add_node(0, range(0, 4)).add_node(1, range(4, 8))
+    for cpu in range(8):
+        m.set_cpu_topology(cpu, cpu // 4, cpu % 4)
+    m.write()
+    add_nvidia_gpu(tmp_path, "0000:1b:00.0", numa_node=-1, local_cpulist="")
+    add_nvidia_gpu(tmp_path, "0000:9a:00.0", numa_node=1, minor=1, uuid=nv_uuid(1))
+    topo = discover_from(FsReader(str(tmp_path)), env={})
+    with torch_numa.redirect(str(tmp_path), allowed=topo.allowed_cpus) as binding:
+        assert torch_numa.torch_cpus(binding, 0, "node") == topo.nodes[0].cpus
+        assert torch_numa.torch_cpus(binding, 1, "node") == topo.nodes[1].cpus
+    placed = place_rank("node", topology=topo, env={"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"})
+    assert placed.plan.cpus is None and placed.plan.mem_policy is None
+    assert "has no NUMA node" in placed.warnings[0]
+    assert place_rank("node", topology=topo, env={"LOCAL_RANK": "1"}).plan.cpus == topo.nodes[1].cpus
