@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._env import strict_from_env
+from ._env import Strictness, strict_from_env
 from .cpulist import format_cpulist
 from .errors import NumabindError, PlanError
 from .plan import Plan
@@ -335,7 +335,7 @@ def _peer_topology(topology: Any, indices: list[int], own_devices: bool, size: i
         peers = tuple(g for g in topology.gpus if g.index < size)
         reasons.append(f"{mode}: the node is shared among local ranks 0-{size - 1} ({size_source}={size}), "
                        f"rank r on visible GPU r")
-        return dataclasses.replace(topology, gpus=peers), same
+        return _topology_with(topology, gpus=peers), same
     every = _all_gpus(topology, env)
     by_address = {g.pci_address: g.index for g in every}
     mapping = {}
@@ -354,12 +354,24 @@ def _peer_topology(topology: Any, indices: list[int], own_devices: bool, size: i
     shown = ", ".join(str(mapping[i]) for i in indices)
     reasons.append(f"{mode}: this process has its own GPU(s); the node is shared among the machine's GPUs on it "
                    f"(GPU {shown} of {len(every)} with no visibility variable)")
-    return dataclasses.replace(topology, gpus=every), mapping
+    return _topology_with(topology, gpus=every), mapping
 
 
-def _narrow(plan: Plan, allowed: frozenset[int], allowed_source: str, strict: bool,
+def _topology_with(topology: Any, **changes: Any) -> Any:
+    """A copy of ``topology`` with ``changes`` (its own ``replace`` when it has one)."""
+    replace = getattr(topology, "replace", None)
+    return replace(**changes) if callable(replace) else dataclasses.replace(topology, **changes)
+
+
+def _with_reason(plan: Plan, reason: str) -> Plan:
+    return Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, migrate=plan.migrate,
+                reason=reason)
+
+
+def _narrow(plan: Plan, allowed: frozenset[int], allowed_source: str, strict: Strictness,
             warnings: list[str], label: str) -> Plan:
-    """``plan`` within the CPUs the launcher left the process; strict: an error when it does not fit."""
+    """``plan`` within the CPUs the launcher left the process; strict: an error when it does not fit
+    (``"partial"``: when none of its CPUs is left)."""
     if plan.cpus is None:
         return plan
     outside = plan.cpus - allowed
@@ -368,7 +380,7 @@ def _narrow(plan: Plan, allowed: frozenset[int], allowed_source: str, strict: bo
     inside = plan.cpus & allowed
     msg = (f"{label}: the plan's CPUs {format_cpulist(outside)} are outside the CPUs this process may use "
            f"{format_cpulist(allowed)} ({allowed_source}); numabind never widens what the launcher set")
-    if strict:
+    if strict is True or (strict == "partial" and not inside):
         raise PlanError(msg + "; give the rank those CPUs (e.g. srun --cpu-bind=none) or run without strict mode")
     if inside:
         warnings.append(f"{msg}: CPUs narrowed to {format_cpulist(inside)}")
@@ -381,7 +393,7 @@ def _narrow(plan: Plan, allowed: frozenset[int], allowed_source: str, strict: bo
 def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: str = "node",
                     policy: str | None = "bind", own_devices: bool = True, size: int | None = None,
                     size_source: str = "", env: Mapping[str, str] | None = None,
-                    within: Iterable[int] | None = None, strict: bool = False, migrate: bool = False,
+                    within: Iterable[int] | None = None, strict: Strictness = False, migrate: bool = False,
                     reasons: list[str] | None = None, warnings: list[str] | None = None) -> Plan:
     """The plan of a process that drives the visible GPUs ``indices`` (a rank, a Ray worker).
 
@@ -407,7 +419,7 @@ def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: 
                             f"{format_cpulist(by_index) or 'none'})")
         if gpu.numa_node is None:
             why = f"{label}: GPU {i} ({gpu.pci_address}) has no NUMA node ({gpu.numa_note or 'firmware reports -1'})"
-            if strict:
+            if strict is True or (strict == "partial" and len(wanted) == 1):
                 raise PlanError(why + "; run without strict mode to leave it unbound, or bind explicitly")
             warnings.append(why + ("; the process is left as the launcher started it" if len(wanted) == 1
                                    else "; it is left out of the plan"))
@@ -421,7 +433,7 @@ def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: 
         allowed &= frozenset(within)
         allowed_source += " and the launcher's affinity"
     peers, mapping = _peer_topology(topology, placed, own_devices, size, size_source, mode, env, reasons)
-    wide = dataclasses.replace(peers, allowed_cpus=_shared_limit(topology))
+    wide = _topology_with(peers, allowed_cpus=_shared_limit(topology))
     members = [plan_for_gpu(mapping[i], mode=mode, topology=wide, policy=policy, migrate=migrate) for i in placed]
     if len(members) == 1:
         ideal = members[0]
@@ -433,12 +445,12 @@ def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: 
                      reason=" | ".join(m.reason for m in members))
     reasons.append(ideal.reason)
     plan = _narrow(ideal, allowed, allowed_source, strict, warnings, label)
-    return dataclasses.replace(plan, reason="; ".join(reasons + warnings))
+    return _with_reason(plan, "; ".join(reasons + warnings))
 
 
 def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = None, *,
                env: Mapping[str, str] | None = None, within: Iterable[int] | None = None,
-               strict: bool | None = None, migrate: bool = False) -> RankPlan:
+               strict: Strictness | None = None, migrate: bool = False) -> RankPlan:
     """Plan this process as the local rank its launcher started: rank, GPU, plan and every reason.
 
     ``mode`` and ``policy`` are those of :func:`numabind.plan_for_gpu`;
@@ -447,11 +459,12 @@ def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = 
     variables for discovery). ``within`` further limits the CPUs (e.g. the
     affinity the launcher gave the process, when ``topology`` is a replayed
     machine). ``strict`` (default ``NUMABIND_STRICT``) makes a plan outside
-    the allowed CPUs, or a GPU with no NUMA node, an error; otherwise the plan
-    is narrowed (or left empty) with a warning in ``warnings``, logged.
+    the allowed CPUs, or a GPU with no NUMA node, an error (``"partial"``: only
+    when nothing of the plan is left); otherwise the plan is narrowed (or left
+    empty) with a warning in ``warnings``, logged.
     """
     env = _env(env)
-    strict = strict_from_env(env) if strict is None else bool(strict)
+    strict = strict_from_env(env) if strict is None else strict
     rank, rank_source = local_rank(env)
     size, size_source = local_world_size(env)
     if size is not None and rank >= size:
@@ -481,7 +494,7 @@ def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = 
 
 def plan_for_rank(mode: str = "node", policy: str | None = "bind", topology: Any = None, *,
                   env: Mapping[str, str] | None = None, within: Iterable[int] | None = None,
-                  strict: bool | None = None, migrate: bool = False) -> Plan:
+                  strict: Strictness | None = None, migrate: bool = False) -> Plan:
     """The :class:`~numabind.Plan` of this process's local rank (see :func:`place_rank`).
 
     ``numabind.bind_current(numabind.plan_for_rank())`` binds a script that a

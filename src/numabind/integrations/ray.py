@@ -42,13 +42,13 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from .._env import strict_from_env
+from .._env import Strictness, strict_from_env
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOOK", "bind_actor", "last_report", "plan_for_worker", "runtime_env", "setup_hook"]
+__all__ = ["HOOK", "bind_actor", "bind_this_actor", "last_report", "plan_for_worker", "runtime_env", "setup_hook"]
 
 #: The ``worker_process_setup_hook`` value that names :func:`setup_hook`.
 HOOK = "numabind.integrations.ray.setup_hook"
@@ -76,7 +76,7 @@ def _check(mode: str, policy: str | None) -> None:
         raise PlanError(f"policy {policy!r} is not one of bind, preferred, preferred-many, interleave (or None)")
 
 
-def runtime_env(mode: str = "node", policy: str | None = "bind", *, strict: bool | None = None,
+def runtime_env(mode: str = "node", policy: str | None = "bind", *, strict: Strictness | None = None,
                 env_vars: Mapping[str, str] | None = None, **extra: Any) -> dict[str, Any]:
     """A Ray ``runtime_env`` whose workers bind themselves (see :func:`setup_hook`).
 
@@ -91,13 +91,13 @@ def runtime_env(mode: str = "node", policy: str | None = "bind", *, strict: bool
     variables[MODE_VAR] = mode
     variables[POLICY_VAR] = "none" if policy is None else policy
     if strict is not None:
-        variables["NUMABIND_STRICT"] = "1" if strict else "0"
+        variables["NUMABIND_STRICT"] = "partial" if strict == "partial" else "1" if strict else "0"
     return {**extra, "worker_process_setup_hook": HOOK, "env_vars": variables}
 
 
 def plan_for_worker(mode: str = "node", policy: str | None = "bind", topology: Any = None, *,
                     gpu_ids: Sequence[Any] | None = None, env: Mapping[str, str] | None = None,
-                    within: Any = None, strict: bool | None = None) -> Plan:
+                    within: Any = None, strict: Strictness | None = None) -> Plan:
     """The plan of this Ray worker for the GPUs Ray assigned it (``gpu_ids``, default ``ray.get_gpu_ids()``).
 
     The GPUs are the visible ones (Ray has set ``CUDA_VISIBLE_DEVICES`` to
@@ -107,7 +107,7 @@ def plan_for_worker(mode: str = "node", policy: str | None = "bind", topology: A
     from ..rank import _discover, plan_owned_gpus
 
     env = os.environ if env is None else env
-    strict = strict_from_env(env) if strict is None else bool(strict)
+    strict = strict_from_env(env) if strict is None else strict
     ids = [str(i) for i in (_ray().get_gpu_ids() if gpu_ids is None else gpu_ids)]
     if not ids:
         raise PlanError("this Ray worker was assigned no GPU (ray.get_gpu_ids() is empty); give the task or "
@@ -133,7 +133,7 @@ def plan_for_worker(mode: str = "node", policy: str | None = "bind", topology: A
 class _WorkerBinder:
     """Binds this worker whenever Ray changes its GPUs; remembers the binding it was born with."""
 
-    def __init__(self, mode: str, policy: str | None, strict: bool) -> None:
+    def __init__(self, mode: str, policy: str | None, strict: Strictness) -> None:
         from ..bind import current_binding
 
         self.mode = mode
@@ -223,6 +223,22 @@ def last_report() -> Any:
 
 
 # ------------------------------------------------------------------ actors
+def bind_this_actor(name: str, mode: str, policy: str | None, strict: Strictness | None) -> Any:
+    """Bind the calling actor (see :func:`bind_actor`); the report, or None when left unbound (lenient)."""
+    from ..bind import bind_current, current_binding
+
+    strict = strict_from_env() if strict is None else strict
+    # the CPUs the worker was started with, not a binding the hook may already have made
+    within = _binder.birth_cpus if _binder is not None else current_binding().cpus
+    try:
+        return bind_current(plan_for_worker(mode, policy, within=within, strict=strict), strict=strict)
+    except NumabindError as exc:
+        if strict:
+            raise
+        log.warning("actor %s left unbound: %s", name, exc)
+        return None
+
+
 def bind_actor(cls: T | None = None, *, mode: str = "node", policy: str | None = "bind",
                strict: bool | None = None) -> Any:
     """Class decorator: the actor binds itself to its GPUs' node(s) first thing in ``__init__``.
@@ -234,19 +250,12 @@ def bind_actor(cls: T | None = None, *, mode: str = "node", policy: str | None =
     _check(mode, policy)
 
     def decorate(klass: T) -> T:
+        # Ray ships this class to the workers by value (cloudpickle), closures included, with a copy of the
+        # module globals they name: so the work is looked up in the worker's own numabind at call time.
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            from ..bind import bind_current, current_binding
+            from numabind.integrations import ray as integration
 
-            lenient = not (strict_from_env() if strict is None else strict)
-            within = _binder.birth_cpus if _binder is not None else current_binding().cpus
-            try:
-                self._numabind_report = bind_current(
-                    plan_for_worker(mode, policy, within=within, strict=not lenient), strict=not lenient)
-            except NumabindError as exc:
-                if not lenient:
-                    raise
-                log.warning("actor %s left unbound: %s", klass.__name__, exc)
-                self._numabind_report = None
+            self._numabind_report = integration.bind_this_actor(klass.__name__, mode, policy, strict)
             klass.__init__(self, *args, **kwargs)
 
         def numabind_report(self: Any) -> Any:
@@ -259,4 +268,3 @@ def bind_actor(cls: T | None = None, *, mode: str = "node", policy: str | None =
         return bound  # type: ignore[no-any-return]
 
     return decorate(cls) if cls is not None else decorate
-
