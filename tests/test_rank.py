@@ -493,3 +493,28 @@ def test_module_docs_name_every_launcher_variable():
     doc = rank_module.__doc__
     for var in RANK_VARS + SIZE_VARS + ["NUMABIND_LOCAL_RANK", "NUMABIND_LOCAL_WORLD_SIZE", "SLURM_NODEID"]:
         assert f"``{var}``" in doc
+
+
+def test_partial_strictness_narrows_but_refuses_an_empty_cpu_plan(tmp_path):
+    eight_gpus(tmp_path)
+    topo = topo_of(tmp_path, {})
+    node0 = sorted(node_cpus(topo, 0))
+    some = place_rank(topology=topo, env=env_of(LOCAL_RANK=0, NUMABIND_STRICT="partial"), within=node0[:2])
+    assert some.plan.cpus == frozenset(node0[:2]) and "narrowed to" in some.warnings[0]
+    with pytest.raises(PlanError, match="never widens"):
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=node_cpus(topo, 1), strict="partial")
+
+
+def test_cli_run_with_a_gpu_without_a_node_runs_unbound_or_not_at_all_when_strict(tmp_path):
+    no_node_machine(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV and not k.startswith("NUMABIND_")}
+    env.update(NUMABIND_FSROOT=str(tmp_path), LOCAL_RANK="0", PYTHONPATH=ROOT)
+    argv = [*numabind_command(), "run", "--gpu-from-rank", "--bind-replayed-root"]
+    out = subprocess.run([*argv, "--", *report_command()], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json_lines(out.stdout)[0]["cpus"] == sorted(os.sched_getaffinity(0))     # as it was started
+    assert "has no NUMA node" in out.stderr and "left as the launcher started it" in out.stderr
+    out = subprocess.run([*argv, "--strict", "--", *report_command()], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.returncode == 2 and json_lines(out.stdout) == []
+    assert "has no NUMA node" in out.stderr

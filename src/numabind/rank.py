@@ -160,10 +160,10 @@ def _slurm_tasks_on_node(var: str, value: str, env: Mapping[str, str]) -> tuple[
         return None, f"{var}={_shown(value)} differs between nodes and {node_var} is not set"
     node = _number(node_var, env[node_var], "node id")
     seen = 0
-    for tasks, repeat in entries:
+    for count, repeat in entries:
         seen += repeat
         if node < seen:
-            return tasks, f"{var} (entry of {node_var}={node})"
+            return count, f"{var} (entry of {node_var}={node})"
     raise NumabindError(f"{node_var}={node} is past the {seen} nodes that {var}={_shown(value)} lists")
 
 

@@ -250,13 +250,14 @@ def bind_actor(cls: T | None = None, *, mode: str = "node", policy: str | None =
     _check(mode, policy)
 
     def decorate(klass: T) -> T:
+        original_init = getattr(klass, "__init__")   # noqa: B009  (the class's, not an instance's)
         # Ray ships this class to the workers by value (cloudpickle), closures included, with a copy of the
         # module globals they name: so the work is looked up in the worker's own numabind at call time.
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             from numabind.integrations import ray as integration
 
             self._numabind_report = integration.bind_this_actor(klass.__name__, mode, policy, strict)
-            klass.__init__(self, *args, **kwargs)
+            original_init(self, *args, **kwargs)
 
         def numabind_report(self: Any) -> Any:
             return self._numabind_report
