@@ -5,11 +5,13 @@ The real ``torch.distributed.run`` (torch 2.13.0, a CPU build, installed by
 whose CPU ids are this host's (tests/launchers.py), so each rank's binding is
 real and read back from the kernel. torch's ``--numa-binding`` runs against
 the same fake machine through tests/torch_numa.py (its CUDA and /sys probes
-redirected there; its workers bound by numactl).
+redirected there; its workers bound by numactl). torch runs only in children.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -28,9 +30,9 @@ from tests.launchers import (host_gpu_machine, json_documents, json_lines, numab
                              usable_cpus)
 from tests.test_bind import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
 
-torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup.sh --test installs torch==2.13.0)")
-
-from tests import torch_numa  # noqa: E402  (needs torch)
+# torch is only ever imported by the children (torchrun, tests/torch_numa.py): never into the test process
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                reason="torch is not installed (scripts/setup.sh --test installs torch==2.13.0)")
 
 kernel = pytest.mark.kernel
 TIMEOUT = 240
@@ -77,12 +79,12 @@ def test_torchrun_binds_each_rank_to_its_gpus_node_like_torchs_numa_binding(tmp_
     assert got == {0: sorted(machine.node_cpus[0]), 1: sorted(machine.node_cpus[1])}
 
     help_text = run([*torchrun(), "--help"], env, str(tmp_path)).stdout
-    if "--numa-binding" not in help_text or torch_numa.binding_module() is None:
-        pytest.skip(f"numabind part passed; torch {torch.__version__} has no --numa-binding to compare with")
+    if "--numa-binding" not in help_text:
+        pytest.skip("numabind part passed; this torch's torchrun has no --numa-binding to compare with")
     if shutil.which("numactl") is None:
         pytest.skip("numabind part passed; torch's --numa-binding starts workers through numactl, not installed")
-    theirs = run([sys.executable, "-m", "tests.torch_numa", machine.root, "--numa-binding=node", "--standalone",
-                  "--no-python", "--nproc-per-node=2", *report_command()], env, ROOT)
+    theirs = run([sys.executable, "-m", "tests.torch_numa", "torchrun", machine.root, "--numa-binding=node",
+                  "--standalone", "--no-python", "--nproc-per-node=2", *report_command()], env, ROOT)
     assert {r: sorted(v["cpus"]) for r, v in by_rank(theirs.stdout).items()} == got
 
 
@@ -113,39 +115,37 @@ def eight_gpu_machine(root, status_cpus=None):
     return discover_from(FsReader(str(root)), env={})
 
 
-def require_torch_numa():
-    binding = torch_numa.binding_module()
-    if binding is None:
-        pytest.skip(f"torch {torch.__version__} has no torch.numa.binding strategies to compare with")
-    return binding
+def torch_choices(root, allowed, *modes) -> dict[str, list[frozenset[int]]]:
+    """What torch's --numa-binding gives each local rank on the machine under ``root`` (run in a child)."""
+    out = run([sys.executable, "-m", "tests.torch_numa", "cpus", str(root), format_cpulist(allowed), *modes],
+              launch_env(), ROOT)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if "unavailable" in got:
+        pytest.skip(got["unavailable"])
+    return {mode: [frozenset(c) for c in cpus] for mode, cpus in got.items()}
 
 
-@pytest.mark.parametrize("mode", NUMA_MODES)
-def test_every_mode_matches_torchs_numa_binding(tmp_path, mode):
-    require_torch_numa()
+def test_every_mode_matches_torchs_numa_binding(tmp_path):
     topo = eight_gpu_machine(tmp_path)
-    with torch_numa.redirect(str(tmp_path), allowed=topo.allowed_cpus) as binding:
-        theirs = [torch_numa.torch_cpus(binding, r, mode) for r in range(8)]
-    ours = [place_rank(mode, topology=topo, env={"LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "8"}).plan.cpus
-            for r in range(8)]
-    assert ours == theirs
-    if mode in ("exclusive", "core-complex"):
-        assert len(set(ours)) == 8           # the modes really split the nodes
+    theirs = torch_choices(tmp_path, topo.allowed_cpus, *NUMA_MODES)
+    for mode in NUMA_MODES:
+        ours = [place_rank(mode, topology=topo, env={"LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "8"}).plan.cpus
+                for r in range(8)]
+        assert ours == theirs[mode], mode
+        if mode in ("exclusive", "core-complex"):
+            assert len(set(ours)) == 8           # the modes really split the nodes
 
 
 def test_exclusive_within_a_cpuset_matches_torch(tmp_path):
-    require_torch_numa()
     allowed = set(range(0, 32)) - {1, 5, 17, 21}          # one hyperthread pair out of nodes 0 and 1
     topo = eight_gpu_machine(tmp_path, status_cpus=allowed)
-    with torch_numa.redirect(str(tmp_path), allowed=topo.allowed_cpus) as binding:
-        theirs = [torch_numa.torch_cpus(binding, r, "exclusive") for r in range(8)]
+    theirs = torch_choices(tmp_path, topo.allowed_cpus, "exclusive")["exclusive"]
     ours = [place_rank("exclusive", topology=topo, env={"LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "8"}).plan.cpus
             for r in range(8)]
     assert ours == theirs
 
 
 def test_a_gpu_with_no_node_torch_takes_node_0_numabind_leaves_the_rank_unbound(tmp_path):
-    require_torch_numa()
     m = FakeMachine(tmp_path)
     m.add_node(0, range(0, 4)).add_node(1, range(4, 8))
     for cpu in range(8):
@@ -154,9 +154,7 @@ def test_a_gpu_with_no_node_torch_takes_node_0_numabind_leaves_the_rank_unbound(
     add_nvidia_gpu(tmp_path, "0000:1b:00.0", numa_node=-1, local_cpulist="")
     add_nvidia_gpu(tmp_path, "0000:9a:00.0", numa_node=1, minor=1, uuid=nv_uuid(1))
     topo = discover_from(FsReader(str(tmp_path)), env={})
-    with torch_numa.redirect(str(tmp_path), allowed=topo.allowed_cpus) as binding:
-        assert torch_numa.torch_cpus(binding, 0, "node") == topo.nodes[0].cpus
-        assert torch_numa.torch_cpus(binding, 1, "node") == topo.nodes[1].cpus
+    assert torch_choices(tmp_path, topo.allowed_cpus, "node")["node"] == [topo.nodes[0].cpus, topo.nodes[1].cpus]
     placed = place_rank("node", topology=topo, env={"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"})
     assert placed.plan.cpus is None and placed.plan.mem_policy is None
     assert "has no NUMA node" in placed.warnings[0]

@@ -7,10 +7,12 @@ by tests/fakesys.py and tests/fakegpu.py (GPU ``i`` is the tree's ``i``-th GPU
 in PCI order, as CUDA numbers them with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``);
 everything else, torchrun included, is torch's real code.
 
-``python -m tests.torch_numa ROOT TORCHRUN-ARGS...`` runs
+``python -m tests.torch_numa torchrun ROOT TORCHRUN-ARGS...`` runs
 ``torch.distributed.run`` redirected that way (its workers are started by
 torch through ``numactl --physcpubind``, so the fake machine's CPU ids must be
-this host's).
+this host's); ``python -m tests.torch_numa cpus ROOT ALLOWED MODE...`` prints
+the CPUs torch would give each local rank. The tests run both in a child, so
+torch is never imported into the test process.
 """
 
 from __future__ import annotations
@@ -100,12 +102,35 @@ def torch_cpus(binding: Any, gpu_index: int, mode: str) -> frozenset[int]:
 
 
 def main(argv: list[str]) -> int:
-    root, rest = argv[0], argv[1:]
-    from torch.distributed.run import main as torchrun
+    """``torchrun ROOT ARGS...``: torchrun redirected; ``cpus ROOT ALLOWED MODE...``: print torch's CPUs as JSON.
 
-    with redirect(root):
-        torchrun(rest)
-    return 0
+    ``cpus`` prints ``{"mode": [[cpus of the worker of local rank 0], ...], ...}`` for every GPU of the
+    tree (``ALLOWED`` is the affinity torch reads, a cpulist), or ``{"unavailable": why}``.
+    """
+    import json
+
+    command, root, rest = argv[0], argv[1], argv[2:]
+    if command == "torchrun":
+        from torch.distributed.run import main as torchrun
+
+        with redirect(root):
+            torchrun(rest)
+        return 0
+    if command == "cpus":
+        import torch
+
+        from numabind.cpulist import parse_cpulist
+
+        if binding_module() is None:
+            print(json.dumps({"unavailable": f"torch {torch.__version__} has no torch.numa.binding strategies"}))
+            return 0
+        allowed, modes = parse_cpulist(rest[0]), rest[1:]
+        with redirect(root, allowed=allowed) as binding:
+            count = len(fake_gpu_addresses(root))
+            print(json.dumps({mode: [sorted(torch_cpus(binding, i, mode)) for i in range(count)]
+                              for mode in modes}))
+        return 0
+    raise SystemExit(f"unknown command {command!r}: torchrun or cpus")
 
 
 if __name__ == "__main__":
