@@ -1,6 +1,10 @@
-/* See numabind.h.  Deliberately tiny: wrappers only, errno returned as -errno. */
+/* See numabind.h.  Deliberately tiny: wrappers and loops of them, no policy, errno returned as -errno. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -151,4 +155,254 @@ long nb_numa_sched_getaffinity(int tid, unsigned long nbits, unsigned long *mask
     NEED_NUMA();
     struct nb_bitmask bm = { nbits, mask };
     RET(p_sched_getaffinity(tid, &bm));
+}
+
+/* ---- the running process ------------------------------------------------- */
+
+struct nb_dirent64 {             /* the kernel's struct linux_dirent64 */
+    unsigned long long d_ino;
+    long long d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+/* The cached /proc/self/task descriptor: valid only for `task_pid`, and only while fstat still shows
+ * the directory it was opened on (a descriptor closed behind our back and reused is never trusted). */
+static pthread_mutex_t task_lock = PTHREAD_MUTEX_INITIALIZER;
+static int task_fd = -1;
+static pid_t task_pid;
+static dev_t task_dev;
+static ino_t task_ino;
+static int atfork_done;
+
+static void task_after_fork_child(void)
+{
+    /* The only thread of the new process: the parent's lock state and descriptor are not ours. */
+    pthread_mutex_init(&task_lock, NULL);
+    if (task_fd >= 0) {
+        struct stat st;
+        if (fstat(task_fd, &st) == 0 && st.st_dev == task_dev && st.st_ino == task_ino)
+            close(task_fd);
+        task_fd = -1;
+    }
+}
+
+static int task_open(void)
+{
+    return open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* Lists the directory open on fd from its start. */
+static long task_read(int fd, int first, int *tids, size_t cap)
+{
+    char buf[16384] __attribute__((aligned(8)));
+    size_t count = 0;
+    if (lseek(fd, 0, SEEK_SET) < 0)
+        return -(long)errno;
+    for (;;) {
+        long nread = syscall(SYS_getdents64, fd, buf, sizeof buf);
+        if (nread < 0)
+            return -(long)errno;
+        if (nread == 0)
+            break;
+        for (long pos = 0; pos < nread;) {
+            struct nb_dirent64 *d = (struct nb_dirent64 *)(buf + pos);
+            pos += d->d_reclen;
+            const char *p = d->d_name;
+            if (*p < '0' || *p > '9')
+                continue;                       /* "." and ".." */
+            long tid = 0;
+            for (; *p >= '0' && *p <= '9' && tid <= 0x3fffffff; p++)
+                tid = tid * 10 + (*p - '0');
+            if (*p)
+                continue;
+            if (count < cap) {
+                tids[count] = (int)tid;
+                if ((int)tid == first && count > 0) {   /* the caller first */
+                    tids[count] = tids[0];
+                    tids[0] = (int)tid;
+                }
+            }
+            count++;
+        }
+    }
+    return (long)count;
+}
+
+long nb_task_list(int first, int *tids, size_t cap)
+{
+    if (pthread_mutex_trylock(&task_lock) != 0) {
+        /* another thread is listing right now: use a descriptor of our own for this call */
+        int fd = task_open();
+        if (fd < 0)
+            return -(long)errno;
+        long r = task_read(fd, first, tids, cap);
+        close(fd);
+        return r;
+    }
+    if (!atfork_done) {
+        pthread_atfork(NULL, NULL, task_after_fork_child);
+        atfork_done = 1;
+    }
+    pid_t pid = getpid();
+    struct stat st;
+    if (task_fd >= 0 && (task_pid != pid || fstat(task_fd, &st) != 0 ||
+                         st.st_dev != task_dev || st.st_ino != task_ino)) {
+        if (task_pid != pid && fstat(task_fd, &st) == 0 && st.st_dev == task_dev && st.st_ino == task_ino)
+            close(task_fd);                     /* ours, but another process's directory */
+        task_fd = -1;
+    }
+    if (task_fd < 0) {
+        int fd = task_open();
+        if (fd < 0 || fstat(fd, &st) != 0) {
+            long e = -(long)errno;
+            if (fd >= 0)
+                close(fd);
+            pthread_mutex_unlock(&task_lock);
+            return e;
+        }
+        task_fd = fd;
+        task_pid = pid;
+        task_dev = st.st_dev;
+        task_ino = st.st_ino;
+    }
+    long r = task_read(task_fd, first, tids, cap);
+    pthread_mutex_unlock(&task_lock);
+    return r;
+}
+
+typedef long (*nb_aff_fn)(int, size_t, unsigned long *);
+
+static long sys_set(int tid, size_t words, unsigned long *mask)
+{
+    RET(syscall(SYS_sched_setaffinity, tid, words * sizeof(unsigned long), mask));
+}
+
+static long sys_get(int tid, size_t words, unsigned long *mask)
+{
+    RET(syscall(SYS_sched_getaffinity, tid, words * sizeof(unsigned long), mask));
+}
+
+static long numa_set(int tid, size_t words, unsigned long *mask)
+{
+    return nb_numa_sched_setaffinity(tid, words * 64, mask);
+}
+
+static long numa_get(int tid, size_t words, unsigned long *mask)
+{
+    return nb_numa_sched_getaffinity(tid, words * 64, mask);
+}
+
+/* The kernel writes only as many bytes as it has CPUs: clear the rest first. */
+static long get_mask(nb_aff_fn get, int tid, size_t words, unsigned long *out)
+{
+    memset(out, 0, words * sizeof(unsigned long));
+    long r = get(tid, words, out);
+    return r < 0 ? r : 0;
+}
+
+static long affinity_many(nb_aff_fn set, nb_aff_fn get, const int *tids, size_t n,
+                          const unsigned long *mask, size_t words, int flags,
+                          unsigned long *before, unsigned long *after, int *status)
+{
+    if (words == 0 || (n && (!tids || !before || !after || !status)))
+        return -EINVAL;
+    size_t bytes = words * sizeof(unsigned long);
+    for (size_t i = 0; i < n; i++)
+        status[i] = NB_NOT_TRIED;
+    for (size_t i = 0; i < n; i++) {
+        unsigned long *b = before + i * words, *a = after + i * words;
+        long r = get_mask(get, tids[i], words, b);
+        if (r == -ESRCH) {
+            status[i] = NB_EXITED;
+            continue;
+        }
+        if (r < 0) {
+            status[i] = (int)r;
+            if (i == 0 || (flags & NB_STOP_ON_ERROR))
+                return (long)i + 1;
+            continue;
+        }
+        if (!mask) {
+            memcpy(a, b, bytes);
+            status[i] = NB_UNCHANGED;
+            continue;
+        }
+        if ((flags & NB_MATCHING) && i > 0 && memcmp(b, before, bytes) != 0) {
+            memcpy(a, b, bytes);
+            status[i] = NB_LEFT_ALONE;
+            continue;
+        }
+        r = set(tids[i], words, (unsigned long *)mask);
+        if (r == -ESRCH) {
+            status[i] = NB_EXITED;
+            continue;
+        }
+        if (r < 0) {
+            memcpy(a, b, bytes);
+            status[i] = (int)r;
+            if (i == 0 || (flags & NB_STOP_ON_ERROR))
+                return (long)i + 1;
+            continue;
+        }
+        r = get_mask(get, tids[i], words, a);
+        if (r == -ESRCH) {
+            status[i] = NB_EXITED;
+            continue;
+        }
+        if (r < 0)                      /* set, but unreadable: an empty after[] shows it */
+            memset(a, 0, bytes);
+        status[i] = (i > 0 && status[0] == NB_BOUND && memcmp(a, after, bytes) != 0) ? NB_DIFFERS : NB_BOUND;
+        if (i == 0 && (flags & NB_CHECK_FIRST) && memcmp(a, mask, bytes) != 0)
+            return 1;
+    }
+    return (long)n;
+}
+
+long nb_sys_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
+                          unsigned long *before, unsigned long *after, int *status)
+{
+    return affinity_many(sys_set, sys_get, tids, n, mask, words, flags, before, after, status);
+}
+
+long nb_numa_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
+                           unsigned long *before, unsigned long *after, int *status)
+{
+    if (!numa_handle)
+        return -ENOSYS;
+    return affinity_many(numa_set, numa_get, tids, n, mask, words, flags, before, after, status);
+}
+
+typedef long (*nb_getpol_fn)(int *, unsigned long *, unsigned long, void *, unsigned long);
+typedef long (*nb_setpol_fn)(int, const unsigned long *, unsigned long);
+
+static long swap_mempolicy(nb_getpol_fn get, nb_setpol_fn set, int mode, const unsigned long *mask,
+                           unsigned long maxnode, int need_old, int *old_mode, unsigned long *old_mask,
+                           int *now_mode, unsigned long *now_mask, int *errs)
+{
+    errs[0] = (int)get(old_mode, old_mask, maxnode, NULL, 0);
+    errs[1] = errs[2] = 1;
+    if (errs[0] < 0 && need_old)
+        return 0;
+    errs[1] = (int)set(mode, mask, mask ? maxnode : 0);
+    if (errs[1] < 0)
+        return 0;
+    errs[2] = (int)get(now_mode, now_mask, maxnode, NULL, 0);
+    return 0;
+}
+
+long nb_sys_swap_mempolicy(int mode, const unsigned long *mask, unsigned long maxnode, int need_old,
+                           int *old_mode, unsigned long *old_mask, int *now_mode, unsigned long *now_mask, int *errs)
+{
+    return swap_mempolicy(nb_sys_get_mempolicy, nb_sys_set_mempolicy, mode, mask, maxnode, need_old,
+                          old_mode, old_mask, now_mode, now_mask, errs);
+}
+
+long nb_numa_swap_mempolicy(int mode, const unsigned long *mask, unsigned long maxnode, int need_old,
+                            int *old_mode, unsigned long *old_mask, int *now_mode, unsigned long *now_mask, int *errs)
+{
+    NEED_NUMA();
+    return swap_mempolicy(nb_numa_get_mempolicy, nb_numa_set_mempolicy, mode, mask, maxnode, need_old,
+                          old_mode, old_mask, now_mode, now_mask, errs);
 }

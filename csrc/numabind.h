@@ -23,6 +23,49 @@ long nb_sys_sched_setaffinity(int tid, size_t size, const unsigned long *mask);
 long nb_sys_sched_getaffinity(int tid, size_t size, unsigned long *mask);
 long nb_gettid(void);
 
+/* ---- the running process: threads, and affinity of many threads in one call ---- */
+/* Thread ids of this process (one getdents64 pass over a cached /proc/self/task descriptor, re-read from
+ * its start on every call).  `first` (e.g. the caller's tid), when listed, is put at index 0.  Returns the
+ * number of threads; when that is more than `cap`, only `cap` were written and the caller retries with a
+ * larger buffer (listing has no side effect).  -errno on failure. */
+long nb_task_list(int first, int *tids, size_t cap);
+
+/* Per-thread outcome of nb_*_affinity_many. */
+enum nb_thread_status {
+    NB_BOUND = 0,          /* set, then read back into after[] */
+    NB_LEFT_ALONE = 1,     /* NB_MATCHING: its affinity differed from tids[0]'s before; not touched */
+    NB_EXITED = 2,         /* ESRCH: the thread is gone */
+    NB_UNCHANGED = 3,      /* mask == NULL: only read */
+    NB_NOT_TRIED = 4,      /* after a stop (NB_STOP_ON_ERROR, NB_CHECK_FIRST) */
+    NB_DIFFERS = 5         /* set, but read back other CPUs than tids[0] was (both in after[]) */
+};
+/* Flags of nb_*_affinity_many. */
+enum nb_affinity_flags {
+    NB_MATCHING = 1,       /* leave alone threads whose before differs from tids[0]'s before */
+    NB_STOP_ON_ERROR = 2,  /* stop at the first thread whose set fails with anything but ESRCH */
+    NB_CHECK_FIRST = 4     /* stop after tids[0] unless it was set and its after equals mask exactly */
+};
+
+/* For each of the n threads: read its affinity into before[i*words..], set it to `mask` (NULL: only read),
+ * read it back into after[i*words..]; status[i] is one of NB_* above or -errno (the set failed).
+ * `words` 64-bit words per mask (mask_bytes = 8 * words).  Returns how many threads were processed
+ * (n unless stopped), or -errno when an argument is invalid.  The _sys_ form calls the system calls,
+ * the _numa_ form libnuma's numa_sched_{set,get}affinity (-ENOSYS until nb_numa_load). */
+/* The calling thread's memory policy replaced in one call: get_mempolicy into old_mode/old_mask, then
+ * set_mempolicy(mode, mask, maxnode) (mask NULL: no nodes), then get_mempolicy into now_mode/now_mask.
+ * errs[0..2] receive 0 or -errno of each step; a step after a failed set is skipped (errs = 1).  With
+ * need_old, a failed first read stops before anything is set.  old_mask and now_mask hold maxnode - 1
+ * bits.  Returns 0, or -ENOSYS for the _numa_ form before nb_numa_load. */
+long nb_sys_swap_mempolicy(int mode, const unsigned long *mask, unsigned long maxnode, int need_old,
+                           int *old_mode, unsigned long *old_mask, int *now_mode, unsigned long *now_mask, int *errs);
+long nb_numa_swap_mempolicy(int mode, const unsigned long *mask, unsigned long maxnode, int need_old,
+                            int *old_mode, unsigned long *old_mask, int *now_mode, unsigned long *now_mask, int *errs);
+
+long nb_sys_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
+                          unsigned long *before, unsigned long *after, int *status);
+long nb_numa_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
+                           unsigned long *before, unsigned long *after, int *status);
+
 /* ---- libnuma, loaded at run time (the "libnuma" backend) ----------------- */
 /* Loads `soname` (e.g. "libnuma.so.1"); 0 on success, else -1 with a message in errbuf. */
 int nb_numa_load(const char *soname, char *errbuf, size_t errlen);

@@ -118,7 +118,7 @@ def touch_then_migrate(conn, plan, size: int) -> None:
     buf = bytearray(size)
     for k in range(0, size, 4096):
         buf[k] = 1
-    from tests.vm.probe import process_node_pages
+    from tests.kernel import process_node_pages
 
     before = process_node_pages()
     report = numabind.bind_current(plan)

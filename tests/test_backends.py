@@ -20,6 +20,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -27,13 +28,23 @@ import numabind
 from numabind import BindError, NumabindError, Plan, PlanError
 from numabind.backends import BACKEND_NAMES, backend_info, get_backend, reset_backends
 from numabind.backends import numactl as numactl_mod
-from numabind.backends.base import cpu_mask_bits, node_mask_bits
+from numabind import live
 from numabind.backends.numactl import WRAPPER, NumactlBackend, parse_numactl_show
-from tests.test_bind import (
+from numabind.live import cpu_mask_bits, node_mask_bits
+from tests.kernel import (
+    BLOCK_NATIVE,
+    CPU_A,
+    CPU_B,
+    MEM_NODE,
+    MEMORY_NODES,
+    MISSING_NODE,
     MPOL,
-    NATIVE,
+    ONLINE_CPUS,
+    ONLINE_NODES,
+    OUTSIDE_CPU,
     ROOT,
     Parked,
+    child_env,
     ids_of,
     raw_mempolicy,
     raw_set_mempolicy,
@@ -42,14 +53,17 @@ from tests.test_bind import (
     run_python,
 )
 
+NATIVE = ("libnuma", "syscall")
+CHILD = f"A, B, N = {CPU_A}, {CPU_B}, {MEM_NODE}\n"   # the CPUs and node of this machine, in a child
+
 kernel = pytest.mark.kernel
 
 NUMACTL = shutil.which("numactl")
 POLICY_CASES = [  # (plan policy, nodes, numactl option)
-    ("bind", {0}, "--membind=0"),
-    ("preferred", {0}, "--preferred=0"),
-    ("preferred-many", {0}, "--preferred-many=0"),
-    ("interleave", {0}, "--interleave=0"),
+    ("bind", {MEM_NODE}, f"--membind={MEM_NODE}"),
+    ("preferred", {MEM_NODE}, f"--preferred={MEM_NODE}"),
+    ("preferred-many", {MEM_NODE}, f"--preferred-many={MEM_NODE}"),
+    ("interleave", {MEM_NODE}, f"--interleave={MEM_NODE}"),
     ("local", None, "--localalloc"),
 ]
 
@@ -61,13 +75,6 @@ REPORT = (
     "print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), 'policy': p, 'nodes': sorted(n),"
     " 'env': sorted(k for k in os.environ if k.startswith('_NUMABIND_'))}))\n"
 )
-
-
-def child_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMABIND_", "_NUMABIND_"))}
-    env["PYTHONPATH"] = ROOT
-    env.update(extra)
-    return env
 
 
 @pytest.fixture
@@ -141,16 +148,18 @@ def test_mask_sizes_follow_the_possible_ids():
 @pytest.fixture
 def wide_kernel(monkeypatch):
     """Pretend the kernel's possible ids are nodes 0-127 and CPUs 0-2047 (as on the largest machines)."""
-    import numabind.backends.base as base
-
-    real = base._max_id
-    monkeypatch.setattr(base, "_max_id", lambda path, fallback: 127 if "/node/" in path
-                        else 2047 if "/cpu/" in path else real(path, fallback))
-    base.node_mask_bits.cache_clear()
-    base.cpu_mask_bits.cache_clear()
+    real = live._ids
+    monkeypatch.setattr(live, "_ids", lambda rel: frozenset(range(128)) if rel.endswith("node/possible")
+                        else frozenset(range(2048)) if rel.endswith("cpu/possible") else real(rel))
+    live.forget_mask_bits()
+    for be in (get_backend(n)[0] for n in NATIVE):   # masks already made for the real sizes
+        be._cpu_masks.clear()
+        be._node_masks.clear()
     yield
-    base.node_mask_bits.cache_clear()
-    base.cpu_mask_bits.cache_clear()
+    live.forget_mask_bits()
+    for be in (get_backend(n)[0] for n in NATIVE):
+        be._cpu_masks.clear()
+        be._node_masks.clear()
 
 
 @kernel
@@ -161,10 +170,12 @@ def test_masks_wider_than_64_nodes_and_1024_cpus_work(wide_kernel, name):
     be = get_backend(name)[0]
     old_policy, old_cpus = be.get_mempolicy(), be.get_affinity(0)
     try:
-        be.set_mempolicy("interleave", frozenset({0}))
-        be.set_affinity(0, frozenset({1}))
-        assert be.get_mempolicy() == ("interleave", frozenset({0}))
-        assert be.get_affinity(0) == frozenset({1}) == frozenset(os.sched_getaffinity(0))
+        be.set_mempolicy("interleave", frozenset({MEM_NODE}))
+        be.set_affinity(0, frozenset({CPU_B}))
+        assert be.get_mempolicy() == ("interleave", frozenset({MEM_NODE}))
+        assert be.get_affinity(0) == frozenset({CPU_B}) == frozenset(os.sched_getaffinity(0))
+        walk = be.affinity_many([threading.get_native_id()], frozenset({CPU_A}))
+        assert walk.status[0] == 0 and walk.after(0) == {CPU_A} == frozenset(os.sched_getaffinity(0))
     finally:
         be.set_affinity(0, old_cpus)
         be.set_mempolicy(*old_policy)
@@ -177,15 +188,16 @@ def test_affinity_of_another_thread(name):
     be, _ = get_backend(name)
     with Parked(1) as parked:
         tid = parked.tids[0]
-        assert tid in be.thread_ids()
-        assert be.gettid() in be.thread_ids()
+        assert tid in live.thread_ids()
+        assert live.thread_ids(live.gettid())[0] == live.gettid()
         before = be.get_affinity(tid)
         assert before == os.sched_getaffinity(tid)
-        be.set_affinity(tid, frozenset({0}))
-        assert be.get_affinity(tid) == {0} == os.sched_getaffinity(tid)
+        be.set_affinity(tid, frozenset({CPU_A}))
+        assert be.get_affinity(tid) == {CPU_A} == os.sched_getaffinity(tid)
         assert be.get_affinity(0) == before      # the caller is untouched
-        assert isinstance(be.thread_name(tid), str) and be.thread_name(tid)
-    assert parked.seen[tid] == {0}
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            assert live.thread_name(tid) == f.read().strip()
+    assert parked.seen[tid] == {CPU_A}
 
 
 @kernel
@@ -193,7 +205,7 @@ def test_affinity_of_another_thread(name):
 def test_affinity_errors_are_bind_errors(name):
     be, _ = get_backend(name)
     with pytest.raises(BindError) as exc:
-        be.set_affinity(0, frozenset({63}))
+        be.set_affinity(0, frozenset({OUTSIDE_CPU}))
     assert (exc.value.errno, exc.value.syscall) == (errno.EINVAL, "sched_setaffinity")
     with pytest.raises(BindError) as exc:
         be.get_affinity(4194304 + 1000)
@@ -201,21 +213,23 @@ def test_affinity_errors_are_bind_errors(name):
 
 
 @kernel
-@pytest.mark.parametrize("name", BACKEND_NAMES)
-def test_kernel_limits_of_this_host(name):
-    limits = get_backend(name)[0].kernel_limits()
-    assert limits.online_cpus == ids_of(open("/sys/devices/system/cpu/online").read())
-    assert limits.online_nodes == {0}
-    assert limits.memory_nodes == {0}
-    assert limits.mems_allowed == {0}
-    assert limits.cpuset_cpus is None or limits.cpuset_cpus >= os.sched_getaffinity(0)
+def test_live_limits_of_this_host():
+    """The limits of the running process, against the files read here (every backend sees the same)."""
+    limits = live.limits()
+    with open("/proc/self/status") as f:
+        mems = next(line.split(":", 1)[1] for line in f if line.startswith("Mems_allowed_list"))
+    assert limits.online_cpus == ONLINE_CPUS
+    assert limits.nodes == ONLINE_NODES
+    assert limits.memory_nodes == MEMORY_NODES
+    assert limits.allowed_nodes == ids_of(mems)
+    assert limits.allowed_cpus >= os.sched_getaffinity(0) and limits.allowed_cpus <= ONLINE_CPUS
 
 
 @kernel
 @pytest.mark.parametrize("policy,nodes,_opt", POLICY_CASES + [("default", None, "")])
 def test_every_reader_agrees_on_the_memory_policy(policy, nodes, _opt):
     """Set through the syscall backend; read through libnuma, syscall and numactl --show."""
-    raw_set_mempolicy("interleave" if policy != "interleave" else "bind", {0})
+    raw_set_mempolicy("interleave" if policy != "interleave" else "bind", {MEM_NODE})
     get_backend("syscall")[0].set_mempolicy(policy, frozenset(nodes or ()))
     for name in ("libnuma", "syscall", "numactl"):
         assert get_backend(name)[0].get_mempolicy() == (policy, frozenset(nodes or ())), name
@@ -226,9 +240,9 @@ def test_every_reader_agrees_on_the_memory_policy(policy, nodes, _opt):
 def test_set_mempolicy_refusal_is_a_bind_error(name):
     be, _ = get_backend(name)
     with pytest.raises(BindError) as exc:
-        be.set_mempolicy("bind", frozenset({1}))
+        be.set_mempolicy("bind", frozenset({MISSING_NODE}))
     assert (exc.value.errno, exc.value.syscall) == (errno.EINVAL, "set_mempolicy")
-    assert "EINVAL" in str(exc.value) and "bind nodes [1]" in str(exc.value)
+    assert "EINVAL" in str(exc.value) and f"bind nodes [{MISSING_NODE}]" in str(exc.value)
 
 
 @kernel
@@ -240,15 +254,15 @@ def test_page_queries_and_migration(name):
     buf = be.ffi.from_buffer(mm)
     try:
         addr = int(be.ffi.cast("uintptr_t", buf))
-        assert be.page_nodes([addr, addr + mmap.PAGESIZE]) == [0, -errno.ENOENT]
-        assert be.move_to_node([addr], 0) == [0]
+        assert be.page_nodes([addr, addr + mmap.PAGESIZE]) == [MEM_NODE, -errno.ENOENT]
+        assert be.move_to_node([addr], MEM_NODE) == [MEM_NODE]
         assert be.page_nodes([]) == []
     finally:
         del buf
         mm.close()
-    assert be.migrate_pages(0, frozenset({0}), frozenset({0})) >= 0
+    assert be.migrate_pages(0, frozenset({MEM_NODE}), frozenset({MEM_NODE})) == 0
     with pytest.raises(BindError) as exc:
-        be.migrate_pages(0, frozenset({0}), frozenset({1}))
+        be.migrate_pages(0, frozenset({MEM_NODE}), frozenset({MISSING_NODE}))
     assert exc.value.syscall == "migrate_pages"
 
 
@@ -256,8 +270,8 @@ def test_page_queries_and_migration(name):
 def test_none_backend_has_no_memory_calls():
     be, _ = get_backend("none")
     assert be.in_process_memory is False
-    for call, args in ((be.set_mempolicy, ("bind", frozenset({0}))), (be.get_mempolicy, ()),
-                       (be.migrate_pages, (0, frozenset({0}), frozenset({0})))):
+    for call, args in ((be.set_mempolicy, ("bind", frozenset({MEM_NODE}))), (be.get_mempolicy, ()),
+                       (be.migrate_pages, (0, frozenset({MEM_NODE}), frozenset({MEM_NODE})))):
         with pytest.raises(BindError) as exc:
             call(*args)
         assert exc.value.errno == errno.ENOTSUP
@@ -280,7 +294,7 @@ def test_numactl_backend_sets_memory_policy_only_at_birth():
     be, _ = get_backend("numactl")
     assert be.in_process_memory is False
     with pytest.raises(BindError) as exc:
-        be.set_mempolicy("bind", frozenset({0}))
+        be.set_mempolicy("bind", frozenset({MEM_NODE}))
     assert (exc.value.errno, exc.value.syscall) == (errno.ENOTSUP, "set_mempolicy")
     assert "numabind run" in str(exc.value)
 
@@ -289,14 +303,14 @@ def test_numactl_backend_sets_memory_policy_only_at_birth():
 @pytest.mark.parametrize("policy,nodes,opt", POLICY_CASES)
 def test_numactl_backend_command_prefix_binds_the_child(policy, nodes, opt):
     be, _ = get_backend("numactl")
-    plan = Plan(cpus={1}, mem_policy=policy, mem_nodes=nodes)
+    plan = Plan(cpus={CPU_B}, mem_policy=policy, mem_nodes=nodes)
     prefix = be.command_prefix(plan)
-    assert prefix == [WRAPPER, f"--numactl={os.path.abspath(NUMACTL)}", "--physcpubind=1", opt, "--"]
+    assert prefix == [WRAPPER, f"--numactl={os.path.abspath(NUMACTL)}", f"--physcpubind={CPU_B}", opt, "--"]
     cp = subprocess.run(prefix + [sys.executable, "-c", REPORT], capture_output=True, text=True,
                         env=child_env(), timeout=60)
     assert cp.returncode == 0, cp.stderr
     out = json.loads(cp.stdout)
-    assert out["cpus"] == [1]
+    assert out["cpus"] == [CPU_B]
     assert (out["policy"], out["nodes"]) == (policy, sorted(nodes or ()))
     # this process is unchanged
     assert raw_mempolicy() == (MPOL["default"], frozenset())
@@ -324,7 +338,7 @@ def test_parse_numactl_show_rejects_garbage():
 
 @kernel
 def test_numactl_backend_migrate_pages_uses_migratepages():
-    assert get_backend("numactl")[0].migrate_pages(0, frozenset({0}), frozenset({0})) == 0
+    assert get_backend("numactl")[0].migrate_pages(0, frozenset({MEM_NODE}), frozenset({MEM_NODE})) == 0
 
 
 # --------------------------------------------------------------------------- the wrapper script
@@ -356,10 +370,10 @@ def run_wrapper(args, env=None, **kw) -> subprocess.CompletedProcess:
 
 @kernel
 def test_wrapper_argv_mode_binds_the_command():
-    cp = run_wrapper(["--physcpubind=1", "--membind=0", "--", sys.executable, "-c", REPORT])
+    cp = run_wrapper([f"--physcpubind={CPU_B}", f"--membind={MEM_NODE}", "--", sys.executable, "-c", REPORT])
     assert cp.returncode == 0, cp.stderr
     out = json.loads(cp.stdout)
-    assert out["cpus"] == [1] and (out["policy"], out["nodes"]) == ("bind", [0])
+    assert out["cpus"] == [CPU_B] and (out["policy"], out["nodes"]) == ("bind", [MEM_NODE])
 
 
 # Variables an older wrapper read from the environment: an inherited value (even empty) took over every
@@ -406,14 +420,14 @@ def test_wrapper_execs_the_numactl_the_backend_checked(tmp_path):
     marker = tmp_path / "fake-numactl-ran"
     fake_dir = _fake_numactl(tmp_path / "bin", marker)
     cpu = max(os.sched_getaffinity(0))
-    argv = numabind.wrap_command(Plan(cpus={cpu}, mem_policy="bind", mem_nodes={0}), [sys.executable, "-c", REPORT],
+    argv = numabind.wrap_command(Plan(cpus={cpu}, mem_policy="bind", mem_nodes={MEM_NODE}), [sys.executable, "-c", REPORT],
                                  backend="numactl")
     env = child_env(PATH=fake_dir + os.pathsep + os.environ.get("PATH", ""))
     cp = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
     assert cp.returncode == 0, cp.stderr
     assert not marker.exists(), "the wrapper looked numactl up on the child's PATH"
     out = json.loads(cp.stdout)
-    assert out["cpus"] == [cpu] and (out["policy"], out["nodes"]) == ("bind", [0])
+    assert out["cpus"] == [cpu] and (out["policy"], out["nodes"]) == ("bind", [MEM_NODE])
 
 
 @pytest.mark.parametrize("value", ["numactl", "./numactl", "/nonexistent/numactl", "/etc/passwd", ""])
@@ -479,11 +493,11 @@ def test_wrapper_without_numactl_fails_loudly(empty_path, tmp_path):
 # --------------------------------------------------------------------------- fault injection in children
 @kernel
 def test_libnuma_absent_falls_back_to_syscall():
-    out = run_json('''
+    out = run_json(CHILD + '''
 import json, os, numabind
 from numabind.backends import get_backend
 info = numabind.backend_info()
-r = numabind.bind_current(numabind.Plan(cpus={0}, mem_policy="bind", mem_nodes={0}))
+r = numabind.bind_current(numabind.Plan(cpus={A}, mem_policy="bind", mem_nodes={N}))
 p, n = get_backend("syscall")[0].get_mempolicy()
 try:
     get_backend("libnuma")
@@ -499,13 +513,13 @@ print(json.dumps({"info": info, "backend": r.backend, "reason": r.backend_reason
     assert "cannot load libdoesnotexist.so.1" in info["unavailable"]["libnuma"]
     assert "libnuma unavailable" in info["reason"] and "libdoesnotexist.so.1" in info["reason"]
     assert out["backend"] == "syscall" and "libnuma unavailable" in out["reason"]
-    assert out["ok"] and out["cpus"] == [0] and out["policy"] == ["bind", [0]]
+    assert out["ok"] and out["cpus"] == [CPU_A] and out["policy"] == ["bind", [MEM_NODE]]
     assert out["forced"] and "'libnuma' was forced but cannot be used" in out["forced"]
 
 
 @pytest.mark.parametrize("value", ["/tmp/evil.so", "../libnuma.so.1", "libnuma.so.1; id", "libx.so\n", ""])
 def test_hostile_libnuma_soname_is_refused_not_loaded(value):
-    out = run_json('''
+    out = run_json(CHILD + '''
 import json, numabind
 info = numabind.backend_info()
 print(json.dumps({"selected": info["selected"], "why": info["unavailable"].get("libnuma", "")}))
@@ -516,9 +530,9 @@ print(json.dumps({"selected": info["selected"], "why": info["unavailable"].get("
 
 @kernel
 def test_libnuma_forced_when_absent_is_an_error():
-    cp = run_python('''
+    cp = run_python(CHILD + '''
 import numabind
-numabind.bind_current(numabind.Plan(cpus={0}))
+numabind.bind_current(numabind.Plan(cpus={A}))
 ''', env={"_NUMABIND_LIBNUMA": "libdoesnotexist.so.1", "NUMABIND_BACKEND": "libnuma"})
     assert cp.returncode != 0
     assert "NumabindError" in cp.stderr and "libdoesnotexist.so.1" in cp.stderr
@@ -526,12 +540,12 @@ numabind.bind_current(numabind.Plan(cpus={0}))
 
 @kernel
 def test_numactl_absent(empty_path):
-    out = run_json('''
+    out = run_json(CHILD + '''
 import json, numabind
 from numabind.backends import get_backend
 info = numabind.backend_info()
 try:
-    numabind.bind_current(numabind.Plan(cpus={0}), backend="numactl")
+    numabind.bind_current(numabind.Plan(cpus={A}), backend="numactl")
     forced = None
 except numabind.NumabindError as e:
     forced = str(e)
@@ -545,28 +559,16 @@ print(json.dumps({"info": info, "forced": forced}))
     assert "install the numactl package" in out["forced"]
 
 
-BLOCK_NATIVE = '''
-import sys
-class _NoNative:
-    """Simulates an install where the C extension was not built."""
-    def find_spec(self, name, path=None, target=None):
-        if name == "numabind._native":
-            raise ImportError("simulated: no numabind._native in this install")
-        return None
-sys.meta_path.insert(0, _NoNative())
-'''
-
-
 @kernel
 @pytest.mark.parametrize("how", ("finder", "sys.modules"))
 def test_native_module_not_importable(how):
     block = BLOCK_NATIVE if how == "finder" else "import sys; sys.modules['numabind._native'] = None\n"
-    cp = run_python(block + '''
+    cp = run_python(block + CHILD + '''
 import json, logging, os
 logging.basicConfig(level=logging.DEBUG, format="%(name)s %(levelname)s %(message)s")
 import numabind
 info = numabind.backend_info()
-r = numabind.bind_current(numabind.Plan(cpus={1}))
+r = numabind.bind_current(numabind.Plan(cpus={B}))
 print(json.dumps({"info": info, "backend": r.backend, "cpus": sorted(os.sched_getaffinity(0)),
                   "reason": r.backend_reason}))
 ''')
@@ -578,7 +580,7 @@ print(json.dumps({"info": info, "backend": r.backend, "cpus": sorted(os.sched_ge
         assert "numabind._native is not available" in info["unavailable"][name]
         assert "gcc" in info["unavailable"][name]
     assert info["selected"] == "numactl"
-    assert out["backend"] == "numactl" and out["cpus"] == [1]
+    assert out["backend"] == "numactl" and out["cpus"] == [CPU_B]
     assert "libnuma unavailable" in out["reason"] and "syscall unavailable" in out["reason"]
     # and it is said at DEBUG when the backends are probed
     assert "backend libnuma unavailable" in cp.stderr and "numabind._native is not available" in cp.stderr
@@ -586,15 +588,15 @@ print(json.dumps({"info": info, "backend": r.backend, "cpus": sorted(os.sched_ge
 
 @kernel
 def test_native_and_numactl_absent_leaves_affinity_only(empty_path):
-    out = run_json(BLOCK_NATIVE + '''
+    out = run_json(BLOCK_NATIVE + CHILD + '''
 import json, os, numabind
-r = numabind.bind_current(numabind.Plan(cpus={0}, mem_policy="bind", mem_nodes={0}))
+r = numabind.bind_current(numabind.Plan(cpus={A}, mem_policy="bind", mem_nodes={N}))
 print(json.dumps({"info": numabind.backend_info(), "backend": r.backend, "warnings": r.warnings,
                   "cpus": sorted(os.sched_getaffinity(0))}))
 ''', env={"PATH": empty_path})
     assert out["info"]["selected"] == "none"
     assert set(out["info"]["unavailable"]) == {"libnuma", "syscall", "numactl"}
-    assert out["backend"] == "none" and out["cpus"] == [0]
+    assert out["backend"] == "none" and out["cpus"] == [CPU_A]
     assert any("ENOTSUP" in w and "set_mempolicy" in w for w in out["warnings"])
 
 
@@ -611,7 +613,7 @@ def test_backend_failures_are_logged_at_debug(caplog, fresh_backends, monkeypatc
 @kernel
 def test_node_pages_reads_all_of_numa_maps():
     """numa_maps is a seq file: each read(2) returns one batch, short of a page; the count covers every line."""
-    from numabind.backends.base import node_pages
+    from numabind.live import node_pages
 
     big = [bytearray(1 << 16) for _ in range(300)]   # many mappings: numa_maps far larger than one read
     for b in big:

@@ -1,7 +1,8 @@
 """Real-kernel tests of ``bind_current`` and ``current_binding`` on this host.
 
-The host has one NUMA node (0) and CPUs 0-1. Every test here touches the
-kernel (``@pytest.mark.kernel``). The autouse fixture ``restore_process``
+Nothing assumes this host's CPU ids or node count: the CPUs and nodes come from
+tests/kernel.py, derived at run time (the suite also runs in a QEMU guest with 4 CPUs and 3
+nodes, tests/vm/test_vm_suite.py). Every test here touches the kernel (``@pytest.mark.kernel``). The autouse fixture ``restore_process``
 saves the affinity of every thread and the calling thread's memory policy and
 puts them back afterwards; tests whose faults cannot be undone (seccomp
 filters) run in a child process.
@@ -16,290 +17,67 @@ run from the calling thread (a child inherits its policy).
 from __future__ import annotations
 
 import errno
-import json
+import functools
 import logging
 import multiprocessing
 import os
-import subprocess
-import sys
-import textwrap
 import threading
-import time
 
 import pytest
 
 import numabind
-from numabind import BindError, Plan, PlanError
+from numabind import BindError, Plan, PlanError, live
+from numabind.cpulist import format_cpulist
 from numabind.backends import get_backend
+from numabind.backends.base import Backend
+from tests.kernel import (  # noqa: F401  (restore_process: autouse, the process's binding put back)
+    ALLOWED,
+    CPU_A,
+    CPU_B,
+    MEM_NODE,
+    MISSING_NODE,
+    MPOL,
+    MPOL_F_NUMA_BALANCING,
+    MPOL_F_RELATIVE_NODES,
+    MPOL_F_STATIC_NODES,
+    NO_SUCH_TID,
+    ONLINE_CPUS,
+    OUTSIDE_CPU,
+    ROOT,
+    SECCOMP,
+    Parked,
+    all_cpus,
+    assert_numactl_shows,
+    expected_raw,
+    forced,
+    ids_of,
+    numactl_show,
+    raw_mempolicy,
+    raw_set_mempolicy,
+    raw_set_word,
+    raw_word,
+    restore_process,
+    run_json,
+    run_python,
+    status_cpus,
+    thread_affinities,
+    two_cpus,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.kernel
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = ("libnuma", "syscall", "numactl", "none")
 NATIVE = ("libnuma", "syscall")           # the backends that set a memory policy in-process
 POLICIES = ("bind", "preferred", "preferred-many", "interleave", "local", "default")
-# <linux/mempolicy.h>: numbers the kernel returns from get_mempolicy
-MPOL = {"default": 0, "preferred": 1, "bind": 2, "interleave": 3, "local": 4, "preferred-many": 5}
-NO_SUCH_TID = 4194304 + 1000              # above PID_MAX_LIMIT: never a thread
+A, B, N = CPU_A, CPU_B, MEM_NODE           # short names for the plans below
 
 
-# --------------------------------------------------------------------------- helpers
-def ids_of(text: str) -> frozenset[int]:
-    """A kernel cpulist ("0-1,4") parsed without numabind's parser."""
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
-    return frozenset(out)
-
-
-def status_cpus(tid: int | None = None) -> frozenset[int]:
-    """Cpus_allowed_list of the process (its main thread) or of one thread."""
-    path = "/proc/self/status" if tid is None else f"/proc/self/task/{tid}/status"
-    with open(path) as f:
-        for line in f:
-            if line.startswith("Cpus_allowed_list:"):
-                return ids_of(line.split(":", 1)[1])
-    raise AssertionError(f"no Cpus_allowed_list in {path}")
-
-
-def raw_mempolicy() -> tuple[int, frozenset[int]]:
-    """(mode number, nodes) of the calling thread from the raw get_mempolicy syscall."""
-    from numabind import _native
-
-    ffi, lib = _native.ffi, _native.lib
-    mode = ffi.new("int *")
-    mask = ffi.new("unsigned long[]", 16)
-    rc = lib.nb_sys_get_mempolicy(mode, mask, 16 * 64, ffi.NULL, 0)
-    assert rc == 0, f"get_mempolicy returned {rc}"
-    nodes = frozenset(w * 64 + b for w in range(16) for b in range(64) if mask[w] >> b & 1)
-    return mode[0] & 0xFF, nodes
-
-
-def raw_word() -> tuple[int, frozenset[int]]:
-    """(the whole mode word, MPOL_F_* flags included, nodes) of the calling thread, from raw get_mempolicy."""
-    from numabind import _native
-
-    ffi, lib = _native.ffi, _native.lib
-    mode = ffi.new("int *")
-    mask = ffi.new("unsigned long[]", 16)
-    rc = lib.nb_sys_get_mempolicy(mode, mask, 16 * 64, ffi.NULL, 0)
-    assert rc == 0, f"get_mempolicy returned {rc}"
-    return mode[0], frozenset(w * 64 + b for w in range(16) for b in range(64) if mask[w] >> b & 1)
-
-
-def raw_set_word(word: int, nodes=()) -> None:
-    """set_mempolicy with a raw mode word (a mode or-ed with MPOL_F_* flags)."""
-    from numabind import _native
-
-    ffi, lib = _native.ffi, _native.lib
-    bits = sum(1 << n for n in nodes)
-    rc = lib.nb_sys_set_mempolicy(word, ffi.new("unsigned long[]", [bits]) if nodes else ffi.NULL,
-                                  65 if nodes else 0)
-    assert rc == 0, f"set_mempolicy({word:#x}, {sorted(nodes)}) returned {rc}"
-
-
-# <linux/mempolicy.h> mode flags
-MPOL_F_STATIC_NODES, MPOL_F_RELATIVE_NODES, MPOL_F_NUMA_BALANCING = 1 << 15, 1 << 14, 1 << 13
-
-
-def raw_set_mempolicy(policy: str, nodes=()) -> None:
-    from numabind import _native
-
-    ffi, lib = _native.ffi, _native.lib
-    word = sum(1 << n for n in nodes)
-    rc = lib.nb_sys_set_mempolicy(MPOL[policy], ffi.new("unsigned long[]", [word]) if nodes else ffi.NULL,
-                                  65 if nodes else 0)
-    assert rc == 0, f"set_mempolicy({policy}, {nodes}) returned {rc}"
-
-
-def expected_raw(policy: str) -> set[tuple[int, frozenset[int]]]:
-    """What get_mempolicy may return after ``policy`` on node 0."""
-    if policy == "default":
-        return {(0, frozenset())}
-    if policy == "local":  # kernels before 5.x store MPOL_LOCAL as preferred with no node
-        return {(4, frozenset()), (1, frozenset())}
-    return {(MPOL[policy], frozenset({0}))}
-
-
-def numactl_show() -> dict[str, str]:
-    """``numactl --show`` run from the calling thread (the child inherits its policy)."""
-    out = subprocess.run(["numactl", "--show"], capture_output=True, text=True, timeout=30, check=True).stdout
-    fields: dict[str, str] = {}
-    for line in out.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
-    return fields
-
-
-def assert_numactl_shows(policy: str) -> None:
-    show = numactl_show()
-    assert show["policy"] == policy, show
-    if policy == "bind":
-        assert show["membind"].split() == ["0"]
-    elif policy == "interleave":
-        assert show["interleavemask"].split() == ["0"]
-    elif policy == "preferred":
-        assert show["preferred node"] == "0"
-    elif policy == "preferred-many":
-        assert show["preferred"].split() == ["0"]
-
-
-def thread_affinities() -> dict[int, frozenset[int]]:
-    out = {}
-    for t in os.listdir("/proc/self/task"):
-        try:
-            out[int(t)] = frozenset(os.sched_getaffinity(int(t)))
-        except OSError:
-            pass
-    return out
-
-
-def wait_gone(tid: int, timeout: float = 5.0) -> None:
-    """Wait until the kernel has reaped thread ``tid`` (join returns slightly earlier)."""
-    end = time.monotonic() + timeout
-    while os.path.exists(f"/proc/self/task/{tid}"):
-        assert time.monotonic() < end, f"thread {tid} did not exit"
-        time.sleep(0.001)
-
-
-class Parked:
-    """Threads started before a bind call, parked until the test releases them.
-
-    ``pins`` gives each thread an affinity it sets itself before parking (None:
-    inherit). After release, ``seen[tid]`` is the affinity the thread saw itself.
-    """
-
-    def __init__(self, n: int = 3, pins=None) -> None:
-        self.pins = list(pins) if pins is not None else [None] * n
-        self.release = threading.Event()
-        self.ready = threading.Barrier(len(self.pins) + 1)
-        self.tids: list[int] = []
-        self.seen: dict[int, frozenset[int]] = {}
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, args=(p,), daemon=True) for p in self.pins]
-
-    def _run(self, pin) -> None:
-        if pin is not None:
-            os.sched_setaffinity(0, pin)
-        with self._lock:
-            self.tids.append(threading.get_native_id())
-        self.ready.wait()
-        self.release.wait()
-        self.seen[threading.get_native_id()] = frozenset(os.sched_getaffinity(0))
-
-    def __enter__(self) -> Parked:
-        for t in self._threads:
-            t.start()
-        self.ready.wait(timeout=10)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release.set()
-        for t in self._threads:
-            t.join(timeout=10)
-
-
-def run_python(code: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter that imports numabind from this checkout."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("NUMABIND_", "_NUMABIND_"))}
-    full["PYTHONPATH"] = ROOT
-    full.update(env or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full, timeout=timeout, cwd=ROOT)
-
-
-def run_json(code: str, env: dict | None = None):
-    """Run ``code`` in a child; it must print one JSON document as its last line."""
-    cp = run_python(code, env)
-    assert cp.returncode == 0, f"child failed ({cp.returncode}):\n{cp.stdout}\n{cp.stderr}"
-    return json.loads(cp.stdout.strip().splitlines()[-1])
-
-
-# A seccomp filter that makes some system calls fail with an errno: a kernel
-# refusal of the kind a container profile gives. Used in children only (a
-# filter cannot be removed).
-SECCOMP = r'''
-import ctypes, errno, platform, struct
-
-_ARCH = {"x86_64": (0xC000003E, {"set_mempolicy": 238, "sched_setaffinity": 203, "mbind": 237,
-                                 "migrate_pages": 256, "get_mempolicy": 239}),
-         "aarch64": (0xC00000B7, {"set_mempolicy": 237, "sched_setaffinity": 122, "mbind": 235,
-                                  "migrate_pages": 238, "get_mempolicy": 236})}
-
-def deny(*names, err=errno.EPERM):
-    arch, nrs = _ARCH[platform.machine()]
-    code = []
-    def op(c, k, jt=0, jf=0):
-        code.append(struct.pack("HBBI", c, jt, jf, k))
-    n = len(names)
-    op(0x20, 4)                        # A = seccomp_data.arch
-    op(0x15, arch, 0, n + 2)           # foreign arch: allow
-    op(0x20, 0)                        # A = seccomp_data.nr
-    for i, name in enumerate(names):
-        op(0x15, nrs[name], n - i, 0)  # listed: jump to the errno return
-    op(0x06, 0x7FFF0000)               # SECCOMP_RET_ALLOW
-    op(0x06, 0x00050000 | err)         # SECCOMP_RET_ERRNO | err
-    buf = ctypes.create_string_buffer(b"".join(code))
-    class Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-    prog = Prog(len(code), ctypes.addressof(buf))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:                      # PR_SET_NO_NEW_PRIVS
-        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
-    if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:     # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-        raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
-'''
-
-
-# --------------------------------------------------------------------------- fixtures
-@pytest.fixture(autouse=True)
-def restore_process(monkeypatch):
-    """Save every thread's affinity and the memory policy; restore them after the test."""
-    for var in ("NUMABIND_BACKEND", "NUMABIND_STRICT", "NUMABIND_FSROOT", "_NUMABIND_LIBNUMA"):
-        monkeypatch.delenv(var, raising=False)
-    affinity = thread_affinities()
-    policy = raw_mempolicy()
-    word = raw_word()
-    yield affinity, policy
-    for tid, cpus in affinity.items():
-        try:
-            os.sched_setaffinity(tid, cpus)
-        except OSError:  # a thread that exited
-            pass
-    raw_set_word(*word)
-    assert raw_word() == word
-
-
-@pytest.fixture
-def all_cpus() -> frozenset[int]:
-    cpus = frozenset(os.sched_getaffinity(0))
-    assert {0, 1} <= cpus, f"these tests need CPUs 0 and 1 (this process may use {sorted(cpus)})"
-    return cpus
-
-
-@pytest.fixture(params=("argument", "env"))
-def forced(request, monkeypatch):
-    """Force a backend by the backend= argument or by NUMABIND_BACKEND; returns
-    (kwargs for bind_current, expected reason text) given a backend name."""
-
-    def force(name: str):
-        if request.param == "argument":
-            return {"backend": name}, f"{name} forced by argument"
-        monkeypatch.setenv("NUMABIND_BACKEND", name)
-        return {}, f"{name} forced by NUMABIND_BACKEND"
-
-    return force
-
-
-# --------------------------------------------------------------------------- the host
-def test_host_is_one_node_two_cpus():
-    """The expectations below are written for this host; say so clearly when it differs."""
-    assert ids_of(open("/sys/devices/system/node/online").read()) == {0}
-    assert {0, 1} <= ids_of(open("/sys/devices/system/cpu/online").read())
+def generic(be, monkeypatch) -> None:
+    """Make ``be`` do its walk and its memory-policy swap with the per-call Python versions (Backend's),
+    so that a test can refuse one call of one thread by patching set_affinity / set_mempolicy."""
+    monkeypatch.setattr(be, "affinity_many", functools.partial(Backend.affinity_many, be))
+    monkeypatch.setattr(be, "swap_mempolicy", functools.partial(Backend.swap_mempolicy, be))
 
 
 # --------------------------------------------------------------------------- CPU binding
@@ -307,7 +85,7 @@ def test_host_is_one_node_two_cpus():
 def test_cpu0_then_cpu1_and_back(backend, forced, all_cpus):
     kwargs, reason = forced(backend)
     with Parked(2) as parked:
-        for cpus in ({0}, {1}, all_cpus):
+        for cpus in ({A}, {B}, all_cpus):
             report = numabind.bind_current(Plan(cpus=cpus), **kwargs)
             assert report.backend == backend
             assert reason in report.backend_reason
@@ -328,64 +106,64 @@ def test_cpu0_then_cpu1_and_back(backend, forced, all_cpus):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cpu_only_plan_leaves_memory_policy(backend, all_cpus):
-    raw_set_mempolicy("interleave", {0})
-    report = numabind.bind_current(Plan(cpus={1}), backend=backend)
+    raw_set_mempolicy("interleave", {N})
+    report = numabind.bind_current(Plan(cpus={B}), backend=backend)
     assert report.ok, report.warnings
-    assert raw_mempolicy() == (MPOL["interleave"], frozenset({0}))
-    assert os.sched_getaffinity(0) == {1}
+    assert raw_mempolicy() == (MPOL["interleave"], frozenset({N}))
+    assert os.sched_getaffinity(0) == {B}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_threads_created_before_the_call_are_all_bound(backend, all_cpus):
     with Parked(4) as parked:
-        report = numabind.bind_current(Plan(cpus={1}), backend=backend)
+        report = numabind.bind_current(Plan(cpus={B}), backend=backend)
         by_tid = {t.tid: t for t in report.threads}
         for tid in parked.tids:
             assert by_tid[tid].status == "bound"
             assert by_tid[tid].before == all_cpus
-            assert by_tid[tid].after == {1}
-            assert os.sched_getaffinity(tid) == {1}
-            assert status_cpus(tid) == {1}
+            assert by_tid[tid].after == {B}
+            assert os.sched_getaffinity(tid) == {B}
+            assert status_cpus(tid) == {B}
         binding = numabind.current_binding(backend)
-        assert {tid: binding.threads[tid] for tid in parked.tids} == {tid: frozenset({1}) for tid in parked.tids}
+        assert {tid: binding.threads[tid] for tid in parked.tids} == {tid: frozenset({B}) for tid in parked.tids}
     # the threads themselves run on CPU 1 now
-    assert parked.seen == {tid: frozenset({1}) for tid in parked.tids}
+    assert parked.seen == {tid: frozenset({B}) for tid in parked.tids}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_thread_pinned_elsewhere_is_left_alone_and_reported(backend, all_cpus):
-    with Parked(pins=[None, {0}, None]) as parked:
-        pinned = next(tid for tid in parked.tids if os.sched_getaffinity(tid) == {0})
+def test_thread_pinned_elsewhere_is_left_alone_and_reported(backend, all_cpus, two_cpus):
+    with Parked(pins=[None, {A}, None]) as parked:
+        pinned = next(tid for tid in parked.tids if os.sched_getaffinity(tid) == {A})
         others = [tid for tid in parked.tids if tid != pinned]
-        report = numabind.bind_current(Plan(cpus={1}), backend=backend)
+        report = numabind.bind_current(Plan(cpus={B}), backend=backend)
         by_tid = {t.tid: t for t in report.threads}
         assert by_tid[pinned].status == "left-alone"
-        assert "pinned to 0" in by_tid[pinned].detail
-        assert os.sched_getaffinity(pinned) == {0}
-        assert status_cpus(pinned) == {0}
+        assert f"pinned to {A}" in by_tid[pinned].detail
+        assert os.sched_getaffinity(pinned) == {A}
+        assert status_cpus(pinned) == {A}
         for tid in others:
             assert by_tid[tid].status == "bound"
-            assert os.sched_getaffinity(tid) == {1}
+            assert os.sched_getaffinity(tid) == {B}
         assert "1 left-alone" in report.describe()
-        assert f"{pinned}:0" in numabind.current_binding(backend).describe()
+        assert f"{pinned}:{A}" in numabind.current_binding(backend).describe()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_threads_all_binds_pinned_threads_too(backend, all_cpus):
-    with Parked(pins=[{0}, None]) as parked:
-        report = numabind.bind_current(Plan(cpus={1}), threads="all", backend=backend)
+def test_threads_all_binds_pinned_threads_too(backend, all_cpus, two_cpus):
+    with Parked(pins=[{A}, None]) as parked:
+        report = numabind.bind_current(Plan(cpus={B}), threads="all", backend=backend)
         assert {t.status for t in report.threads} == {"bound"}
         for tid in parked.tids:
-            assert os.sched_getaffinity(tid) == {1}
-            assert status_cpus(tid) == {1}
+            assert os.sched_getaffinity(tid) == {B}
+            assert status_cpus(tid) == {B}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_threads_current_binds_only_the_caller(backend, all_cpus):
     with Parked(2) as parked:
-        report = numabind.bind_current(Plan(cpus={0}), threads="current", backend=backend)
+        report = numabind.bind_current(Plan(cpus={A}), threads="current", backend=backend)
         assert [t.tid for t in report.threads] == [threading.get_native_id()]
-        assert os.sched_getaffinity(0) == {0}
+        assert os.sched_getaffinity(0) == {A}
         for tid in parked.tids:
             assert os.sched_getaffinity(tid) == all_cpus
             assert status_cpus(tid) == all_cpus
@@ -393,7 +171,7 @@ def test_threads_current_binds_only_the_caller(backend, all_cpus):
 
 def test_unknown_thread_mode_and_non_plan_are_plan_errors():
     with pytest.raises(PlanError, match="threads="):
-        numabind.bind_current(Plan(cpus={0}), threads="some")
+        numabind.bind_current(Plan(cpus={A}), threads="some")
     with pytest.raises(PlanError, match="needs a numabind.Plan"):
         numabind.bind_current("--physcpubind=0")
     assert issubclass(PlanError, ValueError)
@@ -401,40 +179,39 @@ def test_unknown_thread_mode_and_non_plan_are_plan_errors():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_thread_exiting_during_the_walk_is_not_an_error(backend, monkeypatch, all_cpus):
-    """The victim is alive when the walk lists it and gone when its affinity is set."""
-    be, _ = get_backend(backend)
+    """The victim is alive when /proc/self/task lists it and gone when the walk reaches it: the real
+    ESRCH of the kernel, in the C walk of the native backends and in the Python one of the others."""
     stop = threading.Event()
     victim = threading.Thread(target=stop.wait, daemon=True)
     victim.start()
     vtid = victim.native_id
-    real_get = be.get_affinity
+    real_ids = live.thread_ids
 
-    def get_affinity(tid):
-        cpus = real_get(tid)
-        if tid == vtid and not stop.is_set():
-            stop.set()
-            victim.join()
-            wait_gone(vtid)
-        return cpus
+    def thread_ids(first=0):
+        listed = real_ids(first)
+        assert vtid in listed
+        stop.set()
+        victim.join()
+        wait_gone(vtid)
+        return listed
 
-    monkeypatch.setattr(be, "get_affinity", get_affinity)
+    monkeypatch.setattr(live, "thread_ids", thread_ids)
     with Parked(1) as parked:
-        report = numabind.bind_current(Plan(cpus={1}), backend=backend)
+        report = numabind.bind_current(Plan(cpus={B}), backend=backend)
         by_tid = {t.tid: t for t in report.threads}
         assert by_tid[vtid].status == "exited"
         assert by_tid[parked.tids[0]].status == "bound"
-        assert os.sched_getaffinity(parked.tids[0]) == {1}
+        assert os.sched_getaffinity(parked.tids[0]) == {B}
     assert report.ok, report.warnings
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_thread_gone_before_its_affinity_is_read(backend, monkeypatch, all_cpus):
-    be, _ = get_backend(backend)
-    real_ids = be.thread_ids
-    monkeypatch.setattr(be, "thread_ids", lambda: real_ids() + [NO_SUCH_TID])
-    report = numabind.bind_current(Plan(cpus={0}), backend=backend, strict=True)
+    real_ids = live.thread_ids
+    monkeypatch.setattr(live, "thread_ids", lambda first=0: real_ids(first) + [NO_SUCH_TID])
+    report = numabind.bind_current(Plan(cpus={A}), backend=backend, strict=True)
     assert {t.tid: t.status for t in report.threads}[NO_SUCH_TID] == "exited"
-    assert os.sched_getaffinity(0) == {0}
+    assert os.sched_getaffinity(0) == {A}
 
 
 def test_threads_coming_and_going_while_binding(all_cpus):
@@ -453,7 +230,7 @@ def test_threads_coming_and_going_while_binding(all_cpus):
     spinner.start()
     try:
         for k in range(40):
-            cpus = {k % 2}
+            cpus = {(A, B)[k % 2]}
             report = numabind.bind_current(Plan(cpus=cpus), threads="all", backend="syscall")
             assert report.applied.cpus == cpus
             assert {t.status for t in report.threads} <= {"bound", "exited"}
@@ -468,8 +245,8 @@ def test_threads_coming_and_going_while_binding(all_cpus):
 def test_each_memory_policy_to_node_0(backend, policy, forced):
     kwargs, reason = forced(backend)
     # start from a different policy, so that "default" has something to undo
-    raw_set_mempolicy("interleave" if policy != "interleave" else "bind", {0})
-    nodes = None if policy in ("local", "default") else {0}
+    raw_set_mempolicy("interleave" if policy != "interleave" else "bind", {N})
+    nodes = None if policy in ("local", "default") else {N}
     report = numabind.bind_current(Plan(mem_policy=policy, mem_nodes=nodes), **kwargs)
     assert report.ok, report.warnings
     assert reason in report.backend_reason
@@ -486,22 +263,22 @@ def test_each_memory_policy_to_node_0(backend, policy, forced):
 @pytest.mark.parametrize("backend", NATIVE)
 def test_cpus_and_memory_together(backend, all_cpus):
     with Parked(2) as parked:
-        report = numabind.bind_current(Plan(cpus={1}, mem_policy="bind", mem_nodes={0}), backend=backend)
-        assert report.applied == Plan(cpus={1}, mem_policy="bind", mem_nodes={0})
+        report = numabind.bind_current(Plan(cpus={B}, mem_policy="bind", mem_nodes={N}), backend=backend)
+        assert report.applied == Plan(cpus={B}, mem_policy="bind", mem_nodes={N})
         assert report.ok, report.warnings
-        assert status_cpus() == {1}
-        assert raw_mempolicy() == (MPOL["bind"], frozenset({0}))
+        assert status_cpus() == {B}
+        assert raw_mempolicy() == (MPOL["bind"], frozenset({N}))
         assert_numactl_shows("bind")
-        assert numactl_show()["physcpubind"].split() == ["1"]
+        assert numactl_show()["physcpubind"].split() == [str(B)]
         # other threads cannot be given a policy; the report says so
         assert any("calling thread only" in n and "2 other thread" in n for n in report.notes)
         for tid in parked.tids:
-            assert os.sched_getaffinity(tid) == {1}
+            assert os.sched_getaffinity(tid) == {B}
 
 
 @pytest.mark.parametrize("backend", NATIVE)
 def test_threads_started_after_the_call_inherit_the_policy(backend):
-    numabind.bind_current(Plan(cpus={0}, mem_policy="interleave", mem_nodes={0}), backend=backend)
+    numabind.bind_current(Plan(cpus={A}, mem_policy="interleave", mem_nodes={N}), backend=backend)
     seen = {}
 
     def probe():
@@ -511,7 +288,7 @@ def test_threads_started_after_the_call_inherit_the_policy(backend):
     t = threading.Thread(target=probe)
     t.start()
     t.join()
-    assert seen == {"policy": (MPOL["interleave"], frozenset({0})), "cpus": frozenset({0})}
+    assert seen == {"policy": (MPOL["interleave"], frozenset({N})), "cpus": frozenset({A})}
 
 
 @pytest.mark.parametrize("backend", ("numactl", "none"))
@@ -519,8 +296,8 @@ def test_no_in_process_memory_policy_warns(backend, forced, caplog, all_cpus):
     kwargs, _ = forced(backend)
     before = raw_mempolicy()
     with caplog.at_level(logging.WARNING, logger="numabind"):
-        report = numabind.bind_current(Plan(cpus={1}, mem_policy="bind", mem_nodes={0}), **kwargs)
-    assert os.sched_getaffinity(0) == {1}            # the CPU part is applied
+        report = numabind.bind_current(Plan(cpus={B}, mem_policy="bind", mem_nodes={N}), **kwargs)
+    assert os.sched_getaffinity(0) == {B}            # the CPU part is applied
     assert raw_mempolicy() == before                  # the memory part is not, and says so
     assert not report.ok
     assert any("set_mempolicy" in w and "ENOTSUP" in w for w in report.warnings), report.warnings
@@ -534,7 +311,7 @@ def test_no_in_process_memory_policy_strict_raises(backend, forced, all_cpus):
     kwargs, _ = forced(backend)
     before = raw_mempolicy()
     with pytest.raises(BindError) as exc:
-        numabind.bind_current(Plan(cpus={1}, mem_policy="bind", mem_nodes={0}), strict=True, **kwargs)
+        numabind.bind_current(Plan(cpus={B}, mem_policy="bind", mem_nodes={N}), strict=True, **kwargs)
     assert exc.value.errno == errno.ENOTSUP
     assert exc.value.syscall == "set_mempolicy"
     assert "set_mempolicy" in str(exc.value) and "ENOTSUP" in str(exc.value)
@@ -544,24 +321,29 @@ def test_no_in_process_memory_policy_strict_raises(backend, forced, all_cpus):
 
 
 @pytest.mark.parametrize("backend", NATIVE)
-def test_migrate_with_one_node_moves_nothing(backend):
-    report = numabind.bind_current(Plan(mem_policy="bind", mem_nodes={0}, migrate=True), backend=backend)
-    assert report.pages_not_migrated == 0
+def test_migrate_onto_every_memory_node_moves_nothing(backend):
+    """Bound to all the memory nodes it may use, a process has no page on another node: nothing is
+    moved, and the counts (from numa_maps, which the transaction reads) say so."""
+    nodes = live.limits()
+    every = nodes.allowed_nodes & nodes.memory_nodes
+    report = numabind.bind_current(Plan(mem_policy="interleave", mem_nodes=every, migrate=True), backend=backend)
+    assert (report.pages_migrated, report.pages_not_migrated) == (0, 0)
     assert report.ok, report.warnings
+    assert "0 pages moved, 0 left behind" in report.describe()
 
 
 # --------------------------------------------------------------------------- strict and rollback
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_strict_cpus_outside_the_allowed_set_change_nothing(backend, all_cpus):
     if backend in NATIVE:
-        raw_set_mempolicy("interleave", {0})   # the plan's bind would replace it: must be rolled back
-        plan = Plan(cpus={1, 5}, mem_policy="bind", mem_nodes={0})
+        raw_set_mempolicy("interleave", {N})   # the plan's bind would replace it: must be rolled back
+        plan = Plan(cpus={B, OUTSIDE_CPU}, mem_policy="bind", mem_nodes={N})
     else:
-        plan = Plan(cpus={1, 5})
+        plan = Plan(cpus={B, OUTSIDE_CPU})
     with Parked(2):
         before = thread_affinities()
         policy = raw_mempolicy()
-        with pytest.raises(PlanError, match="CPUs 5 are outside"):
+        with pytest.raises(PlanError, match=f"CPUs {OUTSIDE_CPU} are outside"):
             numabind.bind_current(plan, strict=True, backend=backend)
         assert thread_affinities() == before
         assert raw_mempolicy() == policy
@@ -571,30 +353,30 @@ def test_strict_cpus_outside_the_allowed_set_change_nothing(backend, all_cpus):
 @pytest.mark.parametrize("value", ("1", "true", "yes", "on"))
 def test_numabind_strict_env_is_honoured(value, monkeypatch, all_cpus):
     monkeypatch.setenv("NUMABIND_STRICT", value)
-    raw_set_mempolicy("preferred", {0})
-    with pytest.raises(PlanError, match="CPUs 7"):
-        numabind.bind_current(Plan(cpus={0, 7}, mem_policy="bind", mem_nodes={0}))
+    raw_set_mempolicy("preferred", {N})
+    with pytest.raises(PlanError, match=f"CPUs {OUTSIDE_CPU}"):
+        numabind.bind_current(Plan(cpus={A, OUTSIDE_CPU}, mem_policy="bind", mem_nodes={N}))
     assert os.sched_getaffinity(0) == all_cpus
-    assert raw_mempolicy() == (MPOL["preferred"], frozenset({0}))
+    assert raw_mempolicy() == (MPOL["preferred"], frozenset({N}))
     # an explicit strict=False wins over the environment
-    report = numabind.bind_current(Plan(cpus={0, 7}), strict=False)
-    assert report.applied.cpus == {0}
+    report = numabind.bind_current(Plan(cpus={A, OUTSIDE_CPU}), strict=False)
+    assert report.applied.cpus == {A}
     assert any("narrowed" in w for w in report.warnings)
 
 
 def test_numabind_strict_zero_is_not_strict(monkeypatch, all_cpus):
     monkeypatch.setenv("NUMABIND_STRICT", "0")
-    report = numabind.bind_current(Plan(cpus={1, 7}))
-    assert report.applied.cpus == {1}
+    report = numabind.bind_current(Plan(cpus={B, OUTSIDE_CPU}))
+    assert report.applied.cpus == {B}
     assert not report.ok
 
 
 @pytest.mark.parametrize("backend", NATIVE)
 def test_strict_unknown_memory_node_changes_nothing(backend, all_cpus):
-    raw_set_mempolicy("interleave", {0})
-    with pytest.raises(PlanError, match="nodes 1 do not exist"):
-        numabind.bind_current(Plan(cpus={1}, mem_policy="bind", mem_nodes={1}), strict=True, backend=backend)
-    assert raw_mempolicy() == (MPOL["interleave"], frozenset({0}))
+    raw_set_mempolicy("interleave", {N})
+    with pytest.raises(PlanError, match=f"nodes {MISSING_NODE} do not exist"):
+        numabind.bind_current(Plan(cpus={B}, mem_policy="bind", mem_nodes={MISSING_NODE}), strict=True, backend=backend)
+    assert raw_mempolicy() == (MPOL["interleave"], frozenset({N}))
     assert os.sched_getaffinity(0) == all_cpus
 
 
@@ -602,7 +384,8 @@ def test_strict_unknown_memory_node_changes_nothing(backend, all_cpus):
 def test_strict_thread_refusal_rolls_back_threads_already_bound(backend, monkeypatch, all_cpus):
     """The last thread's sched_setaffinity is refused: everything done before is undone."""
     be, _ = get_backend(backend)
-    raw_set_mempolicy("preferred", {0})
+    generic(be, monkeypatch)
+    raw_set_mempolicy("preferred", {N})
     with Parked(3) as parked:
         victim = max(parked.tids)
         real_set = be.set_affinity
@@ -615,34 +398,34 @@ def test_strict_thread_refusal_rolls_back_threads_already_bound(backend, monkeyp
         monkeypatch.setattr(be, "set_affinity", set_affinity)
         before = thread_affinities()
         with pytest.raises(BindError) as exc:
-            numabind.bind_current(Plan(cpus={0}, mem_policy="bind", mem_nodes={0}), strict=True, backend=backend)
+            numabind.bind_current(Plan(cpus={A}, mem_policy="bind", mem_nodes={N}), strict=True, backend=backend)
         assert (exc.value.errno, exc.value.syscall) == (errno.EPERM, "sched_setaffinity")
         assert thread_affinities() == before
-        assert raw_mempolicy() == (MPOL["preferred"], frozenset({0}))
+        assert raw_mempolicy() == (MPOL["preferred"], frozenset({N}))
 
 
 @pytest.mark.parametrize("strict", [True, False])
 def test_an_unexpected_error_midway_leaves_no_half_binding(monkeypatch, all_cpus, strict):
     """Not a kernel refusal but a bug or a vanished /proc: whatever was changed is undone, then it raises."""
-    be, _ = get_backend("syscall")
-    raw_set_mempolicy("preferred", {0})
+    raw_set_mempolicy("preferred", {N})
     with Parked(2):
         before = thread_affinities()
 
-        def broken_walk():
+        def broken_walk(first=0):
             raise RuntimeError("cannot list /proc/self/task")
 
-        monkeypatch.setattr(be, "thread_ids", broken_walk)
+        monkeypatch.setattr(live, "thread_ids", broken_walk)
         with pytest.raises(RuntimeError, match="/proc/self/task"):
-            numabind.bind_current(Plan(cpus={0}, mem_policy="bind", mem_nodes={0}), strict=strict, backend="syscall")
+            numabind.bind_current(Plan(cpus={A}, mem_policy="bind", mem_nodes={N}), strict=strict, backend="syscall")
         assert thread_affinities() == before
-        assert raw_mempolicy() == (MPOL["preferred"], frozenset({0}))
+        assert raw_mempolicy() == (MPOL["preferred"], frozenset({N}))
 
 
 @pytest.mark.parametrize("backend", NATIVE)
 def test_non_strict_degrades_step_by_step_with_warnings(backend, monkeypatch, caplog, all_cpus):
     """bind refused → preferred; each step is a warning with errno and syscall, logged at WARNING."""
     be, _ = get_backend(backend)
+    generic(be, monkeypatch)
     real = be.set_mempolicy
 
     def set_mempolicy(policy, nodes):
@@ -652,9 +435,9 @@ def test_non_strict_degrades_step_by_step_with_warnings(backend, monkeypatch, ca
 
     monkeypatch.setattr(be, "set_mempolicy", set_mempolicy)
     with caplog.at_level(logging.WARNING, logger="numabind"):
-        report = numabind.bind_current(Plan(cpus={1}, mem_policy="bind", mem_nodes={0}), backend=backend)
-    assert report.applied == Plan(cpus={1}, mem_policy="preferred", mem_nodes={0})
-    assert raw_mempolicy() == (MPOL["preferred"], frozenset({0}))
+        report = numabind.bind_current(Plan(cpus={B}, mem_policy="bind", mem_nodes={N}), backend=backend)
+    assert report.applied == Plan(cpus={B}, mem_policy="preferred", mem_nodes={N})
+    assert raw_mempolicy() == (MPOL["preferred"], frozenset({N}))
     assert any("set_mempolicy" in w and "EPERM" in w for w in report.warnings)
     assert any("degraded to preferred 0" in w for w in report.warnings)
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -665,33 +448,33 @@ def test_non_strict_degrades_step_by_step_with_warnings(backend, monkeypatch, ca
 
 def test_non_strict_cpus_partly_outside_are_narrowed_and_logged(caplog, all_cpus):
     with caplog.at_level(logging.WARNING, logger="numabind"):
-        report = numabind.bind_current(Plan(cpus={1, 9}))
-    assert report.applied.cpus == {1}
-    assert os.sched_getaffinity(0) == {1}
-    assert any("CPUs 9" in w and "narrowed to 1" in w for w in report.warnings)
-    assert any("CPUs 9" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+        report = numabind.bind_current(Plan(cpus={B, OUTSIDE_CPU}))
+    assert report.applied.cpus == {B}
+    assert os.sched_getaffinity(0) == {B}
+    assert any(f"CPUs {OUTSIDE_CPU}" in w and f"narrowed to {B}" in w for w in report.warnings)
+    assert any(f"CPUs {OUTSIDE_CPU}" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
 
 def test_non_strict_cpus_all_outside_leave_affinity(all_cpus):
-    report = numabind.bind_current(Plan(cpus={9}))
+    report = numabind.bind_current(Plan(cpus={OUTSIDE_CPU}))
     assert os.sched_getaffinity(0) == all_cpus
     assert any("CPU binding not applied" in w for w in report.warnings)
 
 
 @pytest.mark.parametrize("backend", NATIVE)
 def test_non_strict_unknown_memory_node_is_reported(backend, caplog):
-    raw_set_mempolicy("interleave", {0})
+    raw_set_mempolicy("interleave", {N})
     with caplog.at_level(logging.WARNING, logger="numabind"):
-        report = numabind.bind_current(Plan(mem_policy="bind", mem_nodes={1}), backend=backend)
-    assert raw_mempolicy() == (MPOL["interleave"], frozenset({0}))
-    assert any("nodes 1 do not exist" in w for w in report.warnings)
+        report = numabind.bind_current(Plan(mem_policy="bind", mem_nodes={MISSING_NODE}), backend=backend)
+    assert raw_mempolicy() == (MPOL["interleave"], frozenset({N}))
+    assert any(f"nodes {MISSING_NODE} do not exist" in w for w in report.warnings)
 
 
 @pytest.mark.parametrize("backend", NATIVE)
 def test_non_strict_extra_memory_node_is_narrowed(backend):
-    report = numabind.bind_current(Plan(mem_policy="interleave", mem_nodes={0, 3}), backend=backend)
-    assert raw_mempolicy() == (MPOL["interleave"], frozenset({0}))
-    assert any("narrowed from 0,3 to 0" in w for w in report.warnings)
+    report = numabind.bind_current(Plan(mem_policy="interleave", mem_nodes={N, MISSING_NODE}), backend=backend)
+    assert raw_mempolicy() == (MPOL["interleave"], frozenset({N}))
+    assert any(f"narrowed from {format_cpulist({N, MISSING_NODE})} to {N}" in w for w in report.warnings)
 
 
 # --------------------------------------------------------------------------- kernel refusals (seccomp)
@@ -702,7 +485,7 @@ import json, os, numabind
 deny("set_mempolicy")
 before = sorted(os.sched_getaffinity(0))
 try:
-    numabind.bind_current(numabind.Plan(cpus={{0}}, mem_policy="bind", mem_nodes={{0}}),
+    numabind.bind_current(numabind.Plan(cpus={{{A}}}, mem_policy="bind", mem_nodes={{{N}}}),
                           strict=True, backend="{backend}")
     err = None
 except numabind.BindError as e:
@@ -730,12 +513,12 @@ class H(logging.Handler):
         records.append((r.levelname, r.getMessage()))
 logging.getLogger("numabind").addHandler(H())
 logging.getLogger("numabind").setLevel(logging.DEBUG)
-r = numabind.bind_current(numabind.Plan(cpus={{0}}, mem_policy="bind", mem_nodes={{0}}), backend="{backend}")
+r = numabind.bind_current(numabind.Plan(cpus={{{A}}}, mem_policy="bind", mem_nodes={{{N}}}), backend="{backend}")
 print(json.dumps({{"warnings": r.warnings, "cpus": sorted(os.sched_getaffinity(0)),
                    "applied_cpus": sorted(r.applied.cpus), "applied_policy": r.applied.mem_policy,
                    "logged": [m for lvl, m in records if lvl == "WARNING"]}}))
 ''')
-    assert out["cpus"] == out["applied_cpus"] == [0]         # CPU only: the third step of the ladder
+    assert out["cpus"] == out["applied_cpus"] == [A]         # CPU only: the third step of the ladder
     assert out["applied_policy"] == "default"
     steps = [w for w in out["warnings"] if "set_mempolicy" in w and "EPERM" in w]
     assert any("bind 0 not applied" in w for w in steps), out["warnings"]
@@ -750,10 +533,10 @@ def test_kernel_refusal_of_sched_setaffinity_strict_rolls_back_memory(backend):
 import json, os, numabind
 from numabind.backends import get_backend
 sc = get_backend("syscall")[0]
-sc.set_mempolicy("preferred", frozenset({{0}}))
+sc.set_mempolicy("preferred", frozenset({{{N}}}))
 deny("sched_setaffinity")
 try:
-    numabind.bind_current(numabind.Plan(cpus={{1}}, mem_policy="interleave", mem_nodes={{0}}),
+    numabind.bind_current(numabind.Plan(cpus={{{B}}}, mem_policy="interleave", mem_nodes={{{N}}}),
                           strict=True, backend="{backend}")
     err = None
 except numabind.BindError as e:
@@ -762,7 +545,7 @@ policy, nodes = sc.get_mempolicy()
 print(json.dumps({{"err": err, "policy": policy, "nodes": sorted(nodes), "cpus": sorted(os.sched_getaffinity(0))}}))
 ''')
     assert out["err"] == {"errno": errno.EPERM, "syscall": "sched_setaffinity"}
-    assert (out["policy"], out["nodes"]) == ("preferred", [0])
+    assert (out["policy"], out["nodes"]) == ("preferred", [N])
     assert out["cpus"] == sorted(os.sched_getaffinity(0))
 
 
@@ -771,7 +554,7 @@ def test_kernel_refusal_of_sched_setaffinity_non_strict_keeps_memory(backend):
     out = run_json(SECCOMP + f'''
 import json, os, numabind
 deny("sched_setaffinity")
-r = numabind.bind_current(numabind.Plan(cpus={{1}}, mem_policy="bind", mem_nodes={{0}}), backend="{backend}")
+r = numabind.bind_current(numabind.Plan(cpus={{{B}}}, mem_policy="bind", mem_nodes={{{N}}}), backend="{backend}")
 print(json.dumps({{"warnings": r.warnings, "policy": r.applied.mem_policy, "cpus": sorted(r.applied.cpus)}}))
 ''')
     assert out["policy"] == "bind"
@@ -786,14 +569,14 @@ def test_bind_current_when_the_caller_has_a_policy_numabind_does_not_plan():
 
     Reading the policy back must not turn the kernel's answer into an invalid Plan.
     """
-    cp = run_python('''
+    cp = run_python(f'''
 import os, numabind
 from numabind import _native
-rc = _native.lib.nb_sys_set_mempolicy(6, _native.ffi.new("unsigned long[]", [1]), 65)  # MPOL_WEIGHTED_INTERLEAVE
+rc = _native.lib.nb_sys_set_mempolicy(6, _native.ffi.new("unsigned long[]", [1 << {N}]), 65)  # MPOL_WEIGHTED_INTERLEAVE
 assert rc == 0, rc
-r = numabind.bind_current(numabind.Plan(cpus={0}))
-assert os.sched_getaffinity(0) == {0}, os.sched_getaffinity(0)
-assert r.applied.cpus == {0}, r.applied
+r = numabind.bind_current(numabind.Plan(cpus={{{A}}}))
+assert os.sched_getaffinity(0) == {{{A}}}, os.sched_getaffinity(0)
+assert r.applied.cpus == {{{A}}}, r.applied
 print("ok")
 ''')
     assert cp.returncode == 0 and cp.stdout.strip() == "ok", cp.stderr[-2000:]
@@ -802,18 +585,20 @@ print("ok")
 # --------------------------------------------------------------------------- current_binding
 @pytest.mark.parametrize("backend", ("libnuma", "syscall", "numactl"))
 def test_current_binding_matches_the_kernel(backend, all_cpus):
-    raw_set_mempolicy("bind", {0})
-    os.sched_setaffinity(0, {1})
+    raw_set_mempolicy("bind", {N})
+    os.sched_setaffinity(0, {B})
     b = numabind.current_binding(backend)
     assert b.backend == backend
-    assert b.cpus == {1} == status_cpus()
-    assert (b.mem_policy, b.mem_nodes) == ("bind", frozenset({0}))
-    assert b.mems_allowed == {0}
-    assert b.plan == Plan(cpus={1}, mem_policy="bind", mem_nodes={0})
+    assert b.cpus == {B} == status_cpus()
+    assert (b.mem_policy, b.mem_nodes) == ("bind", frozenset({N}))
+    with open("/proc/self/status") as f:
+        mems = next(line.split(":", 1)[1] for line in f if line.startswith("Mems_allowed_list"))
+    assert b.mems_allowed == ids_of(mems)
+    assert b.plan == Plan(cpus={B}, mem_policy="bind", mem_nodes={N})
     text = b.describe()
-    assert "cpus:         1" in text and "policy:       bind" in text and f"backend:      {backend}" in text
+    assert f"cpus:         {B}" in text and "policy:       bind" in text and f"backend:      {backend}" in text
     show = numactl_show()
-    assert show["physcpubind"].split() == ["1"] and show["policy"] == "bind"
+    assert show["physcpubind"].split() == [str(B)] and show["policy"] == "bind"
 
 
 def test_current_binding_default_state(all_cpus):
@@ -831,10 +616,10 @@ def test_current_binding_without_a_memory_reader(all_cpus):
 
 
 def test_report_describe_names_backend_and_reason():
-    report = numabind.bind_current(Plan(cpus={0}), backend="syscall")
+    report = numabind.bind_current(Plan(cpus={A}), backend="syscall")
     text = report.describe()
     assert "backend:   syscall (syscall forced by argument)" in text
-    assert "requested: cpus 0, memory unchanged" in text
+    assert f"requested: cpus {A}, memory unchanged" in text
 
 
 # --------------------------------------------------------------------------- multiprocessing
@@ -846,15 +631,15 @@ def _worker_report(_):
 
 @pytest.mark.parametrize("method", ("fork", "spawn"))
 def test_bind_current_as_pool_initializer(method, all_cpus):
-    plan = Plan(cpus={1}, mem_policy="bind", mem_nodes={0})
+    plan = Plan(cpus={B}, mem_policy="bind", mem_nodes={N})
     ctx = multiprocessing.get_context(method)
     with ctx.Pool(2, initializer=numabind.bind_current, initargs=(plan,)) as pool:
         results = pool.map(_worker_report, range(6))
     assert {pid for pid, *_ in results} - {os.getpid()}
     for _, cpus, policy, listed in results:
-        assert cpus == [1]
-        assert listed == "1"
-        assert policy == (MPOL["bind"], frozenset({0}))
+        assert cpus == [B]
+        assert listed == str(B)
+        assert policy == (MPOL["bind"], frozenset({N}))
     # the parent is untouched
     assert os.sched_getaffinity(0) == all_cpus
     assert raw_mempolicy() == (MPOL["default"], frozenset())
@@ -869,11 +654,7 @@ def test_numabind_strict_unknown_value_is_an_error(value, monkeypatch):
 
 
 # --------------------------------------------------------------------------- issue 15: loud and atomic
-ONLINE_CPUS = ids_of(open("/sys/devices/system/cpu/online").read())
-OUTSIDE_CPU = max(ONLINE_CPUS) + 1                     # a CPU this machine does not have
-MEM_NODE = min(ids_of(open("/sys/devices/system/node/has_memory").read()))
-MISSING_NODE = max(ids_of(open("/sys/devices/system/node/possible").read())) + 1
-CPU = max(os.sched_getaffinity(0))
+CPU = CPU_B
 
 FLAGGED = {  # mode words that carry MPOL_F_* flags, all on MEM_NODE
     "bind+balancing": MPOL["bind"] | MPOL_F_NUMA_BALANCING,
@@ -926,13 +707,12 @@ def test_strict_rollback_restores_the_mode_flags(backend, word):
 
 @pytest.mark.parametrize("word", FLAGGED.values(), ids=FLAGGED.keys())
 def test_unexpected_error_rollback_restores_the_mode_flags(word, monkeypatch):
-    be = get_backend("syscall")[0]
     before = set_flagged(word)
 
-    def broken_walk():
+    def broken_walk(first=0):
         raise RuntimeError("cannot list /proc/self/task")
 
-    monkeypatch.setattr(be, "thread_ids", broken_walk)
+    monkeypatch.setattr(live, "thread_ids", broken_walk)
     with pytest.raises(RuntimeError):
         numabind.bind_current(Plan(cpus={CPU}, mem_policy="bind", mem_nodes={MEM_NODE}), backend="syscall")
     assert raw_word() == before
@@ -947,6 +727,7 @@ def _unreadable(*_args):
 def test_strict_refuses_before_any_change_when_the_old_policy_is_unreadable(backend, later_failure, monkeypatch):
     """Issue 15, item 4: no saved state, no change: strict raises first and leaves everything as it was."""
     be = get_backend(backend)[0]
+    generic(be, monkeypatch)
     raw_set_mempolicy("preferred", {MEM_NODE})
     monkeypatch.setattr(be, "get_mempolicy", _unreadable)
     monkeypatch.setattr(be, "save_mempolicy", _unreadable, raising=False)
@@ -965,6 +746,7 @@ def test_strict_refuses_before_any_change_when_the_old_policy_is_unreadable(back
 @pytest.mark.parametrize("backend", NATIVE)
 def test_lenient_with_an_unreadable_old_policy_applies_and_says_so(backend, monkeypatch):
     be = get_backend(backend)[0]
+    generic(be, monkeypatch)
     monkeypatch.setattr(be, "save_mempolicy", _unreadable, raising=False)
     report = numabind.bind_current(Plan(cpus={CPU}, mem_policy="interleave", mem_nodes={MEM_NODE}),
                                    backend=backend)
@@ -997,14 +779,11 @@ class _Recorder:
     """Fake two memory nodes (so migration has a source) and record migrate_pages calls with the state then."""
 
     def __init__(self, be, monkeypatch, fail_with: BindError | None = None) -> None:
-        import dataclasses
-
         self.calls: list[dict] = []
-        real = be.kernel_limits()
+        real = live.limits()
         nodes = frozenset({MEM_NODE, MISSING_NODE})
-        fake = dataclasses.replace(real, online_nodes=real.online_nodes | nodes, memory_nodes=nodes,
-                                   mems_allowed=nodes)
-        monkeypatch.setattr(be, "kernel_limits", lambda: fake)
+        fake = real.replace(nodes=real.nodes | nodes, memory_nodes=nodes, allowed_nodes=nodes)
+        monkeypatch.setattr(live, "limits", lambda: fake)
 
         def migrate_pages(pid, from_nodes, to_nodes):
             self.calls.append({"from": from_nodes, "to": to_nodes, "cpus": frozenset(os.sched_getaffinity(0)),
@@ -1032,6 +811,7 @@ def test_a_strict_failure_at_verification_moves_no_pages(backend, monkeypatch):
     """Issue 15, item 4: pages are moved only after the binding was verified, so a strict failure moved none."""
     be = get_backend(backend)[0]
     rec = _Recorder(be, monkeypatch)
+    generic(be, monkeypatch)
     raw_set_mempolicy("preferred", {MEM_NODE})
     # the read-back sees another policy than the one set: a strict failure after everything was applied
     monkeypatch.setattr(be, "get_mempolicy", lambda: ("interleave", frozenset({MEM_NODE})))
@@ -1056,18 +836,11 @@ def test_a_strict_migration_failure_rolls_back_and_says_pages_stay(backend, monk
     assert raw_mempolicy() == (MPOL["preferred"], frozenset({MEM_NODE}))
 
 
-def two_cpus() -> tuple[int, int]:
-    allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        pytest.skip("needs two CPUs this process may use")
-    return allowed[0], allowed[-1]
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_threads_left_out_by_matching_are_a_warning(backend, caplog):
+def test_threads_left_out_by_matching_are_a_warning(backend, caplog, two_cpus):
     """Issue 15, item 9: the caller narrowed itself with os.sched_setaffinity(0, ...); the workers it left
     on every CPU are not bound by threads='matching', and the report says so instead of ok."""
-    a, b = two_cpus()
+    a, b = two_cpus
     allowed = frozenset(os.sched_getaffinity(0))
     with Parked(2) as parked:
         os.sched_setaffinity(0, {a})

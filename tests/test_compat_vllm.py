@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.spawn
 import os
 import threading
 import types

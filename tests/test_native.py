@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from numabind import _native
-from tests.test_bind import NO_SUCH_TID, Parked, run_python
+from tests.kernel import CPU_A, CPU_B, MEM_NODE, NO_SUCH_TID, Parked, run_python
 
 pytestmark = pytest.mark.kernel
 
@@ -258,3 +258,96 @@ assert lib.nb_numa_loaded() == 0
 print("ok")
 ''')
     assert cp.returncode == 0 and cp.stdout.strip() == "ok", cp.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- the fast path (one call for many threads)
+def _walk(prefix: str, tids, mask_ids, flags: int = 0, words: int = 16):
+    n = len(tids)
+    ctids = ffi.new("int[]", tids)
+    mask = ffi.NULL if mask_ids is None else ffi.new("unsigned long[]", [sum(1 << c for c in mask_ids if c // 64 == w)
+                                                                          for w in range(words)])
+    before = ffi.new("unsigned long[]", n * words)
+    after = ffi.new("unsigned long[]", n * words)
+    status = ffi.new("int[]", n)
+    done = fn(prefix, "affinity_many")(ctids, n, mask, words, flags, before, after, status)
+    return done, list(status), [bits(before + i * words, words) for i in range(n)], \
+        [bits(after + i * words, words) for i in range(n)]
+
+
+def test_task_list_lists_every_thread_with_the_first_first():
+    with Parked(3) as parked:
+        me = threading.get_native_id()
+        listed = {int(t) for t in os.listdir("/proc/self/task")}
+        buf = ffi.new("int[]", 64)
+        n = lib.nb_task_list(me, buf, 64)
+        assert n == len(listed) and set(buf[0:n]) == listed and buf[0] == me
+        assert set(parked.tids) <= set(buf[0:n])
+        small = ffi.new("int[]", 1)
+        assert lib.nb_task_list(me, small, 1) == n   # too small: says how many there are
+        assert small[0] == me
+
+
+def test_task_list_in_a_forked_child_lists_the_child():
+    """The cached /proc/self/task descriptor is the parent's in a fork child: it must list the child's threads."""
+    buf = ffi.new("int[]", 64)
+    assert lib.nb_task_list(0, buf, 64) >= 1        # cache the parent's descriptor
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        n = lib.nb_task_list(0, buf, 64)
+        os.write(w, f"{n} {buf[0]} {os.getpid()}".encode())
+        os._exit(0)
+    os.close(w)
+    out = os.read(r, 100).decode().split()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert out[0] == "1" and out[1] == out[2] == str(pid), out
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_affinity_many_sets_reads_back_and_reports_each_thread(prefix):
+    with Parked(2, pins=[None, {CPU_A}]) as parked:
+        me = threading.get_native_id()
+        free, pinned = parked.tids if os.sched_getaffinity(parked.tids[1]) == {CPU_A} else parked.tids[::-1]
+        before_me = os.sched_getaffinity(0)
+        tids = [me, free, pinned, NO_SUCH_TID]
+        done, status, before, after = _walk(prefix, tids, {CPU_B}, lib.NB_MATCHING)
+        assert done == 4
+        assert status[0] == lib.NB_BOUND and after[0] == {CPU_B} == os.sched_getaffinity(0)
+        assert before[0] == before_me
+        assert status[1] == lib.NB_BOUND and os.sched_getaffinity(free) == {CPU_B}
+        if before_me != {CPU_A}:
+            assert status[2] == lib.NB_LEFT_ALONE and os.sched_getaffinity(pinned) == {CPU_A} == after[2]
+        assert status[3] == lib.NB_EXITED
+        os.sched_setaffinity(0, before_me)
+        done, status, before, after = _walk(prefix, [me, free], None)   # only read
+        assert status == [lib.NB_UNCHANGED] * 2 and after == before == [before_me, {CPU_B}]
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_affinity_many_stops_at_a_refusal_of_the_first_thread(prefix):
+    me = threading.get_native_id()
+    before_me = os.sched_getaffinity(0)
+    with Parked(1) as parked:
+        outside = max(int(x) for x in open("/sys/devices/system/cpu/possible").read().replace("-", ",").split(",")) + 1
+        done, status, _, _ = _walk(prefix, [me, parked.tids[0]], {outside}, words=max(16, outside // 64 + 1))
+        assert done == 1 and status[0] == -errno.EINVAL and status[1] == lib.NB_NOT_TRIED
+        assert os.sched_getaffinity(0) == before_me
+        assert _walk(prefix, [me], {CPU_A}, words=0)[0] == -errno.EINVAL    # no mask words: refused
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_swap_mempolicy_saves_sets_and_reads_back(prefix):
+    assert fn(prefix, "set_mempolicy")(MPOL_PREFERRED, nodemask(MEM_NODE), MAXNODE) == 0
+    ints = ffi.new("int[]", 5)
+    masks = ffi.new("unsigned long[]", 2)
+    assert fn(prefix, "swap_mempolicy")(MPOL_BIND, nodemask(MEM_NODE), MAXNODE, 1, ints, masks, ints + 1,
+                                        masks + 1, ints + 2) == 0
+    assert (ints[0], bits(masks)) == (MPOL_PREFERRED, {MEM_NODE})          # before
+    assert (ints[1], bits(masks + 1)) == (MPOL_BIND, {MEM_NODE})           # read back
+    assert list(ints[2:5]) == [0, 0, 0] and get_policy(prefix) == (MPOL_BIND, {MEM_NODE})
+    missing = max(int(x) for x in open("/sys/devices/system/node/possible").read().replace("-", ",").split(",")) + 1
+    assert fn(prefix, "swap_mempolicy")(MPOL_BIND, nodemask(missing) if missing < 64 else ffi.NULL, MAXNODE, 1,
+                                        ints, masks, ints + 1, masks + 1, ints + 2) == 0
+    assert ints[3] == -errno.EINVAL and ints[4] == 1                       # refused; no read-back
+    assert get_policy(prefix) == (MPOL_BIND, {MEM_NODE})                   # unchanged

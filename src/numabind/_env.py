@@ -29,6 +29,8 @@ def strict_from_env(env: Mapping[str, str] | None = None) -> Strictness:
     A typo such as ``NUMABIND_STRICT=enabled`` must not silently mean lenient.
     """
     raw = (os.environ if env is None else env).get("NUMABIND_STRICT", "")
+    if raw == "":
+        return False
     value = raw.strip().lower()
     if value in STRICT_TRUE:
         return True

@@ -1,37 +1,58 @@
-"""Apply a :class:`~numabind.plan.Plan` to the running process, then verify it.
+"""Apply a :class:`~numabind.plan.Plan` to the running process, verify it, and report.
 
-``bind_current`` sets the CPU affinity of every thread and the memory policy
-of the calling thread through a backend, reads back what the kernel now says
-and returns a :class:`BindReport`. A binding that cannot be applied in full is
-either raised (``strict=True``) after rolling back, or degraded step by step —
-hard bind → preferred → CPU only → nothing — with a WARNING per step
-(``strict=False``; ``strict="partial"`` degrades too, but raises when nothing
-of the plan is in force in the end).
+``bind_current`` runs one transaction: the memory policy of the calling thread, then the CPU
+affinity of every thread (one pass, in C with a native backend), then a read-back of what the
+kernel holds, then (``migrate=True``) page migration last. Each change is recorded in an undo log.
+The kernel's limits (cpusets, online CPUs, nodes with memory) are read only to explain a refusal
+or a difference between what was asked and what the kernel applied; on success nothing but the
+system calls themselves runs. A binding that cannot be applied in full is either raised
+(``strict=True``) after undoing everything, or degraded step by step — hard bind → preferred →
+CPU only → nothing — with a WARNING per step (``strict=False``; ``strict="partial"`` degrades too,
+but raises when nothing of the plan is in force in the end).
+
+``verify_current`` compares the kernel's state with a plan without changing anything;
+``bind_thread`` binds the calling thread only for a ``with`` block; ``current_binding`` reads
+what the kernel says now (like ``numactl --show``).
 """
 
 from __future__ import annotations
 
 import errno as _errno
-import logging
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
-from .backends import Backend, get_backend
-from .backends.base import MemPolicyState, node_pages
-from .cpulist import format_cpulist
+from . import _log, live
 from ._env import Strictness, strict_from_env
+from ._util import Value
+from .backends import get_backend
+from .backends.base import (
+    WALK_BOUND,
+    WALK_CHECK_FIRST,
+    WALK_DIFFERS,
+    WALK_EXITED,
+    WALK_LEFT_ALONE,
+    WALK_MATCHING,
+    WALK_STOP_ON_ERROR,
+    AffinityWalk,
+    Backend,
+    MemPolicyState,
+)
+from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
-from .plan import MEM_POLICIES, Plan
+from .limits import Limits, narrow_cpus, narrow_nodes
+from .plan import MEM_POLICIES, Plan, check_plan
 
-__all__ = ["BindReport", "Binding", "STRICT_VALUES", "ThreadResult", "bind_current", "current_binding",
-           "strict_default", "strict_label"]
+__all__ = ["BindReport", "Binding", "STRICT_VALUES", "THREAD_MODES", "ThreadResult", "bind_current", "bind_thread",
+           "current_binding", "strict_default", "strict_label", "verify_current"]
 
-log = logging.getLogger(__name__)
+log = _log.getLogger(__name__)
 
 THREAD_MODES = ("matching", "all", "current")
-
-
 STRICT_VALUES = (True, False, "partial")
+_STATUS_NAMES = {WALK_BOUND: "bound", WALK_DIFFERS: "bound", WALK_LEFT_ALONE: "left-alone",
+                 WALK_EXITED: "exited"}
 
 
 def strict_default(strict: Strictness | None) -> Strictness:
@@ -53,31 +74,132 @@ def strict_label(strict: Strictness) -> str:
     return "partial" if strict == "partial" else "strict" if strict else "lenient"
 
 
-@dataclass(frozen=True)
-class ThreadResult:
+def _check_threads(threads: object) -> None:
+    if threads not in THREAD_MODES:
+        raise PlanError(f"threads={threads!r} is not one of {', '.join(THREAD_MODES)}")
+
+
+def _ids(value: object, what: str) -> frozenset[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or (value and not all(c in "0123456789,-" for c in value)):
+        raise ValueError(f"{what} is not a cpulist string")
+    from .cpulist import parse_cpulist
+
+    return parse_cpulist(value, what=what)
+
+
+# ----------------------------------------------------------------------------- reports
+class ThreadResult(Value):
     """What happened to one thread's CPU affinity."""
 
+    __slots__ = ("tid", "name", "before", "after", "status", "detail")
     tid: int
     name: str
     before: frozenset[int]
     after: frozenset[int] | None
     status: str          # "bound" | "left-alone" | "exited" | "failed" | "unchanged"
-    detail: str = ""
+    detail: str
+
+    def __init__(self, tid: int, name: str, before: frozenset[int], after: frozenset[int] | None, status: str,
+                 detail: str = "") -> None:
+        for k, v in (("tid", tid), ("name", name), ("before", frozenset(before)),
+                     ("after", None if after is None else frozenset(after)), ("status", status), ("detail", detail)):
+            object.__setattr__(self, k, v)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tid": self.tid, "name": self.name, "before": format_cpulist(self.before),
+                "after": None if self.after is None else format_cpulist(self.after), "status": self.status,
+                "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ThreadResult:
+        if not isinstance(data, dict):
+            raise ValueError("a thread record is not an object")
+        tid, name, status, detail = (data.get(k) for k in ("tid", "name", "status", "detail"))
+        if not isinstance(tid, int) or isinstance(tid, bool) or not all(isinstance(v, str)
+                                                                        for v in (name, status, detail)):
+            raise ValueError("a thread record's tid, name, status or detail is malformed")
+        before = _ids(data.get("before"), "thread before")
+        return cls(tid, name, before or frozenset(), _ids(data.get("after"), "thread after"), status, detail)
 
 
-@dataclass(frozen=True)
-class BindReport:
-    """The outcome of :func:`bind_current`."""
+def _thread_results(walk: AffinityWalk) -> tuple[ThreadResult, ...]:
+    """The per-thread outcome of a walk (names are read now: a thread gone meanwhile is '?')."""
+    out = []
+    caller_before = walk.before(0) if walk.processed else frozenset()
+    for i in range(walk.processed):
+        st, tid = walk.status[i], walk.tids[i]
+        name = live.thread_name(tid)
+        if st == WALK_EXITED:
+            out.append(ThreadResult(tid, name, walk.before(i), None, "exited"))
+        elif st in (WALK_BOUND, WALK_DIFFERS):
+            detail = "" if st == WALK_BOUND else "its CPUs read back differ from the calling thread's"
+            out.append(ThreadResult(tid, name, walk.before(i), walk.after(i), "bound", detail))
+        elif st == WALK_LEFT_ALONE:
+            before = walk.before(i)
+            out.append(ThreadResult(tid, name, before, before, "left-alone",
+                                    f"pinned to {format_cpulist(before)}, not the process's "
+                                    f"{format_cpulist(caller_before)}"))
+        elif st < 0:
+            before = walk.before(i)
+            out.append(ThreadResult(tid, name, before, before, "failed",
+                                    str(BindError(-st, "sched_setaffinity", f"thread {tid}"))))
+        else:   # only read (no CPUs in the plan, or not tried after a refusal)
+            before = walk.before(i)
+            out.append(ThreadResult(tid, name, before, before, "unchanged"))
+    return tuple(out)
 
+
+class BindReport(Value):
+    """The outcome of :func:`bind_current` (frozen; ``threads`` is built on first access).
+
+    ``applied`` is read back from the kernel after binding. ``threads`` has one
+    :class:`ThreadResult` per thread, the calling thread first; thread names are read on the
+    first access of ``threads``, so a thread that exited meanwhile shows the name ``'?'``.
+    """
+
+    __slots__ = ("requested", "applied", "backend", "backend_reason", "_threads", "warnings", "notes",
+                 "pages_not_migrated", "pages_migrated", "_walk")
+    _FIELDS = ("requested", "applied", "backend", "backend_reason", "threads", "warnings", "notes",
+               "pages_not_migrated", "pages_migrated")
     requested: Plan
-    applied: Plan                      # read back from the kernel after binding
+    applied: Plan
     backend: str                       # "libnuma" | "syscall" | "numactl" | "none"
     backend_reason: str
-    threads: tuple[ThreadResult, ...] = ()
-    warnings: tuple[str, ...] = ()     # every degradation, with errno and syscall
-    notes: tuple[str, ...] = ()        # facts that are not degradations
-    pages_not_migrated: int | None = None   # migrate=True: pages left on other nodes (None: not measured)
-    pages_migrated: int | None = None       # migrate=True: pages moved onto the plan's nodes
+    warnings: tuple[str, ...]          # every degradation, with errno and syscall
+    notes: tuple[str, ...]             # facts that are not degradations
+    pages_not_migrated: int | None     # migrate=True: pages left on other nodes (None: not measured)
+    pages_migrated: int | None         # migrate=True: pages moved onto the plan's nodes
+
+    def __init__(self, requested: Plan, applied: Plan, backend: str, backend_reason: str,
+                 threads: Sequence[ThreadResult] = (), warnings: Sequence[str] = (), notes: Sequence[str] = (),
+                 pages_not_migrated: int | None = None, pages_migrated: int | None = None, *,
+                 _walk: AffinityWalk | None = None) -> None:
+        s = object.__setattr__
+        s(self, "requested", requested)
+        s(self, "applied", applied)
+        s(self, "backend", backend)
+        s(self, "backend_reason", backend_reason)
+        s(self, "_threads", None if _walk is not None else tuple(threads))
+        s(self, "_walk", _walk)
+        s(self, "warnings", tuple(warnings))
+        s(self, "notes", tuple(notes))
+        s(self, "pages_not_migrated", pages_not_migrated)
+        s(self, "pages_migrated", pages_migrated)
+
+    @classmethod
+    def _fields(cls) -> tuple[str, ...]:
+        return cls._FIELDS
+
+    @property
+    def threads(self) -> tuple[ThreadResult, ...]:
+        got = self._threads
+        if got is None:
+            got = _thread_results(self._walk)   # type: ignore[arg-type]
+            object.__setattr__(self, "_threads", got)
+            object.__setattr__(self, "_walk", None)
+        return got  # type: ignore[no-any-return]
 
     @property
     def ok(self) -> bool:
@@ -100,17 +222,62 @@ class BindReport:
         lines += [f"note:      {n}" for n in self.notes]
         return "\n".join(lines)
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable; plans in their text form (:meth:`Plan.to_text`). :meth:`from_dict` reads it back."""
+        return {"requested": self.requested.to_text(), "applied": self.applied.to_text(),
+                "backend": self.backend, "backend_reason": self.backend_reason,
+                "threads": [t.to_dict() for t in self.threads], "warnings": list(self.warnings),
+                "notes": list(self.notes), "pages_migrated": self.pages_migrated,
+                "pages_not_migrated": self.pages_not_migrated}
 
-@dataclass(frozen=True)
-class Binding:
+    @classmethod
+    def from_dict(cls, data: object) -> BindReport:
+        """Parse :meth:`to_dict` output strictly (plans through :meth:`Plan.from_text`); ValueError otherwise."""
+        if not isinstance(data, dict):
+            raise ValueError("a bind report is not an object")
+        for key in ("requested", "applied", "backend", "backend_reason"):
+            if not isinstance(data.get(key), str):
+                raise ValueError(f"{key} is not a string")
+
+        def strings(key: str) -> tuple[str, ...]:
+            value = data.get(key)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{key} is not a list of strings")
+            return tuple(value)
+
+        def count(key: str) -> int | None:
+            value = data.get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"{key} is not an int")
+            return value
+
+        threads = data.get("threads", [])
+        if not isinstance(threads, list):
+            raise ValueError("threads is not a list")
+        return cls(requested=Plan.from_text(data["requested"]), applied=Plan.from_text(data["applied"]),
+                   backend=data["backend"], backend_reason=data["backend_reason"],
+                   threads=tuple(ThreadResult.from_dict(t) for t in threads), warnings=strings("warnings"),
+                   notes=strings("notes"), pages_migrated=count("pages_migrated"),
+                   pages_not_migrated=count("pages_not_migrated"))
+
+
+class Binding(Value):
     """What the kernel says now (like ``numactl --show``)."""
 
+    __slots__ = ("cpus", "mem_policy", "mem_nodes", "mems_allowed", "backend", "threads")
+    _compare = ("cpus", "mem_policy", "mem_nodes", "mems_allowed", "backend")
     cpus: frozenset[int]               # affinity of the calling thread
     mem_policy: str | None             # None when the backend cannot read it
     mem_nodes: frozenset[int]
     mems_allowed: frozenset[int]       # the cpuset's memory nodes
     backend: str
-    threads: dict[int, frozenset[int]] = field(default_factory=dict, compare=False)
+    threads: dict[int, frozenset[int]]
+
+    def __init__(self, cpus: frozenset[int], mem_policy: str | None, mem_nodes: frozenset[int],
+                 mems_allowed: frozenset[int], backend: str, threads: dict[int, frozenset[int]] | None = None) -> None:
+        for k, v in (("cpus", frozenset(cpus)), ("mem_policy", mem_policy), ("mem_nodes", frozenset(mem_nodes)),
+                     ("mems_allowed", frozenset(mems_allowed)), ("backend", backend), ("threads", dict(threads or {}))):
+            object.__setattr__(self, k, v)
 
     @property
     def plan(self) -> Plan:
@@ -137,38 +304,63 @@ def _plannable(policy: str | None) -> str | None:
     return policy if policy in MEM_POLICIES else None
 
 
+def _read_plan(cpus: frozenset[int] | None, policy: str | None, nodes: frozenset[int] | None) -> Plan:
+    """A Plan of what the kernel returned (already valid ids: built without checking them again)."""
+    plan = object.__new__(Plan)
+    s = object.__setattr__
+    s(plan, "cpus", cpus)
+    s(plan, "mem_policy", policy)
+    s(plan, "mem_nodes", None if policy is None else (frozenset() if policy in ("local", "default") else nodes))
+    s(plan, "migrate", False)
+    s(plan, "reason", "read back from the kernel")
+    return plan
+
+
+def _walk_all(be: Backend, me: int) -> AffinityWalk:
+    return be.affinity_many(live.thread_ids(me), None)
+
+
 def current_binding(backend: str | None = None) -> Binding:
     """Read the calling thread's affinity and memory policy, and every thread's affinity."""
     be, _ = get_backend(backend)
-    limits = be.kernel_limits()
     try:
         policy, nodes = be.get_mempolicy()
     except BindError as e:
         log.debug("memory policy unreadable through %s: %s", be.name, e)
         policy, nodes = None, frozenset()
-    threads = {}
-    for tid in be.thread_ids():
-        try:
-            threads[tid] = be.get_affinity(tid)
-        except BindError:
-            continue
-    return Binding(cpus=be.get_affinity(0), mem_policy=policy, mem_nodes=nodes,
-                   mems_allowed=limits.mems_allowed, backend=be.name, threads=threads)
+    walk = _walk_all(be, live.gettid())
+    threads = {walk.tids[i]: walk.before(i) for i in range(walk.processed) if walk.status[i] != WALK_EXITED}
+    mems = live.mems_allowed()
+    if mems is None:
+        mems = live.limits().allowed_nodes
+    return Binding(cpus=be.get_affinity(0), mem_policy=policy, mem_nodes=nodes, mems_allowed=mems,
+                   backend=be.name, threads=threads)
 
 
-class _Binder:
-    """One bind_current call: state, rollback and the report under construction."""
+# ----------------------------------------------------------------------------- the transaction
+class _Transaction:
+    """One bind_current call: what was changed (the undo log), the degradations, the report under way."""
 
-    def __init__(self, plan: Plan, strict: Strictness, threads: str, be: Backend, why: str) -> None:
-        self.plan, self.strict, self.thread_mode, self.be, self.why = plan, strict, threads, be, why
+    __slots__ = ("plan", "strict", "be", "warnings", "notes", "failures", "undo", "pages_migrated", "_limits",
+                 "mem_target", "cpu_target", "mem_now")
+
+    def __init__(self, plan: Plan, strict: Strictness, be: Backend) -> None:
+        self.plan, self.strict, self.be = plan, strict, be
         self.warnings: list[str] = []
         self.notes: list[str] = []
         self.failures: list[NumabindError] = []    # every refusal that was degraded (strict="partial")
-        self.undo: list = []
+        self.undo: list[Callable[[], None]] = []
         self.pages_migrated: int | None = None
-        self.limits = be.kernel_limits()
+        self._limits: Limits | None = None
         self.mem_target: tuple[str, frozenset[int]] | None = None   # what was set, after the ladder
         self.cpu_target: frozenset[int] | None = None
+        self.mem_now: tuple[str, frozenset[int]] | BindError | None = None   # read back right after the set
+
+    def limits(self) -> Limits:
+        """The live limits, read the first time a refusal or a difference needs explaining."""
+        if self._limits is None:
+            self._limits = live.limits()
+        return self._limits
 
     # -- degradation ------------------------------------------------------
     def warn(self, message: str) -> None:
@@ -206,164 +398,194 @@ class _Binder:
         self.undo.clear()
 
     # -- memory -------------------------------------------------------------
-    def memory_candidates(self) -> list[tuple[str, frozenset[int]]]:
-        plan = self.plan
-        nodes = plan.mem_nodes or frozenset()
-        if not nodes:
-            return [(plan.mem_policy, nodes)]
-        usable = nodes & self.limits.mems_allowed & self.limits.memory_nodes
-        dropped = nodes - usable
-        if dropped:
-            why = []
-            missing = dropped - self.limits.online_nodes
-            if missing:
-                why.append(f"nodes {format_cpulist(missing)} do not exist "
-                           f"(online nodes: {format_cpulist(self.limits.online_nodes)})")
-            memless = dropped - missing - self.limits.memory_nodes
-            if memless:
-                why.append(f"nodes {format_cpulist(memless)} have no memory")
-            if dropped - missing - self.limits.mems_allowed:
-                why.append(f"nodes {format_cpulist(dropped - missing - self.limits.mems_allowed)} are outside "
-                           f"Mems_allowed {format_cpulist(self.limits.mems_allowed)} (cpuset)")
-            self.fail(PlanError(f"memory policy {plan.mem_policy} {format_cpulist(nodes)}: " + "; ".join(why)))
-            if not usable:
-                self.warn(f"memory policy {plan.mem_policy} {format_cpulist(nodes)} not applied: "
-                          + "; ".join(why))
-                return []
-            self.warn(f"memory nodes narrowed from {format_cpulist(nodes)} to {format_cpulist(usable)}: "
-                      + "; ".join(why))
-        ladder = [(plan.mem_policy, usable)]
-        if plan.mem_policy in ("bind", "interleave", "preferred-many") and len(usable) > 1:
-            if plan.mem_policy != "preferred-many":
-                ladder.append(("preferred-many", usable))
-        if plan.mem_policy != "preferred":
-            ladder.append(("preferred", frozenset({min(usable)})))
-        return ladder
-
     def apply_memory(self) -> None:
-        if self.plan.mem_policy is None:
+        plan, be = self.plan, self.be
+        policy = plan.mem_policy
+        if policy is None:
             return
-        if not self.be.in_process_memory:
+        nodes = plan.mem_nodes or frozenset()
+        if not be.in_process_memory:
             try:
-                self.be.set_mempolicy(self.plan.mem_policy, self.plan.mem_nodes or frozenset())
+                be.set_mempolicy(policy, nodes)
             except BindError as e:  # the backend's own explanation of why it cannot
                 self.fail(e)
                 self.warn(f"{e}; memory policy left unchanged")
             return
-        old: MemPolicyState | None
-        try:
-            old = self.be.save_mempolicy()
-        except BindError as e:
+        swap = be.swap_mempolicy(policy, nodes, need_old=self.strict is True)
+        old = swap.old
+        if swap.old_error is not None:
+            e = swap.old_error
             if self.strict is True:  # nothing has been changed yet: refuse rather than risk a change that cannot be undone
                 raise BindError(e.errno, "get_mempolicy",
                                 f"the calling thread's memory policy cannot be read ({e}), so a strict bind "
                                 f"could not be rolled back; nothing was changed") from None
-            old = None
             self.notes.append(f"the old memory policy could not be read ({e}); it could not have been "
                               f"restored had a later step failed")
             log.debug("cannot read the old memory policy: %s", e)
-        ladder = self.memory_candidates()
-        if not ladder:
+        if swap.set_error is not None:
+            self._memory_ladder(old, swap.set_error)
             return
-        for k, (policy, nodes) in enumerate(ladder):
-            try:
-                self.be.set_mempolicy(policy, nodes)
-            except BindError as e:
+        self._set(old, policy, nodes)
+        self.mem_now = swap.now if swap.now is not None else swap.now_error
+
+    def _set(self, old: MemPolicyState | None, policy: str, nodes: frozenset[int]) -> None:
+        self.mem_target = (policy, nodes)
+        if old is not None:
+            be = self.be
+            self.undo.append(lambda: be.restore_mempolicy(old))
+
+    def _memory_ladder(self, old: MemPolicyState | None, refused: BindError) -> None:
+        """The plan's policy was refused: explain why, then try the weaker steps."""
+        plan = self.plan
+        policy = plan.mem_policy
+        assert policy is not None
+        nodes = plan.mem_nodes or frozenset()
+        usable = nodes
+        if nodes:
+            usable, why = narrow_nodes(nodes, self.limits(), policy)
+            if why:
+                self.fail(PlanError(f"memory policy {policy} {format_cpulist(nodes)}: {why}"))
+                if not usable:
+                    self.warn(f"memory policy {policy} {format_cpulist(nodes)} not applied: {why}")
+                    return
+                self.warn(f"memory nodes narrowed from {format_cpulist(nodes)} to {format_cpulist(usable)}: {why}")
+        ladder = [(policy, usable)]
+        if usable:
+            if policy in ("bind", "interleave") and len(usable) > 1:
+                ladder.append(("preferred-many", usable))
+            if policy != "preferred":
+                ladder.append(("preferred", frozenset({min(usable)})))
+        for k, (step, step_nodes) in enumerate(ladder):
+            if k == 0 and usable == nodes:
+                e: BindError | None = refused        # that very call was refused already
+            else:
+                try:
+                    self.be.set_mempolicy(step, step_nodes)
+                    e = None
+                except BindError as err:
+                    e = err
+            if e is not None:
                 self.fail(e)
-                self.warn(f"{e}; memory policy {policy} {format_cpulist(nodes)} not applied")
+                self.warn(f"{e}; memory policy {step} {format_cpulist(step_nodes)} not applied")
                 continue
-            self.mem_target = (policy, nodes)
-            if old is not None:
-                self.undo.append(lambda old=old: self.be.restore_mempolicy(old))
+            self._set(old, step, step_nodes)
             if k:
-                self.warn(f"memory policy degraded to {policy} {format_cpulist(nodes)}")
+                self.warn(f"memory policy degraded to {step} {format_cpulist(step_nodes)}")
             return
         self.warn("memory policy left unchanged (every step of the ladder was refused)")
 
     # -- CPUs -----------------------------------------------------------------
-    def target_cpus(self) -> frozenset[int] | None:
-        cpus = self.plan.cpus
+    def apply_cpus(self, threads: str) -> AffinityWalk:
+        plan, be = self.plan, self.be
+        cpus = plan.cpus
+        me = live.gettid()
+        tids = [me] if threads == "current" else live.thread_ids(me)
+        if not tids or tids[0] != me:   # /proc/self/task lists every thread; the caller first, always
+            tids = [me, *(t for t in tids if t != me)]
+        flags = WALK_MATCHING if threads == "matching" else 0
+        if self.strict is True:
+            flags |= WALK_STOP_ON_ERROR | WALK_CHECK_FIRST
+        walk = be.affinity_many(tids, cpus, flags)
         if cpus is None:
-            return None
-        allowed = self.limits.online_cpus
-        source = "online CPUs"
-        if self.limits.cpuset_cpus is not None:
-            allowed = allowed & self.limits.cpuset_cpus
-            source = f"online CPUs in the cpuset ({self.limits.cpuset_source})"
-        outside = cpus - allowed
-        if not outside:
-            return cpus
-        msg = (f"CPUs {format_cpulist(outside)} are outside the {source} "
-               f"{format_cpulist(allowed)}")
-        self.fail(PlanError(msg))
-        if not cpus & allowed:
-            self.warn(f"{msg}; CPU binding not applied")
-            return None
-        self.warn(f"{msg}; CPU binding narrowed to {format_cpulist(cpus & allowed)}")
-        return cpus & allowed
-
-    def apply_cpus(self) -> list[ThreadResult]:
-        cpus = self.target_cpus()
-        me = self.be.gettid()
-        caller_before = self.be.get_affinity(0)
-        results: list[ThreadResult] = []
-        if cpus is not None:
-            try:
-                self.be.set_affinity(0, cpus)
-                self.undo.append(lambda: self.be.set_affinity(0, caller_before))
-            except BindError as e:
-                self.fail(e)
-                self.warn(f"{e}; CPU binding not applied")
-                cpus = None
+            return walk
+        self.undo.append(lambda: _undo_walk(be, walk))
+        first = walk.status[0]
+        if first < 0:
+            return self._caller_refused(walk, BindError(-first, "sched_setaffinity", f"thread {me}"))
+        got = walk.after(0)
         self.cpu_target = cpus
-        results.append(ThreadResult(me, self.be.thread_name(me), caller_before, self.be.get_affinity(0),
-                                    "unchanged" if cpus is None else "bound"))
-        if self.thread_mode == "current":
-            return results
-        for tid in self.be.thread_ids():
-            if tid == me:
-                continue
-            name = self.be.thread_name(tid)
-            try:
-                before = self.be.get_affinity(tid)
-            except BindError as e:
-                if e.errno == _errno.ESRCH:
-                    results.append(ThreadResult(tid, name, frozenset(), None, "exited"))
-                    continue
-                raise
-            if cpus is None:
-                results.append(ThreadResult(tid, name, before, before, "unchanged"))
-                continue
-            if self.thread_mode == "matching" and before != caller_before:
-                results.append(ThreadResult(
-                    tid, name, before, before, "left-alone",
-                    f"pinned to {format_cpulist(before)}, not the process's {format_cpulist(caller_before)}"))
-                continue
-            try:
-                self.be.set_affinity(tid, cpus)
-            except BindError as e:
-                if e.errno == _errno.ESRCH:
-                    results.append(ThreadResult(tid, name, before, None, "exited"))
-                    continue
+        if got != cpus:
+            kept, why = narrow_cpus(cpus, self.limits())
+            if why and got == kept:
+                self.fail(PlanError(why))
+                self.warn(f"{why}; CPU binding narrowed to {format_cpulist(kept)}")
+                self.cpu_target = kept
+            else:
+                message = f"the kernel applied CPUs {format_cpulist(got)} instead of {format_cpulist(cpus)}"
+                self.fail(BindError(_errno.EINVAL, "sched_setaffinity", message))
+                self.warn(message)
+                self.cpu_target = got
+        statuses = list(walk.status[0:walk.processed])
+        if min(statuses) < 0 or WALK_LEFT_ALONE in statuses or WALK_DIFFERS in statuses:
+            self._other_threads(walk, statuses)
+        return walk
+
+    def _caller_refused(self, walk: AffinityWalk, err: BindError) -> AffinityWalk:
+        """The calling thread's sched_setaffinity was refused (no other thread was touched)."""
+        why = None
+        if err.errno == _errno.EINVAL:
+            kept, why = narrow_cpus(self.plan.cpus or frozenset(), self.limits())
+            if kept:
+                why = None   # some CPUs fit: the kernel refused for another reason
+        if why:
+            self.fail(PlanError(why))
+            self.warn(f"{why}; CPU binding not applied")
+        else:
+            self.fail(err)
+            self.warn(f"{err}; CPU binding not applied")
+        self.cpu_target = None
+        self.undo.pop()
+        return _walk_all(self.be, walk.tids[0])   # what every thread keeps, for the report
+
+    def _other_threads(self, walk: AffinityWalk, statuses: list[int]) -> None:
+        """Refused threads, threads read back with other CPUs, and threads left out by 'matching'."""
+        left = []
+        for i, st in enumerate(statuses):
+            tid = walk.tids[i]
+            if st < 0:
+                e = BindError(-st, "sched_setaffinity", f"thread {tid}")
                 self.fail(e)
-                self.warn(f"{e}; thread {tid} ({name}) keeps CPUs {format_cpulist(before)}")
-                results.append(ThreadResult(tid, name, before, before, "failed", str(e)))
-                continue
-            self.undo.append(lambda tid=tid, before=before: self.be.set_affinity(tid, before))
-            try:
-                after = self.be.get_affinity(tid)
-            except BindError:
-                results.append(ThreadResult(tid, name, before, None, "exited"))
-                continue
-            results.append(ThreadResult(tid, name, before, after, "bound"))
-        left = [r for r in results if r.status == "left-alone"]
+                self.warn(f"{e}; thread {tid} ({live.thread_name(tid)}) keeps CPUs {format_cpulist(walk.before(i))}")
+            elif st == WALK_DIFFERS:
+                message = (f"thread {tid} ({live.thread_name(tid)}) was given CPUs {format_cpulist(self.cpu_target or ())}"
+                           f" but the kernel holds {format_cpulist(walk.after(i))} for it")
+                self.fail(BindError(_errno.EINVAL, "sched_setaffinity", message))
+                self.warn(message)
+            elif st == WALK_LEFT_ALONE:
+                left.append(i)
         if left:
-            shown = ", ".join(f"{r.tid} ({r.name}) on {format_cpulist(r.before)}" for r in left[:8])
+            caller = walk.before(0)
+            shown = ", ".join(f"{walk.tids[i]} ({live.thread_name(walk.tids[i])}) on "
+                              f"{format_cpulist(walk.before(i))}" for i in left[:8])
             more = f" and {len(left) - 8} more" if len(left) > 8 else ""
             self.warn(f"{len(left)} thread(s) left out of the CPU binding by threads='matching' because their "
-                      f"affinity differs from the calling thread's {format_cpulist(caller_before)}: {shown}{more}; "
+                      f"affinity differs from the calling thread's {format_cpulist(caller)}: {shown}{more}; "
                       f"they keep their CPUs (threads='all' binds them too)")
-        return results
+
+    # -- verification -------------------------------------------------------------
+    def read_back(self, walk: AffinityWalk) -> Plan:
+        """What the kernel says now; a difference from what was set is a failure (explained by the limits)."""
+        cpus = walk.after(0) if walk.processed and walk.status[0] >= 0 else self.be.get_affinity(0)
+        return self._read_memory(cpus)
+
+    def _read_memory(self, cpus: frozenset[int]) -> Plan:
+        try:
+            now = self.mem_now
+            if isinstance(now, BindError):
+                raise now
+            policy, nodes = now if now is not None else self.be.get_mempolicy()
+        except BindError as e:
+            if self.mem_target is not None:
+                self.warn(f"cannot verify the memory policy: {e}")
+            return _read_plan(cpus, None, None)
+        plannable = _plannable(policy)
+        if plannable is None:
+            self.notes.append(f"the calling thread's memory policy is {policy}, which a Plan cannot express; "
+                              f"report.applied shows it as unchanged")
+        target = self.mem_target
+        if target is not None and (policy, nodes) != target:
+            want_policy, want_nodes = target
+            kept, why = narrow_nodes(want_nodes, self.limits(), want_policy) if want_nodes else (want_nodes, None)
+            if why and policy == want_policy and nodes == kept and kept:
+                self.fail(PlanError(f"memory policy {want_policy} {format_cpulist(want_nodes)}: {why}"))
+                self.warn(f"memory nodes narrowed from {format_cpulist(want_nodes)} to {format_cpulist(kept)}: {why}")
+                self.mem_target = (want_policy, kept)
+            else:
+                want = f"{want_policy} {format_cpulist(want_nodes)}".strip()
+                message = f"the kernel reports memory policy {policy} {format_cpulist(nodes)} instead of {want}"
+                self.fail(BindError(_errno.EINVAL, "set_mempolicy", message))
+                self.warn(message)
+        return _read_plan(cpus, plannable, (nodes or None) if plannable else None)
 
     # -- migration --------------------------------------------------------------
     def migrate(self) -> int | None:
@@ -379,12 +601,17 @@ class _Binder:
         self.pages_migrated = None
         if not self.plan.migrate:
             return None
-        target = (self.plan.mem_nodes or frozenset()) & self.limits.memory_nodes
-        source = (self.limits.mems_allowed & self.limits.memory_nodes) - target
+        limits = self.limits()
+        target = (self.plan.mem_nodes or frozenset()) & limits.memory_nodes
+        source = (limits.allowed_nodes & limits.memory_nodes) - target
+        before = live.node_pages()
         if not target or not source:
+            # nothing to move anywhere; the count still says where the pages are
             self.pages_migrated = 0
-            return 0
-        before = node_pages()
+            if before is None:
+                self.notes.append("/proc/self/numa_maps is unreadable: pages were not counted")
+                return 0
+            return before.on(source)
         try:
             refused = self.be.migrate_pages(0, source, target)
         except BindError as e:
@@ -394,7 +621,7 @@ class _Binder:
                                                     f"moved before the error stay on nodes {format_cpulist(target)}"))
             self.warn(f"{e}; pages already allocated stay where they are")
             return None
-        after = node_pages()
+        after = live.node_pages()
         src, dst = format_cpulist(source), format_cpulist(target)
         if before is None or after is None:
             self.notes.append("/proc/self/numa_maps is unreadable: pages moved were not counted")
@@ -415,32 +642,15 @@ class _Binder:
                               f"(other processes map them; moving them needs CAP_SYS_NICE)")
         return left
 
-    # -- verification -------------------------------------------------------------
-    def read_back(self) -> Plan:
-        """What the kernel says now; a difference from what was set is a failure."""
-        cpus = self.be.get_affinity(0)
-        try:
-            policy, nodes = self.be.get_mempolicy()
-        except BindError as e:
-            if self.mem_target is not None:
-                self.warn(f"cannot verify the memory policy: {e}")
-            policy, nodes = None, None
-        applied = Plan(cpus=cpus, mem_policy=_plannable(policy), mem_nodes=(nodes or None) if _plannable(policy) else None,
-                       reason="read back from the kernel")
-        if policy is not None and _plannable(policy) is None:
-            self.notes.append(f"the calling thread's memory policy is {policy}, which a Plan cannot express; "
-                              f"report.applied shows it as unchanged")
-        if self.cpu_target is not None and cpus != self.cpu_target:
-            message = (f"the kernel applied CPUs {format_cpulist(cpus)} instead of "
-                       f"{format_cpulist(self.cpu_target)}")
-            self.fail(BindError(_errno.EINVAL, "sched_setaffinity", message))
-            self.warn(message)
-        if self.mem_target is not None and policy is not None and (policy, nodes) != self.mem_target:
-            want = f"{self.mem_target[0]} {format_cpulist(self.mem_target[1])}".strip()
-            message = f"the kernel reports memory policy {policy} {format_cpulist(nodes)} instead of {want}"
-            self.fail(BindError(_errno.EINVAL, "set_mempolicy", message))
-            self.warn(message)
-        return applied
+
+def _undo_walk(be: Backend, walk: AffinityWalk) -> None:
+    """Put back the CPUs of every thread the walk changed (the calling thread last)."""
+    for i in range(walk.processed - 1, -1, -1):
+        if walk.status[i] in (WALK_BOUND, WALK_DIFFERS):
+            try:
+                be.set_affinity(walk.tids[i] if i else 0, walk.before(i))
+            except BindError as e:  # a thread that exited meanwhile, typically
+                log.debug("rollback of thread %d failed: %s", walk.tids[i], e)
 
 
 def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str = "matching",
@@ -473,31 +683,128 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
     Usable as a multiprocessing initializer:
     ``Pool(initializer=numabind.bind_current, initargs=(plan,))``.
     """
-    if not isinstance(plan, Plan):
-        raise PlanError(f"bind_current needs a numabind.Plan, got {type(plan).__name__}: {plan!r}")
-    if threads not in THREAD_MODES:
-        raise PlanError(f"threads={threads!r} is not one of {', '.join(THREAD_MODES)}")
+    check_plan(plan, "bind_current")
+    _check_threads(threads)
     strict = strict_default(strict)
     be, why = get_backend(backend)
-    b = _Binder(plan, strict, threads, be, why)
+    tx = _Transaction(plan, strict, be)
     try:
-        b.apply_memory()
-        results = b.apply_cpus()
-        applied = b.read_back()
-        b.check_partial()
-        left = b.migrate()      # last: nothing after it can fail and leave pages moved for a binding undone
+        tx.apply_memory()
+        walk = tx.apply_cpus(threads)
+        applied = tx.read_back(walk)
+        tx.check_partial()
+        left = tx.migrate()      # last: nothing after it can fail and leave pages moved for a binding undone
     except BaseException:
         # strict failures have rolled back already; anything unexpected must not leave a half binding
-        b.rollback()
+        tx.rollback()
         raise
-    others = [r for r in results[1:] if r.status != "exited"]
-    if plan.mem_policy is not None and others and be.in_process_memory:
-        b.notes.append(
-            f"the memory policy was set on the calling thread only; {len(others)} other thread(s) keep "
-            f"theirs and allocate from the local node of the CPUs they run on (use migrate=True to move "
-            f"pages they already touched)")
+    if plan.mem_policy is not None and be.in_process_memory and walk.processed > 1:
+        others = walk.processed - 1 - list(walk.status[1:walk.processed]).count(WALK_EXITED)
+        if others:
+            tx.notes.append(
+                f"the memory policy was set on the calling thread only; {others} other thread(s) keep "
+                f"theirs and allocate from the local node of the CPUs they run on (use migrate=True to move "
+                f"pages they already touched)")
     report = BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why,
-                        threads=tuple(results), warnings=tuple(b.warnings), notes=tuple(b.notes),
-                        pages_not_migrated=left, pages_migrated=b.pages_migrated)
-    log.info("pid %d bound via %s: %s", os.getpid(), be.name, applied.describe())
+                        warnings=tx.warnings, notes=tx.notes, pages_not_migrated=left,
+                        pages_migrated=tx.pages_migrated, _walk=walk)
+    if log.isEnabledFor(_log.INFO):
+        who = f"thread {walk.tids[0]} of pid {os.getpid()}" if threads == "current" else f"pid {os.getpid()}"
+        log.info("%s bound via %s: %s", who, be.name, applied.describe())
     return report
+
+
+def verify_current(plan: Plan, strict: Strictness | None = None, *, threads: str = "matching",
+                   backend: str | None = None) -> BindReport:
+    """Whether the kernel holds ``plan`` now, without changing anything (e.g. after ``numactl`` bound the
+    process at exec): a :class:`BindReport` whose warnings name every difference.
+
+    The calling thread's CPUs and memory policy are compared with the plan; with ``threads="matching"``
+    or ``"all"`` every other thread's CPUs too. ``strict=True`` raises :class:`NumabindError` on any
+    difference; ``"partial"`` only when neither the CPUs nor the memory policy match.
+    """
+    check_plan(plan, "verify_current")
+    _check_threads(threads)
+    strict = strict_default(strict)
+    be, why = get_backend(backend)
+    me = live.gettid()
+    walk = be.affinity_many([me] if threads == "current" else live.thread_ids(me), None)
+    cpus = walk.before(0) if walk.processed and walk.status[0] >= 0 else be.get_affinity(0)
+    warnings: list[str] = []
+    notes: list[str] = []
+    if plan.cpus is not None:
+        if cpus != plan.cpus:
+            warnings.append(f"the calling thread has CPUs {format_cpulist(cpus)}, not {format_cpulist(plan.cpus)}")
+        others = [walk.tids[i] for i in range(1, walk.processed)
+                  if walk.status[i] != WALK_EXITED and walk.before(i) != plan.cpus]
+        if others:
+            warnings.append(f"{len(others)} other thread(s) have other CPUs than {format_cpulist(plan.cpus)}: "
+                            + ", ".join(map(str, others[:8])) + (" ..." if len(others) > 8 else ""))
+    try:
+        policy, nodes = be.get_mempolicy()
+    except BindError as e:
+        policy, nodes = None, frozenset()
+        if plan.mem_policy is not None:
+            notes.append(f"the memory policy could not be read ({e}); it was not verified")
+    if plan.mem_policy is not None and policy is not None and \
+            (policy, nodes) != (plan.mem_policy, plan.mem_nodes or frozenset()):
+        warnings.append(f"the memory policy is {policy} {format_cpulist(nodes)}".rstrip() +
+                        f", not {plan.mem_policy} {format_cpulist(plan.mem_nodes or ())}".rstrip())
+    requested = (plan.cpus is not None) + (plan.mem_policy is not None)
+    failed = (plan.cpus is not None and cpus != plan.cpus) + (
+        plan.mem_policy is not None and policy is not None and (policy, nodes) != (plan.mem_policy, plan.mem_nodes or frozenset()))
+    if warnings and (strict is True or (strict == "partial" and failed == requested)):
+        raise NumabindError("; ".join(warnings))
+    for w in warnings:
+        log.warning("%s", w)
+    plannable = _plannable(policy)
+    applied = _read_plan(cpus, plannable, (nodes or None) if plannable else None)
+    return BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why, warnings=warnings,
+                      notes=notes, _walk=walk)
+
+
+@contextmanager
+def bind_thread(plan: Plan, strict: Strictness | None = None, *, backend: str | None = None) -> Iterator[BindReport]:
+    """Bind only the calling thread to ``plan`` for the ``with`` block, then put it back as it was.
+
+    CPU affinity and memory policy are per thread, and a child inherits them from the thread that
+    forks it and keeps them across exec: a process started in the block is bound from its first
+    instruction, while the other threads never see a change. ``migrate`` is ignored (a new process
+    has no pages to move; the caller's would be moved). Strict failures raise on entry, already
+    rolled back. When the thread's memory policy cannot be read it could not be put back, so it is
+    not changed: strict raises, otherwise the CPUs are bound and the report's warnings say why the
+    memory part is missing. On exit the thread's CPUs and its whole memory policy (flags and node
+    mask included) are restored; a failure to restore is a WARNING.
+    """
+    check_plan(plan, "bind_thread")
+    strict = strict_default(strict)
+    be, _ = get_backend(backend)
+    cpus = be.get_affinity(0)
+    requested = plan
+    bind = Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, reason=plan.reason) \
+        if plan.migrate else plan
+    saved: MemPolicyState | None = None
+    unsaved = None
+    if bind.mem_policy is not None and be.in_process_memory:
+        try:  # the whole mode word (MPOL_F_* flags included) and node mask, to be put back exactly
+            saved = be.save_mempolicy()
+        except BindError as e:
+            unsaved = (f"memory policy {bind.mem_policy} {format_cpulist(bind.mem_nodes or ())} not applied: the "
+                       f"launching thread's memory policy cannot be read ({e}), so it could not be restored "
+                       f"afterwards")
+            if strict is True or (strict == "partial" and bind.cpus is None):
+                raise BindError(e.errno, "get_mempolicy", f"{unsaved}; nothing was changed") from None
+            log.warning("%s; the thread keeps its policy", unsaved)
+            bind = Plan(cpus=bind.cpus, reason=bind.reason)
+    report = bind_current(bind, strict=strict, threads="current", backend=backend)
+    if unsaved is not None:
+        report = report.replace(requested=requested, warnings=(*report.warnings, unsaved))
+    try:
+        yield report
+    finally:
+        try:
+            be.set_affinity(0, cpus)
+            if saved is not None:
+                be.restore_mempolicy(saved)
+        except NumabindError as e:
+            log.warning("could not restore the thread's binding: %s", e)

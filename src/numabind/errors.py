@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 
-__all__ = ["NumabindError", "PlanError", "BindError"]
+__all__ = ["NumabindError", "PlanError", "BindError", "BirthBindError"]
 
 
 class NumabindError(Exception):
@@ -43,3 +43,7 @@ class BindError(NumabindError, OSError):
 
     def __reduce__(self):
         return (type(self), (self.errno, self.syscall, self.detail))
+
+
+class BirthBindError(NumabindError):
+    """A child could not be bound at birth under strict mode (the cause is chained)."""

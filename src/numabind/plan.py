@@ -6,22 +6,23 @@ machine take a :class:`~numabind.topology.Topology` argument.
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ._util import Value
 from .cpulist import MAX_ID, format_cpulist, parse_cpulist
 from .errors import PlanError
+from .limits import Limits, narrow_cpus, narrow_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .topology import Topology
 
-__all__ = ["MEM_POLICIES", "Plan"]
+__all__ = ["MEM_POLICIES", "NODE_POLICIES", "Plan", "check_plan"]
 
 #: Memory policies a plan may carry (``None`` means "leave as is").
 MEM_POLICIES = ("bind", "preferred", "preferred-many", "interleave", "local", "default")
+#: The policies that take nodes (what a placement strategy or ``numabind plan --policy`` may choose).
+NODE_POLICIES = ("bind", "preferred", "preferred-many", "interleave")
 _NODELESS = ("local", "default")
 _NUMACTL_MEM_FLAG = {
     "bind": "--membind",
@@ -62,26 +63,36 @@ def _as_ids(value, what: str) -> frozenset[int] | None:
     return ids
 
 
-@dataclass(frozen=True)
-class Plan:
+def check_plan(value: object, what: str) -> None:
+    """The one guard for "not a Plan": a :class:`PlanError` naming the function that needed one."""
+    if not isinstance(value, Plan):
+        raise PlanError(f"{what} needs a numabind.Plan, got {type(value).__name__}: {value!r}"[:400])
+
+
+class Plan(Value):
     """A binding to apply: CPU affinity and/or a NUMA memory policy.
 
     ``cpus=None`` leaves the affinity as it is; ``mem_policy=None`` leaves the
     memory policy as it is. ``migrate=True`` also moves the pages the process
     already has onto ``mem_nodes``. ``reason`` is free text explaining where
-    the plan came from; it does not take part in equality.
+    the plan came from; it does not take part in equality. Plans are frozen,
+    hashable and picklable; ``plan.replace(**changes)`` (``copy.replace`` on
+    Python 3.13) is a checked copy.
     """
 
-    cpus: frozenset[int] | None = None
-    mem_policy: str | None = None
-    mem_nodes: frozenset[int] | None = None
-    migrate: bool = False
-    reason: str = field(default="", compare=False)
+    __slots__ = ("cpus", "mem_policy", "mem_nodes", "migrate", "reason")
+    _compare = ("cpus", "mem_policy", "mem_nodes", "migrate")
+    cpus: frozenset[int] | None
+    mem_policy: str | None
+    mem_nodes: frozenset[int] | None
+    migrate: bool
+    reason: str
 
-    def __post_init__(self) -> None:
-        cpus = _as_ids(self.cpus, "cpus")
-        nodes = _as_ids(self.mem_nodes, "mem_nodes")
-        policy = self.mem_policy
+    def __init__(self, cpus: Any = None, mem_policy: str | None = None, mem_nodes: Any = None,
+                 migrate: bool = False, reason: str = "") -> None:
+        cpus = _as_ids(cpus, "cpus")
+        nodes = _as_ids(mem_nodes, "mem_nodes")
+        policy = mem_policy
         if policy is not None and policy not in MEM_POLICIES:
             raise PlanError(
                 f"mem_policy {policy!r} is not one of {', '.join(MEM_POLICIES)} (or None to leave it)"
@@ -106,50 +117,33 @@ class Plan:
                 f"mem_policy 'preferred' takes exactly one node, got {format_cpulist(nodes)!r}; "
                 f"use 'preferred-many' for several"
             )
-        if not isinstance(self.migrate, bool):
-            raise PlanError(f"migrate must be True or False, got {self.migrate!r}")
-        if self.migrate and policy in (None, "default", "local"):
+        if not isinstance(migrate, bool):
+            raise PlanError(f"migrate must be True or False, got {migrate!r}")
+        if migrate and policy in (None, "default", "local"):
             raise PlanError("migrate=True needs mem_nodes to move pages to (a bind/preferred/interleave policy)")
+        if not isinstance(reason, str):
+            raise PlanError(f"reason must be a string, got {type(reason).__name__}")
         object.__setattr__(self, "cpus", cpus)
+        object.__setattr__(self, "mem_policy", policy)
         object.__setattr__(self, "mem_nodes", nodes)
+        object.__setattr__(self, "migrate", migrate)
+        object.__setattr__(self, "reason", reason)
+
+    def __hash__(self) -> int:
+        return hash((self.cpus, self.mem_policy, self.mem_nodes, self.migrate))
 
     # ------------------------------------------------------------------ checks
-    def validate(self, topology: Topology) -> Plan:
-        """Raise :class:`PlanError` unless this plan fits ``topology``; return self."""
+    def validate(self, topology: Topology | Limits) -> Plan:
+        """Raise :class:`PlanError` unless this plan fits ``topology`` (or :class:`~numabind.limits.Limits`); return self."""
+        limits = topology if isinstance(topology, Limits) else Limits.from_topology(topology)
         if self.cpus is not None:
-            unknown = self.cpus - topology.online_cpus
-            if unknown:
-                raise PlanError(
-                    f"CPUs {format_cpulist(unknown)} are not online on this machine "
-                    f"(online: {format_cpulist(topology.online_cpus)})"
-                )
-            outside = self.cpus - topology.allowed_cpus
-            if outside:
-                raise PlanError(
-                    f"CPUs {format_cpulist(outside)} are outside the CPUs this process may use "
-                    f"({format_cpulist(topology.allowed_cpus)}, from {topology.allowed_source or 'affinity'}); "
-                    f"pick CPUs inside that set or widen the cpuset"
-                )
+            _, why = narrow_cpus(self.cpus, limits)
+            if why:
+                raise PlanError(why)
         if self.mem_nodes:
-            unknown = self.mem_nodes - set(topology.nodes)
-            if unknown:
-                raise PlanError(
-                    f"NUMA nodes {format_cpulist(unknown)} do not exist "
-                    f"(nodes: {format_cpulist(topology.nodes)})"
-                )
-            memless = {n for n in self.mem_nodes if not topology.nodes[n].has_memory}
-            if memless:
-                raise PlanError(
-                    f"NUMA nodes {format_cpulist(memless)} have no memory; "
-                    f"a {self.mem_policy} policy cannot place pages there"
-                )
-            outside = self.mem_nodes - topology.allowed_nodes
-            if outside:
-                raise PlanError(
-                    f"NUMA nodes {format_cpulist(outside)} are outside the memory nodes this process "
-                    f"may use ({format_cpulist(topology.allowed_nodes)}, from "
-                    f"{topology.allowed_source or 'Mems_allowed'})"
-                )
+            _, why = narrow_nodes(self.mem_nodes, limits, self.mem_policy)
+            if why:
+                raise PlanError(why)
         return self
 
     # ------------------------------------------------------------- describing
@@ -208,6 +202,8 @@ class Plan:
         allowed CPU. Node lists for CPUs, ``all``, ``!`` and ``+`` need ``topology``.
         """
         if isinstance(args, str):
+            import shlex
+
             try:
                 argv = shlex.split(args)
             except ValueError as exc:  # unbalanced quotes, a trailing backslash
@@ -269,7 +265,7 @@ class Plan:
         """Parse :meth:`to_text` output, strictly; anything else is a PlanError."""
         if not isinstance(text, str) or len(text) > _TEXT_MAX:
             raise PlanError("plan text must be a string of at most 64 KiB")
-        m = _TEXT_RE.fullmatch(text)
+        m = _text_re().fullmatch(text)
         if m is None:
             raise PlanError(
                 f"plan text {text[:200]!r} is not of the form 'v1;cpus=LIST|-;mem=POLICY:LIST|-;migrate=0|1'"
@@ -283,11 +279,19 @@ class Plan:
         return cls(cpus=cpus, mem_policy=policy, mem_nodes=nodes, migrate=m["migrate"] == "1")
 
 
-_LIST = r"[0-9,:/\-]+"
-_TEXT_RE = re.compile(
-    rf"v1;cpus=(?P<cpus>-|{_LIST});mem=(?P<mem>-|(?:{'|'.join(map(re.escape, MEM_POLICIES))}):(?:{_LIST})?)"
-    r";migrate=(?P<migrate>[01])"
-)
+_text_pattern: list[Any] = []
+
+
+def _text_re() -> Any:
+    """The grammar of :meth:`Plan.to_text` (compiled on first use: ``re`` stays off the import path)."""
+    if not _text_pattern:
+        import re
+
+        lst = r"[0-9,:/\-]+"
+        _text_pattern.append(re.compile(
+            rf"v1;cpus=(?P<cpus>-|{lst});mem=(?P<mem>-|(?:{'|'.join(map(re.escape, MEM_POLICIES))}):(?:{lst})?)"
+            r";migrate=(?P<migrate>[01])"))
+    return _text_pattern[0]
 
 _SHORT = {"C": "physcpubind", "N": "cpunodebind", "m": "membind", "p": "preferred", "i": "interleave",
           "l": "localalloc"}
@@ -341,7 +345,14 @@ def _need(topology: Topology | None, what: str) -> Topology:
 
 
 def _resolve_ids(value: str, flag: str, topology: Topology | None, kind: str) -> frozenset[int]:
-    """Resolve a numactl list value ('all', '!list', '+list', plain list)."""
+    """Resolve a numactl list value ('all', '!list', '+list', plain list).
+
+    numactl has no ``N-M:step`` stride form (the kernel's cpulist grammar, which
+    :func:`~numabind.cpulist.parse_cpulist` accepts): a value using one is refused.
+    """
+    if ":" in value or "/" in value:
+        raise PlanError(f"{flag}={value!r} uses a stride ('N-M:step'), which numactl does not accept; "
+                        f"write the CPUs or nodes out (e.g. '0,2,4')")
     negate = value.startswith("!")
     if negate:
         value = value[1:]

@@ -8,22 +8,23 @@ backend that cannot load is an error, never a silent substitute.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 
+from .. import _log
 from ..errors import NumabindError
 from .base import Backend
 
 __all__ = ["Backend", "BACKEND_NAMES", "get_backend", "backend_info", "lock_for_fork", "reset_backends",
            "unlock_after_fork"]
 
-log = logging.getLogger(__name__)
+log = _log.getLogger(__name__)
 
 BACKEND_NAMES = ("libnuma", "syscall", "numactl", "none")
 _lock = threading.Lock()
 _instances: dict[str, Backend] = {}
 _failures: dict[str, str] = {}
+_chosen: dict[str | None, tuple[Backend, str]] = {}   # get_backend's answers, until reset_backends
 
 
 def _construct(name: str) -> Backend:
@@ -59,6 +60,16 @@ def _load(name: str) -> Backend | None:
 def get_backend(name: str | None = None) -> tuple[Backend, str]:
     """(backend, why it was chosen). ``name`` or ``$NUMABIND_BACKEND`` forces one."""
     forced = name or os.environ.get("NUMABIND_BACKEND") or None
+    key = forced if name is None else "=" + name
+    hit = _chosen.get(key)
+    if hit is not None:
+        return hit
+    out = _choose(name, forced)
+    _chosen[key] = out
+    return out
+
+
+def _choose(name: str | None, forced: str | None) -> tuple[Backend, str]:
     if forced:
         if forced not in BACKEND_NAMES:
             raise NumabindError(
@@ -131,3 +142,4 @@ def reset_backends() -> None:
     with _lock:
         _instances.clear()
         _failures.clear()
+        _chosen.clear()

@@ -1,40 +1,45 @@
 """The interface every backend provides, and the kernel constants they share.
 
-A backend is the only code that talks to the kernel. All of them offer the
-same small surface; :mod:`numabind.bind` never knows which one it got.
+A backend is the only code that talks to the kernel, and it only makes calls: reading the running
+process (limits, thread list, numa_maps, mask sizes) is :mod:`numabind.live`. All backends offer
+the same small surface; :mod:`numabind.bind` never knows which one it got.
 """
 
 from __future__ import annotations
 
 import errno
-import functools
-import os
-import re
-import threading
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from .._fs import FsReader
-from ..cpulist import format_cpulist, parse_cpulist
+from .._util import Value
+from ..cpulist import format_cpulist, words_to_ids
 from ..errors import BindError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..plan import Plan
+
 __all__ = [
+    "AffinityWalk",
     "Backend",
     "MPOL_MODES",
     "MPOL_NAMES",
     "MPOL_F_NODE",
     "MPOL_F_ADDR",
     "MPOL_F_MEMS_ALLOWED",
-    "MPOL_MF_STRICT",
     "MPOL_MF_MOVE",
-    "MPOL_MF_MOVE_ALL",
     "MPOL_MODE_FLAGS",
-    "node_mask_bits",
-    "cpu_mask_bits",
-    "KernelLimits",
     "MemPolicyState",
-    "NodePages",
-    "node_pages",
+    "MemPolicySwap",
+    "WALK_BOUND",
+    "WALK_CHECK_FIRST",
+    "WALK_DIFFERS",
+    "WALK_EXITED",
+    "WALK_LEFT_ALONE",
+    "WALK_MATCHING",
+    "WALK_NOT_TRIED",
+    "WALK_STOP_ON_ERROR",
+    "WALK_UNCHANGED",
 ]
 
 # <linux/mempolicy.h>
@@ -56,41 +61,17 @@ MPOL_MODE_FLAGS = MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES | MPOL_F_NUMA_BALA
 MPOL_F_NODE = 1 << 0
 MPOL_F_ADDR = 1 << 1
 MPOL_F_MEMS_ALLOWED = 1 << 2
-# mbind / move_pages flags
-MPOL_MF_STRICT = 1 << 0
+# move_pages flag
 MPOL_MF_MOVE = 1 << 1
-MPOL_MF_MOVE_ALL = 1 << 2
+
+# Per-thread outcome of Backend.affinity_many (the values of csrc/numabind.h's enum nb_thread_status);
+# a negative value is -errno of a refused sched_setaffinity.
+WALK_BOUND, WALK_LEFT_ALONE, WALK_EXITED, WALK_UNCHANGED, WALK_NOT_TRIED, WALK_DIFFERS = 0, 1, 2, 3, 4, 5
+# Flags of Backend.affinity_many (enum nb_affinity_flags).
+WALK_MATCHING, WALK_STOP_ON_ERROR, WALK_CHECK_FIRST = 1, 2, 4
 
 
-def _max_id(path: str, fallback: int) -> int:
-    try:
-        with open(path) as f:
-            ids = parse_cpulist(f.read())
-    except (OSError, ValueError):
-        return fallback
-    return max(ids) if ids else fallback
-
-
-@functools.lru_cache(maxsize=None)
-def node_mask_bits() -> int:
-    """Bits in a node mask for this kernel: possible nodes, rounded up to 64.
-
-    The kernel rejects ``get_mempolicy`` masks smaller than its node count, so
-    masks are sized from ``node/possible`` (not from a fixed 64 or 1024).
-    """
-    top = _max_id("/sys/devices/system/node/possible", 0) + 1
-    return max(64, (top + 63) // 64 * 64)
-
-
-@functools.lru_cache(maxsize=None)
-def cpu_mask_bits() -> int:
-    """Bits in a CPU mask for this kernel: possible CPUs, rounded up to 64."""
-    top = _max_id("/sys/devices/system/cpu/possible", (os.cpu_count() or 1) - 1) + 1
-    return max(64, (top + 63) // 64 * 64)
-
-
-@dataclass(frozen=True)
-class MemPolicyState:
+class MemPolicyState(Value):
     """A thread's memory policy exactly as ``get_mempolicy`` returned it, to be put back as it was.
 
     ``mode`` is the whole mode word: the ``MPOL_*`` mode with its ``MPOL_F_STATIC_NODES`` /
@@ -98,12 +79,22 @@ class MemPolicyState:
     returned with it (for static and relative nodes, the mask the policy was set with).
     """
 
+    __slots__ = ("mode", "nodes")
     mode: int
     nodes: frozenset[int]
+
+    def __init__(self, mode: int, nodes: frozenset[int]) -> None:
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "nodes", frozenset(nodes))
 
     @property
     def flags(self) -> int:
         return self.mode & MPOL_MODE_FLAGS
+
+    @property
+    def policy(self) -> str:
+        """The mode's name as a Plan spells it (``local`` for the preferred-without-node of old kernels)."""
+        return policy_of(self.mode, self.nodes)[0]
 
     def describe(self) -> str:
         name = MPOL_NAMES.get(self.mode & ~MPOL_MODE_FLAGS, f"mode{self.mode & ~MPOL_MODE_FLAGS}")
@@ -113,29 +104,75 @@ class MemPolicyState:
         return name + "".join(f"+{f}" for f in flags) + nodes
 
 
-@dataclass(frozen=True)
-class KernelLimits:
-    """What the live kernel lets this process use right now."""
-
-    online_cpus: frozenset[int]
-    online_nodes: frozenset[int]
-    memory_nodes: frozenset[int]           # nodes with memory (node/has_memory)
-    mems_allowed: frozenset[int]           # Mems_allowed_list of this process (its cpuset)
-    cpuset_cpus: frozenset[int] | None     # the cpuset's CPUs, None when unknown
-    cpuset_source: str = ""
-
-
-_LIVE = FsReader("/")
+def policy_of(mode: int, nodes: frozenset[int]) -> tuple[str, frozenset[int]]:
+    """``(policy name, nodes)`` as a Plan spells them, from a get_mempolicy mode word and node mask."""
+    value = mode & ~MPOL_MODE_FLAGS
+    name = MPOL_NAMES.get(value) or f"mode{value}"
+    if name in ("default", "local"):
+        return name, frozenset()
+    if name == "preferred" and not nodes:
+        return "local", frozenset()   # older kernels store MPOL_LOCAL as preferred with no node
+    return name, nodes
 
 
-def _live_ids(rel: str) -> frozenset[int] | None:
-    text = _LIVE.read(rel)
-    if text is None:
-        return None
-    try:
-        return parse_cpulist(text)
-    except ValueError:
-        return None
+class MemPolicySwap:
+    """What :meth:`Backend.swap_mempolicy` did: the policy before (or why it could not be read), the
+    refusal of the new one if any, and the policy read back after it was set (or why not)."""
+
+    __slots__ = ("old", "old_error", "set_error", "now", "now_error")
+
+    def __init__(self, old: MemPolicyState | None = None, old_error: BindError | None = None,
+                 set_error: BindError | None = None, now: tuple[str, frozenset[int]] | None = None,
+                 now_error: BindError | None = None) -> None:
+        self.old, self.old_error, self.set_error, self.now, self.now_error = old, old_error, set_error, now, now_error
+
+
+_DECODED: dict[tuple[int, ...], frozenset[int]] = {}   # mask words -> ids (masks repeat: plans do)
+
+
+def decode(words: Any) -> frozenset[int]:
+    """The ids of a mask given as 64-bit words (a C array slice or a sequence), remembered per mask."""
+    key = tuple(words)
+    ids = _DECODED.get(key)
+    if ids is None:
+        if len(_DECODED) > 256:
+            _DECODED.clear()
+        ids = _DECODED[key] = words_to_ids(key)
+    return ids
+
+
+class AffinityWalk:
+    """One pass of :meth:`Backend.affinity_many`: per thread its status and its CPUs before and after.
+
+    ``status[i]`` is one of the ``WALK_*`` values or ``-errno``; masks are decoded only when asked for
+    (a native walk keeps the kernel's words).
+    """
+
+    __slots__ = ("tids", "status", "processed", "_before", "_after", "_words", "_owners", "_first")
+
+    def __init__(self, tids: Sequence[int], status: Sequence[int], processed: int, before: Any, after: Any,
+                 words: int = 0, owners: tuple[Any, ...] = ()) -> None:
+        self.tids, self.status, self.processed = tids, status, processed
+        self._before, self._after, self._words = before, after, words
+        self._owners = owners     # the C arrays that status/after point into
+        self._first: frozenset[int] | None = None
+
+    def _decode(self, masks: Any, i: int) -> frozenset[int]:
+        w = self._words
+        if not w:
+            return masks[i]   # type: ignore[no-any-return]
+        return decode(masks[i * w:(i + 1) * w])
+
+    def before(self, i: int) -> frozenset[int]:
+        return self._decode(self._before, i)
+
+    def after(self, i: int) -> frozenset[int]:
+        if i == 0:
+            first = self._first
+            if first is None:
+                first = self._first = self._decode(self._after, 0)
+            return first
+        return self._decode(self._after, i)
 
 
 class Backend(ABC):
@@ -145,7 +182,7 @@ class Backend(ABC):
     to set another thread's policy); affinity calls take a thread id.
     """
 
-    #: "libnuma" | "syscall" | "numactl"
+    #: "libnuma" | "syscall" | "numactl" | "none"
     name: str = ""
     #: True when set_mempolicy works on the running process (not only at exec)
     in_process_memory: bool = True
@@ -158,6 +195,50 @@ class Backend(ABC):
     def get_affinity(self, tid: int) -> frozenset[int]:
         """sched_getaffinity of one thread. Raises BindError."""
 
+    def affinity_many(self, tids: Sequence[int], cpus: frozenset[int] | None, flags: int = 0) -> AffinityWalk:
+        """For each thread: read its CPUs, set them to ``cpus`` (None: only read), read them back.
+
+        ``WALK_MATCHING`` leaves alone a thread whose CPUs differ from ``tids[0]``'s;
+        ``WALK_STOP_ON_ERROR`` stops at the first refusal; ``WALK_CHECK_FIRST`` stops after
+        ``tids[0]`` unless it holds exactly ``cpus``. A failure of ``tids[0]`` always stops. A thread
+        that was set but reads back other CPUs than ``tids[0]`` is ``WALK_DIFFERS``.
+        Native backends do this in one C call; this is the same in Python.
+        """
+        n = len(tids)
+        status = [WALK_NOT_TRIED] * n
+        before: list[frozenset[int]] = [frozenset()] * n
+        after: list[frozenset[int]] = [frozenset()] * n
+        for i, tid in enumerate(tids):
+            try:
+                before[i] = self.get_affinity(tid)
+            except BindError as e:
+                status[i] = WALK_EXITED if e.errno == errno.ESRCH else -(e.errno or errno.EIO)
+                if status[i] < 0 and (i == 0 or flags & WALK_STOP_ON_ERROR):
+                    return AffinityWalk(tids, status, i + 1, before, after)
+                continue
+            if cpus is None or (flags & WALK_MATCHING and i and before[i] != before[0]):
+                after[i] = before[i]
+                status[i] = WALK_UNCHANGED if cpus is None else WALK_LEFT_ALONE
+                continue
+            try:
+                self.set_affinity(tid, cpus)
+            except BindError as e:
+                after[i] = before[i]
+                status[i] = WALK_EXITED if e.errno == errno.ESRCH else -(e.errno or errno.EIO)
+                if status[i] < 0 and (i == 0 or flags & WALK_STOP_ON_ERROR):
+                    return AffinityWalk(tids, status, i + 1, before, after)
+                continue
+            try:
+                after[i] = self.get_affinity(tid)
+            except BindError as e:
+                if e.errno == errno.ESRCH:
+                    status[i] = WALK_EXITED
+                    continue
+            status[i] = WALK_DIFFERS if i and status[0] == WALK_BOUND and after[i] != after[0] else WALK_BOUND
+            if i == 0 and flags & WALK_CHECK_FIRST and after[0] != cpus:
+                return AffinityWalk(tids, status, 1, before, after)
+        return AffinityWalk(tids, status, n, before, after)
+
     @abstractmethod
     def set_mempolicy(self, policy: str, nodes: frozenset[int]) -> None:
         """set_mempolicy of the calling thread. Raises BindError."""
@@ -165,6 +246,30 @@ class Backend(ABC):
     @abstractmethod
     def get_mempolicy(self) -> tuple[str, frozenset[int]]:
         """(policy name, nodes) of the calling thread. Raises BindError."""
+
+    def swap_mempolicy(self, policy: str, nodes: frozenset[int], need_old: bool = False) -> MemPolicySwap:
+        """Save the calling thread's policy, set ``policy`` on ``nodes``, read it back; errors are returned.
+
+        With ``need_old``, an unreadable old policy stops before anything is set. Native backends do
+        the three calls in one C call; this is the same in Python.
+        """
+        out = MemPolicySwap()
+        try:
+            out.old = self.save_mempolicy()
+        except BindError as e:
+            out.old_error = e
+            if need_old:
+                return out
+        try:
+            self.set_mempolicy(policy, nodes)
+        except BindError as e:
+            out.set_error = e
+            return out
+        try:
+            out.now = self.get_mempolicy()
+        except BindError as e:
+            out.now_error = e
+        return out
 
     def save_mempolicy(self) -> MemPolicyState:
         """The calling thread's whole memory policy (mode, flags, nodes), for :meth:`restore_mempolicy`.
@@ -187,116 +292,7 @@ class Backend(ABC):
         """Node of each page (move_pages query mode); negative values are -errno."""
         raise BindError(errno.ENOSYS, "move_pages", f"the {self.name} backend cannot query page placement")
 
-    # -- live process state (the same for every backend) ---------------------
-    def kernel_limits(self) -> KernelLimits:
-        """Online CPUs, memory nodes, Mems_allowed and the cpuset's CPUs, read live."""
-        from ..topology import read_cpuset
-
-        online = _live_ids("sys/devices/system/cpu/online") or frozenset(os.sched_getaffinity(0))
-        memory = _live_ids("sys/devices/system/node/has_memory")
-        if memory is None:  # kernel without NUMA: one node 0
-            memory = frozenset({0})
-        nodes = _live_ids("sys/devices/system/node/online")
-        if nodes is None:
-            nodes = frozenset({0})
-        mems = None
-        for line in (_LIVE.read("proc/self/status") or "").splitlines():
-            if line.startswith("Mems_allowed_list:"):
-                mems = parse_cpulist(line.split(":", 1)[1])
-        cpuset = read_cpuset(_LIVE)
-        return KernelLimits(online_cpus=online, online_nodes=nodes, memory_nodes=memory,
-                            mems_allowed=mems if mems is not None else memory,
-                            cpuset_cpus=cpuset.cpus if cpuset else None,
-                            cpuset_source=cpuset.source if cpuset else "")
-
-    def thread_ids(self) -> list[int]:
-        """Thread ids of this process (threads may exit at any moment)."""
-        return [int(t) for t in _LIVE.listdir("proc/self/task") if t.isdigit()]
-
-    def thread_name(self, tid: int) -> str:
-        return (_LIVE.read_strip(f"proc/self/task/{tid}/comm") or "?")
-
-    def gettid(self) -> int:
-        return threading.get_native_id()
-
-    def command_prefix(self, plan) -> list[str] | None:
+    def command_prefix(self, plan: Plan) -> list[str] | None:
         """argv prefix that starts a command bound to ``plan``, or None when the
         backend binds in-process (then the caller binds and execs)."""
         return None
-
-
-@dataclass(frozen=True)
-class NodePages:
-    """Resident pages of a process per NUMA node (in base pages), from ``/proc/PID/numa_maps``."""
-
-    total: dict[int, int]
-    shared: dict[int, int]    # in file-backed mappings or pages mapped by several processes
-
-    def on(self, nodes) -> int:
-        return sum(n for node, n in self.total.items() if node in nodes)
-
-    def shared_on(self, nodes) -> int:
-        return sum(n for node, n in self.shared.items() if node in nodes)
-
-
-_NODE_RE = re.compile(r"\bN(\d+)=(\d+)")
-_KPAGE_RE = re.compile(r"\bkernelpagesize_kB=(\d+)")
-_MAPMAX_RE = re.compile(r"\bmapmax=(\d+)")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-#: Largest numa_maps read (a process with hundreds of thousands of mappings); beyond it pages are not counted.
-_NUMA_MAPS_MAX = 64 << 20
-
-
-def _read_seq_file(path: str, cap: int) -> str | None:
-    """A procfs seq file read to its end, or None (unreadable, or larger than ``cap`` bytes).
-
-    A seq file such as ``numa_maps`` returns one batch of records per read(2), usually short of a page
-    and of the buffer, so a short read is not the end of the file: only an empty read is.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > cap:
-                return None
-            chunks.append(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("ascii", errors="replace")
-
-
-def node_pages(pid: int | str = "self") -> NodePages | None:
-    """Count a process's pages per node; None when numa_maps cannot be read (no NUMA, no permission)."""
-    if not (pid == "self" or (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0)
-            or (isinstance(pid, str) and pid.isascii() and pid.isdigit())):
-        return None
-    text = _read_seq_file(f"/proc/{pid}/numa_maps", _NUMA_MAPS_MAX)
-    if text is None:
-        return None
-    total: dict[int, int] = {}
-    shared: dict[int, int] = {}
-    for line in text.splitlines():
-        scale = 1
-        m = _KPAGE_RE.search(line)
-        if m:
-            scale = max(1, int(m[1]) * 1024 // _PAGE)
-        mapmax = _MAPMAX_RE.search(line)
-        is_shared = " file=" in line or (mapmax is not None and int(mapmax[1]) > 1)
-        for node, count in _NODE_RE.findall(line):
-            n = int(count) * scale
-            total[int(node)] = total.get(int(node), 0) + n
-            if is_shared:
-                shared[int(node)] = shared.get(int(node), 0) + n
-    return NodePages(total=total, shared=shared)

@@ -1,0 +1,246 @@
+"""The running process, read from the live system: limits, threads, pages per node, mask sizes.
+
+Every read goes through :class:`numabind._fs.FsReader` at ``/`` (the live kernel; a replayed root
+never applies to the process that runs). The thread list comes from the native core (one
+``getdents64`` pass) when it is installed, else from ``os.listdir``. None of this is on the
+success path of :func:`numabind.bind_current` except the thread list and the mask sizes (read
+once): limits are read only to explain a refusal or a difference between what was asked and what
+the kernel applied.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ._util import Value
+from .cpulist import parse_cpulist
+from .limits import Limits
+
+__all__ = ["NodePages", "cpu_mask_bits", "gettid", "limits", "mems_allowed", "node_mask_bits", "node_pages",
+           "start_time", "thread_ids", "thread_name"]
+
+_reader: Any = None
+
+
+def _live() -> Any:
+    global _reader
+    if _reader is None:
+        from ._fs import FsReader
+
+        _reader = FsReader("/")
+    return _reader
+
+
+def _ids(rel: str) -> frozenset[int] | None:
+    text = _live().read(rel)
+    if text is None:
+        return None
+    try:
+        return parse_cpulist(text, what=rel)
+    except ValueError:
+        return None
+
+
+# ----------------------------------------------------------------------------- mask sizes
+_mask_bits: dict[str, int] = {}
+
+
+def _bits(kind: str) -> int:
+    bits = _mask_bits.get(kind)
+    if bits is None:
+        ids = _ids(f"sys/devices/system/{kind}/possible")
+        fallback = 0 if kind == "node" else (os.cpu_count() or 1) - 1
+        top = (max(ids) if ids else fallback) + 1
+        bits = _mask_bits[kind] = max(64, (top + 63) // 64 * 64)
+    return bits
+
+
+def node_mask_bits() -> int:
+    """Bits in a node mask for this kernel: possible nodes, rounded up to 64 (read once).
+
+    The kernel rejects ``get_mempolicy`` masks smaller than its node count, so masks are sized
+    from ``node/possible``, not fixed at 64 or 1024.
+    """
+    bits = _mask_bits.get("node")
+    return bits if bits is not None else _bits("node")
+
+
+def cpu_mask_bits() -> int:
+    """Bits in a CPU mask for this kernel: possible CPUs, rounded up to 64 (read once)."""
+    bits = _mask_bits.get("cpu")
+    return bits if bits is not None else _bits("cpu")
+
+
+def forget_mask_bits() -> None:
+    """Read the possible ids again on next use (tests that pretend another kernel)."""
+    _mask_bits.clear()
+
+
+# ----------------------------------------------------------------------------- limits
+def mems_allowed() -> frozenset[int] | None:
+    """``Mems_allowed_list`` of this process, or None when unreadable."""
+    for line in (_live().read("proc/self/status") or "").splitlines():
+        if line.startswith("Mems_allowed_list:"):
+            try:
+                return parse_cpulist(line.split(":", 1)[1], what="Mems_allowed_list")
+            except ValueError:
+                return None
+    return None
+
+
+def limits() -> Limits:
+    """What the live kernel lets this process use now: online CPUs in its cpuset, memory nodes in
+    ``Mems_allowed``, and where each came from."""
+    from .topology import read_cpuset   # the one cpuset reader (cgroup v2, v1, legacy)
+
+    online = _ids("sys/devices/system/cpu/online") or frozenset(os.sched_getaffinity(0))
+    nodes = _ids("sys/devices/system/node/online")
+    memory = _ids("sys/devices/system/node/has_memory")
+    if nodes is None:       # a kernel without NUMA: one node 0
+        nodes = frozenset({0})
+    if memory is None:
+        memory = frozenset({0}) if nodes == {0} else nodes
+    mems = mems_allowed()
+    cpuset = read_cpuset(_live())
+    allowed, source = online, "online CPUs"
+    if cpuset is not None and cpuset.cpus is not None:
+        allowed = online & cpuset.cpus
+        source = f"online CPUs in the cpuset ({cpuset.source})"
+    return Limits(online_cpus=online, allowed_cpus=allowed, cpus_source=source, nodes=nodes,
+                  memory_nodes=memory, allowed_nodes=mems if mems is not None else memory,
+                  nodes_source="Mems_allowed (cpuset)" if mems is not None else "nodes with memory")
+
+
+# ----------------------------------------------------------------------------- threads
+def gettid() -> int:
+    import threading
+
+    return threading.get_native_id()
+
+
+_native_module: list[Any] = []
+
+
+def _native() -> Any:
+    """numabind._native, or None when it is not installed (looked up once)."""
+    if not _native_module:
+        try:
+            from . import _native as native
+        except ImportError:
+            native = None
+        _native_module.append(native)
+    return _native_module[0]
+
+
+_tid_buffer: list[Any] = []
+
+
+def thread_ids(first: int = 0) -> list[int]:
+    """Thread ids of this process (threads may exit at any moment); ``first``, when listed, comes first."""
+    native = _native()
+    if native is not None:
+        ffi, lib = native.ffi, native.lib
+        if not _tid_buffer:
+            _tid_buffer.append(ffi.new("int[]", 64))
+        while True:
+            buf = _tid_buffer[0]
+            cap = len(buf)
+            n = lib.nb_task_list(first, buf, cap)
+            if n < 0:
+                raise OSError(-n, f"cannot list /proc/self/task: {os.strerror(-n)}")
+            if n <= cap:
+                return list(buf[0:n])
+            _tid_buffer[0] = ffi.new("int[]", n + n // 2 + 16)
+    out = [int(t) for t in os.listdir("/proc/self/task") if t.isdigit()]
+    if first in out:
+        out.remove(first)
+        out.insert(0, first)
+    return out
+
+
+def thread_name(tid: int) -> str:
+    """The thread's ``comm``, or ``'?'`` when it has exited."""
+    return _live().read_strip(f"proc/self/task/{int(tid)}/comm") or "?"
+
+
+def start_time(pid: int) -> int:
+    """Process start time in clock ticks (field 22 of /proc/PID/stat), 0 if gone; guards against pid reuse."""
+    text = _live().read(f"proc/{int(pid)}/stat")
+    if not text:
+        return 0
+    fields = text[text.rfind(")") + 2:].split()
+    if not fields or fields[0] in ("Z", "X"):  # exited, not yet reaped
+        return 0
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return 0
+
+
+# ----------------------------------------------------------------------------- pages per node
+class NodePages(Value):
+    """Resident pages of a process per NUMA node (in base pages), from ``/proc/PID/numa_maps``."""
+
+    __slots__ = ("total", "shared")
+    total: dict[int, int]
+    shared: dict[int, int]    # in file-backed mappings or pages mapped by several processes
+
+    def __init__(self, total: dict[int, int], shared: dict[int, int]) -> None:
+        object.__setattr__(self, "total", dict(total))
+        object.__setattr__(self, "shared", dict(shared))
+
+    def __hash__(self) -> int:  # holds dicts, like the dataclass it replaces: not hashable
+        raise TypeError("unhashable type: 'NodePages'")
+
+    def on(self, nodes: frozenset[int] | set[int]) -> int:
+        return sum(n for node, n in self.total.items() if node in nodes)
+
+    def shared_on(self, nodes: frozenset[int] | set[int]) -> int:
+        return sum(n for node, n in self.shared.items() if node in nodes)
+
+
+#: Largest numa_maps read (a process with hundreds of thousands of mappings); beyond it pages are not counted.
+NUMA_MAPS_MAX = 64 << 20
+
+
+def parse_numa_maps(text: str, page_size: int | None = None) -> NodePages:
+    """Count the ``N<node>=<pages>`` fields of numa_maps text, scaled to base pages (huge pages count
+    as many), with those of shared or file-backed mappings also counted apart."""
+    page = page_size or os.sysconf("SC_PAGE_SIZE")
+    total: dict[int, int] = {}
+    shared: dict[int, int] = {}
+    for line in text.splitlines():
+        scale = 1
+        is_shared = " file=" in line
+        counts: list[tuple[int, int]] = []
+        for word in line.split(" ")[2:]:
+            key, eq, value = word.partition("=")
+            if not eq or not value.isdigit():
+                continue
+            if key[:1] == "N" and key[1:].isdigit():
+                counts.append((int(key[1:]), int(value)))
+            elif key == "kernelpagesize_kB":
+                scale = max(1, int(value) * 1024 // page)
+            elif key == "mapmax" and int(value) > 1:
+                is_shared = True
+        for node, count in counts:
+            n = count * scale
+            total[node] = total.get(node, 0) + n
+            if is_shared:
+                shared[node] = shared.get(node, 0) + n
+    return NodePages(total=total, shared=shared)
+
+
+def node_pages(pid: int | str = "self") -> NodePages | None:
+    """Count a process's pages per node; None when numa_maps cannot be read (no NUMA, no permission)."""
+    if not (pid == "self" or (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0)
+            or (isinstance(pid, str) and pid.isascii() and pid.isdigit())):
+        return None
+    try:
+        text = _live().read(f"proc/{pid}/numa_maps", limit=NUMA_MAPS_MAX + 1)
+    except Exception:  # noqa: BLE001 - not a regular file, or a read error: not counted
+        return None
+    if text is None or len(text) > NUMA_MAPS_MAX:
+        return None
+    return parse_numa_maps(text)

@@ -1,0 +1,157 @@
+"""Commands started bound: :func:`wrap_command` (an argv), :func:`popen_kwargs` (bound after fork,
+before exec), :func:`bound` (a picklable callable), and :func:`_exec_main`, the entry of
+``wrap_command``'s argv (``numabind run`` binds and execs the same way)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import backends as _backends
+from .._env import Strictness
+from .._util import Value
+from ..bind import bind_current, strict_default, strict_label
+from ..errors import NumabindError, PlanError
+from ..plan import Plan, check_plan
+from . import reports
+from .payload import _PKG_PARENT
+
+__all__ = ["BoundCall", "bound", "exec_bound", "popen_kwargs", "wrap_command"]
+
+
+class BoundCall(Value):
+    """``fn`` behind a binding: calling it binds the process, then calls ``fn``. Picklable if ``fn`` is."""
+
+    __slots__ = ("plan", "fn", "strict", "backend", "threads")
+    plan: Plan
+    fn: Callable
+    strict: Strictness | None
+    backend: str | None
+    threads: str
+
+    def __init__(self, plan: Plan, fn: Callable, strict: Strictness | None = None, backend: str | None = None,
+                 threads: str = "matching") -> None:
+        for k, v in (("plan", plan), ("fn", fn), ("strict", strict), ("backend", backend), ("threads", threads)):
+            object.__setattr__(self, k, v)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        report = bind_current(self.plan, strict=self.strict, threads=self.threads, backend=self.backend)
+        reports._set_birth(reports.ChildReport(os.getpid(), "call", report))
+        return self.fn(*args, **kwargs)
+
+
+def bound(plan: Plan, fn: Callable, *, strict: Strictness | None = None, backend: str | None = None,
+          threads: str = "matching") -> BoundCall:
+    """A picklable callable that binds to ``plan``, then calls ``fn`` (e.g. ``Process(target=bound(plan, work))``)."""
+    check_plan(plan, "bound")
+    if not callable(fn):
+        raise TypeError(f"bound needs a callable, got {fn!r}")
+    return BoundCall(plan, fn, strict, backend, threads)
+
+
+# Run with -I (isolated: neither the working directory nor PYTHON* variables reach sys.path), so the
+# interim Python imports exactly the numabind copy of the parent, from the directory passed as argv[1].
+_EXEC_CODE = ("import sys; sys.path.insert(0, sys.argv[1]); "
+              "from numabind.process.commands import _exec_main; _exec_main(sys.argv[2:])")
+
+
+def wrap_command(plan: Plan, argv: Sequence[str], *, strict: Strictness | None = None,
+                 backend: str | None = None) -> list[str]:
+    """An argv that runs ``argv`` bound to ``plan`` (give it to subprocess without a shell).
+
+    With an in-process backend:
+    ``[python, -I, -c, <fixed code>, <numabind's parent dir>, <plan text>, <strict>, --, *argv]``
+    — an isolated Python that imports this very copy of numabind (never one in
+    its working directory or on its PYTHONPATH), binds itself and execs the
+    command with the environment unchanged (no numactl needed; the plan travels
+    as validated text, never as code). With only the numactl backend: the
+    numactl wrapper's argv. ``migrate`` is dropped: a new process has no pages
+    to move.
+    """
+    check_plan(plan, "wrap_command")
+    argv = list(argv)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise PlanError(f"wrap_command needs a non-empty list of strings, got {argv!r}")
+    be, _ = _backends.get_backend(backend)
+    prefix = be.command_prefix(plan)
+    if prefix is not None:
+        return [*prefix, *argv]
+    plan = plan.replace(migrate=False)
+    flags = strict_label(strict_default(strict)) + "," + be.name
+    return [sys.executable, "-I", "-c", _EXEC_CODE, _PKG_PARENT, plan.to_text(), flags, "--", *argv]
+
+
+_STRICT_WORDS: dict[str, Strictness] = {"strict": True, "lenient": False, "partial": "partial"}
+
+
+def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None = None,
+               backend: str | None = None, verbose: bool = False) -> None:
+    """Bind this process to ``plan``, print each warning on stderr, then exec ``command``. Never returns.
+
+    The last step of :func:`wrap_command`'s argv and of ``numabind run``: a refused binding raises (the
+    caller reports it), a command that cannot be executed exits with status 127, like a shell.
+    """
+    report = bind_current(plan, strict=strict, backend=backend)
+    if verbose:
+        sys.stderr.write(report.describe() + "\n")
+    for w in report.warnings:
+        sys.stderr.write(f"numabind: warning: {w}\n")
+    try:
+        os.execvp(command[0], list(command))
+    except OSError as e:
+        sys.stderr.write(f"numabind: cannot execute {command[0]!r}: {e.strerror}\n")
+        raise SystemExit(127) from None
+
+
+def _exec_main(argv: Sequence[str] | None = None) -> None:
+    """Entry of :func:`wrap_command`'s argv: validate, bind, exec. Never returns."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if len(argv) < 4 or argv[2] != "--":
+            raise PlanError("usage: <plan text> <strict|lenient|partial>,<backend> -- command [args...]")
+        mode, _, backend = argv[1].partition(",")
+        if mode not in _STRICT_WORDS or backend not in _backends.BACKEND_NAMES:
+            raise PlanError(f"bad flags {argv[1][:100]!r}: expected strict|lenient|partial,<backend>")
+        exec_bound(Plan.from_text(argv[0]), argv[3:], strict=_STRICT_WORDS[mode], backend=backend)
+    except NumabindError as e:
+        sys.stderr.write(f"numabind: error: {e}\n")
+        raise SystemExit(2) from None
+
+
+class _PreexecBind:
+    """preexec_fn: binds the forked child before exec (bind_current, calling thread only)."""
+
+    def __init__(self, plan: Plan, strict: Strictness, backend: str) -> None:
+        self.plan, self.strict, self.backend = plan, strict, backend
+
+    def __call__(self) -> None:
+        try:
+            report = bind_current(self.plan, strict=self.strict, threads="current", backend=self.backend)
+        except NumabindError as e:
+            os.write(2, f"numabind: cannot bind the child before exec: {e}\n".encode(errors="replace"))
+            raise
+        for w in report.warnings:
+            os.write(2, f"numabind: warning: {w}\n".encode(errors="replace"))
+
+
+def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: str | None = None) -> dict:
+    """``subprocess.Popen`` keyword arguments that bind the child after fork, before exec.
+
+    ``subprocess.Popen(argv, **popen_kwargs(plan))``. Memory policy and affinity
+    survive ``execve``. It uses ``preexec_fn``, which Python documents as unsafe
+    when the parent runs threads; a threaded parent should rather use
+    ``Popen(wrap_command(plan, argv))``, which also combines with
+    ``process_group=``/``start_new_session=``. With only the numactl backend the
+    same applies: use :func:`wrap_command`.
+    """
+    check_plan(plan, "popen_kwargs")
+    be, _ = _backends.get_backend(backend)
+    if be.command_prefix(plan) is not None:
+        raise NumabindError("the numactl backend cannot bind a child before exec in-process; "
+                            "use subprocess.Popen(numabind.wrap_command(plan, argv))")
+    plan = plan.replace(migrate=False)
+    return {"preexec_fn": _PreexecBind(plan, strict_default(strict), be.name)}
+
+

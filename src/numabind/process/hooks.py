@@ -1,0 +1,257 @@
+"""The hooks that bind multiprocessing children at birth: spawn (inheritance from the launching thread,
+or the numactl wrapper), forkserver (preparation data) and fork (an at-fork hook), and
+:func:`configure_subprocess`, which installs them for the calling thread's block."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+from .. import _log
+from .. import backends as _backends
+from .._env import Strictness
+from ..bind import bind_current, bind_thread, strict_default, strict_label
+from ..errors import PlanError
+from ..plan import Plan, check_plan
+from . import reports
+from .payload import _BIND_KEY, _PATH_KEY, _BindPayload, _check_args, _PathHint
+from .reports import ChildBindings, ChildReport
+
+__all__ = ["configure_subprocess"]
+
+log = _log.getLogger(__name__)
+
+
+class _Entry:
+    """One configure_subprocess block of one thread."""
+
+    __slots__ = ("plan", "text", "strict", "backend", "threads", "report_dir", "prefix", "spawn", "known", "pid")
+
+    def __init__(self, plan: Plan, text: str, strict: Strictness, backend: str, threads: str,
+                 report_dir: str | None, prefix: list[str] | None, spawn: str = "inherit",
+                 known: dict | None = None) -> None:
+        self.plan, self.text, self.strict, self.backend, self.threads = plan, text, strict, backend, threads
+        self.report_dir = report_dir
+        self.prefix = prefix              # numactl wrapper prefix, when no in-process backend
+        self.spawn = spawn                # how spawn children are bound: "inherit" | "in-child"
+        self.known = known                # ChildBindings.known, for reports made in this process
+        self.pid = os.getpid()
+
+
+_local = threading.local()
+_install_lock = threading.Lock()
+_installed = 0
+_orig_prep = None
+_orig_spawnv = None
+_fork_hook_registered = False
+
+
+def _stack() -> list[_Entry]:
+    st = getattr(_local, "stack", None)
+    if st is None:
+        st = _local.stack = []
+    return st
+
+
+def _top() -> _Entry | None:
+    """The innermost plan of the calling thread in this process (a forked child ignores its parent's)."""
+    st = getattr(_local, "stack", None)
+    if st:
+        e = st[-1]
+        if e.pid == os.getpid():
+            return e
+    return None
+
+
+_LAUNCHERS = {"multiprocessing.popen_spawn_posix": "spawn", "multiprocessing.popen_forkserver": "forkserver",
+              "multiprocessing.forkserver": "server"}
+
+
+def _launcher() -> str:
+    """Which multiprocessing module asks for preparation data (a few frames up, in case of wrappers)."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            break
+        found = _LAUNCHERS.get(frame.f_globals.get("__name__", ""))
+        if found:
+            return found
+        frame = frame.f_back
+    return "unknown"
+
+
+def _get_preparation_data(name):
+    data = _orig_prep(name)
+    entry = _top()
+    if entry is None:
+        return data
+    method = _launcher()
+    if method == "server":
+        return data  # the forkserver's own start: it must stay unbound (its keys are filtered anyway)
+    if method == "spawn" and entry.spawn == "inherit" and entry.prefix is None:
+        return data  # bound by inheritance from the launching thread (_spawnv_passfds)
+    data[_PATH_KEY] = _PathHint()
+    data[_BIND_KEY] = _BindPayload(entry, method)
+    return data
+
+
+def _spawnv_passfds(path, args, passfds):
+    """Start a spawn child bound: by inheritance from this thread, or through the numactl wrapper.
+
+    Only spawn children (their command line ends with ``--multiprocessing-fork``)
+    are touched; the forkserver and the resource tracker start unbound.
+    """
+    entry = _top()
+    if entry is None or not args or args[-1] != "--multiprocessing-fork":
+        return _orig_spawnv(path, args, passfds)
+    if entry.prefix is not None:
+        return _orig_spawnv(os.fsencode(entry.prefix[0]), [*entry.prefix, os.fsdecode(path), *args[1:]], passfds)
+    if entry.spawn != "inherit":
+        return _orig_spawnv(path, args, passfds)
+    with bind_thread(entry.plan, strict=entry.strict, backend=entry.backend) as report:
+        pid = _orig_spawnv(path, args, passfds)
+    if entry.known is not None:
+        entry.known[pid] = ChildReport(pid, "spawn", report)
+    return pid
+
+
+def _mp() -> tuple[Any, Any]:
+    import multiprocessing.spawn as mp_spawn
+    import multiprocessing.util as mp_util
+
+    return mp_spawn, mp_util
+
+
+def _before_fork() -> None:
+    if _top() is not None:
+        # A thread of the parent may hold the backend registry lock while this
+        # thread forks; hold it across fork so the child's copy is released.
+        _backends.lock_for_fork()
+        _local.holds_lock = True
+
+
+def _after_fork_parent() -> None:
+    if getattr(_local, "holds_lock", False):
+        _local.holds_lock = False
+        _backends.unlock_after_fork()
+
+
+def _after_fork_child() -> None:
+    held = getattr(_local, "holds_lock", False)
+    if held:
+        _local.holds_lock = False
+        _backends.unlock_after_fork()
+    st = getattr(_local, "stack", None)
+    if not held or not st:
+        return
+    entry = st[-1]
+    pid = os.getpid()
+    try:
+        report = bind_current(entry.plan, strict=entry.strict, threads=entry.threads, backend=entry.backend)
+    except BaseException as e:  # noqa: BLE001 - an at-fork hook cannot raise: fail the child loudly
+        reports._write_report(entry.report_dir, reports._record(pid, "fork", None, f"{type(e).__name__}: {e}"))
+        text = (f"numabind: fork child {pid} could not be bound at birth to {entry.plan.describe()}"
+                f" ({strict_label(entry.strict)}); exiting with status 1\n" + traceback.format_exc())
+        with contextlib.suppress(OSError):
+            os.write(2, text.encode(errors="replace"))
+        os._exit(1)
+    reports._set_birth(ChildReport(pid, "fork", report))
+    reports._write_report(entry.report_dir, reports._record(pid, "fork", report, None))
+    for e in st:  # the child is bound now; its own children are born from it
+        e.pid = -1
+
+
+def _install() -> None:
+    global _installed, _orig_prep, _orig_spawnv, _fork_hook_registered
+    mp_spawn, mp_util = _mp()
+    with _install_lock:
+        if _installed == 0:
+            # A wrapper left inside another library's wrapper (see _uninstall) is still in the
+            # chain: wrapping again would make it call itself.
+            if _orig_prep is None or mp_spawn.get_preparation_data is _orig_prep:
+                _orig_prep = mp_spawn.get_preparation_data
+                mp_spawn.get_preparation_data = _get_preparation_data
+            if _orig_spawnv is None or mp_util.spawnv_passfds is _orig_spawnv:
+                _orig_spawnv = mp_util.spawnv_passfds
+                mp_util.spawnv_passfds = _spawnv_passfds
+        _installed += 1
+        if not _fork_hook_registered:  # at-fork hooks cannot be unregistered: registered once, idle when unused
+            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
+                                after_in_child=_after_fork_child)
+            _fork_hook_registered = True
+
+
+def _uninstall() -> None:
+    global _installed
+    mp_spawn, mp_util = _mp()
+    with _install_lock:
+        _installed -= 1
+        if _installed:
+            return
+        # When another library wrapped them after us, ours stays inside theirs, idle without a plan.
+        if mp_spawn.get_preparation_data is _get_preparation_data:
+            mp_spawn.get_preparation_data = _orig_prep
+        else:
+            log.debug("multiprocessing.spawn.get_preparation_data was wrapped by another library; ours stays inside")
+        if mp_util.spawnv_passfds is _spawnv_passfds:
+            mp_util.spawnv_passfds = _orig_spawnv
+        else:
+            log.debug("multiprocessing.util.spawnv_passfds was wrapped by another library; ours stays inside")
+
+
+@contextlib.contextmanager
+def configure_subprocess(plan: Plan, *, strict: Strictness | None = None, backend: str | None = None,
+                         threads: str = "matching", report: bool = True,
+                         spawn: str = "inherit") -> Iterator[ChildBindings]:
+    """Bind every multiprocessing child this thread starts inside the block, at birth.
+
+    Works for the ``spawn``, ``forkserver`` and ``fork`` start methods (see the
+    module docstring for how). Yields a :class:`ChildBindings` whose
+    ``report(pid)`` returns what each child applied (``report=False`` skips
+    writing reports). ``strict`` (default ``NUMABIND_STRICT``) is applied in the
+    child: a child that cannot be bound dies at once with a Python traceback
+    naming the cause (:class:`BirthBindError` chained to the ``PlanError`` or
+    ``BindError``), and its report carries the error; without strict it starts
+    degraded, with the warnings in its report.
+
+    Thread safety: the plan belongs to the calling thread. Several threads may
+    each hold their own ``configure_subprocess`` with different plans and start
+    children concurrently; each child gets the plan of the thread that started
+    it. Children started by other threads (e.g. a Pool's worker-handler thread
+    replacing workers) are not bound: give pools ``initializer=bind_current``
+    or :func:`pool_plans`. Nesting is allowed; the innermost plan wins.
+
+    On exit everything is restored (also on exceptions): multiprocessing's
+    functions are put back when the last active block in the process ends, and
+    the parent's own affinity and memory policy are never changed.
+    """
+    check_plan(plan, "configure_subprocess")
+    strict = strict_default(strict)
+    _check_args(backend, strict, threads)
+    if spawn not in ("inherit", "in-child"):
+        raise PlanError(f"spawn={spawn!r} is not 'inherit' or 'in-child'")
+    be, why = _backends.get_backend(backend)
+    prefix = be.command_prefix(plan)   # PlanError here if numactl cannot express the plan
+    mode = "numactl-wrapper" if prefix is not None else "in-process"
+    handle = ChildBindings(plan, mode, be.name, report)
+    entry = _Entry(plan=plan, text=plan.to_text(), strict=strict, backend=be.name, threads=threads,
+                   report_dir=handle.directory, prefix=prefix, spawn=spawn,
+                   known=handle.known if report else None)
+    log.info("children of thread %s are bound at birth to %s (%s via %s: %s)",
+             threading.current_thread().name, plan.describe(), mode, be.name, why)
+    _install()
+    st = _stack()
+    st.append(entry)
+    try:
+        yield handle
+    finally:
+        with contextlib.suppress(ValueError):
+            st.remove(entry)
+        _uninstall()
+
+

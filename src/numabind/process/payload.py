@@ -1,0 +1,109 @@
+"""What a child receives, and what binds it: entries of multiprocessing's preparation data that,
+when the child unpickles them, put numabind's own directory first on ``sys.path`` and bind the child
+(:func:`_child_bind`) before ``prepare()`` re-imports the parent's ``__main__``."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from .. import backends as _backends
+from .._env import Strictness
+from ..bind import THREAD_MODES, BindReport, bind_current, strict_label, verify_current
+from ..errors import BirthBindError, NumabindError, PlanError
+from ..plan import Plan
+from . import reports
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .hooks import _Entry
+
+#: Keys numabind adds to multiprocessing's preparation data.
+_PATH_KEY = "_numabind_sys_path"
+_BIND_KEY = "_numabind_bind"
+#: The directory numabind was imported from (the parent of the package directory).
+_PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _check_args(backend, strict, threads) -> None:
+    if backend is not None and backend not in _backends.BACKEND_NAMES:
+        raise PlanError(f"backend {backend!r} is not one of {', '.join(_backends.BACKEND_NAMES)}")
+    if not (isinstance(strict, bool) or strict == "partial"):
+        raise PlanError(f"strict must be True, False or 'partial', got {strict!r}")
+    if threads not in THREAD_MODES:
+        raise PlanError(f"threads={threads!r} is not one of {', '.join(THREAD_MODES)}")
+
+
+def _bind_or_verify(plan: Plan, strict: Strictness, backend: str | None, threads: str, verify: bool) -> BindReport:
+    """Bind this process (or, after the numactl wrapper bound it at exec, check that it did)."""
+    if not verify:
+        return bind_current(plan, strict=strict, threads=threads, backend=backend)
+    report = verify_current(plan, strict=strict, threads="current", backend=backend)
+    return report.replace(backend_reason="bound at exec by numabind/numactl_wrapper.sh",
+                          notes=("bound by numactl at exec, verified in the child", *report.notes))
+
+
+def _child_bind(text, strict, backend, threads, report_dir, method, verify) -> str:
+    """Run inside a spawn/forkserver child while it unpickles its preparation data.
+
+    Every argument is checked: ``text`` goes through the strict
+    :meth:`Plan.from_text`, nothing is evaluated.
+    """
+    plan = Plan.from_text(text)
+    _check_args(backend, strict, threads)
+    if not (report_dir is None or isinstance(report_dir, str)) or method not in ("spawn", "forkserver", "unknown"):
+        raise PlanError("malformed numabind preparation data")
+    pid = os.getpid()
+    try:
+        report = _bind_or_verify(plan, strict, backend, threads, bool(verify))
+    except NumabindError as e:
+        reports._write_report(report_dir, reports._record(pid, method, None, f"{type(e).__name__}: {e}"))
+        raise BirthBindError(f"{method} child {pid} could not be bound at birth to "
+                             f"{plan.describe()} ({strict_label(strict)}): {e}") from e
+    reports._set_birth(reports.ChildReport(pid, method, report))
+    reports._write_report(report_dir, reports._record(pid, method, report, None))
+    return "bound"
+
+
+class _Import:
+    """Unpickles as ``__import__(name)``: a builtin, so it needs no sys.path."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __reduce__(self):
+        return (__import__, (self.name,))
+
+
+class _Attr:
+    def __init__(self, obj, name: str) -> None:
+        self.obj, self.name = obj, name
+
+    def __reduce__(self):
+        return (getattr, (self.obj, self.name))
+
+
+class _PathHint:
+    """Unpickles as ``sys.path.insert(0, <numabind's parent dir>)`` in the child.
+
+    The child imports numabind before ``prepare()`` installs the parent's
+    sys.path; putting the directory numabind was loaded from first makes it
+    import exactly the parent's copy (not a ``numabind/`` in its working
+    directory, which a ``python -c`` child has first on its path), also when
+    the parent found numabind through a path of its own. ``prepare()``
+    replaces sys.path right after, so nothing is left behind.
+    """
+
+    def __reduce__(self):
+        return (list.insert, (_Attr(_Import("sys"), "path"), 0, _PKG_PARENT))
+
+
+class _BindPayload:
+    def __init__(self, entry: _Entry, method: str) -> None:
+        self.entry, self.method = entry, method
+
+    def __reduce__(self):
+        e = self.entry
+        verify = self.method == "spawn" and e.prefix is not None
+        return (_child_bind, (e.text, e.strict, e.backend, e.threads, e.report_dir, self.method, verify))
+
+
