@@ -198,8 +198,8 @@ def _env() -> dict:
     env = dict(os.environ)
     extra = [p for p in sys.path if p.endswith("bench-extras")] + [os.path.join(REPO, "src")]
     env["PYTHONPATH"] = os.pathsep.join(extra + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    for var in ("NUMABIND_BACKEND", "NUMABIND_STRICT", "NUMABIND_FSROOT"):
-        env.pop(var, None)
+    for var in ("NUMABIND_BACKEND", "NUMABIND_STRICT", "NUMABIND_FSROOT", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(var, None)     # the bytecode cache must be written (warm), as on any install
     return env
 
 

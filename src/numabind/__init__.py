@@ -4,73 +4,83 @@ Binds CPU affinity and NUMA memory policy for GPU workers (and any process)
 from Python, through a cffi layer over libnuma and the kernel's own system
 calls; no ``numactl`` binary needed. Data flows one way:
 discover → plan → apply → verify.
+
+``import numabind`` loads nothing but this file: each public name below is
+imported from its module on first use (PEP 562), so a program that only
+binds never pays for discovery, multiprocessing hooks or the CLI.
 """
 
 from __future__ import annotations
 
-import logging
-
-from .backends import backend_info
-from .bind import BindReport, Binding, ThreadResult, bind_current, current_binding
-from .cpulist import format_cpulist, parse_cpulist
-from .devices import Gpu
-from .errors import BindError, NumabindError, PlanError
-from .plan import MEM_POLICIES, Plan
-from .process import (
-    BirthBindError,
-    ChildReport,
-    birth_report,
-    bound,
-    configure_subprocess,
-    pool_plans,
-    popen_kwargs,
-    wrap_command,
-    worker_slot,
-)
-from .auto import auto_plan_available
-from .rank import local_rank, plan_for_rank
-from .strategies import MODES, PlanRow, plan_for_gpu, plan_for_gpus, plan_table
-from .topology import Cache, Cpu, Node, Topology, discover
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: `import numabind` stays cheap
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BindError",
-    "BirthBindError",
-    "ChildReport",
-    "BindReport",
-    "Binding",
-    "Cache",
-    "Cpu",
-    "Gpu",
-    "MEM_POLICIES",
-    "MODES",
-    "Node",
-    "NumabindError",
-    "Plan",
-    "PlanError",
-    "PlanRow",
-    "ThreadResult",
-    "Topology",
-    "auto_plan_available",
-    "backend_info",
-    "bind_current",
-    "birth_report",
-    "bound",
-    "configure_subprocess",
-    "current_binding",
-    "discover",
-    "format_cpulist",
-    "local_rank",
-    "parse_cpulist",
-    "plan_for_gpu",
-    "plan_for_gpus",
-    "plan_for_rank",
-    "plan_table",
-    "pool_plans",
-    "popen_kwargs",
-    "worker_slot",
-    "wrap_command",
-]
+#: Public names by layer (module that defines them -> names), like psutil's ``__all__`` groups.
+_LAYERS: dict[str, tuple[str, ...]] = {
+    # values and errors
+    "errors": ("NumabindError", "PlanError", "BindError", "BirthBindError"),
+    "cpulist": ("parse_cpulist", "format_cpulist"),
+    "plan": ("Plan", "MEM_POLICIES"),
+    # discovery
+    "topology": ("discover", "Topology", "Node", "Cpu", "Cache"),
+    "devices": ("Gpu",),
+    # planning
+    "strategies": ("plan_for_gpu", "plan_for_gpus", "plan_table", "PlanRow", "MODES"),
+    "rank": ("local_rank", "plan_for_rank"),
+    "auto": ("auto_plan_available",),
+    # applying and verifying
+    "bind": ("bind_current", "bind_thread", "verify_current", "current_binding", "BindReport", "Binding",
+             "ThreadResult"),
+    "backends": ("backend_info",),
+    # processes bound at birth
+    "process": ("configure_subprocess", "bound", "wrap_command", "popen_kwargs", "pool_plans", "worker_slot",
+                "birth_report", "ChildReport", "ChildBindings", "BoundCall"),
+}
+_WHERE = {name: module for module, names in _LAYERS.items() for name in names}
 
-logging.getLogger(__name__).addHandler(logging.NullHandler())
+__all__ = [name for names in _LAYERS.values() for name in names]
+
+_null_handler_added = False
+
+
+def __getattr__(name: str) -> object:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'numabind' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value          # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def _add_null_handler() -> None:
+    """The library's NullHandler, when logging is in use already (else numabind._log adds it on first use)."""
+    import sys
+
+    if "logging" in sys.modules:
+        from . import _log
+
+        _log._real("numabind")
+
+
+_add_null_handler()
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same names, imported eagerly
+    from .auto import auto_plan_available
+    from .backends import backend_info
+    from .bind import BindReport, Binding, ThreadResult, bind_current, bind_thread, current_binding, verify_current
+    from .cpulist import format_cpulist, parse_cpulist
+    from .devices import Gpu
+    from .errors import BindError, BirthBindError, NumabindError, PlanError
+    from .plan import MEM_POLICIES, Plan
+    from .process import (BoundCall, ChildBindings, ChildReport, birth_report, bound, configure_subprocess,
+                          pool_plans, popen_kwargs, wrap_command, worker_slot)
+    from .rank import local_rank, plan_for_rank
+    from .strategies import MODES, PlanRow, plan_for_gpu, plan_for_gpus, plan_table
+    from .topology import Cache, Cpu, Node, Topology, discover

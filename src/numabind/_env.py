@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Literal, Union
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+    from typing import Literal, Union
 
 from .errors import NumabindError
 
@@ -13,7 +15,10 @@ __all__ = ["STRICT_TRUE", "STRICT_FALSE", "STRICT_PARTIAL", "Strictness", "stric
 #: How a binding that cannot be applied in full is handled: ``True`` raises (and rolls back) on any
 #: weakening, ``False`` degrades with a warning per step, ``"partial"`` degrades like ``False`` but
 #: raises when in the end nothing of the plan is in force.
-Strictness = Union[bool, Literal["partial"]]
+if TYPE_CHECKING:  # pragma: no cover
+    Strictness = Union[bool, Literal["partial"]]
+else:
+    Strictness = object   # used in annotations only (strings at run time)
 
 #: Spellings of NUMABIND_STRICT that mean "raise instead of degrading".
 STRICT_TRUE = ("1", "true", "yes", "on")

@@ -16,21 +16,17 @@ than :data:`MAX_READ` bytes is an error too. Text ends at the first NUL byte
 
 from __future__ import annotations
 
-import atexit
-import logging
 import os
 import posixpath
-import shutil
 import stat
-import tarfile
-import tempfile
-import threading
+import _thread
 
+from . import _log
 from .errors import NumabindError
 
 __all__ = ["FsReader", "resolve_root", "ascii_int", "MAX_READ", "MAX_DUMP_BYTES"]
 
-log = logging.getLogger(__name__)
+log = _log.getLogger(__name__)
 
 #: Largest file (bytes) a read without an explicit limit accepts. Kernel sysfs
 #: attributes are at most one page; the largest procfs files discovery reads
@@ -67,7 +63,7 @@ def ascii_int(text: str, *, signed: bool = False, max_digits: int = 20) -> int |
 
 # -- roots and dumps -------------------------------------------------------------
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _unpacked: dict[tuple[str, int, int], str] = {}       # (realpath, size, mtime_ns) -> unpacked root
 _cleanup: list[str] = []
 _owner_pid = os.getpid()
@@ -76,11 +72,14 @@ _owner_pid = os.getpid()
 def _remove_unpacked() -> None:
     if os.getpid() != _owner_pid:     # a forked child must not delete its parent's dumps
         return
+    import shutil
+
     for path in _cleanup:
         shutil.rmtree(path, ignore_errors=True)
 
 
-atexit.register(_remove_unpacked)
+# tarfile, tempfile, shutil and atexit are imported when a dump is first unpacked: reading the live
+# system (``numabind run``, bind_current's explanations) never needs them
 
 
 def _dump_root(path: str) -> str:
@@ -109,6 +108,8 @@ def _dump_root(path: str) -> str:
 def _is_tarball(path: str) -> bool:
     if path.endswith(_TAR_SUFFIXES):
         return True
+    import tarfile
+
     try:
         return tarfile.is_tarfile(path)
     except OSError:
@@ -121,6 +122,10 @@ def _inside(root: str, path: str) -> bool:
 
 def _unpack(tarball: str) -> str:
     """Unpack ``tarball`` into a private temporary directory; returns that directory."""
+    import atexit
+    import shutil
+    import tempfile
+
     st = os.stat(tarball)
     key = (os.path.realpath(tarball), st.st_size, st.st_mtime_ns)
     with _lock:
@@ -128,6 +133,8 @@ def _unpack(tarball: str) -> str:
         if found is not None and os.path.isdir(found):
             return found
         dest = tempfile.mkdtemp(prefix="numabind-dump-")
+        if not _cleanup:
+            atexit.register(_remove_unpacked)
         _cleanup.append(dest)
         try:
             _extract(tarball, dest)
@@ -140,6 +147,8 @@ def _unpack(tarball: str) -> str:
 
 
 def _extract(tarball: str, dest: str) -> None:
+    import tarfile
+
     real_dest = os.path.realpath(dest)
     total = 0
     links: list[str] = []

@@ -11,7 +11,9 @@ handler configured. From the moment :mod:`logging` is in ``sys.modules`` every c
 from __future__ import annotations
 
 import sys
-from typing import Any
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 __all__ = ["getLogger", "Logger"]
 

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 from . import _log, live
 from ._env import Strictness, strict_from_env
-from ._util import Value
+from ._value import Value
 from .backends import get_backend
 from .backends.base import (
     WALK_BOUND,
@@ -763,48 +764,66 @@ def verify_current(plan: Plan, strict: Strictness | None = None, *, threads: str
                       notes=notes, _walk=walk)
 
 
-@contextmanager
-def bind_thread(plan: Plan, strict: Strictness | None = None, *, backend: str | None = None) -> Iterator[BindReport]:
+def bind_thread(plan: Plan, strict: Strictness | None = None, *, backend: str | None = None) -> _ThreadBinding:
     """Bind only the calling thread to ``plan`` for the ``with`` block, then put it back as it was.
 
-    CPU affinity and memory policy are per thread, and a child inherits them from the thread that
-    forks it and keeps them across exec: a process started in the block is bound from its first
-    instruction, while the other threads never see a change. ``migrate`` is ignored (a new process
-    has no pages to move; the caller's would be moved). Strict failures raise on entry, already
-    rolled back. When the thread's memory policy cannot be read it could not be put back, so it is
-    not changed: strict raises, otherwise the CPUs are bound and the report's warnings say why the
-    memory part is missing. On exit the thread's CPUs and its whole memory policy (flags and node
-    mask included) are restored; a failure to restore is a WARNING.
+    ``with numabind.bind_thread(plan) as report: ...``. CPU affinity and memory policy are per
+    thread, and a child inherits them from the thread that forks it and keeps them across exec: a
+    process started in the block is bound from its first instruction, while the other threads never
+    see a change. ``migrate`` is ignored (a new process has no pages to move; the caller's would be
+    moved). Strict failures raise on entry, already rolled back. When the thread's memory policy
+    cannot be read it could not be put back, so it is not changed: strict raises, otherwise the CPUs
+    are bound and the report's warnings say why the memory part is missing. On exit the thread's
+    CPUs and its whole memory policy (flags and node mask included) are restored; a failure to
+    restore is a WARNING.
     """
     check_plan(plan, "bind_thread")
-    strict = strict_default(strict)
-    be, _ = get_backend(backend)
-    cpus = be.get_affinity(0)
-    requested = plan
-    bind = Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, reason=plan.reason) \
-        if plan.migrate else plan
-    saved: MemPolicyState | None = None
-    unsaved = None
-    if bind.mem_policy is not None and be.in_process_memory:
-        try:  # the whole mode word (MPOL_F_* flags included) and node mask, to be put back exactly
-            saved = be.save_mempolicy()
-        except BindError as e:
-            unsaved = (f"memory policy {bind.mem_policy} {format_cpulist(bind.mem_nodes or ())} not applied: the "
-                       f"launching thread's memory policy cannot be read ({e}), so it could not be restored "
-                       f"afterwards")
-            if strict is True or (strict == "partial" and bind.cpus is None):
-                raise BindError(e.errno, "get_mempolicy", f"{unsaved}; nothing was changed") from None
-            log.warning("%s; the thread keeps its policy", unsaved)
-            bind = Plan(cpus=bind.cpus, reason=bind.reason)
-    report = bind_current(bind, strict=strict, threads="current", backend=backend)
-    if unsaved is not None:
-        report = report.replace(requested=requested, warnings=(*report.warnings, unsaved))
-    try:
-        yield report
-    finally:
+    return _ThreadBinding(plan, strict_default(strict), backend)
+
+
+class _ThreadBinding:
+    """The context manager :func:`bind_thread` returns."""
+
+    __slots__ = ("plan", "strict", "backend", "_be", "_cpus", "_saved")
+
+    def __init__(self, plan: Plan, strict: Strictness, backend: str | None) -> None:
+        self.plan, self.strict, self.backend = plan, strict, backend
+        self._be: Backend | None = None
+        self._cpus: frozenset[int] = frozenset()
+        self._saved: MemPolicyState | None = None
+
+    def __enter__(self) -> BindReport:
+        plan, strict = self.plan, self.strict
+        be, _ = get_backend(self.backend)
+        cpus = be.get_affinity(0)
+        bind = plan.replace(migrate=False) if plan.migrate else plan
+        saved: MemPolicyState | None = None
+        unsaved = None
+        if bind.mem_policy is not None and be.in_process_memory:
+            try:  # the whole mode word (MPOL_F_* flags included) and node mask, to be put back exactly
+                saved = be.save_mempolicy()
+            except BindError as e:
+                unsaved = (f"memory policy {bind.mem_policy} {format_cpulist(bind.mem_nodes or ())} not applied: "
+                           f"the launching thread's memory policy cannot be read ({e}), so it could not be "
+                           f"restored afterwards")
+                if strict is True or (strict == "partial" and bind.cpus is None):
+                    raise BindError(e.errno, "get_mempolicy", f"{unsaved}; nothing was changed") from None
+                log.warning("%s; the thread keeps its policy", unsaved)
+                bind = Plan(cpus=bind.cpus, reason=bind.reason)
+        report = bind_current(bind, strict=strict, threads="current", backend=self.backend)
+        self._be, self._cpus, self._saved = be, cpus, saved
+        if unsaved is not None:
+            report = report.replace(requested=plan, warnings=(*report.warnings, unsaved))
+        return report
+
+    def __exit__(self, *exc: object) -> None:
+        be = self._be
+        if be is None:
+            return
+        self._be = None
         try:
-            be.set_affinity(0, cpus)
-            if saved is not None:
-                be.restore_mempolicy(saved)
+            be.set_affinity(0, self._cpus)
+            if self._saved is not None:
+                be.restore_mempolicy(self._saved)
         except NumabindError as e:
             log.warning("could not restore the thread's binding: %s", e)

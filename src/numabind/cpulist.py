@@ -9,8 +9,9 @@ separated by commas (``Cpus_allowed: 00000000,0000000f``).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+TYPE_CHECKING = False   # annotations only: collections.abc stays off the import path
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable
 
 from .errors import PlanError
 
@@ -29,7 +30,33 @@ __all__ = [
 #: from building a set of billions of ids.
 MAX_ID = 65535
 
-_GROUP = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+)(?:/([0-9]+))?)?)?")
+def _ascii_digits(text: str) -> bool:
+    return bool(text) and text.isascii() and text.isdigit()
+
+
+def _match_group(group: str) -> tuple[str, str | None, str | None, str | None] | None:
+    """``N``, ``N-M``, ``N-M:used`` or ``N-M:used/group`` split into its numbers (ASCII digits), else None.
+
+    Written out rather than a regular expression: ``re`` stays off the import path of ``numabind run``.
+    """
+    lo, dash, rest = group.partition("-")
+    if not _ascii_digits(lo):
+        return None
+    if not dash:
+        return lo, None, None, None
+    hi, colon, stride = rest.partition(":")
+    if not _ascii_digits(hi):
+        return None
+    if not colon:
+        return lo, hi, None, None
+    used, slash, size = stride.partition("/")
+    if not _ascii_digits(used):
+        return None
+    if not slash:
+        return lo, hi, used, None
+    if not _ascii_digits(size):
+        return None
+    return lo, hi, used, size
 
 
 def _check_id(digits: str, text: str, what: str) -> int:
@@ -65,26 +92,26 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
         return frozenset()
     out: set[int] = set()
     for group in body.split(","):
-        m = _GROUP.fullmatch(group)
+        m = _match_group(group)
         if m is None:
             raise PlanError(
                 f"{what} {text!r}: cannot parse {group!r}; expected N, N-M or N-M:used/group "
                 f"separated by commas (e.g. '0-3,8')"
             )
-        lo = _check_id(m.group(1), text, what)
-        if m.group(2) is None:
+        lo = _check_id(m[0], text, what)
+        if m[1] is None:
             out.add(lo)
             continue
-        hi = _check_id(m.group(2), text, what)
+        hi = _check_id(m[1], text, what)
         if hi < lo:
             raise PlanError(f"{what} {text!r}: range {group!r} ends before it starts")
-        if m.group(3) is None:
+        if m[2] is None:
             out.update(range(lo, hi + 1))
             continue
-        if m.group(4) is None:
-            used, size = 1, _check_id(m.group(3), text, what)
+        if m[3] is None:
+            used, size = 1, _check_id(m[2], text, what)
         else:
-            used, size = _check_id(m.group(3), text, what), _check_id(m.group(4), text, what)
+            used, size = _check_id(m[2], text, what), _check_id(m[3], text, what)
         if size == 0 or used == 0 or used > size:
             raise PlanError(
                 f"{what} {text!r}: in {group!r} the group size must be > 0 and "
@@ -122,7 +149,12 @@ def format_cpulist(ids: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-_MASK = re.compile(r"[0-9a-fA-F]{1,8}(?:,[0-9a-fA-F]{1,8})*")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _is_mask(body: str) -> bool:
+    """Comma-separated groups of 1-8 hex digits (the kernel's mask text)."""
+    return all(0 < len(word) <= 8 and all(c in _HEX for c in word) for word in body.split(","))
 
 
 def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
@@ -141,7 +173,7 @@ def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
     body = text.strip()
     if not body:
         return frozenset()
-    if _MASK.fullmatch(body) is None:
+    if not _is_mask(body):
         bad = next((w for w in body.split(",") if not (0 < len(w) <= 8 and w.isascii()
                     and all(c in "0123456789abcdefABCDEF" for c in w))), body)
         shown = text if len(text) <= 200 else text[:200] + "..."

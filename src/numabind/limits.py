@@ -9,9 +9,9 @@ use them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
-from ._util import Value
+from ._value import Value
 from .cpulist import format_cpulist
 
 if TYPE_CHECKING:  # pragma: no cover

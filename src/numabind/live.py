@@ -11,13 +11,15 @@ the kernel applied.
 from __future__ import annotations
 
 import os
-from typing import Any
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
-from ._util import Value
+from ._value import Value
 from .cpulist import parse_cpulist
 from .limits import Limits
 
-__all__ = ["NodePages", "cpu_mask_bits", "gettid", "limits", "mems_allowed", "node_mask_bits", "node_pages",
+__all__ = ["LiveMachine", "LiveNode", "NodePages", "cpu_mask_bits", "gettid", "limits", "machine", "mems_allowed", "node_mask_bits", "node_pages",
            "start_time", "thread_ids", "thread_name"]
 
 _reader: Any = None
@@ -114,9 +116,10 @@ def limits() -> Limits:
 
 # ----------------------------------------------------------------------------- threads
 def gettid() -> int:
-    import threading
+    """The calling thread's kernel thread id (``threading.get_native_id``)."""
+    import _thread
 
-    return threading.get_native_id()
+    return _thread.get_native_id()
 
 
 _native_module: list[Any] = []
@@ -244,3 +247,60 @@ def node_pages(pid: int | str = "self") -> NodePages | None:
     if text is None or len(text) > NUMA_MAPS_MAX:
         return None
     return parse_numa_maps(text)
+
+
+# ----------------------------------------------------------------------------- the machine, minimally
+class LiveNode(Value):
+    """A node as :meth:`Plan.from_numactl_args` needs it: its online CPUs, and whether it has memory."""
+
+    __slots__ = ("id", "cpus", "has_memory")
+    id: int
+    cpus: frozenset[int]
+    has_memory: bool
+
+    def __init__(self, id: int, cpus: frozenset[int], has_memory: bool) -> None:  # noqa: A002
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "cpus", frozenset(cpus))
+        object.__setattr__(self, "has_memory", has_memory)
+
+
+class LiveMachine(Value):
+    """The few facts of the live machine that numactl-style options need (``numabind run``):
+    what :meth:`Plan.from_numactl_args` and :meth:`Plan.validate` read from a Topology, read in a
+    handful of files instead of a whole discovery. ``allowed_cpus`` is the process's affinity
+    (always inside its cpuset) among the online CPUs, ``allowed_nodes`` its ``Mems_allowed``."""
+
+    __slots__ = ("nodes", "online_cpus", "allowed_cpus", "allowed_nodes", "allowed_source")
+    nodes: dict[int, LiveNode]
+    online_cpus: frozenset[int]
+    allowed_cpus: frozenset[int]
+    allowed_nodes: frozenset[int]
+    allowed_source: str
+
+    def __init__(self, nodes: dict[int, LiveNode], online_cpus: frozenset[int], allowed_cpus: frozenset[int],
+                 allowed_nodes: frozenset[int], allowed_source: str) -> None:
+        for k, v in (("nodes", dict(nodes)), ("online_cpus", frozenset(online_cpus)),
+                     ("allowed_cpus", frozenset(allowed_cpus)), ("allowed_nodes", frozenset(allowed_nodes)),
+                     ("allowed_source", allowed_source)):
+            object.__setattr__(self, k, v)
+
+    def __hash__(self) -> int:
+        return hash((self.online_cpus, self.allowed_cpus, self.allowed_nodes))
+
+
+def machine() -> LiveMachine:
+    """The live machine's nodes (CPUs, memory), online CPUs, and what this process may use."""
+    online = _ids("sys/devices/system/cpu/online") or frozenset(os.sched_getaffinity(0))
+    node_ids = _ids("sys/devices/system/node/online")
+    nodes: dict[int, LiveNode] = {}
+    if node_ids is None:     # a kernel without NUMA: one node 0 with every CPU and the memory
+        nodes[0] = LiveNode(0, online, True)
+    else:
+        memory = _ids("sys/devices/system/node/has_memory")
+        for n in sorted(node_ids):
+            cpus = _ids(f"sys/devices/system/node/node{n}/cpulist") or frozenset()
+            nodes[n] = LiveNode(n, cpus & online, n in memory if memory is not None else True)
+    mems = mems_allowed()
+    allowed_nodes = frozenset(nodes) if mems is None else mems & frozenset(nodes)
+    return LiveMachine(nodes=nodes, online_cpus=online, allowed_cpus=frozenset(os.sched_getaffinity(0)) & online,
+                       allowed_nodes=allowed_nodes, allowed_source="the process's affinity and Mems_allowed")

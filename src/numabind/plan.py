@@ -6,15 +6,16 @@ machine take a :class:`~numabind.topology.Topology` argument.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
-from ._util import Value
+from ._value import Value
 from .cpulist import MAX_ID, format_cpulist, parse_cpulist
 from .errors import PlanError
 from .limits import Limits, narrow_cpus, narrow_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+    from typing import Any
     from .topology import Topology
 
 __all__ = ["MEM_POLICIES", "NODE_POLICIES", "Plan", "check_plan"]

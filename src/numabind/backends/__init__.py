@@ -8,8 +8,8 @@ backend that cannot load is an error, never a silent substitute.
 
 from __future__ import annotations
 
+import _thread
 import os
-import threading
 
 from .. import _log
 from ..errors import NumabindError
@@ -21,7 +21,7 @@ __all__ = ["Backend", "BACKEND_NAMES", "get_backend", "backend_info", "lock_for_
 log = _log.getLogger(__name__)
 
 BACKEND_NAMES = ("libnuma", "syscall", "numactl", "none")
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()   # _thread: threading stays off the import path of numabind run
 _instances: dict[str, Backend] = {}
 _failures: dict[str, str] = {}
 _chosen: dict[str | None, tuple[Backend, str]] = {}   # get_backend's answers, until reset_backends

@@ -9,8 +9,10 @@ and kept per id set, so binding the same plan again allocates nothing.
 from __future__ import annotations
 
 import errno as _errno
-from collections.abc import Sequence
-from typing import Any
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+    from typing import Any
 
 from .. import live
 from ..cpulist import ids_to_words, words_to_ids

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import errno
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
-from .._util import Value
+from .._value import Value
 from ..cpulist import format_cpulist, words_to_ids
 from ..errors import BindError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+    from typing import Any
     from ..plan import Plan
 
 __all__ = [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 
 from ..errors import NumabindError
 from ._native import NativeBackend
@@ -14,7 +13,16 @@ __all__ = ["LibnumaBackend", "LIBNUMA_SONAME"]
 #: simulate a machine without libnuma). Only a bare library file name is
 #: accepted: a path would let the environment choose code to load.
 LIBNUMA_SONAME = "libnuma.so.1"
-_SONAME = re.compile(r"lib[A-Za-z0-9_+-]+\.so(\.[0-9]+)*")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+-")
+
+
+def _bare_soname(name: str) -> bool:
+    """``lib<name>.so`` with optional ``.<digits>`` version parts, nothing else (no path, no space)."""
+    stem, dot_so, version = name.partition(".so")
+    if not (dot_so and stem.startswith("lib") and len(stem) > 3 and all(c in _NAME_CHARS for c in stem[3:])):
+        return False
+    return version == "" or (version.startswith(".") and all(p.isascii() and p.isdigit()
+                                                             for p in version[1:].split(".")))
 
 
 class LibnumaBackend(NativeBackend):
@@ -24,7 +32,7 @@ class LibnumaBackend(NativeBackend):
     def __init__(self) -> None:
         super().__init__()
         soname = os.environ.get("_NUMABIND_LIBNUMA", LIBNUMA_SONAME)
-        if not _SONAME.fullmatch(soname):
+        if not _bare_soname(soname):
             raise NumabindError(
                 f"_NUMABIND_LIBNUMA={soname[:100]!r} is not a bare shared-library name like "
                 f"'libnuma.so.1'; refusing to load it (unset the variable)"

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 from .. import backends as _backends
 from .._env import Strictness
-from .._util import Value
+from .._value import Value
 from ..bind import bind_current, strict_default, strict_label
 from ..errors import NumabindError, PlanError
 from ..plan import Plan, check_plan

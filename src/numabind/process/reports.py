@@ -11,7 +11,7 @@ import time
 import weakref
 
 from .. import _log
-from .._util import Value
+from .._value import Value
 from ..bind import BindReport
 from ..errors import BirthBindError, NumabindError, PlanError
 from ..plan import Plan

@@ -1,6 +1,7 @@
-"""Command line: ``numabind`` (also ``python -m numabind``).
+"""The full command line (argparse): every subcommand, ``--help``, and ``run`` with GPU plans.
 
-The library never prints; this module does.
+``numabind.cli.main`` sends plain ``numabind run`` option lists to the fast path in
+:mod:`numabind.cli.run` and everything else here. The library never prints; this module does.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ import os
 import signal
 import sys
 
-from .backends import backend_info, get_backend
-from .cpulist import format_cpulist
-from .errors import NumabindError
-from .plan import Plan
+from ..backends import backend_info, get_backend
+from ..cpulist import format_cpulist
+from ..errors import NumabindError
+from ..plan import Plan
 
 __all__ = ["main"]
 
-MODES = ("node", "socket", "exclusive", "core-complex", "pct")
-POLICIES = ("bind", "preferred", "preferred-many", "interleave")
+from ..backends import BACKEND_NAMES
+from ..plan import NODE_POLICIES as POLICIES
+from ..strategies import MODES
 
 
 def _size(nbytes: int) -> str:
@@ -62,7 +64,7 @@ def _gpu_text(topo) -> str:
 
 
 def _plan_rows(topo, mode: str, policy: str, gpus=None):
-    from .strategies import plan_table
+    from ..strategies import plan_table
 
     return plan_table(topo, mode=mode, policy=policy, gpus=gpus)
 
@@ -92,8 +94,8 @@ def _plans_text(topo, mode: str = "node", policy: str = "bind", gpus=None, plan_
 
 
 def cmd_main(args) -> int:
-    from .bind import current_binding
-    from .topology import discover
+    from ..bind import current_binding
+    from ..topology import discover
 
     topo = discover(args.root)
     print("== topology ==")
@@ -123,7 +125,7 @@ def cmd_main(args) -> int:
 
 
 def cmd_hardware(args) -> int:
-    from .topology import discover
+    from ..topology import discover
 
     topo = discover(args.root)
     ids = sorted(topo.nodes)
@@ -140,7 +142,7 @@ def cmd_hardware(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from .bind import current_binding
+    from ..bind import current_binding
 
     if args.root is not None and os.path.realpath(args.root) != "/":
         raise NumabindError(f"numabind show reads this process's binding from the kernel; --root {args.root!r} "
@@ -150,7 +152,7 @@ def cmd_show(args) -> int:
 
 
 def cmd_topology(args) -> int:
-    from .topology import discover
+    from ..topology import discover
 
     topo = discover(args.root)
     if args.json:
@@ -163,7 +165,7 @@ def cmd_topology(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from .topology import discover
+    from ..topology import discover
 
     if getattr(args, "gpu_from_rank", False):
         return _cmd_plan_rank(args)
@@ -179,8 +181,8 @@ def cmd_plan(args) -> int:
 
 def _place_rank(args, within=None):
     """--gpu-from-rank: this process's local rank planned on the discovery root (numabind.rank)."""
-    from .rank import place_rank
-    from .topology import discover
+    from ..rank import place_rank
+    from ..topology import discover
 
     return place_rank(args.mode or "node", args.policy or "bind", discover(args.root), within=within,
                       strict=getattr(args, "strict", None), migrate=bool(getattr(args, "migrate", False)))
@@ -200,7 +202,7 @@ def _cmd_plan_rank(args) -> int:
 
 def _rank_run_plan(args) -> Plan:
     """``numabind run --gpu-from-rank``: never wider than the affinity the launcher gave this process."""
-    from .bind import current_binding
+    from ..bind import current_binding
 
     placed = _place_rank(args, within=current_binding(args.backend).cpus)
     if args.verbose:
@@ -262,19 +264,18 @@ def _live_root(args) -> None:
 
 
 def _run_plan(args) -> Plan:
-    from .topology import discover
+    from ..topology import discover
 
     if getattr(args, "gpu_from_rank", False):
         return _rank_run_plan(args)
     topo = discover("/")
     if args.gpu is not None:
-        from .strategies import plan_for_gpu
+        from ..strategies import plan_for_gpu
 
         policy = args.policy or "bind"
         plan = plan_for_gpu(args.gpu, mode=args.mode or "node", topology=topo, policy=policy)
         if args.migrate:
-            plan = Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, migrate=True,
-                        reason=plan.reason)
+            plan = plan.replace(migrate=True)
         return plan.validate(topo)
     argv: list[str] = []
     for flag in ("physcpubind", "cpunodebind", "membind", "preferred", "preferred_many", "interleave"):
@@ -302,7 +303,7 @@ def cmd_run(args) -> int:
     if prefix is not None:
         logging.getLogger("numabind").info("starting %s through %s (%s)", command[0], be.name, why)
         os.execv(prefix[0], prefix + command)
-    from .bind import bind_current
+    from ..bind import bind_current
 
     report = bind_current(plan, strict=args.strict, backend=args.backend)
     if args.verbose:
@@ -369,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory policy of --gpu (default bind)")
     r.add_argument("--migrate", action="store_true", help="also move pages already allocated (no effect at exec)")
     r.add_argument("--strict", action="store_true", default=None, help="fail instead of degrading")
-    r.add_argument("--backend", choices=("libnuma", "syscall", "numactl", "none"), action=_Once)
+    r.add_argument("--backend", choices=BACKEND_NAMES, action=_Once)
     r.add_argument("command", nargs=argparse.REMAINDER)
     return p
 
