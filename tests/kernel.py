@@ -302,9 +302,16 @@ ONLINE_NODES = ids_of(open("/sys/devices/system/node/online").read())
 MISSING_NODE = max(ids_of(open("/sys/devices/system/node/possible").read())) + 1
 
 
+#: GPU-visibility variables of the test runner's own environment, which a child must not inherit.
+GPU_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+           "ZE_AFFINITY_MASK", "NUMABIND_GPU_VENDOR")
+
+
 def child_env(**extra: str) -> dict:
-    """The environment of a child that imports numabind from this checkout, without numabind settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMABIND_", "_NUMABIND_"))}
+    """The environment of a child that imports numabind from this checkout: without numabind's settings
+    or the runner's GPU visibility (the one helper for it; ``extra`` is added)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NUMABIND_", "_NUMABIND_")) and k not in GPU_ENV}
     env["PYTHONPATH"] = ROOT
     env.update(extra)
     return env

@@ -21,21 +21,10 @@ from numabind.cli import main
 from numabind.strategies import plan_table
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import two_sockets
-from tests.test_backends import BLOCK_NATIVE
-from tests.test_bind import ROOT, numactl_show, restore_process  # noqa: F401  (autouse: state put back)
+from tests.kernel import BLOCK_NATIVE, GPU_ENV, child_env  # noqa: F401
+from tests.kernel import ROOT, numactl_show, restore_process  # noqa: F401  (autouse: state put back)
 
 kernel = pytest.mark.kernel
-
-GPU_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-           "ZE_AFFINITY_MASK", "NUMABIND_GPU_VENDOR")
-
-
-def child_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NUMABIND_", "_NUMABIND_")) and k not in GPU_ENV}
-    env["PYTHONPATH"] = ROOT
-    env.update(extra)
-    return env
 
 
 def numabind_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

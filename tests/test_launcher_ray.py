@@ -24,7 +24,7 @@ import pytest
 from numabind.errors import PlanError
 from numabind.integrations import ray as numa_ray
 from tests.launchers import host_gpu_machine, usable_cpus
-from tests.test_bind import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
+from tests.kernel import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
 
 kernel = pytest.mark.kernel
 pytestmark = pytest.mark.skipif(len(usable_cpus()) < 2, reason="a two-node fake machine needs two usable CPUs")

@@ -17,7 +17,7 @@ import pytest
 from numabind.cpulist import format_cpulist
 from tests import slurm as slurm_fixture
 from tests.launchers import host_gpu_machine, json_documents, json_lines, numabind_command, report_command, usable_cpus
-from tests.test_bind import ROOT
+from tests.kernel import ROOT
 
 kernel = pytest.mark.kernel
 pytestmark = pytest.mark.skipif(len(usable_cpus()) < 2, reason="a two-node fake machine needs two usable CPUs")

@@ -28,7 +28,7 @@ from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import FakeMachine, snc
 from tests.launchers import (host_gpu_machine, json_documents, json_lines, numabind_command, report_command,
                              usable_cpus)
-from tests.test_bind import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
+from tests.kernel import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
 
 # torch is only ever imported by the children (torchrun, tests/torch_numa.py): never into the test process
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 import numabind
-from tests.test_backends import BLOCK_NATIVE
+from tests.kernel import BLOCK_NATIVE
 
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = numabind.__version__

@@ -28,7 +28,7 @@ from numabind.topology import discover_from
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import FakeMachine, snc
 from tests.launchers import host_gpu_machine, json_lines, numabind_command, report_command
-from tests.test_bind import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
+from tests.kernel import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
 
 kernel = pytest.mark.kernel
 

@@ -7,14 +7,14 @@ affinity and memory policy, read through :mod:`numabind.bind`.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
+from . import _log
 from .strategies import auto_gate
 
 __all__ = ["auto_plan_available"]
 
-log = logging.getLogger(__name__)
+log = _log.getLogger(__name__)
 
 
 def _live_binding():
@@ -48,10 +48,9 @@ def auto_plan_available(topology=None, *, affinity: Iterable[int] | None = None,
     for a dump, to the dump's allowed CPUs and ``default``.
     """
     try:
-        if topology is None:
-            from . import topology as topology_module
+        from .strategies import topology_or_discover
 
-            topology = topology_module.discover()
+        topology = topology_or_discover(topology)
     except Exception as exc:
         ok, why = False, f"topology discovery failed: {exc}"
     else:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
-from .plan import Plan
+from .plan import NODE_POLICIES, Plan
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ __all__ = [
 
 MODES = ("node", "socket", "exclusive", "core-complex", "pct")
 #: Memory policies a strategy can produce; None leaves the policy alone.
-POLICIES = ("bind", "preferred", "preferred-many", "interleave", None)
+POLICIES = (*NODE_POLICIES, None)
 _UNKNOWN_DISTANCE = 255
 
 
@@ -75,12 +75,16 @@ PCT_SKUS = {
 }
 
 
-def _topology(topology):
+def topology_or_discover(topology):
+    """``topology``, or the discovered live machine when it is None (the one place that does this)."""
     if topology is None:
         from .topology import discover
 
         topology = discover()
     return topology
+
+
+_topology = topology_or_discover
 
 
 def _fmt(ids) -> str:
@@ -409,8 +413,8 @@ def _check_identity(p: _Placement, nodes, strict: bool | None, reasons: list[str
     if strict is None:
         from ._env import strict_from_env
 
-        strict = strict_from_env()
-    if strict:
+        strict = strict_from_env() is True    # NUMABIND_STRICT=partial degrades: plans with the note
+    if strict is True:
         raise PlanError(f"{label}: which board this index is, is uncertain: {note}; strict mode "
                         f"(NUMABIND_STRICT) does not plan on a guess")
     reasons.append(f"{label}: identity uncertain ({note})")

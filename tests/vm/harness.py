@@ -96,6 +96,7 @@ class TopologySpec:
     nodes: tuple[NodeSpec, ...]
     distances: tuple[tuple[int, int, int], ...] = ()
     sockets: int = 1                 # CPUs are split evenly into this many packages
+    timeout_s: float = 600           # a whole guest run, unless $NUMABIND_VM_TIMEOUT says otherwise
 
     @property
     def ncpus(self) -> int:
@@ -178,6 +179,14 @@ TOPOLOGIES: Mapping[str, TopologySpec] = {
             nodes=(NodeSpec((0, 1), 384), NodeSpec((2,), 384), NodeSpec((3,), 384)),
             distances=_all_pairs([[10, 16, 32], [26, 10, 21], [32, 21, 10]]),
             sockets=4,
+        ),
+        TopologySpec(   # the host test suite itself runs here (tests/vm/test_vm_suite.py)
+            name="suite",
+            description="like asym (3 nodes: CPUs 0-1, 2, 3), 512 MiB each, for the suite's kernel tests",
+            nodes=(NodeSpec((0, 1), 512), NodeSpec((2,), 512), NodeSpec((3,), 512)),
+            distances=_all_pairs([[10, 16, 32], [26, 10, 21], [32, 21, 10]]),
+            sockets=4,
+            timeout_s=2400,
         ),
     )
 }
@@ -689,7 +698,7 @@ def run_guest(topology_name: str, script: str, *, run_dir: Path | None = None, a
         raise HarnessError("the VM is not ready: " + "; ".join(problems()) +
                            " (run: python3 -m tests.vm.harness prepare)")
     boot_timeout = boot_timeout if boot_timeout is not None else _env_float("NUMABIND_VM_BOOT_TIMEOUT", 120)
-    timeout = timeout if timeout is not None else _env_float("NUMABIND_VM_TIMEOUT", 600)
+    timeout = timeout if timeout is not None else _env_float("NUMABIND_VM_TIMEOUT", spec.timeout_s)
     run_dir = run_dir or new_run_dir(topology_name)
     (run_dir / "run.sh").write_text(script)
     (run_dir / "binds").write_text("".join(f"{p}\n" for p in paths_to_bind()))

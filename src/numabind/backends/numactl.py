@@ -17,7 +17,7 @@ import subprocess
 
 from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import BindError, NumabindError
-from .base import Backend, MemPolicyState
+from .base import MPOL_MODES, Backend, MemPolicyState
 
 __all__ = ["AffinityOnlyBackend", "NumactlBackend", "WRAPPER"]
 
@@ -119,8 +119,7 @@ def parse_numactl_show(text: str) -> tuple[str, frozenset[int]]:
         if sep:
             fields.setdefault(key.strip(), value.strip())
     policy = fields.get("policy", "")
-    if policy not in ("default", "local", "bind", "interleave", "preferred", "preferred-many",
-                      "weighted-interleave"):
+    if policy not in MPOL_MODES:
         raise BindError(errno.EIO, "get_mempolicy", f"unexpected numactl --show policy {policy!r}")
 
     def ids(key: str) -> frozenset[int]:

@@ -1,0 +1,45 @@
+"""The host's own kernel tests, run inside a guest with 4 CPUs and 3 nodes (topology "suite").
+
+Every test in tests/ derives the CPUs and nodes it uses at run time (tests/kernel.py); this proves
+it on a machine that is not a 2-CPU one-node box: CPUs 0-3 over nodes 0 (0-1), 1 (2) and 2 (3),
+an asymmetric SLIT, and migrations that really move pages between nodes.
+
+Under software emulation every interpreter start costs about a second, so CI runs the tests that
+touch the kernel's binding calls (``SUBSET``). ``NUMABIND_VM_SUITE`` names other paths (``tests``
+for the whole suite, which takes far longer: run it by hand, see tests/vm/README.md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.vm import plugin
+
+SUBSET = ("tests/test_bind.py", "tests/test_backends.py", "tests/test_native.py", "tests/test_plan.py",
+          "tests/test_process.py::test_child_is_bound_at_birth",
+          "tests/test_process.py::test_32_threads_started_before_binding_all_end_on_the_plan",
+          "tests/test_process.py::test_migrate_counts_pages_through_numa_maps",
+          "tests/test_process.py::test_wrap_command_is_shell_less_and_binds_before_exec")
+
+
+@pytest.mark.numa_vm(topology="suite")
+def test_the_kernel_tests_pass_on_4_cpus_and_3_nodes(vm_topology):
+    with open("/sys/devices/system/node/online") as f:
+        nodes = f.read().strip()
+    assert nodes == "0-2" and os.cpu_count() == 4, (nodes, os.cpu_count())
+    paths = os.environ.get("NUMABIND_VM_SUITE", "").split() or list(SUBSET)
+    env = {k: v for k, v in os.environ.items() if k not in (plugin.RESULTS_ENV,)}
+    env.pop("NUMABIND_REQUIRE_VM", None)
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no", "-o", "addopts=",
+            "-m", "not numa_vm and not packaging", *paths]
+    start = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=2100)
+    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+    print(f"suite in the guest ({' '.join(paths)}): exit {proc.returncode} in {time.monotonic() - start:.0f} s")
+    print(tail)
+    assert proc.returncode == 0, tail
