@@ -2,8 +2,8 @@
 
 Both families are checked: ``nb_sys_*`` (raw ``syscall()``) and ``nb_numa_*``
 (the same calls through the dlopen'd libnuma.so.1). The host has one NUMA node
-(0) and CPUs 0-1, so node 1 does not exist. Every test touches the kernel and
-puts back what it changed (memory policy, affinity of the threads it made).
+MEM_NODE, CPU_A/CPU_B and the missing ids come from tests/kernel.py (derived at run time). Every test
+touches the kernel and puts back what it changed (memory policy, affinity of the threads it made).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from numabind import _native
-from tests.kernel import CPU_A, CPU_B, MEM_NODE, NO_SUCH_TID, Parked, run_python
+from tests.kernel import CPU_A, CPU_B, MEM_NODE, MISSING_NODE, NO_SUCH_TID, OUTSIDE_CPU, Parked, run_python
 
 pytestmark = pytest.mark.kernel
 
@@ -27,6 +27,9 @@ MPOL_F_NODE, MPOL_F_ADDR = 1, 2
 MPOL_MF_MOVE = 2
 PAGE = mmap.PAGESIZE
 MAXNODE = 65          # one 64-bit word of nodes (the kernel reads maxnode - 1 bits)
+N = MEM_NODE
+MISSING = MISSING_NODE if MISSING_NODE < 64 else 63      # a node this machine lacks, in one mask word
+OUTSIDE = OUTSIDE_CPU if OUTSIDE_CPU < 64 else 63
 
 
 def fn(prefix: str, name: str):
@@ -69,9 +72,11 @@ def libnuma_loaded_and_policy_restored():
 
 @pytest.fixture
 def region():
-    """Two anonymous pages: the first touched (so it has a node), the second never touched."""
+    """Two anonymous pages: the first touched under a bind to MEM_NODE (so it is there), the second never."""
     mm = mmap.mmap(-1, 2 * PAGE)
+    assert lib.nb_sys_set_mempolicy(MPOL_BIND, nodemask(N), MAXNODE) == 0
     mm[0:1] = b"x"
+    assert lib.nb_sys_set_mempolicy(MPOL_DEFAULT, ffi.NULL, 0) == 0
     buf = ffi.from_buffer(mm)
     addr = int(ffi.cast("uintptr_t", buf))
     try:
@@ -100,18 +105,18 @@ def test_gettid_is_the_native_thread_id():
 @pytest.mark.parametrize("prefix", PREFIXES)
 @pytest.mark.parametrize("mode", (MPOL_BIND, MPOL_PREFERRED, MPOL_INTERLEAVE))
 def test_set_and_get_mempolicy_raw(prefix, mode):
-    assert fn(prefix, "set_mempolicy")(mode, nodemask(0), MAXNODE) == 0
-    assert get_policy(prefix) == (mode, {0})
-    assert get_policy("sys" if prefix == "numa" else "numa") == (mode, {0})
+    assert fn(prefix, "set_mempolicy")(mode, nodemask(N), MAXNODE) == 0
+    assert get_policy(prefix) == (mode, {N})
+    assert get_policy("sys" if prefix == "numa" else "numa") == (mode, {N})
     assert fn(prefix, "set_mempolicy")(MPOL_DEFAULT, ffi.NULL, 0) == 0
     assert get_policy(prefix) == (MPOL_DEFAULT, set())
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
 def test_set_mempolicy_on_a_missing_node_is_minus_einval(prefix):
-    assert fn(prefix, "set_mempolicy")(MPOL_INTERLEAVE, nodemask(0), MAXNODE) == 0
-    assert fn(prefix, "set_mempolicy")(MPOL_BIND, nodemask(1), MAXNODE) == -errno.EINVAL
-    assert get_policy(prefix) == (MPOL_INTERLEAVE, {0})     # unchanged by the refused call
+    assert fn(prefix, "set_mempolicy")(MPOL_INTERLEAVE, nodemask(N), MAXNODE) == 0
+    assert fn(prefix, "set_mempolicy")(MPOL_BIND, nodemask(MISSING), MAXNODE) == -errno.EINVAL
+    assert get_policy(prefix) == (MPOL_INTERLEAVE, {N})     # unchanged by the refused call
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
@@ -131,47 +136,48 @@ def test_get_mempolicy_node_of_a_touched_page(prefix, region):
     mode = ffi.new("int *", -1)
     rc = fn(prefix, "get_mempolicy")(mode, ffi.NULL, 0, ffi.cast("void *", region), MPOL_F_NODE | MPOL_F_ADDR)
     assert rc == 0
-    assert mode[0] == 0
+    assert mode[0] == N
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
 def test_mbind_a_range_and_read_it_back(prefix, region):
     addr = ffi.cast("void *", region)
-    assert fn(prefix, "mbind")(addr, 2 * PAGE, MPOL_BIND, nodemask(0), MAXNODE, 0) == 0
+    assert fn(prefix, "mbind")(addr, 2 * PAGE, MPOL_BIND, nodemask(N), MAXNODE, 0) == 0
     mode = ffi.new("int *")
     mask = ffi.new("unsigned long[]", 1)
     assert fn(prefix, "get_mempolicy")(mode, mask, MAXNODE, addr, MPOL_F_ADDR) == 0
-    assert (mode[0], bits(mask)) == (MPOL_BIND, {0})
+    assert (mode[0], bits(mask)) == (MPOL_BIND, {N})
     assert get_policy(prefix)[0] == MPOL_DEFAULT   # the thread's policy is untouched
-    assert fn(prefix, "mbind")(addr, 2 * PAGE, MPOL_BIND, nodemask(1), MAXNODE, 0) == -errno.EINVAL
+    assert fn(prefix, "mbind")(addr, 2 * PAGE, MPOL_BIND, nodemask(MISSING), MAXNODE, 0) == -errno.EINVAL
 
 
 # --------------------------------------------------------------------------- page placement
 @pytest.mark.parametrize("prefix", PREFIXES)
-def test_move_pages_query_touched_page_is_on_node_0(prefix, region):
+def test_move_pages_query_touched_page_is_on_its_node(prefix, region):
     pages = ffi.new("void *[]", [ffi.cast("void *", region), ffi.cast("void *", region + PAGE)])
     status = ffi.new("int[]", [99, 99])
     assert fn(prefix, "move_pages")(0, 2, pages, ffi.NULL, status, 0) == 0
-    assert list(status) == [0, -errno.ENOENT]     # the untouched page has no node yet
+    assert list(status) == [N, -errno.ENOENT]     # the untouched page has no node yet
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
-def test_move_pages_to_node_0_and_to_a_missing_node(prefix, region):
+def test_move_pages_to_its_node_and_to_a_missing_node(prefix, region):
     pages = ffi.new("void *[]", [ffi.cast("void *", region)])
     status = ffi.new("int[]", [99])
-    assert fn(prefix, "move_pages")(0, 1, pages, ffi.new("int[]", [0]), status, MPOL_MF_MOVE) == 0
-    assert list(status) == [0]
-    assert fn(prefix, "move_pages")(0, 1, pages, ffi.new("int[]", [1]), status, MPOL_MF_MOVE) == -errno.ENODEV
+    assert fn(prefix, "move_pages")(0, 1, pages, ffi.new("int[]", [N]), status, MPOL_MF_MOVE) == 0
+    assert list(status) == [N]
+    assert fn(prefix, "move_pages")(0, 1, pages, ffi.new("int[]", [MISSING]), status, MPOL_MF_MOVE) == -errno.ENODEV
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
 def test_migrate_pages(prefix):
     migrate = fn(prefix, "migrate_pages")
-    assert migrate(0, MAXNODE, nodemask(0), nodemask(0)) >= 0
-    assert migrate(os.getpid(), MAXNODE, nodemask(0), nodemask(0)) >= 0
+    # a node onto itself: nothing to move, nothing left unmoved
+    assert migrate(0, MAXNODE, nodemask(MEM_NODE), nodemask(MEM_NODE)) == 0
+    assert migrate(os.getpid(), MAXNODE, nodemask(MEM_NODE), nodemask(MEM_NODE)) == 0
     # node 1 does not exist: EINVAL as root; without CAP_SYS_NICE the cpuset check answers EPERM first
-    assert migrate(0, MAXNODE, nodemask(0), nodemask(1)) in (-errno.EINVAL, -errno.EPERM)
-    assert migrate(NO_SUCH_TID, MAXNODE, nodemask(0), nodemask(0)) == -errno.ESRCH
+    assert migrate(0, MAXNODE, nodemask(N), nodemask(MISSING)) in (-errno.EINVAL, -errno.EPERM)
+    assert migrate(NO_SUCH_TID, MAXNODE, nodemask(N), nodemask(N)) == -errno.ESRCH
 
 
 # --------------------------------------------------------------------------- affinity
@@ -192,12 +198,12 @@ def test_sched_affinity_of_another_thread(prefix):
         mask = ffi.new("unsigned long[]", 1)
         assert getaff(tid, size, mask) >= 0
         assert bits(mask) == before
-        assert setaff(tid, size, cpumask(1)) == 0
-        assert os.sched_getaffinity(tid) == {1}
+        assert setaff(tid, size, cpumask(CPU_B)) == 0
+        assert os.sched_getaffinity(tid) == {CPU_B}
         assert os.sched_getaffinity(0) == before       # only that thread changed
         assert getaff(tid, size, mask) >= 0
-        assert bits(mask) == {1}
-    assert parked.seen == {tid: frozenset({1})}
+        assert bits(mask) == {CPU_B}
+    assert parked.seen == {tid: frozenset({CPU_B})}
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
@@ -206,7 +212,7 @@ def test_sched_affinity_errors_are_negative_errno(prefix):
     size = 8 if prefix == "sys" else 64
     mask = ffi.new("unsigned long[]", 1)
     before = os.sched_getaffinity(0)
-    assert setaff(0, size, cpumask(63)) == -errno.EINVAL      # no such CPU
+    assert setaff(0, size, cpumask(OUTSIDE)) == -errno.EINVAL      # no such CPU
     assert os.sched_getaffinity(0) == before
     assert getaff(NO_SUCH_TID, size, mask) == -errno.ESRCH
     assert setaff(NO_SUCH_TID, size, cpumask(0)) == -errno.ESRCH
