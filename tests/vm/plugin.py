@@ -309,7 +309,10 @@ class VmHost:
                 cwd=self.config.rootpath,
                 env={GUEST_ENV: topology, RESULTS_ENV: f"{harness.GUEST_SHARE}/{RESULTS_FILE}",
                      # Entry-point plugins (hypothesis's alone costs ~12 s under emulation) stay out.
-                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                     # what tests/vm/test_vm_suite.py runs in the guest, when asked for other paths
+                     **({"NUMABIND_VM_SUITE": os.environ["NUMABIND_VM_SUITE"]}
+                        if os.environ.get("NUMABIND_VM_SUITE") else {})},
             )
             sess.run = harness.run_guest(topology, script, run_dir=run_dir)
             sess.results = GuestResults.parse(harness._read_text(results), self.config)
