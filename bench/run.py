@@ -265,7 +265,7 @@ def p3(quick: bool) -> list[dict]:
     plan = numabind.Plan(cpus=allowed, mem_policy="bind", mem_nodes={node})
     numactl_ok = shutil.which("numactl") is not None
     os.environ["_BENCH_MAIN_IMPORTS_NUMABIND"] = "0"
-    stats = bench_spawn.run_scenario(plan, 2 if quick else 30, numactl_ok)
+    stats = bench_spawn.run_scenario(plan, 2 if quick else 60, numactl_ok)
     med = {n: v[0] for n, v in stats.items()}
     rows = [row("P3", "spawn start-to-ready, bound at birth / unbound", med["bound"], med["unbound"])]
     if "numactl" in med:
