@@ -6,7 +6,9 @@ an asymmetric SLIT, and migrations that really move pages between nodes.
 
 Under software emulation every interpreter start costs about a second, so CI runs the tests that
 touch the kernel's binding calls (``SUBSET``). ``NUMABIND_VM_SUITE`` names other paths (``tests``
-for the whole suite, which takes far longer: run it by hand, see tests/vm/README.md).
+for the whole suite, which takes far longer: run it by hand, see tests/vm/README.md; give it
+``--basetemp=/tmp/numavm/tmp``, as the guest's own /tmp is a small tmpfs). The whole output is written
+to ``suite-output.log`` in the run's folder.
 """
 
 from __future__ import annotations
@@ -39,7 +41,13 @@ def test_the_kernel_tests_pass_on_4_cpus_and_3_nodes(vm_topology):
             "-m", "not numa_vm and not packaging", *paths]
     start = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=2100)
-    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+    out = (proc.stdout + proc.stderr).strip()
+    share = os.environ.get("_NUMABIND_VM_SHARE")
+    if share and os.path.isdir(share):    # the whole output, on the host in the run's folder
+        with open(os.path.join(share, "suite-output.log"), "w") as f:
+            f.write(out + "\n")
+    failures = [line for line in out.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    tail = "\n".join(failures[:60] + out.splitlines()[-3:])
     print(f"suite in the guest ({' '.join(paths)}): exit {proc.returncode} in {time.monotonic() - start:.0f} s")
     print(tail)
     assert proc.returncode == 0, tail
