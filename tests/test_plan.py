@@ -490,12 +490,17 @@ def plans(draw, policies=MEM_POLICIES + (None,)) -> Plan:
         nodes = draw(st.frozensets(st.integers(0, 1023), min_size=1, max_size=10))
     migrate = policy in ("bind", "preferred", "preferred-many", "interleave") and draw(st.booleans())
     reason = draw(st.text(max_size=20))
-    return Plan(cpus=cpus, mem_policy=policy, mem_nodes=nodes, migrate=migrate, reason=reason)
+    weights = None
+    if policy == "weighted-interleave" and draw(st.booleans()):
+        keys = draw(st.frozensets(st.sampled_from(sorted(nodes)), min_size=1))
+        weights = {n: draw(st.integers(1, 255)) for n in keys}
+    return Plan(cpus=cpus, mem_policy=policy, mem_nodes=nodes, migrate=migrate, reason=reason, weights=weights)
 
 
 # numactl has no flag for MPOL_DEFAULT, so "default" is not part of this round trip.
 @FAST
 @given(plans(policies=("bind", "preferred", "preferred-many", "interleave", "local", None)))
+@example(Plan(cpus={0}, mem_policy="weighted-interleave", mem_nodes={0, 2}))
 @example(Plan(cpus={0, 1}, mem_policy="bind", mem_nodes={0}))
 @example(Plan(mem_policy="local"))
 def test_numactl_args_roundtrip(plan):
@@ -698,3 +703,113 @@ def test_plan_for_gpu_with_a_malformed_cpu_list_is_a_plan_error(tmp_path):
         with pytest.raises(PlanError, match=r"cpus|CPU list") as exc:
             plan_for_gpu(0, topology=topo, cpus=cpus)
         assert "cpulist string or a set of ints" in str(exc.value) or "non-negative ints" in str(exc.value), cpus
+
+
+# ==========================================================================
+# Weighted interleave (MPOL_WEIGHTED_INTERLEAVE) and its weights
+# ==========================================================================
+def test_weighted_interleave_plan_with_weights():
+    p = Plan(cpus={0}, mem_policy="weighted-interleave", mem_nodes={0, 1}, weights={0: 3, 1: 1})
+    assert p.weights == {0: 3, 1: 1} and isinstance(p.weights, FrozenMap)
+    assert p == Plan(cpus={0}, mem_policy="weighted-interleave", mem_nodes={0, 1}, weights="0:3,1:1")
+    assert p != p.replace(weights={0: 2, 1: 1}) and p != p.replace(weights=None)
+    assert hash(p) == hash(Plan(cpus={0}, mem_policy="weighted-interleave", mem_nodes={0, 1}, weights="1:1,0:3"))
+    assert p.describe() == "cpus 0, memory weighted-interleave 0-1 (weights 0:3,1:1)"
+    assert pickle.loads(pickle.dumps(p)) == p and copy.deepcopy(p) == p
+
+
+def test_weights_may_cover_some_of_the_nodes_and_empty_means_none():
+    assert Plan(mem_policy="weighted-interleave", mem_nodes={0, 1, 2}, weights={2: 7}).weights == {2: 7}
+    assert Plan(mem_policy="weighted-interleave", mem_nodes={0, 1}, weights={}).weights is None
+    assert Plan(mem_policy="weighted-interleave", mem_nodes={0, 1}).weights is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(mem_policy="interleave", mem_nodes={0, 1}, weights={0: 3}), "weighted-interleave.*not 'interleave'"),
+        (dict(weights={0: 3}), "not None"),
+        (dict(mem_policy="weighted-interleave", mem_nodes={0, 1}, weights={2: 3}), "nodes 2 .*not in mem_nodes 0-1"),
+        (dict(mem_policy="weighted-interleave", mem_nodes={0}, weights={0: 0}), "weight 0; .* from 1 to 255"),
+        (dict(mem_policy="weighted-interleave", mem_nodes={0}, weights={0: 256}), "weight 256"),
+        (dict(mem_policy="weighted-interleave", mem_nodes={0}, weights={0: 1.5}), "weight 1.5"),
+        (dict(mem_policy="weighted-interleave", mem_nodes={0}, weights={0: True}), "weight True"),
+        (dict(mem_policy="weighted-interleave", mem_nodes={0}, weights={"0": 1}), "node '0'"),
+        (dict(mem_policy="weighted-interleave", mem_nodes={0}, weights=[3]), "mapping node -> weight"),
+        (dict(mem_policy="weighted-interleave", mem_nodes={0}, weights="0=3"), "'0=3' is not NODE:WEIGHT"),
+        (dict(mem_policy="weighted-interleave", mem_nodes={0}, weights="0:1,0:2"), "node 0 is given twice"),
+        (dict(mem_policy="weighted-interleave"), "needs at least one node"),
+    ],
+)
+def test_weights_errors_name_the_problem(kwargs, pattern):
+    with pytest.raises(PlanError, match=pattern):
+        Plan(**kwargs)
+
+
+def test_weighted_interleave_numactl_spelling_and_parsing():
+    p = Plan(cpus={1}, mem_policy="weighted-interleave", mem_nodes={0, 2})
+    assert p.to_numactl_args() == "--physcpubind=1 --weighted-interleave=0,2"
+    for args in ("-w 0,2 -C 1", "--weighted-interleave=0,2 --physcpubind=1", "-w0,2 -C1", "--weighted-interleave 0,2 -C 1"):
+        assert Plan.from_numactl_args(args) == p, args
+    with_w = Plan.from_numactl_args("-w 0,2 --weights 0:3,2:1")
+    assert with_w.weights == {0: 3, 2: 1} and with_w.mem_nodes == {0, 2}
+    assert Plan.from_numactl_args("--weighted-interleave=all", topology=TOPO).mem_nodes == TOPO.allowed_nodes
+
+
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        ("--weights 0:1", "--weights goes with --weighted-interleave"),
+        ("-i 0,1 --weights 0:1", "--weights goes with --weighted-interleave"),
+        ("-w 0,1 -i 0,1", "one memory policy"),
+        ("-w 0,1 --weights 3:1", "not in mem_nodes"),
+        ("-w 0,1 --weights 0:3 --weights 1:1", "--weights given twice"),
+        ("-w 0,1 --weights=", "empty value"),
+    ],
+)
+def test_weighted_interleave_numactl_errors(args, pattern):
+    with pytest.raises(PlanError, match=pattern):
+        Plan.from_numactl_args(args)
+
+
+def test_numactl_cannot_carry_weights():
+    p = Plan(mem_policy="weighted-interleave", mem_nodes={0, 1}, weights={0: 3})
+    with pytest.raises(PlanError, match="no option for interleave weights .*--set-weights"):
+        p.to_numactl_argv()
+    assert p.replace(weights=None).to_numactl_argv() == ["--weighted-interleave=0-1"]
+
+
+@pytest.mark.parametrize(
+    "plan, text",
+    [
+        (Plan(mem_policy="weighted-interleave", mem_nodes={0, 1}), "v1;cpus=-;mem=weighted-interleave:0-1;migrate=0"),
+        (Plan(cpus={3}, mem_policy="weighted-interleave", mem_nodes={0, 1}, weights={1: 1, 0: 3}, migrate=True),
+         "v1;cpus=3;mem=weighted-interleave:0-1;migrate=1;weights=0:3,1:1"),
+    ],
+)
+def test_weighted_text_exact(plan, text):
+    assert plan.to_text() == text
+    assert Plan.from_text(text) == plan
+
+
+@pytest.mark.parametrize("text", [
+    "v1;cpus=-;mem=bind:0;migrate=0;weights=0:3",                        # weights need the weighted policy
+    "v1;cpus=-;mem=weighted-interleave:0;migrate=0;weights=",             # empty
+    "v1;cpus=-;mem=weighted-interleave:0;migrate=0;weights=0:999",        # out of range
+    "v1;cpus=-;mem=weighted-interleave:0;migrate=0;weights=1:3",          # not one of the nodes
+    "v1;cpus=-;mem=weighted-interleave:0;migrate=0;weights=0:3;x",        # trailing junk
+    "v1;cpus=-;mem=weighted-interleave:0;weights=0:3;migrate=0",          # out of order
+])
+def test_weighted_text_rejects_bad_weights(text):
+    with pytest.raises(PlanError):
+        Plan.from_text(text)
+
+
+def test_parse_and_format_weights():
+    from numabind.plan import format_weights, parse_weights
+
+    assert parse_weights("0:3, 1:1") == {0: 3, 1: 1}
+    assert format_weights({1: 1, 0: 3}) == "0:3,1:1"
+    assert parse_weights(format_weights({5: 200, 0: 1})) == {5: 200, 0: 1}
+    with pytest.raises(PlanError, match="weights"):
+        parse_weights(None)  # type: ignore[arg-type]

@@ -314,6 +314,7 @@ def _read_plan(cpus: frozenset[int] | None, policy: str | None, nodes: frozenset
     s(plan, "mem_nodes", None if policy is None else (frozenset() if policy in ("local", "default") else nodes))
     s(plan, "migrate", False)
     s(plan, "reason", "read back from the kernel")
+    s(plan, "weights", None)
     return plan
 
 

@@ -18,10 +18,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
     from .topology import Topology
 
-__all__ = ["MEM_POLICIES", "NODE_POLICIES", "Plan", "check_plan"]
+__all__ = ["MAX_WEIGHT", "MEM_POLICIES", "MIN_WEIGHT", "NODE_POLICIES", "Plan", "check_plan", "format_weights",
+           "parse_weights"]
 
-#: Memory policies a plan may carry (``None`` means "leave as is").
-MEM_POLICIES = ("bind", "preferred", "preferred-many", "interleave", "local", "default")
+#: Memory policies a plan may carry (``None`` means "leave as is"). ``weighted-interleave`` is
+#: ``MPOL_WEIGHTED_INTERLEAVE`` (Linux 6.9 and newer).
+MEM_POLICIES = ("bind", "preferred", "preferred-many", "interleave", "weighted-interleave", "local", "default")
 #: The policies that take nodes (what a placement strategy or ``numabind plan --policy`` may choose).
 NODE_POLICIES = ("bind", "preferred", "preferred-many", "interleave")
 _NODELESS = ("local", "default")
@@ -30,7 +32,11 @@ _NUMACTL_MEM_FLAG = {
     "preferred": "--preferred",
     "preferred-many": "--preferred-many",
     "interleave": "--interleave",
+    "weighted-interleave": "--weighted-interleave",
 }
+#: The range of one node's weighted-interleave weight, as the kernel accepts it in
+#: ``/sys/kernel/mm/mempolicy/weighted_interleave/nodeN``.
+MIN_WEIGHT, MAX_WEIGHT = 1, 255
 _TEXT_VERSION = "v1"
 _TEXT_MAX = 65536
 
@@ -64,6 +70,58 @@ def _as_ids(value, what: str) -> frozenset[int] | None:
     return ids
 
 
+def parse_weights(text: str, what: str = "weights") -> dict[int, int]:
+    """``"0:3,1:1"`` (node:weight pairs) as ``{0: 3, 1: 1}``; anything else is a :class:`PlanError`."""
+    if not isinstance(text, str):
+        raise PlanError(f"{what} must be a string like '0:3,1:1', got {type(text).__name__}")
+    out: dict[int, int] = {}
+    for item in text.split(","):
+        node, colon, weight = item.strip().partition(":")
+        if not (colon and node.isascii() and node.isdigit() and weight.isascii() and weight.isdigit()):
+            raise PlanError(f"{what} {text[:200]!r}: {item.strip()!r} is not NODE:WEIGHT; write e.g. '0:3,1:1'")
+        n = int(node)
+        if n in out:
+            raise PlanError(f"{what} {text[:200]!r}: node {n} is given twice")
+        out[n] = int(weight)
+    return out
+
+
+def format_weights(weights: Any) -> str:
+    """``{0: 3, 1: 1}`` as ``"0:3,1:1"`` (sorted by node): the form :func:`parse_weights` reads."""
+    return ",".join(f"{n}:{w}" for n, w in sorted(dict(weights).items()))
+
+
+def _as_weights(value: Any, policy: str | None, nodes: frozenset[int] | None) -> Any:
+    """``value`` (a mapping node -> weight, or ``"0:3,1:1"``) checked against the plan, as a FrozenMap."""
+    if value is None:
+        return None
+    if policy != "weighted-interleave":
+        raise PlanError(f"weights are for mem_policy='weighted-interleave', not {policy!r}; drop them or change "
+                        f"the policy")
+    if isinstance(value, str):
+        value = parse_weights(value)
+    try:
+        items = dict(value).items()
+    except (TypeError, ValueError):
+        raise PlanError(f"weights must be a mapping node -> weight (or '0:3,1:1'), got "
+                        f"{type(value).__name__}: {value!r}"[:300]) from None
+    if not items:
+        return None     # no weights asked for: the system's apply
+    for n, w in items:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise PlanError(f"weights: node {n!r} is not a non-negative int")
+        if not isinstance(w, int) or isinstance(w, bool) or not MIN_WEIGHT <= w <= MAX_WEIGHT:
+            raise PlanError(f"weights: node {n} has weight {w!r}; the kernel takes whole numbers from "
+                            f"{MIN_WEIGHT} to {MAX_WEIGHT}")
+    extra = frozenset(n for n, _ in items) - (nodes or frozenset())
+    if extra:
+        raise PlanError(f"weights name nodes {format_cpulist(extra)} that are not in mem_nodes "
+                        f"{format_cpulist(nodes or ())}; weight only the nodes the policy interleaves over")
+    from ._util import FrozenMap   # typing-based: imported only for a weighted plan (start-up speed)
+
+    return FrozenMap(dict(items))
+
+
 def check_plan(value: object, what: str) -> None:
     """The one guard for "not a Plan": a :class:`PlanError` naming the function that needed one."""
     if not isinstance(value, Plan):
@@ -79,18 +137,26 @@ class Plan(Value):
     the plan came from; it does not take part in equality. Plans are frozen,
     hashable and picklable; ``plan.replace(**changes)`` (``copy.replace`` on
     Python 3.13) is a checked copy.
+
+    ``weights`` (only with ``mem_policy="weighted-interleave"``) maps some or all of
+    ``mem_nodes`` to a weight from 1 to 255 (a mapping, or ``"0:3,1:1"``): for every 3 pages
+    on node 0, 1 on node 1. The kernel keeps one weight per node for the whole system
+    (``/sys/kernel/mm/mempolicy/weighted_interleave``), so a plan's weights hold only when the
+    system's are the same; binding sets them only when asked (``set_weights=True``). ``None``:
+    the system's weights, whatever they are.
     """
 
-    __slots__ = ("cpus", "mem_policy", "mem_nodes", "migrate", "reason")
-    _compare = ("cpus", "mem_policy", "mem_nodes", "migrate")
+    __slots__ = ("cpus", "mem_policy", "mem_nodes", "migrate", "reason", "weights")
+    _compare = ("cpus", "mem_policy", "mem_nodes", "migrate", "weights")
     cpus: frozenset[int] | None
     mem_policy: str | None
     mem_nodes: frozenset[int] | None
     migrate: bool
     reason: str
+    weights: Any     # FrozenMap[int, int] | None
 
     def __init__(self, cpus: Any = None, mem_policy: str | None = None, mem_nodes: Any = None,
-                 migrate: bool = False, reason: str = "") -> None:
+                 migrate: bool = False, reason: str = "", weights: Any = None) -> None:
         cpus = _as_ids(cpus, "cpus")
         nodes = _as_ids(mem_nodes, "mem_nodes")
         policy = mem_policy
@@ -129,9 +195,10 @@ class Plan(Value):
         object.__setattr__(self, "mem_nodes", nodes)
         object.__setattr__(self, "migrate", migrate)
         object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "weights", None if weights is None else _as_weights(weights, policy, nodes))
 
     def __hash__(self) -> int:
-        return hash((self.cpus, self.mem_policy, self.mem_nodes, self.migrate))
+        return hash((self.cpus, self.mem_policy, self.mem_nodes, self.migrate, self.weights))
 
     # ------------------------------------------------------------------ checks
     def validate(self, topology: Topology | Limits) -> Plan:
@@ -154,7 +221,8 @@ class Plan(Value):
         if self.mem_policy is None:
             parts.append("memory unchanged")
         elif self.mem_nodes:
-            parts.append(f"memory {self.mem_policy} {format_cpulist(self.mem_nodes)}")
+            parts.append(f"memory {self.mem_policy} {format_cpulist(self.mem_nodes)}"
+                         + (f" (weights {format_weights(self.weights)})" if self.weights else ""))
         else:
             parts.append(f"memory {self.mem_policy}")
         if self.migrate:
@@ -168,9 +236,15 @@ class Plan(Value):
     def to_numactl_argv(self) -> list[str]:
         """numactl options that apply this plan (``migrate`` has no numactl flag).
 
-        A ``default`` memory policy raises :class:`PlanError`: numactl cannot express it.
+        A ``default`` memory policy raises :class:`PlanError`: numactl cannot express it; so do
+        ``weights`` (numactl's ``--weighted-interleave`` uses the system's weights).
         """
         argv: list[str] = []
+        if self.weights:
+            raise PlanError(
+                f"numactl has no option for interleave weights ({format_weights(self.weights)}): its "
+                f"--weighted-interleave uses the system-wide weights in /sys/kernel/mm/mempolicy/weighted_interleave; "
+                f"set them there (numabind run --set-weights, as root) and use plan.replace(weights=None)")
         if self.cpus is not None:
             argv.append(f"--physcpubind={format_cpulist(self.cpus)}")
         if self.mem_policy == "default":
@@ -195,9 +269,10 @@ class Plan(Value):
         """Build a plan from numactl options.
 
         Understands ``-C/--physcpubind``, ``-N/--cpunodebind``, ``-m/--membind``,
-        ``-p/--preferred``, ``--preferred-many``, ``-i/--interleave`` and
-        ``-l/--localalloc``, in ``--opt=V``, ``--opt V``, ``-oV`` and ``-o V``
-        forms. Values may be lists, ``all``, ``!list`` (everything allowed but
+        ``-p/--preferred``, ``--preferred-many``, ``-i/--interleave``,
+        ``-w/--weighted-interleave`` (numactl 2.0.19) and ``-l/--localalloc``, in
+        ``--opt=V``, ``--opt V``, ``-oV`` and ``-o V`` forms, and numabind's own
+        ``--weights 0:3,1:1`` with ``--weighted-interleave`` (numactl has no such option). Values may be lists, ``all``, ``!list`` (everything allowed but
         the list) or ``+list`` (relative to the allowed set, as numactl does);
         for ``--cpunodebind`` the allowed set is the nodes with at least one
         allowed CPU. Node lists for CPUs, ``all``, ``!`` and ``+`` need ``topology``.
@@ -240,7 +315,8 @@ class Plan(Value):
                 )
             cpus = frozenset(allowed)
         mem_policy = mem_nodes = None
-        mem_opts = [k for k in ("membind", "preferred", "preferred-many", "interleave", "localalloc") if k in opts]
+        mem_opts = [k for k in ("membind", "preferred", "preferred-many", "interleave", "weighted-interleave",
+                                "localalloc") if k in opts]
         if len(mem_opts) > 1:
             raise PlanError(f"numactl takes one memory policy, got {', '.join('--' + k for k in mem_opts)}")
         if mem_opts:
@@ -248,18 +324,25 @@ class Plan(Value):
             mem_policy = {"membind": "bind", "localalloc": "local"}.get(key, key)
             if key != "localalloc":
                 mem_nodes = _resolve_ids(opts[key], f"--{key}", topology, "mem-nodes")
+        weights = None
+        if "weights" in opts:
+            if mem_policy != "weighted-interleave":
+                raise PlanError("numactl args: --weights goes with --weighted-interleave (-w)")
+            weights = parse_weights(opts["weights"], "--weights")
         return cls(cpus=cpus, mem_policy=mem_policy, mem_nodes=mem_nodes, migrate=migrate,
-                   reason=f"numactl {' '.join(argv)}")
+                   reason=f"numactl {' '.join(argv)}", weights=weights)
 
     # ------------------------------------------------------------ text form
     def to_text(self) -> str:
-        """Compact text form for the environment: ``v1;cpus=0-3;mem=bind:0;migrate=0``."""
+        """Compact text form for the environment: ``v1;cpus=0-3;mem=bind:0;migrate=0``
+        (``;weights=0:3,1:1`` after it when the plan has weights)."""
         cpus = format_cpulist(self.cpus) if self.cpus is not None else "-"
         if self.mem_policy is None:
             mem = "-"
         else:
             mem = f"{self.mem_policy}:{format_cpulist(self.mem_nodes or ())}"
-        return f"{_TEXT_VERSION};cpus={cpus};mem={mem};migrate={int(self.migrate)}"
+        text = f"{_TEXT_VERSION};cpus={cpus};mem={mem};migrate={int(self.migrate)}"
+        return text + f";weights={format_weights(self.weights)}" if self.weights else text
 
     @classmethod
     def from_text(cls, text: str) -> Plan:
@@ -269,7 +352,8 @@ class Plan(Value):
         m = _text_re().fullmatch(text)
         if m is None:
             raise PlanError(
-                f"plan text {text[:200]!r} is not of the form 'v1;cpus=LIST|-;mem=POLICY:LIST|-;migrate=0|1'"
+                f"plan text {text[:200]!r} is not of the form "
+                f"'v1;cpus=LIST|-;mem=POLICY:LIST|-;migrate=0|1[;weights=NODE:WEIGHT,...]'"
             )
         cpus = None if m["cpus"] == "-" else parse_cpulist(m["cpus"], what="plan cpus")
         if m["mem"] == "-":
@@ -277,7 +361,8 @@ class Plan(Value):
         else:
             policy, _, nodelist = m["mem"].partition(":")
             nodes = parse_cpulist(nodelist, what="plan mem nodes")
-        return cls(cpus=cpus, mem_policy=policy, mem_nodes=nodes, migrate=m["migrate"] == "1")
+        weights = None if m["weights"] is None else parse_weights(m["weights"], "plan weights")
+        return cls(cpus=cpus, mem_policy=policy, mem_nodes=nodes, migrate=m["migrate"] == "1", weights=weights)
 
 
 _text_pattern: list[Any] = []
@@ -291,12 +376,12 @@ def _text_re() -> Any:
         lst = r"[0-9,:/\-]+"
         _text_pattern.append(re.compile(
             rf"v1;cpus=(?P<cpus>-|{lst});mem=(?P<mem>-|(?:{'|'.join(map(re.escape, MEM_POLICIES))}):(?:{lst})?)"
-            r";migrate=(?P<migrate>[01])"))
+            r";migrate=(?P<migrate>[01])(?:;weights=(?P<weights>[0-9]+:[0-9]+(?:,[0-9]+:[0-9]+)*))?"))
     return _text_pattern[0]
 
 _SHORT = {"C": "physcpubind", "N": "cpunodebind", "m": "membind", "p": "preferred", "i": "interleave",
-          "l": "localalloc"}
-_LONG = set(_SHORT.values()) | {"preferred-many"}
+          "w": "weighted-interleave", "l": "localalloc"}
+_LONG = set(_SHORT.values()) | {"preferred-many", "weights"}
 _FLAGS = {"localalloc"}
 
 
@@ -319,7 +404,8 @@ def _parse_numactl_argv(argv: list[str]) -> dict[str, str]:
         if name not in _LONG:
             raise PlanError(
                 f"numactl args: option {tok!r} is not supported; use --physcpubind, --cpunodebind, --membind, "
-                f"--preferred, --preferred-many, --interleave or --localalloc"
+                f"--preferred, --preferred-many, --interleave, --weighted-interleave (with numabind's --weights) "
+                f"or --localalloc"
             )
         if name in opts:
             raise PlanError(f"numactl args: --{name} given twice")
