@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
 from .plan import NODE_POLICIES, Plan
+from .topology import LOCAL_DISTANCE
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def _fmt(ids) -> str:
 
 def _distance(topology, a: int, b: int) -> int:
     node = topology.nodes.get(a)
-    default = 10 if a == b else _UNKNOWN_DISTANCE
+    default = LOCAL_DISTANCE if a == b else _UNKNOWN_DISTANCE
     return node.distances.get(b, default) if node is not None else default
 
 
@@ -290,79 +291,102 @@ def _node_cpus(topology, p: _Placement, label: str, reasons: list[str]) -> froze
     return _trim(topology, node.cpus, f"node {p.cpu_node} CPUs", reasons, label, p.cpu_node)
 
 
-def _mode_cpus(topology, p: _Placement, mode: str, nodes, reasons: list[str]) -> tuple[frozenset[int], frozenset[int]]:
-    """``(cpus, memory nodes)`` for one placed GPU in ``mode``."""
-    label = _gpu_label(p.index, p.gpu)
+# One function per placement mode: (topology, placement, label, per-GPU nodes, reasons) -> (cpus, memory nodes).
+_ModeResult = tuple[frozenset[int], frozenset[int]]
+
+
+def _mode_node(topology, p: _Placement, label: str, nodes, reasons: list[str]) -> _ModeResult:
+    return _node_cpus(topology, p, label, reasons), frozenset({p.mem_node})
+
+
+def _mode_socket(topology, p: _Placement, label: str, nodes, reasons: list[str]) -> _ModeResult:
     mem = frozenset({p.mem_node})
-    if mode == "node":
+    node_cpus = topology.nodes[p.cpu_node].cpus
+    packages = {topology.cpus[c].package for c in node_cpus if c in topology.cpus}
+    packages.discard(-1)
+    if len(packages) != 1:
+        reasons.append(f"socket: the package of node {p.cpu_node} is unknown; using the node")
         return _node_cpus(topology, p, label, reasons), mem
-    if mode == "socket":
-        node_cpus = topology.nodes[p.cpu_node].cpus
-        packages = {topology.cpus[c].package for c in node_cpus if c in topology.cpus}
-        packages.discard(-1)
-        if len(packages) != 1:
-            reasons.append(f"socket: the package of node {p.cpu_node} is unknown; using the node")
-            return _node_cpus(topology, p, label, reasons), mem
-        pkg = packages.pop()
-        pkg_cpus = frozenset(c for c, info in topology.cpus.items() if info.package == pkg)
-        pkg_nodes = sorted(n for n, nd in topology.nodes.items() if nd.cpus & pkg_cpus)
-        reasons.append(f"socket: package {pkg} spans nodes {_fmt(pkg_nodes)}")
-        cpus = _trim(topology, pkg_cpus, f"package {pkg} CPUs", reasons, label, p.cpu_node)
-        with_memory = [n for n in pkg_nodes if topology.nodes[n].has_memory]
-        mem_nodes = frozenset(n for n in with_memory if n in topology.allowed_nodes)
-        if len(mem_nodes) < len(with_memory):
-            reasons.append(
-                f"memory nodes {_fmt(set(with_memory) - mem_nodes)} of package {pkg} are outside the allowed "
-                f"memory nodes {_fmt(topology.allowed_nodes)}"
-            )
-        return cpus, (mem_nodes or mem)
-    if mode == "exclusive":
-        cpus = _node_cpus(topology, p, label, reasons)
-        cores = _cores(topology, cpus)
-        peers = _peers(topology, p, nodes)
-        if len(cores) < len(peers):
-            raise PlanError(
-                f"{label}: exclusive mode needs at least one core per GPU, but node {p.cpu_node} has "
-                f"{len(cores)} allowed cores ({_fmt(cpus)}) for {len(peers)} GPUs ({_fmt(peers)})"
-            )
-        base, extra = divmod(len(cores), len(peers))
-        pos = peers.index(p.index)
-        start = pos * base + min(pos, extra)
-        mine = cores[start:start + base + (1 if pos < extra else 0)]
-        out = frozenset().union(*mine)
+    pkg = packages.pop()
+    pkg_cpus = topology.package_cpus()[pkg]
+    pkg_nodes = sorted(topology.package_nodes()[pkg])
+    reasons.append(f"socket: package {pkg} spans nodes {_fmt(pkg_nodes)}")
+    cpus = _trim(topology, pkg_cpus, f"package {pkg} CPUs", reasons, label, p.cpu_node)
+    with_memory = [n for n in pkg_nodes if topology.nodes[n].has_memory]
+    mem_nodes = frozenset(n for n in with_memory if n in topology.allowed_nodes)
+    if len(mem_nodes) < len(with_memory):
         reasons.append(
-            f"exclusive: {len(cores)} cores of node {p.cpu_node} split among GPUs {_fmt(peers)}; "
-            f"this GPU gets cores {start}-{start + len(mine) - 1} (CPUs {_fmt(out)})"
+            f"memory nodes {_fmt(set(with_memory) - mem_nodes)} of package {pkg} are outside the allowed "
+            f"memory nodes {_fmt(topology.allowed_nodes)}"
         )
-        return out, mem
-    if mode == "core-complex":
-        cpus = _node_cpus(topology, p, label, reasons)
-        top = max((c.level for c in topology.caches if c.type != "Instruction"), default=None)
-        groups = sorted(
-            {c.cpus & cpus for c in topology.caches
-             if c.level == top and c.type != "Instruction" and c.cpus & cpus},
-            key=lambda g: (-len(g), min(g)),
+    return cpus, (mem_nodes or mem)
+
+
+def _mode_exclusive(topology, p: _Placement, label: str, nodes, reasons: list[str]) -> _ModeResult:
+    cpus = _node_cpus(topology, p, label, reasons)
+    cores = _cores(topology, cpus)
+    peers = _peers(topology, p, nodes)
+    if len(cores) < len(peers):
+        raise PlanError(
+            f"{label}: exclusive mode needs at least one core per GPU, but node {p.cpu_node} has "
+            f"{len(cores)} allowed cores ({_fmt(cpus)}) for {len(peers)} GPUs ({_fmt(peers)})"
         )
-        if not groups:
-            reasons.append(f"core-complex: no cache information for node {p.cpu_node}; using the node")
-            return cpus, mem
-        peers = _peers(topology, p, nodes)
-        pos = peers.index(p.index)
-        group = groups[pos % len(groups)]
-        shared = " (shared: fewer groups than GPUs)" if len(groups) < len(peers) else ""
-        reasons.append(
-            f"core-complex: node {p.cpu_node} has {len(groups)} L{top} groups for GPUs {_fmt(peers)}; "
-            f"this GPU gets group {pos % len(groups)} (CPUs {_fmt(group)}){shared}"
-        )
-        return group, mem
-    if mode == "pct":
-        prio, why = pct_priority_cpus(topology, [p.cpu_node])
-        if prio is None:
-            reasons.append(f"pct not engaged ({why}); using node {p.cpu_node}")
-            return _node_cpus(topology, p, label, reasons), mem
-        reasons.append(f"pct: {why}; node {p.cpu_node} priority CPUs {_fmt(prio)}")
-        return prio, mem
-    raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    base, extra = divmod(len(cores), len(peers))
+    pos = peers.index(p.index)
+    start = pos * base + min(pos, extra)
+    mine = cores[start:start + base + (1 if pos < extra else 0)]
+    out = frozenset().union(*mine)
+    reasons.append(
+        f"exclusive: {len(cores)} cores of node {p.cpu_node} split among GPUs {_fmt(peers)}; "
+        f"this GPU gets cores {start}-{start + len(mine) - 1} (CPUs {_fmt(out)})"
+    )
+    return out, frozenset({p.mem_node})
+
+
+def _mode_core_complex(topology, p: _Placement, label: str, nodes, reasons: list[str]) -> _ModeResult:
+    mem = frozenset({p.mem_node})
+    cpus = _node_cpus(topology, p, label, reasons)
+    groups = sorted({g & cpus for g in topology.llc_groups() if g & cpus}, key=lambda g: (-len(g), min(g)))
+    if not groups:
+        reasons.append(f"core-complex: no cache information for node {p.cpu_node}; using the node")
+        return cpus, mem
+    level = max(c.level for c in topology.caches if c.type in ("Unified", "Data"))
+    peers = _peers(topology, p, nodes)
+    pos = peers.index(p.index)
+    group = groups[pos % len(groups)]
+    shared = " (shared: fewer groups than GPUs)" if len(groups) < len(peers) else ""
+    reasons.append(
+        f"core-complex: node {p.cpu_node} has {len(groups)} L{level} groups for GPUs {_fmt(peers)}; "
+        f"this GPU gets group {pos % len(groups)} (CPUs {_fmt(group)}){shared}"
+    )
+    return group, mem
+
+
+def _mode_pct(topology, p: _Placement, label: str, nodes, reasons: list[str]) -> _ModeResult:
+    prio, why = pct_priority_cpus(topology, [p.cpu_node])
+    if prio is None:
+        reasons.append(f"pct not engaged ({why}); using node {p.cpu_node}")
+        return _node_cpus(topology, p, label, reasons), frozenset({p.mem_node})
+    reasons.append(f"pct: {why}; node {p.cpu_node} priority CPUs {_fmt(prio)}")
+    return prio, frozenset({p.mem_node})
+
+
+_MODE_FUNCTIONS = {
+    "node": _mode_node,
+    "socket": _mode_socket,
+    "exclusive": _mode_exclusive,
+    "core-complex": _mode_core_complex,
+    "pct": _mode_pct,
+}
+assert tuple(_MODE_FUNCTIONS) == MODES
+
+
+def _mode_cpus(topology, p: _Placement, mode: str, nodes, reasons: list[str]) -> _ModeResult:
+    """``(cpus, memory nodes)`` for one placed GPU in ``mode``."""
+    fn = _MODE_FUNCTIONS.get(mode)
+    if fn is None:
+        raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    return fn(topology, p, _gpu_label(p.index, p.gpu), nodes, reasons)
 
 
 def _mem_plan(policy: str | None, mem_nodes: frozenset[int], reasons: list[str]) -> tuple[str | None, frozenset | None]:
