@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._env import Strictness, strict_from_env
+from ._fs import ascii_int
 from .cpulist import format_cpulist
 from .errors import NumabindError, PlanError
 from .plan import Plan
@@ -104,12 +105,13 @@ def _shown(value: str) -> str:
 
 def _number(var: str, value: str, what: str) -> int:
     """``value`` of ``var`` as a count: ASCII digits only, at most six of them."""
-    if not (value and len(value) <= _MAX_DIGITS and value.isascii() and value.isdigit()):
+    number = ascii_int(value, max_digits=_MAX_DIGITS) if value == value.strip() else None
+    if number is None:
         raise NumabindError(
             f"{var}={_shown(value)} is not a {what}: expected a number of 1 to {_MAX_DIGITS} ASCII digits "
             f"(set by the launcher; override with {RANK_OVERRIDE if what == 'local rank' else SIZE_OVERRIDE}=N)"
         )
-    return int(value)
+    return number
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -364,8 +366,7 @@ def _topology_with(topology: Any, **changes: Any) -> Any:
 
 
 def _with_reason(plan: Plan, reason: str) -> Plan:
-    return Plan(cpus=plan.cpus, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, migrate=plan.migrate,
-                reason=reason)
+    return plan.replace(reason=reason)
 
 
 def _narrow(plan: Plan, allowed: frozenset[int], allowed_source: str, strict: Strictness,
@@ -386,8 +387,7 @@ def _narrow(plan: Plan, allowed: frozenset[int], allowed_source: str, strict: St
         warnings.append(f"{msg}: CPUs narrowed to {format_cpulist(inside)}")
     else:
         warnings.append(f"{msg}: CPU affinity left as the launcher set it, only the memory policy is applied")
-    return Plan(cpus=inside or None, mem_policy=plan.mem_policy, mem_nodes=plan.mem_nodes, migrate=plan.migrate,
-                reason=plan.reason)
+    return plan.replace(cpus=inside or None)
 
 
 def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: str = "node",
