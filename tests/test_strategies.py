@@ -683,3 +683,17 @@ def test_uncertain_gpu_identity_is_said_in_the_plan_and_refused_when_strict(monk
     assert not ok and why.startswith("GPU 5 cannot be placed: GPU 5 (nvidia 0000:15:00.0): which board")
     monkeypatch.delenv("NUMABIND_STRICT")
     assert not strategies.auto_gate(t)[0]       # automatic binding refuses an uncertain board even when lenient
+
+
+def test_uncertain_gpu_identity_under_partial_strictness_plans_with_the_note(monkeypatch):
+    # strict="partial" raises only when nothing can be applied: a plan with a stated doubt is not nothing
+    t = _uncertain(dgx(), 5)
+    monkeypatch.setenv("NUMABIND_STRICT", "partial")
+    plan = plan_for_gpu(5, topology=t)
+    assert plan == P("56-111,168-223", "bind", "1")
+    assert "identity uncertain (NVML lists 2 GPUs" in plan.reason
+    monkeypatch.delenv("NUMABIND_STRICT")
+    assert "identity uncertain" in plan_for_gpu(5, topology=t, strict="partial").reason
+    assert plan_for_gpus([4, 5], topology=t, strict="partial").mem_nodes == frozenset({1})
+    with pytest.raises(PlanError, match="strict mode"):
+        plan_for_gpu(5, topology=t, strict=True)
