@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from numabind._fs import FsReader
-from numabind.cpulist import parse_cpulist
+from numabind.cpulist import format_cpulist, parse_cpulist
 from numabind.errors import NumabindError
 from numabind.topology import (
     Cache,
@@ -551,10 +551,28 @@ def test_to_dict_is_json_and_round_trips(tmp_path):
     assert sum(n["memory_bytes"] for n in d["nodes"]) == (64 + 64 + 128 + 96) * GIB
     assert d["cpus"] == {"online": 16, "allowed": 16, "cores": 16, "threads_per_core": 1,
                          "packages": {"0": "0-7", "1": "8-15"}}
-    assert d["caches"][0] == {"level": 1, "type": "Data", "cpus": "0"}
+    assert d["caches"][0] == {"level": 1, "type": "Data", "cpus": "0", "size_bytes": 48 * 1024}
     assert d["llc_groups"] == ["0-7", "8-15"]
     assert (d["model_name"], d["cppc_highest_perf"]) == ("Fake Grace-like CPU", 46)
     assert d["gpus"] == [] and d["allowed_source"] == "status"
+
+
+def test_cache_sizes_are_read_per_instance(tmp_path):
+    """``size`` of every cache instance, in bytes (the kernel writes ``48K``); instances of one level may
+    differ (hybrid cores), a missing or malformed file is None, and the size takes no part in equality."""
+    m = two_sockets(tmp_path, cpus_per_socket=4, smt=False)
+    (tmp_path / "sys/devices/system/cpu/cpu5/cache/index0/size").write_text("32K\n")
+    (tmp_path / "sys/devices/system/cpu/cpu6/cache/index2/size").write_text("lots\n")
+    (tmp_path / "sys/devices/system/cpu/cpu7/cache/index2/size").unlink()
+    t = discover(tmp_path)
+    sizes = {(c.level, c.type, format_cpulist(c.cpus)): c.size_bytes for c in t.caches}
+    assert sizes[(1, "Data", "0")] == 48 * 1024 and sizes[(1, "Data", "5")] == 32 * 1024
+    assert sizes[(2, "Unified", "4")] == 2048 * 1024
+    assert sizes[(2, "Unified", "6")] is None and sizes[(2, "Unified", "7")] is None
+    assert sizes[(3, "Unified", "4-7")] == 32768 * 1024
+    assert Cache(1, "Data", L("5")) in t.caches
+    assert {c["size_bytes"] for c in t.to_dict()["caches"] if c["type"] == "Instruction"} == {32 * 1024}
+    del m
 
 
 def test_to_dict_with_gpus(tmp_path):
@@ -621,9 +639,9 @@ def test_each_file_read_once_and_shared_caches_skipped(tmp_path):
     reads = _own_reads(reader)
     assert max(collections.Counter(reads).values()) == 1
     cache_reads = [r for r in reads if "/cache/" in r]
-    # shared_cpu_list of 8 cores x (L1d, L1i, L2) + 2 L3; level and type of the
-    # 4 indexes once per package
-    assert len(cache_reads) == (8 * 3 + 2) + 2 * 4 * 2
+    # shared_cpu_list and size of 8 cores x (L1d, L1i, L2) + 2 L3 (sizes differ between instances of
+    # one level on hybrid CPUs); level and type of the 4 indexes once per package
+    assert len(cache_reads) == (8 * 3 + 2) * 2 + 2 * 4 * 2
     assert {r.split("/")[4] for r in cache_reads if r.endswith(("/level", "/type"))} == {
         "cpu0", "cpu4"}
     assert not any(r.startswith(f"{CPU}/cpu8/") for r in reads)      # sibling of CPU 0

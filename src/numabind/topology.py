@@ -21,7 +21,7 @@ way hwloc does:
   per core ``thread_siblings_list``, else ``thread_siblings`` (mask), else
   ``core_cpus(_list)``, plus ``core_id`` and ``physical_package_id``; per
   cache instance ``shared_cpu_list``, else ``shared_cpu_map`` (an empty map,
-  as ia64 writes, means the core's threads), ``level`` and ``type``.
+  as ia64 writes, means the core's threads), ``level``, ``type`` and ``size``.
 * What the process (or the dumped one) may use: ``proc/self/status``, and the
   cpusets of every hierarchy mounted according to ``proc/mounts``: cgroup v2
   (``cpuset.cpus.effective``), cgroup v1 (``cpuset.effective_cpus``, else
@@ -92,14 +92,20 @@ class Cpu:
 
 @dataclass(frozen=True)
 class Cache:
-    """One cache instance shared by a group of CPUs."""
+    """One cache instance shared by a group of CPUs.
+
+    ``size_bytes`` is the instance's ``size`` file (None when the kernel does not
+    write one); it does not take part in equality.
+    """
 
     level: int
     type: str                        # "Unified" | "Data" | "Instruction"
     cpus: frozenset[int]             # shared_cpu_list
+    size_bytes: int | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "type": self.type, "cpus": format_cpulist(self.cpus)}
+        return {"level": self.level, "type": self.type, "cpus": format_cpulist(self.cpus),
+                "size_bytes": self.size_bytes}
 
 
 @dataclass(frozen=True)
@@ -329,6 +335,23 @@ class _Sets:
             if found is not None:
                 return found
         return None
+
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _read_size(reader: FsReader, rel: str) -> int | None:
+    """A cache ``size`` file (the kernel writes ``48K``) in bytes; None when missing or malformed."""
+    text = reader.read_strip(rel)
+    if not text:
+        return None
+    unit = text[-1:].upper() if text[-1:].isalpha() else ""
+    digits = text[:-1] if unit else text
+    value = ascii_int(digits, max_digits=12) if unit in _SIZE_UNITS else None
+    if value is None:
+        log.debug("unparsable cache size %s: %r", reader.path(rel), text[:40])
+        return None
+    return value * _SIZE_UNITS[unit]
 
 
 def _parse_memtotal_kb(reader: FsReader, rel: str, text: str) -> int:
@@ -565,7 +588,7 @@ def _discover_cpu_details(
                 level, ctype = level_read, type_read
                 layout.setdefault(index, (level, ctype, private))
             if members:
-                caches.add(Cache(level, ctype, members))
+                caches.add(Cache(level, ctype, members, _read_size(reader, f"{idir}/size")))
                 owners = instance_of.setdefault((level, ctype), {})
                 for cpu in members:
                     owners.setdefault(cpu, members)
