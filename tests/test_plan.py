@@ -439,7 +439,10 @@ def test_from_numactl_args_topology_errors(args, pattern):
         ("--physcpubind", r"--physcpubind needs a value"),
         ("--localalloc=1", r"--localalloc takes no value"),
         ("-l0", r"--localalloc takes no value"),
-        ("--all", r"option '--all' is not supported"),
+        ("--all=1", r"--all takes no value"),
+        ("-b -m 0", r"NUMA balancing is a flag of the memory policy.*numabind run --balancing"),
+        ("--balancing", r"Plan does not carry"),
+        ("--cpubind=0 -N 0", r"--cpunodebind given twice"),
         ("-H", r"option '-H' is not supported"),
         ("--hardware", r"option '--hardware' is not supported"),
         ("--physcpu=0", r"option '--physcpu=0' is not supported"),
@@ -813,3 +816,79 @@ def test_parse_and_format_weights():
     assert parse_weights(format_weights({5: 200, 0: 1})) == {5: 200, 0: 1}
     with pytest.raises(PlanError, match="weights"):
         parse_weights(None)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------
+# numactl's other spellings, --all and device specifiers (issue 16)
+# --------------------------------------------------------------------------
+def test_from_numactl_args_short_preferred_many_and_old_cpubind():
+    assert Plan.from_numactl_args("-P 0,2") == Plan(mem_policy="preferred-many", mem_nodes={0, 2})
+    assert Plan.from_numactl_args("-P0,2") == Plan.from_numactl_args("--preferred-many=0,2")
+    assert Plan.from_numactl_args("--cpubind=1", topology=TOPO) == Plan.from_numactl_args("-N 1", topology=TOPO)
+    assert Plan.from_numactl_args(["--cpubind", "0"], topology=TOPO).cpus == frozenset(range(4))
+
+
+@pytest.mark.parametrize("args, cpuset_aware, whole", [
+    ("-C all", Plan(cpus=ALLOWED), Plan(cpus="0-11")),                 # every online CPU
+    ("-C !0-3", Plan(cpus="4-6,8-9"), Plan(cpus="4-11")),
+    ("-C +7", Plan(cpus={8}), Plan(cpus={7})),                         # the 8th online CPU
+    ("-N 1", Plan(cpus="4-6"), Plan(cpus="4-7")),                      # CPU 7 is outside the cpuset
+    ("-N all", Plan(cpus="0-6,8-9"), Plan(cpus="0-11")),               # node 5's CPUs are all outside it
+    ("-m all", Plan(mem_policy="bind", mem_nodes="0-2"), Plan(mem_policy="bind", mem_nodes="0-2,5")),
+    ("-i !0", Plan(mem_policy="interleave", mem_nodes="1-2"), Plan(mem_policy="interleave", mem_nodes="1-2,5")),
+])
+def test_all_widens_every_list_to_the_whole_machine(args, cpuset_aware, whole):
+    """numactl's -a/--all: 'all', '!' and '+' count the whole machine, not the cpuset, on the whole line."""
+    assert Plan.from_numactl_args(args, topology=TOPO) == cpuset_aware
+    for flag in ("-a", "--all"):
+        assert Plan.from_numactl_args(f"{flag} {args}", topology=TOPO) == whole
+        assert Plan.from_numactl_args(f"{args} {flag}", topology=TOPO) == whole
+
+
+def test_all_given_twice_or_with_a_value_is_refused():
+    with pytest.raises(PlanError, match="--all given twice"):
+        Plan.from_numactl_args("-a --all -m 0")
+    with pytest.raises(PlanError, match="--all takes no value"):
+        Plan.from_numactl_args("-a1 -m 0")
+
+
+class _Devices:
+    """A stand-in for numabind.iodevices.DeviceNodes: specifier -> node, recording what was asked."""
+
+    def __init__(self, nodes):
+        self.nodes, self.asked = nodes, []
+
+    def node_of(self, spec):
+        self.asked.append(spec)
+        if spec not in self.nodes:
+            raise PlanError(f"{spec!r}: no such device")
+        return self.nodes[spec]
+
+
+@pytest.mark.parametrize("args, expected, asked", [
+    ("-m pci:0000:18:00.0", Plan(mem_policy="bind", mem_nodes={1}), "pci:0000:18:00.0"),
+    ("--membind=netdev:eth0", Plan(mem_policy="bind", mem_nodes={0}), "netdev:eth0"),
+    ("-N netdev:eth0", Plan(cpus="0-3"), "netdev:eth0"),
+    ("--cpunodebind=pci:0000:18:00.0 --preferred=pci:0000:18:00.0",
+     Plan(cpus="4-6", mem_policy="preferred", mem_nodes={1}), "pci:0000:18:00.0"),
+    ("-i !block:nvme0n1", Plan(mem_policy="interleave", mem_nodes="0-1"), "block:nvme0n1"),
+    ("-P file:/data/x", Plan(mem_policy="preferred-many", mem_nodes={2}), "file:/data/x"),
+])
+def test_device_specifiers_are_resolved_by_the_given_function(args, expected, asked):
+    devices = _Devices({"pci:0000:18:00.0": 1, "netdev:eth0": 0, "block:nvme0n1": 2, "file:/data/x": 2})
+    assert Plan.from_numactl_args(args, topology=TOPO, device_node=devices.node_of) == expected
+    assert set(devices.asked) == {asked}
+
+
+@pytest.mark.parametrize("args, pattern", [
+    ("-m pci:0000:18:00.0", r"names a device.*device_node="),                       # planning reads nothing
+    ("-C pci:0000:18:00.0", r"a device sits on a node, not on CPUs; use --cpunodebind=pci:0000:18:00.0"),
+    ("-m ip:example.com", r"does not look up routes.*netdev:"),
+    ("-m 0-3:2", r"stride"),
+    ("-m pci:0000:99:00.0", r"no such device"),                                     # the resolver's own error
+    ("-N block:nvme0n1", r"node 2 has no CPUs"),                                   # then the usual checks
+])
+def test_device_specifier_errors(args, pattern):
+    devices = _Devices({"block:nvme0n1": 2}) if "99" in args or "nvme" in args else None
+    with pytest.raises(PlanError, match=pattern):
+        Plan.from_numactl_args(args, topology=TOPO, device_node=None if devices is None else devices.node_of)

@@ -14,12 +14,13 @@ from .errors import PlanError
 from .limits import Limits, narrow_cpus, narrow_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
+    from .live import LiveMachine
     from .topology import Topology
 
-__all__ = ["MAX_WEIGHT", "MEM_POLICIES", "MIN_WEIGHT", "NODE_POLICIES", "Plan", "check_plan", "format_weights",
-           "parse_weights"]
+__all__ = ["DEVICE_SPECIFIERS", "MAX_WEIGHT", "MEM_POLICIES", "MIN_WEIGHT", "NODE_POLICIES", "Plan", "check_plan",
+           "format_weights", "parse_weights"]
 
 #: Memory policies a plan may carry (``None`` means "leave as is"). ``weighted-interleave`` is
 #: ``MPOL_WEIGHTED_INTERLEAVE`` (Linux 6.9 and newer).
@@ -264,18 +265,34 @@ class Plan(Value):
 
     @classmethod
     def from_numactl_args(
-        cls, args: str | Sequence[str], topology: Topology | None = None, *, migrate: bool = False
+        cls, args: str | Sequence[str], topology: Topology | LiveMachine | None = None, *, migrate: bool = False,
+        device_node: Callable[[str], int] | None = None,
     ) -> Plan:
         """Build a plan from numactl options.
 
-        Understands ``-C/--physcpubind``, ``-N/--cpunodebind``, ``-m/--membind``,
-        ``-p/--preferred``, ``--preferred-many``, ``-i/--interleave``,
-        ``-w/--weighted-interleave`` (numactl 2.0.19) and ``-l/--localalloc``, in
-        ``--opt=V``, ``--opt V``, ``-oV`` and ``-o V`` forms, and numabind's own
-        ``--weights 0:3,1:1`` with ``--weighted-interleave`` (numactl has no such option). Values may be lists, ``all``, ``!list`` (everything allowed but
-        the list) or ``+list`` (relative to the allowed set, as numactl does);
-        for ``--cpunodebind`` the allowed set is the nodes with at least one
-        allowed CPU. Node lists for CPUs, ``all``, ``!`` and ``+`` need ``topology``.
+        Understands ``-C/--physcpubind``, ``-N/--cpunodebind`` (also numactl's old
+        ``--cpubind``), ``-m/--membind``, ``-p/--preferred``, ``-P/--preferred-many``,
+        ``-i/--interleave``, ``-w/--weighted-interleave`` (numactl 2.0.19),
+        ``-l/--localalloc`` and ``-a/--all``, in ``--opt=V``, ``--opt V``, ``-oV``
+        and ``-o V`` forms, and numabind's own ``--weights 0:3,1:1`` with
+        ``--weighted-interleave`` (numactl has no such option). Values may be
+        lists, ``all``, ``!list`` (everything allowed but the list) or ``+list``
+        (relative to the allowed set, as numactl does); for ``--cpunodebind`` the
+        allowed set is the nodes with at least one allowed CPU. ``-a/--all``
+        widens "allowed" to the whole machine for every list on the line (every
+        online CPU, every node with CPUs, every node with memory), as numactl's
+        ``--all`` turns off its cpuset awareness; the kernel still enforces the
+        cpuset when the plan is applied. Node lists for CPUs, ``all``, ``!`` and
+        ``+`` need ``topology``.
+
+        A node list may instead name a device, as numactl's do:
+        ``pci:[SEG:]BUS:DEV[.FN]``, ``netdev:IFACE``, ``block:DEV`` or ``file:PATH``
+        (the node of the block device holding PATH), optionally inverted with
+        ``!``. Finding a device's node reads sysfs, which planning never does:
+        ``device_node`` is the function that does it
+        (``numabind.iodevices.DeviceNodes(root).node_of``, which ``numabind run``
+        passes), taking the whole specifier and returning the node or raising
+        :class:`PlanError`.
         """
         if isinstance(args, str):
             import shlex
@@ -290,13 +307,14 @@ class Plan(Value):
                 if not isinstance(tok, str):
                     raise PlanError(f"numactl args must be strings, got {tok!r}")
         opts = _parse_numactl_argv(argv)
+        whole = "all" in opts
         cpus = None
         if "physcpubind" in opts and "cpunodebind" in opts:
             raise PlanError("give either --physcpubind or --cpunodebind, not both")
         if "physcpubind" in opts:
-            cpus = _resolve_ids(opts["physcpubind"], "--physcpubind", topology, "cpus")
+            cpus = _resolve_ids(opts["physcpubind"], "--physcpubind", topology, "cpus", whole, device_node)
         elif "cpunodebind" in opts:
-            nodes = _resolve_ids(opts["cpunodebind"], "--cpunodebind", topology, "cpu-nodes")
+            nodes = _resolve_ids(opts["cpunodebind"], "--cpunodebind", topology, "cpu-nodes", whole, device_node)
             topo = _need(topology, "--cpunodebind")
             cpus = set()
             for n in sorted(nodes):
@@ -307,27 +325,29 @@ class Plan(Value):
                         f"--cpunodebind: node {n} has no CPUs (a memory-only node); it can only be a memory target"
                     )
                 cpus |= topo.nodes[n].cpus
-            allowed = cpus & topo.allowed_cpus
+            usable = topo.online_cpus if whole else topo.allowed_cpus
+            allowed = cpus & usable
             if not allowed:
                 raise PlanError(
                     f"--cpunodebind={format_cpulist(nodes)}: the nodes' CPUs {format_cpulist(cpus)} are all "
-                    f"outside the allowed CPUs {format_cpulist(topo.allowed_cpus)}"
+                    f"outside the {'online' if whole else 'allowed'} CPUs {format_cpulist(usable)}"
                 )
             cpus = frozenset(allowed)
         mem_policy = mem_nodes = None
         mem_opts = [k for k in ("membind", "preferred", "preferred-many", "interleave", "weighted-interleave",
                                 "localalloc") if k in opts]
         if len(mem_opts) > 1:
-            raise PlanError(f"numactl takes one memory policy, got {', '.join('--' + k for k in mem_opts)}")
+            raise PlanError(f"a process has one memory policy, got {', '.join('--' + k for k in mem_opts)}: "
+                            f"give one of them")
         if mem_opts:
             key = mem_opts[0]
             mem_policy = {"membind": "bind", "localalloc": "local"}.get(key, key)
             if key != "localalloc":
-                mem_nodes = _resolve_ids(opts[key], f"--{key}", topology, "mem-nodes")
+                mem_nodes = _resolve_ids(opts[key], f"--{key}", topology, "mem-nodes", whole, device_node)
         weights = None
         if "weights" in opts:
             if mem_policy != "weighted-interleave":
-                raise PlanError("numactl args: --weights goes with --weighted-interleave (-w)")
+                raise PlanError("--weights goes with --weighted-interleave (-w)")
             weights = parse_weights(opts["weights"], "--weights")
         return cls(cpus=cpus, mem_policy=mem_policy, mem_nodes=mem_nodes, migrate=migrate,
                    reason=f"numactl {' '.join(argv)}", weights=weights)
@@ -379,10 +399,13 @@ def _text_re() -> Any:
             r";migrate=(?P<migrate>[01])(?:;weights=(?P<weights>[0-9]+:[0-9]+(?:,[0-9]+:[0-9]+)*))?"))
     return _text_pattern[0]
 
-_SHORT = {"C": "physcpubind", "N": "cpunodebind", "m": "membind", "p": "preferred", "i": "interleave",
-          "w": "weighted-interleave", "l": "localalloc"}
-_LONG = set(_SHORT.values()) | {"preferred-many", "weights"}
-_FLAGS = {"localalloc"}
+_SHORT = {"C": "physcpubind", "N": "cpunodebind", "m": "membind", "p": "preferred", "P": "preferred-many",
+          "i": "interleave", "w": "weighted-interleave", "l": "localalloc", "a": "all", "b": "balancing"}
+_ALIASES = {"cpubind": "cpunodebind"}   # numactl's old spelling, which numactl still accepts
+_LONG = set(_SHORT.values()) | {"weights"} | set(_ALIASES)
+_FLAGS = {"localalloc", "all", "balancing"}
+_OPTIONS_SHOWN = ("--physcpubind, --cpunodebind, --membind, --preferred, --preferred-many, --interleave, "
+                  "--weighted-interleave (with numabind's --weights), --localalloc or --all")
 
 
 def _parse_numactl_argv(argv: list[str]) -> dict[str, str]:
@@ -397,64 +420,95 @@ def _parse_numactl_argv(argv: list[str]) -> dict[str, str]:
             name, value, eq = _SHORT.get(tok[1], "?" + tok), tok[2:], ""
             if value:
                 eq = "="
-            if tok[1:] == "l":
-                value, eq = "", ""
         else:
-            raise PlanError(f"numactl args: unexpected {tok!r}; a plan takes options only, not a command")
+            raise PlanError(f"unexpected {tok!r} among numactl-style options; a plan takes options only, "
+                            f"not a command")
         if name not in _LONG:
+            raise PlanError(f"option {tok!r} is not supported; use {_OPTIONS_SHOWN}")
+        name = _ALIASES.get(name, name)
+        if name == "balancing":
             raise PlanError(
-                f"numactl args: option {tok!r} is not supported; use --physcpubind, --cpunodebind, --membind, "
-                f"--preferred, --preferred-many, --interleave, --weighted-interleave (with numabind's --weights) "
-                f"or --localalloc"
-            )
+                f"{tok}: NUMA balancing is a flag of the memory policy, which a Plan does not carry; "
+                f"`numabind run --balancing --membind N -- command` applies it")
         if name in opts:
-            raise PlanError(f"numactl args: --{name} given twice")
+            raise PlanError(f"--{name} given twice")
         if name in _FLAGS:
-            if value:
-                raise PlanError(f"numactl args: --{name} takes no value")
+            if eq:
+                raise PlanError(f"--{name} takes no value")
             opts[name] = ""
             continue
         if not eq:
             if k >= len(argv):
-                raise PlanError(f"numactl args: --{name} needs a value")
+                raise PlanError(f"--{name} needs a value")
             value = argv[k]
             k += 1
         if not value:
-            raise PlanError(f"numactl args: --{name} has an empty value")
+            raise PlanError(f"--{name} has an empty value")
         opts[name] = value
     return opts
 
 
-def _need(topology: Topology | None, what: str) -> Topology:
+def _need(topology: Topology | LiveMachine | None, what: str) -> Topology | LiveMachine:
     if topology is None:
         raise PlanError(f"{what} needs a topology to resolve node ids, 'all', '!' or '+'; pass topology=discover()")
     return topology
 
 
-def _resolve_ids(value: str, flag: str, topology: Topology | None, kind: str) -> frozenset[int]:
-    """Resolve a numactl list value ('all', '!list', '+list', plain list).
+#: numactl's device specifiers in node lists (its ``ip:HOST`` needs a route lookup numabind does not do).
+DEVICE_SPECIFIERS = ("pci:", "netdev:", "block:", "file:")
+
+
+def _device(value: str, flag: str, kind: str, device_node: Callable[[str], int] | None) -> frozenset[int] | None:
+    """The node of a device specifier (``pci:``, ``netdev:``, ``block:``, ``file:``), or None for a plain list."""
+    if value.startswith("ip:"):
+        raise PlanError(f"{flag}={value!r}: numabind does not look up routes (numactl's ip:HOST); "
+                        f"name the interface instead, e.g. {flag}=netdev:eth0")
+    if not value.startswith(DEVICE_SPECIFIERS):
+        return None
+    if kind == "cpus":
+        raise PlanError(f"{flag}={value!r}: a device sits on a node, not on CPUs; use --cpunodebind={value} "
+                        f"for the CPUs of its node")
+    if device_node is None:
+        raise PlanError(f"{flag}={value!r} names a device, and finding its node reads sysfs; pass "
+                        f"device_node=numabind.iodevices.DeviceNodes().node_of (numabind run does)")
+    return frozenset({device_node(value)})
+
+
+def _resolve_ids(value: str, flag: str, topology: Topology | LiveMachine | None, kind: str, whole: bool = False,
+                 device_node: Callable[[str], int] | None = None) -> frozenset[int]:
+    """Resolve a numactl list value ('all', '!list', '+list', a plain list or a device specifier).
 
     numactl has no ``N-M:step`` stride form (the kernel's cpulist grammar, which
     :func:`~numabind.cpulist.parse_cpulist` accepts): a value using one is refused.
+    ``whole`` (``--all``): "allowed" is the whole machine, not this process's cpuset.
     """
-    if ":" in value or "/" in value:
-        raise PlanError(f"{flag}={value!r} uses a stride ('N-M:step'), which numactl does not accept; "
-                        f"write the CPUs or nodes out (e.g. '0,2,4')")
+    shown = value
     negate = value.startswith("!")
     if negate:
         value = value[1:]
-    relative = value.startswith("+")
+    device = _device(value, flag, kind, device_node)
+    if device is None and (":" in value or "/" in value):
+        raise PlanError(f"{flag}={shown!r} uses a stride ('N-M:step'), which numactl's list syntax (the one "
+                        f"numabind takes) does not have; write the CPUs or nodes out (e.g. '0,2,4')")
+    relative = device is None and value.startswith("+")
     if relative:
         value = value[1:]
     if kind == "cpus":
-        universe_of = lambda t: t.allowed_cpus  # noqa: E731
+        universe_of = (lambda t: t.online_cpus) if whole else (lambda t: t.allowed_cpus)
     elif kind == "cpu-nodes":
         # Nodes with at least one allowed CPU. Not allowed_nodes: Mems_allowed never lists
         # a CPU-only (memory-less) node, yet its CPUs are valid --cpunodebind targets.
-        universe_of = lambda t: frozenset(n for n, node in t.nodes.items() if node.cpus & t.allowed_cpus)  # noqa: E731
+        if whole:
+            universe_of = lambda t: frozenset(n for n, node in t.nodes.items() if node.cpus)  # noqa: E731
+        else:
+            universe_of = lambda t: frozenset(n for n, node in t.nodes.items() if node.cpus & t.allowed_cpus)  # noqa: E731
+    elif whole:
+        universe_of = lambda t: frozenset(n for n, node in t.nodes.items() if node.has_memory)  # noqa: E731
     else:
         universe_of = lambda t: t.allowed_nodes  # noqa: E731
-    if value == "all":
+    if device is not None:
+        ids = device
+    elif value == "all":
         if relative:
             raise PlanError(f"{flag}: '+all' is not a list")
         ids = universe_of(_need(topology, flag))
@@ -472,6 +526,5 @@ def _resolve_ids(value: str, flag: str, topology: Topology | None, kind: str) ->
     if negate:
         ids = universe_of(_need(topology, flag)) - ids
     if not ids:
-        raise PlanError(f"{flag}={value!r} selects nothing")
+        raise PlanError(f"{flag}={shown!r} selects nothing")
     return frozenset(ids)
-
