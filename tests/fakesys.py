@@ -166,6 +166,10 @@ class FakeMachine:
         self.memtotal_kb: int | None = None           # proc/meminfo; default: sum of nodes
         self.hugepages: dict[int, dict[int, int]] = {}  # node -> {page kB: count}
         self.cpu_kinds: dict[str, frozenset] = {}     # hybrid PMUs: "cpu_core"/"cpu_atom" -> CPUs
+        self.hmat: dict[int, dict] = {}               # node -> access0 figures and initiators (HMAT)
+        self.interleave_weights: dict[int, int] | None = None   # weighted_interleave/nodeN (Linux 6.9+)
+        self.interleave_auto: str | None = None       # the auto switch's file name (Linux 6.16+)
+        self.interleave_auto_value = True
         self.quirks = Quirks()
         self.overrides: dict[str, str | None] = {}    # rel path -> text (None: no such file)
         self._written: dict[str, str] = {}            # rel -> "file" | "link"
@@ -279,6 +283,24 @@ class FakeMachine:
     def set_hugepages(self, node: int, page_kb: int, count: int) -> FakeMachine:
         """``count`` reserved huge pages of ``page_kb`` kB on ``node`` (counted in MemTotal)."""
         self.hugepages.setdefault(node, {})[page_kb] = count
+        return self
+
+    def set_hmat(self, node: int, read_bandwidth: int | None = None, write_bandwidth: int | None = None,
+                 read_latency: int | None = None, write_latency: int | None = None,
+                 initiators: Iterable[int] = ()) -> FakeMachine:
+        """The firmware's HMAT figures of ``node`` (MB/s, ns) from its best ``initiators``, written as Linux
+        writes them: ``nodeN/access0/initiators/{read,write}_{bandwidth,latency}`` and ``nodeM`` links."""
+        self.hmat[node] = {"read_bandwidth": read_bandwidth, "write_bandwidth": write_bandwidth,
+                           "read_latency": read_latency, "write_latency": write_latency,
+                           "initiators": _ids(initiators)}
+        return self
+
+    def set_interleave_weights(self, weights: Mapping[int, int], auto: str | None = None,
+                               auto_value: bool = True) -> FakeMachine:
+        """``sys/kernel/mm/mempolicy/weighted_interleave/nodeN`` (one per node given); ``auto`` names the
+        6.16 auto switch file (``"auto"``) holding ``auto_value``, None leaves it out (6.9-6.15)."""
+        self.interleave_weights = dict(weights)
+        self.interleave_auto, self.interleave_auto_value = auto, auto_value
         return self
 
     def set_quirks(self, **changes) -> FakeMachine:
@@ -395,6 +417,19 @@ class FakeMachine:
             out[f"{CPU}/cpu0/acpi_cppc/highest_perf"] = f"{self.cppc_highest_perf}\n"
         for pmu, cpus in self.cpu_kinds.items():
             out[f"sys/devices/{pmu}/cpus"] = format_cpulist(cpus & online) + "\n"
+        for nid, figures in self.hmat.items():
+            base = f"{NODE}/node{nid}/access0/initiators"
+            for name, value in figures.items():
+                if name != "initiators" and value is not None:
+                    out[f"{base}/{name}"] = f"{value}\n"
+            for ini in sorted(figures["initiators"]):
+                links[f"{base}/node{ini}"] = f"../../../node{ini}"
+        if self.interleave_weights is not None:
+            wdir = "sys/kernel/mm/mempolicy/weighted_interleave"
+            for nid, weight in self.interleave_weights.items():
+                out[f"{wdir}/node{nid}"] = f"{weight}\n"
+            if self.interleave_auto:
+                out[f"{wdir}/{self.interleave_auto}"] = "true\n" if self.interleave_auto_value else "false\n"
         if self.quirks.padding:
             for rel, text in out.items():
                 if rel.startswith("sys/") and text:

@@ -697,3 +697,55 @@ def test_uncertain_gpu_identity_under_partial_strictness_plans_with_the_note(mon
     assert plan_for_gpus([4, 5], topology=t, strict="partial").mem_nodes == frozenset({1})
     with pytest.raises(PlanError, match="strict mode"):
         plan_for_gpu(5, topology=t, strict=True)
+
+
+# ----------------------------------------------------------------------------- weighted interleave by bandwidth
+@pytest.mark.parametrize("bandwidths, weights", [
+    ({0: 30000, 2: 10000}, {0: 3, 2: 1}),           # DRAM : CXL = 3 : 1
+    ({0: 100, 1: 50, 2: 33}, {0: 6, 1: 3, 2: 2}),     # within 2 % of 100 : 50 : 33
+    ({0: 51200, 1: 51200}, {0: 1, 1: 1}),
+    ({5: 7.0, 9: 5.0}, {5: 7, 9: 5}),
+    ({0: 1000, 1: 1}, {0: 255, 1: 1}),                # wider than the kernel's range: clamped
+    ({3: 64000}, {3: 1}),
+])
+def test_weights_from_bandwidth(bandwidths, weights):
+    assert strategies.weights_from_bandwidth(bandwidths) == weights
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.integers(0, 64), st.integers(1, 10**6), min_size=1, max_size=8))
+def test_weights_from_bandwidth_invariants(bandwidths):
+    w = strategies.weights_from_bandwidth(bandwidths)
+    assert set(w) == set(bandwidths)
+    assert all(1 <= v <= 255 for v in w.values())
+    import math
+    assert math.gcd(*w.values()) == 1
+    # more bandwidth never gets a smaller weight
+    order = sorted(bandwidths, key=bandwidths.get)
+    assert all(w[a] <= w[b] for a, b in zip(order, order[1:]))
+    # when the ratios fit the kernel's range, they are kept to within the tolerance (or the rounding of 1)
+    lo, hi = min(bandwidths.values()), max(bandwidths.values())
+    if hi / lo <= 50:
+        scale = w[order[0]] / bandwidths[order[0]]
+        assert all(abs(w[n] - bandwidths[n] * scale) <= max(0.02 * bandwidths[n] * scale, 0.5) + 1e-9 for n in w)
+
+
+@pytest.mark.parametrize("bad", [{}, {0: 0}, {0: -5}, {0: float("nan")}, {0: True}, {-1: 5}, {"0": 5}, [5]])
+def test_weights_from_bandwidth_refuses_bad_input(bad):
+    with pytest.raises(PlanError):
+        strategies.weights_from_bandwidth(bad)
+
+
+def test_bandwidth_weights_from_hmat(tmp_path):
+    m = memory_only_nodes(tmp_path)
+    m.set_hmat(0, read_bandwidth=30000, initiators={0}).set_hmat(1, read_bandwidth=30000, initiators={1})
+    m.set_hmat(2, read_bandwidth=10000, initiators={0, 1}).write()
+    topo = topology_module.discover(tmp_path)
+    assert strategies.bandwidth_weights({0, 2}, topo) == {0: 3, 2: 1}
+    assert strategies.bandwidth_weights([0, 1, 2], topo) == {0: 3, 1: 3, 2: 1}
+    plan = Plan(mem_policy="weighted-interleave", mem_nodes={0, 2}, weights=strategies.bandwidth_weights({0, 2}, topo))
+    assert plan.describe().endswith("(weights 0:3,2:1)")
+    with pytest.raises(PlanError, match=r"nodes 3 have no bandwidth figures .*HMAT"):
+        strategies.bandwidth_weights({0, 3}, topo)
+    with pytest.raises(PlanError, match="node 9 does not exist"):
+        strategies.bandwidth_weights({9}, topo)

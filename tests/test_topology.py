@@ -21,6 +21,7 @@ from numabind.topology import (
     Cache,
     Cpu,
     Cpuset,
+    MemoryAccess,
     Topology,
     _gpu_to_dict,
     discover,
@@ -546,7 +547,7 @@ def test_to_dict_is_json_and_round_trips(tmp_path):
     assert d["online_cpus"] == "0-15" and L(d["allowed_cpus"]) == t.allowed_cpus
     assert L(d["possible_nodes"]) == t.possible_nodes == L(d["allowed_nodes"])
     assert d["nodes"][2] == {"id": 2, "cpus": "", "memory_bytes": 128 * GIB,
-                             "distances": {"0": 24, "1": 26, "2": 10, "3": 80, "4": 80}}
+                             "distances": {"0": 24, "1": 26, "2": 10, "3": 80, "4": 80}, "access": None}
     assert [n["id"] for n in d["nodes"]] == [0, 1, 2, 3, 4]
     assert sum(n["memory_bytes"] for n in d["nodes"]) == (64 + 64 + 128 + 96) * GIB
     assert d["cpus"] == {"online": 16, "allowed": 16, "cores": 16, "threads_per_core": 1,
@@ -555,6 +556,7 @@ def test_to_dict_is_json_and_round_trips(tmp_path):
     assert d["llc_groups"] == ["0-7", "8-15"]
     assert (d["model_name"], d["cppc_highest_perf"]) == ("Fake Grace-like CPU", 46)
     assert d["gpus"] == [] and d["allowed_source"] == "status"
+    assert d["interleave_weights"] is None
 
 
 def test_cache_sizes_are_read_per_instance(tmp_path):
@@ -1064,3 +1066,65 @@ def test_cores_of_one_package_with_other_cache_layouts_are_read_as_they_are(tmp_
     assert (tmp_path / CPU / "cpu8/cache/index2/level").read_text() == "3\n"
     if LSTOPO is not None:
         assert differences(t, lstopo_view(tmp_path)) == []
+
+
+# -- memory tiers: HMAT figures and the weights of weighted interleave -------------------
+
+
+def test_hmat_figures_are_read_per_node(tmp_path):
+    m = memory_only_nodes(tmp_path)
+    m.set_hmat(0, read_bandwidth=30000, write_bandwidth=28000, read_latency=80, write_latency=90, initiators={0})
+    m.set_hmat(2, read_bandwidth=10000, read_latency=250, initiators={0, 1}).write()
+    t = discover(tmp_path)
+    assert t.nodes[0].access == MemoryAccess(30000, 28000, 80, 90, frozenset({0}))
+    assert t.nodes[2].access == MemoryAccess(read_bandwidth=10000, read_latency=250, initiators=frozenset({0, 1}))
+    assert t.nodes[1].access is None                       # no HMAT entry: no figures, not zeros
+    d = json.loads(json.dumps(t.to_dict()))
+    assert d["nodes"][2]["access"] == {"read_bandwidth": 10000, "write_bandwidth": None, "read_latency": 250,
+                                       "write_latency": None, "initiators": "0-1"}
+
+
+def test_a_malformed_hmat_figure_names_the_file(tmp_path):
+    m = memory_only_nodes(tmp_path)
+    m.set_hmat(2, read_bandwidth=10000).set_file(f"{NODE}/node2/access0/initiators/read_bandwidth", "fast\n").write()
+    with pytest.raises(NumabindError, match=r"node2/access0/initiators/read_bandwidth.*'fast'"):
+        discover(tmp_path)
+
+
+@pytest.mark.parametrize("auto, expected", [(None, None), ("auto", True), ("__auto_type", True)])
+def test_interleave_weights_are_read(tmp_path, auto, expected):
+    m = memory_only_nodes(tmp_path)
+    m.set_interleave_weights({0: 3, 1: 1, 2: 7}, auto=auto).write()
+    w = discover(tmp_path).interleave_weights
+    assert w is not None and dict(w.weights) == {0: 3, 1: 1, 2: 7}
+    assert (w.auto, w.auto_name) == (expected, auto)
+    m.set_interleave_weights({0: 3}, auto="auto", auto_value=False).write()
+    w = discover(tmp_path).interleave_weights
+    assert dict(w.weights) == {0: 3} and w.auto is False
+
+
+def test_no_weighted_interleave_before_linux_6_9(tmp_path):
+    memory_only_nodes(tmp_path)
+    assert discover(tmp_path).interleave_weights is None
+
+
+@pytest.mark.parametrize("text", ["0\n", "256\n", "heavy\n"])
+def test_a_weight_outside_the_kernel_range_names_the_file(tmp_path, text):
+    m = memory_only_nodes(tmp_path)
+    m.set_interleave_weights({0: 1, 1: 1}).set_file("sys/kernel/mm/mempolicy/weighted_interleave/node1", text).write()
+    with pytest.raises(NumabindError, match="weighted_interleave/node1"):
+        discover(tmp_path)
+
+
+def test_live_weights_match_sysfs():
+    """On this kernel: what discovery and numabind.live report is what the files say (or nothing, before 6.9)."""
+    from numabind import live
+
+    base = "/sys/kernel/mm/mempolicy/weighted_interleave"
+    w = live.interleave_weights()
+    assert (w is None) == (not os.path.isdir(base))
+    if w is not None:
+        files = {int(f[4:]): int(open(f"{base}/{f}").read()) for f in os.listdir(base)
+                 if f.startswith("node") and f[4:].isdigit()}
+        assert dict(w.weights) == files
+        assert discover().interleave_weights == w

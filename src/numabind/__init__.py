@@ -26,12 +26,15 @@ _LAYERS: dict[str, tuple[str, ...]] = {
     "topology": ("discover", "Topology", "Node", "Cpu", "Cache"),
     "devices": ("Gpu",),
     # planning
-    "strategies": ("plan_for_gpu", "plan_for_gpus", "plan_table", "PlanRow", "MODES"),
+    "strategies": ("plan_for_gpu", "plan_for_gpus", "plan_table", "PlanRow", "MODES", "weights_from_bandwidth",
+                   "bandwidth_weights"),
     "rank": ("local_rank", "plan_for_rank"),
     "auto": ("auto_plan_available",),
     # applying and verifying
     "bind": ("bind_current", "bind_thread", "verify_current", "current_binding", "BindReport", "Binding",
-             "ThreadResult"),
+             "ThreadResult", "interleave_weights", "set_interleave_weights"),
+    # where a process's memory is (numabind stat)
+    "residency": ("locality", "Locality"),
     "backends": ("backend_info",),
     # processes bound at birth
     "process": ("configure_subprocess", "bound", "wrap_command", "popen_kwargs", "pool_plans", "worker_slot",
@@ -74,7 +77,8 @@ _add_null_handler()
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same names, imported eagerly
     from .auto import auto_plan_available
     from .backends import backend_info
-    from .bind import BindReport, Binding, ThreadResult, bind_current, bind_thread, current_binding, verify_current
+    from .bind import (BindReport, Binding, ThreadResult, bind_current, bind_thread, current_binding,
+                       interleave_weights, set_interleave_weights, verify_current)
     from .cpulist import format_cpulist, parse_cpulist
     from .devices import Gpu
     from .errors import BindError, BirthBindError, NumabindError, PlanError
@@ -82,5 +86,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same nam
     from .process import (BoundCall, ChildBindings, ChildReport, birth_report, bound, configure_subprocess,
                           pool_plans, popen_kwargs, wrap_command, worker_slot)
     from .rank import local_rank, plan_for_rank
-    from .strategies import MODES, PlanRow, plan_for_gpu, plan_for_gpus, plan_table
+    from .residency import Locality, locality
+    from .strategies import (MODES, PlanRow, bandwidth_weights, plan_for_gpu, plan_for_gpus, plan_table,
+                             weights_from_bandwidth)
     from .topology import Cache, Cpu, Node, Topology, discover

@@ -13,6 +13,13 @@ but raises when nothing of the plan is in force in the end).
 ``verify_current`` compares the kernel's state with a plan without changing anything;
 ``bind_thread`` binds the calling thread only for a ``with`` block; ``current_binding`` reads
 what the kernel says now (like ``numactl --show``).
+
+Weighted interleave (``MPOL_WEIGHTED_INTERLEAVE``, Linux 6.9+) interleaves by per-node weights that
+the kernel keeps for the whole system (``/sys/kernel/mm/mempolicy/weighted_interleave/nodeN``).
+A plan's ``weights`` are written there only when asked (``set_weights=True``, or
+:func:`set_interleave_weights`), never on the quiet; a plan whose weights differ from the system's
+is a degradation (a warning; strict raises). A kernel without the policy degrades it to plain
+interleave over the same nodes (a warning naming the kernel's lack; strict raises).
 """
 
 from __future__ import annotations
@@ -43,10 +50,11 @@ from .backends.base import (
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
 from .limits import Limits, narrow_cpus, narrow_nodes
-from .plan import MEM_POLICIES, Plan, check_plan
+from .plan import MEM_POLICIES, Plan, check_plan, format_weights
 
-__all__ = ["BindReport", "Binding", "STRICT_VALUES", "THREAD_MODES", "ThreadResult", "bind_current", "bind_thread",
-           "current_binding", "strict_default", "strict_label", "verify_current"]
+__all__ = ["BOUND_ENV", "BindReport", "Binding", "STRICT_VALUES", "THREAD_MODES", "ThreadResult", "bind_current",
+           "bind_thread", "bound_environ", "current_binding", "interleave_weights", "set_interleave_weights",
+           "strict_default", "strict_label", "verify_current"]
 
 log = _log.getLogger(__name__)
 
@@ -158,12 +166,14 @@ class BindReport(Value):
     ``applied`` is read back from the kernel after binding. ``threads`` has one
     :class:`ThreadResult` per thread, the calling thread first; thread names are read on the
     first access of ``threads``, so a thread that exited meanwhile shows the name ``'?'``.
+    After ``migrate=True``, ``locality`` (a :class:`numabind.residency.Locality`) says where the
+    process's pages are once they were moved, and how many are remote to its CPUs.
     """
 
     __slots__ = ("requested", "applied", "backend", "backend_reason", "_threads", "warnings", "notes",
-                 "pages_not_migrated", "pages_migrated", "_walk")
+                 "pages_not_migrated", "pages_migrated", "_walk", "locality")
     _FIELDS = ("requested", "applied", "backend", "backend_reason", "threads", "warnings", "notes",
-               "pages_not_migrated", "pages_migrated")
+               "pages_not_migrated", "pages_migrated", "locality")
     requested: Plan
     applied: Plan
     backend: str                       # "libnuma" | "syscall" | "numactl" | "none"
@@ -172,10 +182,11 @@ class BindReport(Value):
     notes: tuple[str, ...]             # facts that are not degradations
     pages_not_migrated: int | None     # migrate=True: pages left on other nodes (None: not measured)
     pages_migrated: int | None         # migrate=True: pages moved onto the plan's nodes
+    locality: Any                      # migrate=True: numabind.residency.Locality after the move, else None
 
     def __init__(self, requested: Plan, applied: Plan, backend: str, backend_reason: str,
                  threads: Sequence[ThreadResult] = (), warnings: Sequence[str] = (), notes: Sequence[str] = (),
-                 pages_not_migrated: int | None = None, pages_migrated: int | None = None, *,
+                 pages_not_migrated: int | None = None, pages_migrated: int | None = None, locality: Any = None, *,
                  _walk: AffinityWalk | None = None) -> None:
         s = object.__setattr__
         s(self, "requested", requested)
@@ -188,6 +199,10 @@ class BindReport(Value):
         s(self, "notes", tuple(notes))
         s(self, "pages_not_migrated", pages_not_migrated)
         s(self, "pages_migrated", pages_migrated)
+        s(self, "locality", locality)
+
+    def __hash__(self) -> int:   # a Locality holds dicts
+        return hash((self.requested, self.applied, self.backend, self.warnings, self.notes))
 
     @classmethod
     def _fields(cls) -> tuple[str, ...]:
@@ -219,6 +234,10 @@ class BindReport(Value):
         if self.pages_migrated is not None or self.pages_not_migrated is not None:
             lines.append(f"migrated:  {self.pages_migrated if self.pages_migrated is not None else '?'} pages moved, "
                          f"{self.pages_not_migrated if self.pages_not_migrated is not None else '?'} left behind")
+        loc = self.locality
+        if loc is not None and loc.remote_share is not None:
+            lines.append(f"locality:  {100 * loc.local_share:.1f}% of {loc.total_pages} resident pages on nodes "
+                         f"{format_cpulist(loc.cpu_nodes)} (the nodes of its CPUs)")
         lines += [f"warning:   {w}" for w in self.warnings]
         lines += [f"note:      {n}" for n in self.notes]
         return "\n".join(lines)
@@ -229,7 +248,8 @@ class BindReport(Value):
                 "backend": self.backend, "backend_reason": self.backend_reason,
                 "threads": [t.to_dict() for t in self.threads], "warnings": list(self.warnings),
                 "notes": list(self.notes), "pages_migrated": self.pages_migrated,
-                "pages_not_migrated": self.pages_not_migrated}
+                "pages_not_migrated": self.pages_not_migrated,
+                "locality": None if self.locality is None else self.locality.to_dict()}
 
     @classmethod
     def from_dict(cls, data: object) -> BindReport:
@@ -255,42 +275,63 @@ class BindReport(Value):
         threads = data.get("threads", [])
         if not isinstance(threads, list):
             raise ValueError("threads is not a list")
+        locality = None
+        if data.get("locality") is not None:
+            from .residency import Locality
+
+            locality = Locality.from_dict(data["locality"])
         return cls(requested=Plan.from_text(data["requested"]), applied=Plan.from_text(data["applied"]),
                    backend=data["backend"], backend_reason=data["backend_reason"],
                    threads=tuple(ThreadResult.from_dict(t) for t in threads), warnings=strings("warnings"),
                    notes=strings("notes"), pages_migrated=count("pages_migrated"),
-                   pages_not_migrated=count("pages_not_migrated"))
+                   pages_not_migrated=count("pages_not_migrated"), locality=locality)
 
 
 class Binding(Value):
-    """What the kernel says now (like ``numactl --show``)."""
+    """What the kernel says now (like ``numactl --show``).
 
-    __slots__ = ("cpus", "mem_policy", "mem_nodes", "mems_allowed", "backend", "threads")
-    _compare = ("cpus", "mem_policy", "mem_nodes", "mems_allowed", "backend")
+    ``weights``: under weighted interleave, the system-wide weight of each of ``mem_nodes``
+    (empty otherwise, or when the kernel has no weights to read).
+    """
+
+    __slots__ = ("cpus", "mem_policy", "mem_nodes", "mems_allowed", "backend", "threads", "weights")
+    _compare = ("cpus", "mem_policy", "mem_nodes", "mems_allowed", "backend", "weights")
     cpus: frozenset[int]               # affinity of the calling thread
     mem_policy: str | None             # None when the backend cannot read it
     mem_nodes: frozenset[int]
     mems_allowed: frozenset[int]       # the cpuset's memory nodes
     backend: str
     threads: dict[int, frozenset[int]]
+    weights: dict[int, int]
 
     def __init__(self, cpus: frozenset[int], mem_policy: str | None, mem_nodes: frozenset[int],
-                 mems_allowed: frozenset[int], backend: str, threads: dict[int, frozenset[int]] | None = None) -> None:
+                 mems_allowed: frozenset[int], backend: str, threads: dict[int, frozenset[int]] | None = None,
+                 weights: dict[int, int] | None = None) -> None:
         for k, v in (("cpus", frozenset(cpus)), ("mem_policy", mem_policy), ("mem_nodes", frozenset(mem_nodes)),
-                     ("mems_allowed", frozenset(mems_allowed)), ("backend", backend), ("threads", dict(threads or {}))):
+                     ("mems_allowed", frozenset(mems_allowed)), ("backend", backend), ("threads", dict(threads or {})),
+                     ("weights", dict(weights or {}))):
             object.__setattr__(self, k, v)
+
+    def __hash__(self) -> int:
+        return hash((self.cpus, self.mem_policy, self.mem_nodes, self.mems_allowed, self.backend,
+                     tuple(sorted(self.weights.items()))))
 
     @property
     def plan(self) -> Plan:
-        """The binding as a Plan (a policy a Plan cannot express shows as None)."""
+        """The binding as a Plan (a policy a Plan cannot express shows as None; weighted interleave
+        carries the system's weights of its nodes)."""
         policy = _plannable(self.mem_policy)
-        return Plan(cpus=self.cpus, mem_policy=policy, mem_nodes=self.mem_nodes if policy else None)
+        return Plan(cpus=self.cpus, mem_policy=policy, mem_nodes=self.mem_nodes if policy else None,
+                    weights=self.weights if policy == "weighted-interleave" and self.weights else None)
 
     def describe(self) -> str:
         lines = [f"cpus:         {format_cpulist(self.cpus)}",
                  f"policy:       {self.mem_policy or 'unknown (backend ' + self.backend + ' cannot read it)'}"]
         if self.mem_nodes:
             lines.append(f"nodes:        {format_cpulist(self.mem_nodes)}")
+        if self.weights:
+            lines.append(f"weights:      {format_weights(self.weights)} (system-wide, "
+                         f"/sys/kernel/mm/mempolicy/weighted_interleave)")
         lines.append(f"mems allowed: {format_cpulist(self.mems_allowed)}")
         others = {tid: c for tid, c in self.threads.items() if c != self.cpus}
         if others:
@@ -305,7 +346,8 @@ def _plannable(policy: str | None) -> str | None:
     return policy if policy in MEM_POLICIES else None
 
 
-def _read_plan(cpus: frozenset[int] | None, policy: str | None, nodes: frozenset[int] | None) -> Plan:
+def _read_plan(cpus: frozenset[int] | None, policy: str | None, nodes: frozenset[int] | None,
+               weights: Any = None) -> Plan:
     """A Plan of what the kernel returned (already valid ids: built without checking them again)."""
     plan = object.__new__(Plan)
     s = object.__setattr__
@@ -314,7 +356,7 @@ def _read_plan(cpus: frozenset[int] | None, policy: str | None, nodes: frozenset
     s(plan, "mem_nodes", None if policy is None else (frozenset() if policy in ("local", "default") else nodes))
     s(plan, "migrate", False)
     s(plan, "reason", "read back from the kernel")
-    s(plan, "weights", None)
+    s(plan, "weights", weights if policy == "weighted-interleave" else None)
     return plan
 
 
@@ -335,8 +377,87 @@ def current_binding(backend: str | None = None) -> Binding:
     mems = live.mems_allowed()
     if mems is None:
         mems = live.limits().allowed_nodes
+    weights: dict[int, int] = {}
+    if policy == "weighted-interleave":
+        system = live.interleave_weights()
+        if system is not None:
+            weights = {n: w for n, w in system.weights.items() if n in nodes}
     return Binding(cpus=be.get_affinity(0), mem_policy=policy, mem_nodes=nodes, mems_allowed=mems,
-                   backend=be.name, threads=threads)
+                   backend=be.name, threads=threads, weights=weights)
+
+
+# ----------------------------------------------------------------------------- weighted interleave
+def interleave_weights() -> dict[int, int] | None:
+    """The system-wide weighted-interleave weight of each node (``/sys/kernel/mm/mempolicy/weighted_interleave``),
+    or None when the kernel has no weighted interleave (before Linux 6.9)."""
+    system = live.interleave_weights()
+    return None if system is None else dict(system.weights)
+
+
+def set_interleave_weights(weights: Any, *, backend: str | None = None) -> dict[int, int]:
+    """Write the system-wide weights of the nodes in ``weights`` (a mapping or ``"0:3,1:1"``); returns the
+    weights those nodes had before. They apply to every process on the machine that uses weighted
+    interleave (allocations made afterwards); writing needs root. On Linux 6.16 and newer a write switches
+    the kernel's auto mode (weights from the firmware's bandwidth figures) off. Raises :class:`BindError`
+    naming the file (weights written before the refusal are put back), :class:`PlanError` for bad weights
+    or a kernel without weighted interleave.
+    """
+    from .plan import parse_weights
+
+    if isinstance(weights, str):
+        weights = parse_weights(weights)
+    nodes = frozenset(weights) if isinstance(weights, dict) else None
+    if nodes is None:
+        try:
+            weights = dict(weights)
+            nodes = frozenset(weights)
+        except (TypeError, ValueError):
+            raise PlanError(f"set_interleave_weights needs a mapping node -> weight, got {weights!r}"[:300]) from None
+    checked = Plan(mem_policy="weighted-interleave", mem_nodes=nodes or frozenset({0}), weights=weights).weights
+    system = live.interleave_weights()
+    if system is None:
+        raise PlanError("this kernel has no weighted interleave (Linux 6.9 or newer has it): "
+                        "/sys/kernel/mm/mempolicy/weighted_interleave is absent")
+    unknown = frozenset(checked or ()) - frozenset(system.weights)
+    if unknown:
+        raise PlanError(f"nodes {format_cpulist(unknown)} have no weight file in /sys/kernel/mm/mempolicy/"
+                        f"weighted_interleave (nodes with one: {format_cpulist(system.weights)})")
+    be, _ = get_backend(backend)
+    old = {n: system.weights[n] for n in checked or ()}
+    _write_weights(be, dict(checked or {}), old)
+    log.info("interleave weights set to %s (were %s)", format_weights(checked or {}), format_weights(old))
+    return old
+
+
+def _write_weights(be: Backend, weights: dict[int, int], old: dict[int, int]) -> None:
+    """Write ``weights``; on a refusal put back those already written (from ``old``) and raise."""
+    done: dict[int, int] = {}
+    try:
+        for n, w in sorted(weights.items()):
+            be.set_interleave_weights({n: w})
+            done[n] = w
+    except BindError:
+        if done:
+            try:
+                be.set_interleave_weights({n: old[n] for n in done})
+            except BindError as e:
+                log.warning("could not put back the interleave weights %s: %s",
+                            format_weights({n: old[n] for n in done}), e)
+        raise
+
+
+BOUND_ENV = "_NUMABIND_BOUND"
+
+
+def bound_environ(report: BindReport, environ: Any = None) -> dict[str, str]:
+    """The environment to exec a command with after binding this process: ``environ`` (default
+    ``os.environ``) plus ``_NUMABIND_BOUND=<pid>|<requested plan>|<applied plan>``, so that
+    ``numabind stat`` (:func:`numabind.locality`) recognises the process as bound by numabind. It reads
+    ``/proc/PID/environ`` (the environment of the exec) and trusts the variable only when the pid is that
+    process's own: exec keeps the pid, while a child, which inherits the variable, has another."""
+    env = dict(os.environ if environ is None else environ)
+    env[BOUND_ENV] = f"{os.getpid()}|{report.requested.to_text()}|{report.applied.to_text()}"
+    return env
 
 
 # ----------------------------------------------------------------------------- the transaction
@@ -344,7 +465,7 @@ class _Transaction:
     """One bind_current call: what was changed (the undo log), the degradations, the report under way."""
 
     __slots__ = ("plan", "strict", "be", "warnings", "notes", "failures", "undo", "pages_migrated", "_limits",
-                 "mem_target", "cpu_target", "mem_now")
+                 "mem_target", "cpu_target", "mem_now", "weights_now", "locality")
 
     def __init__(self, plan: Plan, strict: Strictness, be: Backend) -> None:
         self.plan, self.strict, self.be = plan, strict, be
@@ -357,6 +478,8 @@ class _Transaction:
         self.mem_target: tuple[str, frozenset[int]] | None = None   # what was set, after the ladder
         self.cpu_target: frozenset[int] | None = None
         self.mem_now: tuple[str, frozenset[int]] | BindError | None = None   # read back right after the set
+        self.weights_now: Any = None     # the system's interleave weights, once read
+        self.locality: Any = None        # after migrate: where the pages are
 
     def limits(self) -> Limits:
         """The live limits, read the first time a refusal or a difference needs explaining."""
@@ -398,6 +521,80 @@ class _Transaction:
             except BindError as e:  # a thread that exited meanwhile, typically
                 log.debug("rollback step failed: %s", e)
         self.undo.clear()
+
+    # -- weighted interleave's system-wide weights ------------------------------
+    def system_weights(self, again: bool = False) -> Any:
+        """The live :class:`~numabind.topology.InterleaveWeights` (None: the kernel has none), read once."""
+        if self.weights_now is None or again:
+            self.weights_now = live.interleave_weights() or False
+        return self.weights_now or None
+
+    def apply_weights(self) -> None:
+        """``set_weights=True``: write the plan's weights that differ from the system's, undone on rollback."""
+        system = self.system_weights()
+        weights = self.plan.weights
+        if system is None or not weights:
+            return     # no weighted interleave here: the memory ladder says so
+        change = {n: w for n, w in weights.items() if system.weights.get(n) != w}
+        if not change:
+            return
+        unknown = frozenset(change) - frozenset(system.weights)
+        if unknown:
+            self.fail(PlanError(f"interleave weights: nodes {format_cpulist(unknown)} have no weight file in "
+                                f"/sys/kernel/mm/mempolicy/weighted_interleave"))
+            self.warn(f"interleave weights of nodes {format_cpulist(unknown)} not set: the kernel has no weight "
+                      f"file for them")
+            change = {n: w for n, w in change.items() if n not in unknown}
+            if not change:
+                return
+        old = {n: system.weights[n] for n in change}
+        try:
+            _write_weights(self.be, change, old)
+        except BindError as e:
+            self.fail(BindError(e.errno, e.syscall, f"{e.detail}; setting the system-wide interleave weights "
+                                                    f"needs root (CAP_SYS_ADMIN)"))
+            self.warn(f"{e}; the interleave weights stay {format_weights(old)}")
+            return
+        be, auto = self.be, system.auto
+        self.undo.append(lambda: _write_weights(be, old, change))
+        if auto and system.auto_name:
+            name = system.auto_name
+            self.undo.append(lambda: be.set_interleave_auto(name, True))
+            self.notes.append(f"writing the interleave weights switched the kernel's automatic weights off "
+                              f"(/sys/kernel/mm/mempolicy/weighted_interleave/{name} is now false; write true "
+                              f"there to get the weights from the firmware's bandwidth figures back)")
+        log.info("interleave weights set to %s (were %s; system-wide)", format_weights(change), format_weights(old))
+        self.notes.append(f"set the system-wide interleave weights {format_weights(change)} "
+                          f"(were {format_weights(old)}); they apply to every process that interleaves by weight")
+        self.system_weights(again=True)
+
+    def check_weights(self, policy: str | None, nodes: frozenset[int]) -> Any:
+        """Under weighted interleave: the system's weights of the plan's weighted nodes, for the report; a
+        plan whose weights differ from the system's is a degradation."""
+        if policy != "weighted-interleave":
+            return None
+        system = self.system_weights()
+        if system is None:
+            return None
+        wanted = self.plan.weights
+        in_force = {n: system.weights.get(n) for n in sorted(nodes)}
+        if not wanted:
+            self.notes.append("interleave weights (system-wide): " + ", ".join(
+                f"node {n}: {w if w is not None else '?'}" for n, w in in_force.items()))
+            return None
+        from ._util import FrozenMap
+
+        got = {n: system.weights.get(n) for n in wanted}
+        differ = {n: w for n, w in wanted.items() if got.get(n) != w}
+        if differ:
+            have = ", ".join(f"node {n}: {got.get(n) if got.get(n) is not None else 'none'}" for n in sorted(differ))
+            message = (f"interleave weights {format_weights(differ)} asked for, but the system's are {have} "
+                       f"(weights are system-wide, in /sys/kernel/mm/mempolicy/weighted_interleave; numabind "
+                       f"writes them only when asked: set_weights=True, numabind run --set-weights, as root); "
+                       f"pages are interleaved by the system's weights")
+            self.fail(PlanError(message))
+            self.warn(message)
+        return FrozenMap({n: w for n, w in got.items() if w is not None})
 
     # -- memory -------------------------------------------------------------
     def apply_memory(self) -> None:
@@ -453,7 +650,9 @@ class _Transaction:
                 self.warn(f"memory nodes narrowed from {format_cpulist(nodes)} to {format_cpulist(usable)}: {why}")
         ladder = [(policy, usable)]
         if usable:
-            if policy in ("bind", "interleave") and len(usable) > 1:
+            if policy == "weighted-interleave":
+                ladder.append(("interleave", usable))
+            if policy in ("bind", "interleave", "weighted-interleave") and len(usable) > 1:
                 ladder.append(("preferred-many", usable))
             if policy != "preferred":
                 ladder.append(("preferred", frozenset({min(usable)})))
@@ -467,12 +666,18 @@ class _Transaction:
                 except BindError as err:
                     e = err
             if e is not None:
+                if step == "weighted-interleave" and e.errno == _errno.EINVAL and self.system_weights() is None:
+                    e = BindError(e.errno, e.syscall, f"{e.detail}: this kernel has no MPOL_WEIGHTED_INTERLEAVE "
+                                                      f"(Linux 6.9 and newer have it; /sys/kernel/mm/mempolicy/"
+                                                      f"weighted_interleave is absent)")
                 self.fail(e)
                 self.warn(f"{e}; memory policy {step} {format_cpulist(step_nodes)} not applied")
                 continue
             self._set(old, step, step_nodes)
             if k:
-                self.warn(f"memory policy degraded to {step} {format_cpulist(step_nodes)}")
+                dropped = (f" (the weights {format_weights(plan.weights)} do not apply to it)"
+                           if plan.weights and step != "weighted-interleave" else "")
+                self.warn(f"memory policy degraded to {step} {format_cpulist(step_nodes)}{dropped}")
             return
         self.warn("memory policy left unchanged (every step of the ladder was refused)")
 
@@ -587,7 +792,8 @@ class _Transaction:
                 message = f"the kernel reports memory policy {policy} {format_cpulist(nodes)} instead of {want}"
                 self.fail(BindError(_errno.EINVAL, "set_mempolicy", message))
                 self.warn(message)
-        return _read_plan(cpus, plannable, (nodes or None) if plannable else None)
+        weights = self.check_weights(policy, nodes) if self.mem_target is not None else None
+        return _read_plan(cpus, plannable, (nodes or None) if plannable else None, weights)
 
     # -- migration --------------------------------------------------------------
     def migrate(self) -> int | None:
@@ -613,6 +819,9 @@ class _Transaction:
             if before is None:
                 self.notes.append("/proc/self/numa_maps is unreadable: pages were not counted")
                 return 0
+            from .residency import locality
+
+            self.locality = locality(pages=before)
             return before.on(source)
         try:
             refused = self.be.migrate_pages(0, source, target)
@@ -624,6 +833,10 @@ class _Transaction:
             self.warn(f"{e}; pages already allocated stay where they are")
             return None
         after = live.node_pages()
+        if after is not None:
+            from .residency import locality
+
+            self.locality = locality(pages=after)
         src, dst = format_cpulist(source), format_cpulist(target)
         if before is None or after is None:
             self.notes.append("/proc/self/numa_maps is unreadable: pages moved were not counted")
@@ -656,7 +869,7 @@ def _undo_walk(be: Backend, walk: AffinityWalk) -> None:
 
 
 def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str = "matching",
-                 backend: str | None = None) -> BindReport:
+                 backend: str | None = None, set_weights: bool = False) -> BindReport:
     """Bind the running process to ``plan`` and report what the kernel now says.
 
     * CPU affinity is set on **every thread** (``threads="matching"``: those
@@ -681,6 +894,11 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
     * ``migrate=True`` moves pages last, after everything else was applied and
       verified; if ``migrate_pages`` itself fails under strict, the binding is
       rolled back and the error says that pages already moved stay.
+    * ``mem_policy="weighted-interleave"``: the plan's ``weights`` are the system's
+      (one weight per node for the whole machine); ``set_weights=True`` writes
+      those that differ (root; rolled back with the rest under strict), else a
+      difference is a degradation. A kernel without weighted interleave steps
+      down to plain interleave over the same nodes.
 
     Usable as a multiprocessing initializer:
     ``Pool(initializer=numabind.bind_current, initargs=(plan,))``.
@@ -691,6 +909,8 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
     be, why = get_backend(backend)
     tx = _Transaction(plan, strict, be)
     try:
+        if plan.weights and set_weights:
+            tx.apply_weights()
         tx.apply_memory()
         walk = tx.apply_cpus(threads)
         applied = tx.read_back(walk)
@@ -709,7 +929,7 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
                 f"pages they already touched)")
     report = BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why,
                         warnings=tx.warnings, notes=tx.notes, pages_not_migrated=left,
-                        pages_migrated=tx.pages_migrated, _walk=walk)
+                        pages_migrated=tx.pages_migrated, locality=tx.locality, _walk=walk)
     if log.isEnabledFor(_log.INFO):
         who = f"thread {walk.tids[0]} of pid {os.getpid()}" if threads == "current" else f"pid {os.getpid()}"
         log.info("%s bound via %s: %s", who, be.name, applied.describe())
@@ -748,19 +968,31 @@ def verify_current(plan: Plan, strict: Strictness | None = None, *, threads: str
         policy, nodes = None, frozenset()
         if plan.mem_policy is not None:
             notes.append(f"the memory policy could not be read ({e}); it was not verified")
-    if plan.mem_policy is not None and policy is not None and \
-            (policy, nodes) != (plan.mem_policy, plan.mem_nodes or frozenset()):
+    mem_differs = plan.mem_policy is not None and policy is not None and \
+        (policy, nodes) != (plan.mem_policy, plan.mem_nodes or frozenset())
+    if mem_differs:
         warnings.append(f"the memory policy is {policy} {format_cpulist(nodes)}".rstrip() +
                         f", not {plan.mem_policy} {format_cpulist(plan.mem_nodes or ())}".rstrip())
+    weights = None
+    if plan.weights and policy == "weighted-interleave":
+        from ._util import FrozenMap
+
+        system = live.interleave_weights()
+        got = {} if system is None else {n: system.weights.get(n) for n in plan.weights}
+        weights = FrozenMap({n: w for n, w in got.items() if w is not None})
+        differ = {n: w for n, w in plan.weights.items() if got.get(n) != w}
+        if differ:
+            mem_differs = True
+            warnings.append(f"the system's interleave weights are "
+                            f"{format_weights(weights) or 'unreadable'}, not {format_weights(differ)}")
     requested = (plan.cpus is not None) + (plan.mem_policy is not None)
-    failed = (plan.cpus is not None and cpus != plan.cpus) + (
-        plan.mem_policy is not None and policy is not None and (policy, nodes) != (plan.mem_policy, plan.mem_nodes or frozenset()))
+    failed = (plan.cpus is not None and cpus != plan.cpus) + mem_differs
     if warnings and (strict is True or (strict == "partial" and failed == requested)):
         raise NumabindError("; ".join(warnings))
     for w in warnings:
         log.warning("%s", w)
     plannable = _plannable(policy)
-    applied = _read_plan(cpus, plannable, (nodes or None) if plannable else None)
+    applied = _read_plan(cpus, plannable, (nodes or None) if plannable else None, weights)
     return BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why, warnings=warnings,
                       notes=notes, _walk=walk)
 

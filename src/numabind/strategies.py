@@ -22,13 +22,14 @@ Placement of one GPU:
 from __future__ import annotations
 
 import logging
+import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
-from .plan import NODE_POLICIES, Plan
+from .plan import MAX_WEIGHT, NODE_POLICIES, Plan
 from .topology import LOCAL_DISTANCE
 
 log = logging.getLogger(__name__)
@@ -40,11 +41,13 @@ __all__ = [
     "PctSku",
     "PlanRow",
     "auto_gate",
+    "bandwidth_weights",
     "pct_config",
     "pct_priority_cpus",
     "plan_for_gpu",
     "plan_for_gpus",
     "plan_table",
+    "weights_from_bandwidth",
 ]
 
 MODES = ("node", "socket", "exclusive", "core-complex", "pct")
@@ -655,3 +658,73 @@ def auto_gate(topology, *, affinity: Iterable[int] | None = None, mem_policy: st
     except Exception as exc:  # never raise from the gate
         log.debug("automatic binding gate failed", exc_info=True)
         return False, f"gate failed: {exc}"
+
+
+# ----------------------------------------------------------------------------- weighted interleave
+def weights_from_bandwidth(bandwidths: Mapping[int, float], *, tolerance: float = 0.02,
+                           max_weight: int = MAX_WEIGHT) -> dict[int, int]:
+    """Weighted-interleave weights proportional to each node's memory bandwidth (pure).
+
+    ``bandwidths`` maps node -> bandwidth in any one unit (HMAT's ``read_bandwidth`` is MB/s). The
+    weights are the smallest whole numbers whose ratios are within ``tolerance`` (relative) of the
+    bandwidths' ratios, with no common factor, each from 1 to ``max_weight`` (the kernel's 255);
+    when no such numbers exist, the closest ones that fit. ``{0: 30000, 2: 10000}`` gives
+    ``{0: 3, 2: 1}``: three pages on node 0 for every page on node 2.
+    """
+    if not isinstance(bandwidths, Mapping) or not bandwidths:
+        raise PlanError("weights_from_bandwidth needs a non-empty mapping node -> bandwidth")
+    for node, bw in bandwidths.items():
+        if not isinstance(node, int) or isinstance(node, bool) or node < 0:
+            raise PlanError(f"weights_from_bandwidth: node {node!r} is not a non-negative int")
+        if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not math.isfinite(bw) or bw <= 0:
+            raise PlanError(f"weights_from_bandwidth: node {node} has bandwidth {bw!r}; give a positive number "
+                            f"(a node without bandwidth figures cannot be weighted by them)")
+    if not (isinstance(max_weight, int) and 1 <= max_weight <= MAX_WEIGHT):
+        raise PlanError(f"max_weight must be an int from 1 to {MAX_WEIGHT}, got {max_weight!r}")
+    lowest = min(bandwidths.values())
+    ratios = {n: bw / lowest for n, bw in bandwidths.items()}
+    top = max(ratios.values())
+    best: dict[int, int] | None = None
+    for scale in range(1, max_weight + 1):
+        if round(top * scale) > max_weight:
+            break
+        weights = {n: max(1, round(r * scale)) for n, r in ratios.items()}
+        best = weights
+        if all(abs(weights[n] - r * scale) <= tolerance * r * scale for n, r in ratios.items()):
+            break
+    if best is None:        # the spread is wider than 1:max_weight: the largest node gets max_weight
+        best = {n: max(1, min(max_weight, round(r * max_weight / top))) for n, r in ratios.items()}
+    common = 0
+    for w in best.values():
+        common = math.gcd(common, w)
+    return {n: w // common for n, w in sorted(best.items())}
+
+
+def bandwidth_weights(nodes: Iterable[int], topology=None, *, tolerance: float = 0.02) -> dict[int, int]:
+    """Weights for interleaving over ``nodes`` by their memory bandwidth, from the firmware's HMAT figures
+    (``nodeN/access0/initiators/read_bandwidth``, as :attr:`numabind.topology.Node.access` holds them):
+    "interleave by bandwidth" without knowing the numbers. A node without the figures (no HMAT, as on
+    most machines without CXL memory) is a :class:`PlanError` naming it.
+    """
+    topology = topology_or_discover(topology)
+    wanted = sorted(set(nodes))
+    if not wanted:
+        raise PlanError("bandwidth_weights needs at least one node")
+    bandwidths: dict[int, float] = {}
+    missing = []
+    for n in wanted:
+        node = topology.nodes.get(n)
+        if node is None:
+            raise PlanError(f"bandwidth_weights: node {n} does not exist (nodes: {_fmt(topology.nodes)})")
+        access = node.access
+        if access is None or not access.read_bandwidth:
+            missing.append(n)
+        else:
+            bandwidths[n] = access.read_bandwidth
+    if missing:
+        raise PlanError(f"nodes {_fmt(missing)} have no bandwidth figures under {topology.root} "
+                        f"(sys/devices/system/node/nodeN/access0/initiators/read_bandwidth: the firmware has no HMAT "
+                        f"table for them); give the weights by hand, e.g. weights={{{wanted[0]}: 3, ...}}")
+    weights = weights_from_bandwidth(bandwidths, tolerance=tolerance)
+    log.debug("interleave weights from read bandwidth %s: %s", bandwidths, weights)
+    return weights

@@ -32,6 +32,12 @@ way hwloc does:
 * ``proc/cpuinfo``'s model name (``model name``, or ``cpu``/``Processor``/
   ``cpu model`` on POWER, old ARM and MIPS; arm64 has none) and
   ``cpu0/acpi_cppc/highest_perf``.
+* Memory performance from the firmware's HMAT table, where there is one (CXL and
+  other memory tiers): ``nodeN/access0/initiators/{read,write}_{bandwidth,latency}``
+  (MB/s, ns) and the initiator nodes linked there, as :attr:`Node.access`; and the
+  system-wide weights of weighted interleave (Linux 6.9+),
+  ``sys/kernel/mm/mempolicy/weighted_interleave/nodeN`` and, from 6.16, its
+  ``auto`` switch, as :attr:`Topology.interleave_weights`.
 
 Where hwloc and the kernel disagree numabind follows what the kernel
 enforces: for cgroup v1 it reads ``cpuset.effective_cpus`` (hwloc reads
@@ -67,7 +73,8 @@ from .cpulist import format_cpulist, parse_cpulist, parse_mask
 from .devices import Gpu, discover_gpus
 from .errors import NumabindError, PlanError
 
-__all__ = ["Cache", "Cpu", "Cpuset", "Node", "Topology", "discover", "discover_from", "read_cpuset"]
+__all__ = ["Cache", "Cpu", "Cpuset", "InterleaveWeights", "MemoryAccess", "Node", "Topology", "discover",
+           "discover_from", "read_cpuset", "read_interleave_weights"]
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +116,52 @@ class Cache:
 
 
 @dataclass(frozen=True)
+class MemoryAccess:
+    """How fast a node's memory is from its best initiators, as the firmware's HMAT table says
+    (``nodeN/access0/initiators``): bandwidths in MB/s, latencies in ns (None: not given)."""
+
+    read_bandwidth: int | None = None
+    write_bandwidth: int | None = None
+    read_latency: int | None = None
+    write_latency: int | None = None
+    initiators: frozenset[int] = frozenset()    # the nodes (with CPUs) those figures are measured from
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"read_bandwidth": self.read_bandwidth, "write_bandwidth": self.write_bandwidth,
+                "read_latency": self.read_latency, "write_latency": self.write_latency,
+                "initiators": format_cpulist(self.initiators)}
+
+
+@dataclass(frozen=True)
+class InterleaveWeights:
+    """The system-wide weights of weighted interleave (``sys/kernel/mm/mempolicy/weighted_interleave``).
+
+    ``weights`` maps each node with a weight file to its weight (1-255); ``auto`` is the kernel's
+    auto mode (Linux 6.16+: weights derived from the HMAT bandwidths), None when the kernel has no
+    such switch; ``auto_name`` the switch's file name.
+    """
+
+    weights: FrozenMap[int, int]
+    auto: bool | None = None
+    auto_name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"weights": {str(n): w for n, w in self.weights.items()}, "auto": self.auto}
+
+
+@dataclass(frozen=True)
 class Node:
-    """One NUMA node as the kernel lists it (memory-only and CPU-only too)."""
+    """One NUMA node as the kernel lists it (memory-only and CPU-only too).
+
+    ``access`` holds the firmware's memory performance figures for the node (HMAT), None on the
+    many machines without them.
+    """
 
     id: int
     cpus: frozenset[int]             # online CPUs of the node; empty for memory-only nodes
     memory_bytes: int                # MemTotal of the node; 0 for CPU-only nodes
     distances: FrozenMap[int, int] = field(default_factory=FrozenMap)
+    access: MemoryAccess | None = None
 
     @property
     def has_memory(self) -> bool:
@@ -131,6 +177,7 @@ class Node:
             "cpus": format_cpulist(self.cpus),
             "memory_bytes": self.memory_bytes,
             "distances": {str(k): v for k, v in self.distances.items()},
+            "access": None if self.access is None else self.access.to_dict(),
         }
 
 
@@ -152,6 +199,7 @@ class Topology:
     cppc_highest_perf: int | None = None  # cpu0/acpi_cppc/highest_perf (PCT gate)
     gpus: tuple[Gpu, ...] = ()
     allowed_source: str = ""         # where allowed_cpus/allowed_nodes were read from
+    interleave_weights: InterleaveWeights | None = None   # None: no weighted interleave (before Linux 6.9)
 
     # -- queries -------------------------------------------------------------
 
@@ -233,6 +281,7 @@ class Topology:
             "caches": [cache.to_dict() for cache in self.caches],
             "llc_groups": [format_cpulist(g) for g in self.llc_groups()],
             "gpus": [_gpu_to_dict(g) for g in self.gpus],
+            "interleave_weights": None if self.interleave_weights is None else self.interleave_weights.to_dict(),
         }
 
 
@@ -496,8 +545,49 @@ def _discover_nodes(
         meminfo = reader.read(f"{base}/meminfo")
         kb = 0 if meminfo is None else _parse_memtotal_kb(reader, f"{base}/meminfo", meminfo)
         distances = _read_distances(reader, f"{base}/distance", orders, ids)
-        nodes[nid] = Node(nid, final[nid], kb * 1024, distances)
+        nodes[nid] = Node(nid, final[nid], kb * 1024, distances, _read_access(reader, base))
     return nodes, online, possible
+
+
+def _read_access(reader: FsReader, base: str) -> MemoryAccess | None:
+    """The HMAT figures of one node (``access0/initiators``), None when the firmware gave none."""
+    rel = f"{base}/access0/initiators"
+    if not reader.isdir(rel):
+        return None
+    values = {name: _read_int(reader, f"{rel}/{name}")
+              for name in ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency")}
+    for name, value in values.items():
+        if value is not None and value < 0:
+            raise _malformed(reader, f"{rel}/{name}", str(value), "a negative figure")
+    return MemoryAccess(initiators=frozenset(reader.numbered(rel, "node")), **values)
+
+
+def read_interleave_weights(reader: FsReader) -> InterleaveWeights | None:
+    """The weighted-interleave weights under ``reader``'s root, or None when there are none (before Linux
+    6.9, or a dump without them). A weight file that does not hold a number from 1 to 255 is an error."""
+    from .backends.base import WEIGHTS_AUTO_NAMES
+    from .backends import base
+
+    rel = base.WEIGHTS_DIR          # read at call time: tests point it elsewhere
+    if not reader.isdir(rel):
+        return None
+    weights: dict[int, int] = {}
+    for nid in reader.numbered(rel, "node"):
+        value = _read_int(reader, f"{rel}/node{nid}")
+        if value is None:
+            continue                # unreadable (a file being removed with its node)
+        if not 1 <= value <= 255:
+            raise _malformed(reader, f"{rel}/node{nid}", str(value), "a weight outside 1-255")
+        weights[nid] = value
+    auto = name = None
+    for candidate in WEIGHTS_AUTO_NAMES:
+        text = reader.read_strip(f"{rel}/{candidate}")
+        if text is not None:
+            if text not in ("true", "false", "1", "0", "Y", "N"):
+                raise _malformed(reader, f"{rel}/{candidate}", text, "expected true or false")
+            auto, name = text in ("true", "1", "Y"), candidate
+            break
+    return InterleaveWeights(FrozenMap(weights), auto, name)
 
 
 def _discover_cpu_details(
@@ -853,6 +943,7 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
         cppc_highest_perf=_read_int(reader, f"{_CPU_DIR}/cpu0/acpi_cppc/highest_perf"),
         gpus=gpus,
         allowed_source=source,
+        interleave_weights=read_interleave_weights(reader),
     )
     log.debug(
         "discovered %s in %.1f ms: %d nodes (%s), %d online CPUs, allowed CPUs %s "

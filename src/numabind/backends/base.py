@@ -8,6 +8,7 @@ the same small surface; :mod:`numabind.bind` never knows which one it got.
 from __future__ import annotations
 
 import errno
+import os
 from abc import ABC, abstractmethod
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
@@ -16,7 +17,7 @@ from ..cpulist import format_cpulist, words_to_ids
 from ..errors import BindError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from typing import Any
     from ..plan import Plan
 
@@ -41,6 +42,7 @@ __all__ = [
     "WALK_NOT_TRIED",
     "WALK_STOP_ON_ERROR",
     "WALK_UNCHANGED",
+    "WEIGHTS_DIR",
 ]
 
 # <linux/mempolicy.h>
@@ -64,6 +66,13 @@ MPOL_F_ADDR = 1 << 1
 MPOL_F_MEMS_ALLOWED = 1 << 2
 # move_pages flag
 MPOL_MF_MOVE = 1 << 1
+#: The system-wide weights of MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+): one file ``nodeN`` per node holding
+#: its weight (1-255), and from Linux 6.16 ``auto`` (``true``: the kernel derives them from the firmware's
+#: bandwidth figures; writing a weight switches it to ``false``). Relative to the file-system root.
+WEIGHTS_DIR = "sys/kernel/mm/mempolicy/weighted_interleave"
+#: Names the ``auto`` switch has been seen under (6.16's, and ``__auto_type`` where a C23 compiler
+#: expanded the kernel's ``auto`` macro in the attribute's name).
+WEIGHTS_AUTO_NAMES = ("auto", "__auto_type")
 
 # Per-thread outcome of Backend.affinity_many (the values of csrc/numabind.h's enum nb_thread_status);
 # a negative value is -errno of a refused sched_setaffinity.
@@ -292,6 +301,32 @@ class Backend(ABC):
     def page_nodes(self, addresses: list[int]) -> list[int]:
         """Node of each page (move_pages query mode); negative values are -errno."""
         raise BindError(errno.ENOSYS, "move_pages", f"the {self.name} backend cannot query page placement")
+
+    # -- the system-wide weights of weighted interleave (sysfs writes: the same for every backend) --
+    def set_interleave_weights(self, weights: Mapping[int, int], root: str = "/") -> None:
+        """Write each node's weight into ``WEIGHTS_DIR/nodeN`` (system-wide; needs root). Raises BindError
+        naming the file; weights written before a refusal stay (the caller restores them)."""
+        for node, weight in sorted(weights.items()):
+            self._write_sysfs(os.path.join(root, WEIGHTS_DIR, f"node{int(node)}"), f"{int(weight)}\n",
+                              f"interleave weight {weight} of node {node}")
+
+    def set_interleave_auto(self, name: str, on: bool, root: str = "/") -> None:
+        """Write ``true``/``false`` into ``WEIGHTS_DIR/<name>`` (the auto switch, Linux 6.16+). Raises BindError."""
+        self._write_sysfs(os.path.join(root, WEIGHTS_DIR, name), "true\n" if on else "false\n",
+                          f"weighted-interleave auto mode {'on' if on else 'off'}")
+
+    @staticmethod
+    def _write_sysfs(path: str, text: str, what: str) -> None:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError as e:
+            raise BindError(e.errno or errno.EIO, "open", f"{path} ({what})") from None
+        try:
+            os.write(fd, text.encode())
+        except OSError as e:
+            raise BindError(e.errno or errno.EIO, "write", f"{path} ({what})") from None
+        finally:
+            os.close(fd)
 
     def command_prefix(self, plan: Plan) -> list[str] | None:
         """argv prefix that starts a command bound to ``plan``, or None when the

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from .. import backends as _backends
 from .._env import Strictness
 from .._value import Value
-from ..bind import bind_current, strict_default, strict_label
+from ..bind import bind_current, bound_environ, strict_default, strict_label
 from ..errors import NumabindError, PlanError
 from ..plan import Plan, check_plan
 from . import reports
@@ -67,8 +67,10 @@ def wrap_command(plan: Plan, argv: Sequence[str], *, strict: Strictness | None =
     ``[python, -I, -c, <fixed code>, <numabind's parent dir>, <plan text>, <strict>, --, *argv]``
     — an isolated Python that imports this very copy of numabind (never one in
     its working directory or on its PYTHONPATH), binds itself and execs the
-    command with the environment unchanged (no numactl needed; the plan travels
-    as validated text, never as code). With only the numactl backend: the
+    command with the environment unchanged but for one variable added,
+    ``_NUMABIND_BOUND`` (the binding, for ``numabind stat``; see
+    :func:`numabind.bind.bound_environ`). No numactl is needed; the plan travels
+    as validated text, never as code. With only the numactl backend: the
     numactl wrapper's argv. ``migrate`` is dropped: a new process has no pages
     to move.
     """
@@ -93,7 +95,8 @@ def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None 
     """Bind this process to ``plan``, print each warning on stderr, then exec ``command``. Never returns.
 
     The last step of :func:`wrap_command`'s argv and of ``numabind run``: a refused binding raises (the
-    caller reports it), a command that cannot be executed exits with status 127, like a shell.
+    caller reports it), a command that cannot be executed exits with status 127, like a shell. The
+    command's environment gets ``_NUMABIND_BOUND`` (:func:`numabind.bind.bound_environ`).
     """
     report = bind_current(plan, strict=strict, backend=backend)
     if verbose:
@@ -101,7 +104,7 @@ def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None 
     for w in report.warnings:
         sys.stderr.write(f"numabind: warning: {w}\n")
     try:
-        os.execvp(command[0], list(command))
+        os.execvpe(command[0], list(command), bound_environ(report))
     except OSError as e:
         sys.stderr.write(f"numabind: cannot execute {command[0]!r}: {e.strerror}\n")
         raise SystemExit(127) from None

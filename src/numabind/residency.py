@@ -1,0 +1,361 @@
+"""Where a process's memory really is: :func:`locality` and the :class:`Locality` it returns.
+
+Everything is read from the live system through :mod:`numabind.live` (one :class:`~numabind._fs.FsReader`
+at ``/``), for any process this one may inspect:
+
+* resident pages per node from ``/proc/PID/numa_maps`` (:func:`numabind.live.parse_numa_maps`), in
+  anonymous, file-backed and hugetlbfs mappings apart, and per memory policy the mappings show;
+* the CPUs each thread may run on (``/proc/PID/task/TID/status``) and the NUMA nodes of those CPUs
+  (``sys/devices/system/node/nodeN/cpulist``): a page on any other node is *remote*;
+* ``Mems_allowed`` (the cpuset's memory nodes);
+* the memory policy: ``numa_maps`` shows each mapping's policy, which is the mapping's own
+  (``mbind``) or else the policy of the process's main thread (``set_mempolicy``); no kernel
+  interface reads another process's policy apart from that (``get_mempolicy`` reads the caller's
+  only), so :attr:`Locality.mem_policy` is read for this process's calling thread alone;
+* whether numabind bound it: a process started by ``numabind run`` or :func:`numabind.wrap_command`
+  carries ``_NUMABIND_BOUND=<pid>|<requested plan>|<applied plan>`` in the environment it was exec'd
+  with (``/proc/PID/environ``), trusted only when the pid is its own (not a parent's); a
+  process bound at birth in-process (``configure_subprocess``, ``bound``, ``pool_plans``) knows it
+  itself (:func:`numabind.birth_report`), which only ``locality()`` of that very process can read.
+
+Nothing here raises because of the process: one that does not exist, exits while being read, or
+may not be read (another user's: ``numa_maps`` needs ptrace access), and a kernel without
+``numa_maps`` (``CONFIG_NUMA=n``), give a :class:`Locality` whose ``error`` says so, with what
+could be read.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
+from . import live
+from ._value import Value
+from .cpulist import format_cpulist, parse_cpulist
+from .errors import NumabindError
+from .live import NodePages
+from .plan import Plan
+
+__all__ = ["BoundBy", "Locality", "ThreadPlacement", "locality"]
+
+_BOUND_ENV = "_NUMABIND_BOUND"     # numabind.bind.BOUND_ENV (not imported: bind pulls the backends in)
+
+
+def _nodes_of(cpus: frozenset[int], node_cpus: dict[int, frozenset[int]]) -> frozenset[int]:
+    return frozenset(n for n, c in node_cpus.items() if c & cpus)
+
+
+class ThreadPlacement(Value):
+    """One thread: the CPUs it may run on and the NUMA nodes of those CPUs."""
+
+    __slots__ = ("tid", "name", "cpus", "nodes")
+    tid: int
+    name: str
+    cpus: frozenset[int]
+    nodes: frozenset[int]
+
+    def __init__(self, tid: int, name: str, cpus: frozenset[int], nodes: frozenset[int]) -> None:
+        for k, v in (("tid", tid), ("name", name), ("cpus", frozenset(cpus)), ("nodes", frozenset(nodes))):
+            object.__setattr__(self, k, v)
+
+
+class BoundBy(Value):
+    """How numabind bound a process: ``source`` says where this was read, ``requested`` is the plan asked
+    for and ``applied`` what the kernel held right after binding (None when not recorded)."""
+
+    __slots__ = ("source", "requested", "applied")
+    source: str
+    requested: Plan
+    applied: Plan | None
+
+    def __init__(self, source: str, requested: Plan, applied: Plan | None = None) -> None:
+        for k, v in (("source", source), ("requested", requested), ("applied", applied)):
+            object.__setattr__(self, k, v)
+
+
+class Locality(Value):
+    """Where the pages of process ``pid`` are, next to where its threads may run (frozen).
+
+    ``pages`` is None when ``numa_maps`` could not be read (then ``error`` says why). Shares are
+    fractions from 0 to 1; a page is *local* when it is on one of ``cpu_nodes``, the nodes of the CPUs
+    any of the process's threads may run on, and *remote* otherwise (memory-only nodes, such as CXL
+    memory, are remote to every CPU).
+    """
+
+    __slots__ = ("pid", "name", "error", "pages", "page_size", "cpus", "cpu_nodes", "threads", "mems_allowed",
+                 "mem_policy", "bound")
+    pid: int
+    name: str
+    error: str | None
+    pages: NodePages | None
+    page_size: int
+    cpus: frozenset[int]
+    cpu_nodes: frozenset[int]
+    threads: tuple[ThreadPlacement, ...]
+    mems_allowed: frozenset[int] | None
+    mem_policy: str | None            # this process's calling thread only (get_mempolicy)
+    bound: BoundBy | None
+
+    def __init__(self, pid: int, name: str = "?", error: str | None = None, pages: NodePages | None = None,
+                 page_size: int = 0, cpus: frozenset[int] = frozenset(), cpu_nodes: frozenset[int] = frozenset(),
+                 threads: tuple[ThreadPlacement, ...] = (), mems_allowed: frozenset[int] | None = None,
+                 mem_policy: str | None = None, bound: BoundBy | None = None) -> None:
+        for k, v in (("pid", pid), ("name", name), ("error", error), ("pages", pages),
+                     ("page_size", page_size or os.sysconf("SC_PAGE_SIZE")), ("cpus", frozenset(cpus)),
+                     ("cpu_nodes", frozenset(cpu_nodes)), ("threads", tuple(threads)),
+                     ("mems_allowed", None if mems_allowed is None else frozenset(mems_allowed)),
+                     ("mem_policy", mem_policy), ("bound", bound)):
+            object.__setattr__(self, k, v)
+
+    def __hash__(self) -> int:   # holds NodePages (dicts)
+        raise TypeError("unhashable type: 'Locality'")
+
+    # -- figures ---------------------------------------------------------------------
+    @property
+    def ok(self) -> bool:
+        """True when everything was read."""
+        return self.error is None
+
+    @property
+    def node_pages(self) -> dict[int, int]:
+        """Resident pages per node (base pages); empty when numa_maps was not read."""
+        return dict(self.pages.total) if self.pages is not None else {}
+
+    @property
+    def total_pages(self) -> int:
+        return sum(self.node_pages.values())
+
+    def pages_on(self, nodes: frozenset[int] | set[int]) -> int:
+        return sum(n for node, n in self.node_pages.items() if node in nodes)
+
+    @property
+    def local_pages(self) -> int:
+        return self.pages_on(self.cpu_nodes)
+
+    @property
+    def remote_pages(self) -> int:
+        return self.total_pages - self.local_pages
+
+    def remote_share_of(self, nodes: frozenset[int] | set[int]) -> float | None:
+        """The share of the pages that is on nodes other than ``nodes``; None when no page was counted."""
+        total = self.total_pages
+        if not total:
+            return None
+        return (total - self.pages_on(nodes)) / total
+
+    @property
+    def remote_share(self) -> float | None:
+        """The share of the pages that is remote to every CPU the process may run on (None: no pages)."""
+        return self.remote_share_of(self.cpu_nodes)
+
+    @property
+    def local_share(self) -> float | None:
+        share = self.remote_share
+        return None if share is None else 1.0 - share
+
+    # -- text and JSON ---------------------------------------------------------------
+    def describe(self) -> str:
+        """A few lines for people (``numabind stat`` prints a table instead)."""
+        head = f"pid {self.pid} ({self.name})"
+        lines = [head + (f": {self.error}" if self.error else "")]
+        lines.append(f"  cpus {format_cpulist(self.cpus) or '?'} on nodes {format_cpulist(self.cpu_nodes) or '?'}"
+                     f"; mems allowed {format_cpulist(self.mems_allowed) if self.mems_allowed is not None else '?'}")
+        if self.pages is not None:
+            mib = self.page_size / (1 << 20)
+            per_node = ", ".join(f"node {n}: {p * mib:.1f} MiB" for n, p in sorted(self.node_pages.items()))
+            lines.append(f"  resident {self.total_pages * mib:.1f} MiB ({per_node or 'no pages'})")
+            share = self.remote_share
+            if share is not None:
+                lines.append(f"  remote {100 * share:.1f}% ({self.remote_pages * mib:.1f} MiB on nodes other than "
+                             f"{format_cpulist(self.cpu_nodes) or 'none'})")
+            if self.pages.policies:
+                lines.append("  mapping policies: " + ", ".join(
+                    f"{pol} {n * mib:.1f} MiB" for pol, n in sorted(self.pages.policies.items(), key=lambda kv: -kv[1])))
+        if self.mem_policy is not None:
+            lines.append(f"  memory policy (calling thread): {self.mem_policy}")
+        if self.bound is not None:
+            lines.append(f"  bound by numabind ({self.bound.source}): {self.bound.requested.describe()}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable (node ids as strings); :meth:`from_dict` reads it back."""
+        pages = None
+        if self.pages is not None:
+            p = self.pages
+            pages = {k: {str(n): c for n, c in sorted(getattr(p, k).items())} for k in ("total", "anon", "file",
+                                                                                     "huge", "shared")}
+            pages["policies"] = dict(p.policies)
+        share = self.remote_share
+        bound = None
+        if self.bound is not None:
+            b = self.bound
+            bound = {"source": b.source, "requested": b.requested.to_text(),
+                     "applied": None if b.applied is None else b.applied.to_text()}
+        return {
+            "pid": self.pid, "name": self.name, "error": self.error, "page_size": self.page_size, "pages": pages,
+            "cpus": format_cpulist(self.cpus), "cpu_nodes": format_cpulist(self.cpu_nodes),
+            "mems_allowed": None if self.mems_allowed is None else format_cpulist(self.mems_allowed),
+            "mem_policy": self.mem_policy, "local_pages": self.local_pages, "remote_pages": self.remote_pages,
+            "remote_share": share,
+            "threads": [{"tid": t.tid, "name": t.name, "cpus": format_cpulist(t.cpus), "nodes": format_cpulist(t.nodes),
+                         "remote_share": self.remote_share_of(t.nodes)} for t in self.threads],
+            "bound": bound,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Locality:
+        """Parse :meth:`to_dict` output strictly; ValueError otherwise (the derived figures are recomputed)."""
+        if not isinstance(data, dict):
+            raise ValueError("a locality is not an object")
+
+        def intval(d: dict[str, Any], key: str) -> int:
+            v = d.get(key)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ValueError(f"{key} is not an int")
+            return v
+
+        def text(d: dict[str, Any], key: str, optional: bool = False) -> Any:
+            v = d.get(key)
+            if not (isinstance(v, str) or (optional and v is None)):
+                raise ValueError(f"{key} is not a string")
+            return v
+
+        def ids(value: Any, key: str) -> frozenset[int]:
+            if not isinstance(value, str):
+                raise ValueError(f"{key} is not a cpulist string")
+            return parse_cpulist(value, what=key)
+
+        def counts(value: Any, key: str, keys_are_ids: bool = True) -> dict[Any, int]:
+            if not isinstance(value, dict):
+                raise ValueError(f"{key} is not an object")
+            out: dict[Any, int] = {}
+            for k, v in value.items():
+                if not isinstance(v, int) or isinstance(v, bool) or v < 0 or (keys_are_ids and not k.isdigit()):
+                    raise ValueError(f"{key} holds {k!r}: {v!r}")
+                out[int(k) if keys_are_ids else k] = v
+            return out
+
+        pages = None
+        raw = data.get("pages")
+        if raw is not None:
+            if not isinstance(raw, dict):
+                raise ValueError("pages is not an object")
+            pages = NodePages(*(counts(raw.get(k), f"pages.{k}") for k in ("total", "shared", "anon", "file", "huge")),
+                              policies=counts(raw.get("policies"), "pages.policies", keys_are_ids=False))
+        threads = []
+        raw_threads = data.get("threads")
+        if not isinstance(raw_threads, list):
+            raise ValueError("threads is not a list")
+        for t in raw_threads:
+            if not isinstance(t, dict):
+                raise ValueError("a thread is not an object")
+            threads.append(ThreadPlacement(intval(t, "tid"), text(t, "name"), ids(t.get("cpus"), "thread cpus"),
+                                           ids(t.get("nodes"), "thread nodes")))
+        bound = None
+        raw_bound = data.get("bound")
+        if raw_bound is not None:
+            if not isinstance(raw_bound, dict):
+                raise ValueError("bound is not an object")
+            applied = text(raw_bound, "applied", optional=True)
+            bound = BoundBy(text(raw_bound, "source"), Plan.from_text(text(raw_bound, "requested")),
+                            None if applied is None else Plan.from_text(applied))
+        mems = data.get("mems_allowed")
+        return cls(pid=intval(data, "pid"), name=text(data, "name"), error=text(data, "error", optional=True),
+                   pages=pages, page_size=intval(data, "page_size"), cpus=ids(data.get("cpus"), "cpus"),
+                   cpu_nodes=ids(data.get("cpu_nodes"), "cpu_nodes"), threads=tuple(threads),
+                   mems_allowed=None if mems is None else ids(mems, "mems_allowed"),
+                   mem_policy=text(data, "mem_policy", optional=True), bound=bound)
+
+
+# ----------------------------------------------------------------------------- reading
+def _bound_by(pid: int, me: bool) -> BoundBy | None:
+    """What numabind recorded about binding ``pid``: this process's birth report, else the exec marker."""
+    if me and "numabind.process.reports" in sys.modules:   # no birth report without that module loaded
+        from .process.reports import birth_report
+
+        birth = birth_report()
+        if birth is not None and birth.report is not None:
+            return BoundBy(f"birth report ({birth.start_method})", birth.report.requested, birth.report.applied)
+    marker = live.environ_value(pid, _BOUND_ENV)
+    if not marker:
+        return None
+    owner, _, rest = marker.partition("|")
+    requested, _, applied = rest.partition("|")
+    if owner != str(pid):
+        return None          # inherited from a parent that numabind bound: not this process's binding
+    try:
+        return BoundBy("numabind run / wrap_command (its environment at exec)", Plan.from_text(requested),
+                       Plan.from_text(applied) if applied else None)
+    except NumabindError:
+        return None
+
+
+def _own_policy() -> str | None:
+    """The calling thread's memory policy, as ``numabind show`` words it (None when it cannot be read)."""
+    try:
+        from .backends import get_backend
+
+        be, _ = get_backend()
+        policy, nodes = be.get_mempolicy()
+    except (NumabindError, OSError):
+        return None
+    return f"{policy} {format_cpulist(nodes)}".rstrip()
+
+
+def locality(pid: int | None = None, *, pages: NodePages | None = None) -> Locality:
+    """Where the pages of process ``pid`` (default: this one) are, next to where its threads may run.
+
+    Never raises because of the process (see the module docstring): a process that cannot be read in
+    full gives a :class:`Locality` whose ``error`` says what could not be read and why. ``pages``
+    (this process only) uses counts already read instead of reading ``numa_maps`` again.
+    """
+    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
+        raise NumabindError(f"locality needs a process id (a positive int) or None for this process, got {pid!r}")
+    me = pid is None or pid == os.getpid()
+    pid = os.getpid() if pid is None else pid
+    if pages is not None and not me:
+        raise NumabindError("locality(pages=...) applies to this process only")
+    if not live.process_exists(pid):
+        return Locality(pid, error=f"no such process: /proc/{pid} does not exist")
+    started = live.start_time(pid)
+    status = live.status_fields(pid) or {}
+    if not started:
+        return Locality(pid, name=status.get("Name", "?"),
+                        error="exited: a zombie its parent has not reaped yet (it has no memory left)")
+    name = status.get("Name", "?")
+    node_cpus = {n: node.cpus for n, node in live.machine().nodes.items()}
+    tasks = live.process_tasks(pid)
+    threads: list[ThreadPlacement] = []
+    if tasks is not None:
+        for tid in sorted(tasks.cpus, key=lambda t: (t != pid, t)):   # the main thread first
+            cpus = tasks.cpus[tid]
+            threads.append(ThreadPlacement(tid, tasks.names.get(tid, "?"), cpus, _nodes_of(cpus, node_cpus)))
+    allowed = frozenset().union(*(t.cpus for t in threads)) if threads else frozenset()
+    mems = None
+    if "Mems_allowed_list" in status:
+        try:
+            mems = parse_cpulist(status["Mems_allowed_list"], what=f"/proc/{pid}/status Mems_allowed_list")
+        except ValueError:
+            mems = None
+    error = None
+    if pages is None:
+        text = live.numa_maps_text(pid)
+        if text is not None:
+            pages = live.parse_numa_maps(text)
+        elif not live.process_exists(pid) or live.start_time(pid) != started:
+            error = "exited while being read"
+        elif not live.has_numa_maps(pid):
+            error = "this kernel has no /proc/PID/numa_maps (built without NUMA: CONFIG_NUMA=n); pages per node unknown"
+        else:
+            error = (f"permission denied reading /proc/{pid}/numa_maps (it needs the right to trace the process: "
+                     f"the same user, or root)")
+    if error is None and (not live.process_exists(pid) or live.start_time(pid) != started):
+        error, pages = "exited while being read", None
+    if error is None and not threads:
+        error = f"its threads could not be read (/proc/{pid}/task)"
+    return Locality(pid, name=name, error=error, pages=pages, cpus=allowed, cpu_nodes=_nodes_of(allowed, node_cpus),
+                    threads=tuple(threads), mems_allowed=mems, mem_policy=_own_policy() if me else None,
+                    bound=_bound_by(pid, me))
