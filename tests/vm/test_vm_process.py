@@ -103,7 +103,9 @@ def _touch_then_migrate(size: int, src_cpus: list[int], dst_cpus: list[int]) -> 
         after = dict(region.node_counts())
         maps = region.numa_maps()["nodes"]
         whole_after = probe.process_node_pages()
-    return {"before": before, "after": after, "numa_maps": maps, "whole_before": whole_before,
+        private_after = probe.process_node_pages(private_only=True)
+    return {"private_after": private_after,
+            "before": before, "after": after, "numa_maps": maps, "whole_before": whole_before,
             "whole_after": whole_after, "seconds": seconds, "moved": report.pages_migrated,
             "left": report.pages_not_migrated, "warnings": list(report.warnings), "notes": list(report.notes),
             "cpus": sorted(report.applied.cpus), "policy": report.applied.mem_policy}
@@ -120,7 +122,8 @@ def test_migrate_reports_pages_moved_and_left(vm_topology):
     left_measured = r["whole_after"].get(0, 0)
     print(f"item 3, migrate=True: region before {probe.fmt_shares(r['before'])}, after {probe.fmt_shares(r['after'])}; "
           f"BindReport: {r['moved']} pages moved, {r['left']} left on node 0; whole process on N0 "
-          f"{r['whole_before'].get(0, 0)} -> {left_measured} pages in {r['seconds']:.1f} s; "
+          f"{r['whole_before'].get(0, 0)} -> {left_measured} pages ({r['private_after'].get(0, 0)} private) "
+          f"in {r['seconds']:.1f} s; "
           f"warnings {r['warnings']}; notes {r['notes']}")
     assert r["warnings"] == [] and r["cpus"] == dst and r["policy"] == "bind"
     assert share >= 99.0 and probe.shares(r["numa_maps"]).get(1, 0.0) >= 99.0
@@ -129,7 +132,11 @@ def test_migrate_reports_pages_moved_and_left(vm_topology):
     assert r["moved"] >= 0.99 * pages
     # the interpreter allocates a few pages on node 0 between the count and migrate_pages(2)
     assert r["moved"] <= r["whole_before"].get(0, 0) + 64
-    assert abs(r["left"] - left_measured) <= 64
+    # what the report says stayed on node 0 is there; and no private page stayed there uncounted.
+    # (The whole count may grow meanwhile: a module imported after the bind maps file pages that
+    # were already in the page cache on node 0; the policy places only new pages.)
+    assert r["left"] <= left_measured + 64
+    assert r["private_after"].get(0, 0) <= r["left"] + 64
 
 
 def _flags_across_spawn(word: int, nodes: list[int], node1_cpus: list[int]) -> dict:
