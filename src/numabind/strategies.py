@@ -722,7 +722,7 @@ def bandwidth_weights(nodes: Iterable[int], topology=None, *, tolerance: float =
         else:
             bandwidths[n] = access.read_bandwidth
     if missing:
-        raise PlanError(f"nodes {_fmt(missing)} have no bandwidth figures under {topology.root} "
+        raise PlanError(f"no bandwidth figures for node(s) {_fmt(missing)} under {topology.root} "
                         f"(sys/devices/system/node/nodeN/access0/initiators/read_bandwidth: the firmware has no HMAT "
                         f"table for them); give the weights by hand, e.g. weights={{{wanted[0]}: 3, ...}}")
     weights = weights_from_bandwidth(bandwidths, tolerance=tolerance)
