@@ -27,12 +27,6 @@ long nb_sys_get_mempolicy(int *mode, unsigned long *nodemask, unsigned long maxn
     RET(syscall(SYS_get_mempolicy, mode, nodemask, maxnode, addr, flags));
 }
 
-long nb_sys_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask,
-                  unsigned long maxnode, unsigned int flags)
-{
-    RET(syscall(SYS_mbind, addr, len, mode, nodemask, maxnode, flags));
-}
-
 long nb_sys_migrate_pages(int pid, unsigned long maxnode, const unsigned long *old_nodes,
                           const unsigned long *new_nodes)
 {
@@ -70,7 +64,6 @@ static int (*p_numa_max_possible_node)(void);
 static int (*p_numa_num_possible_cpus)(void);
 static long (*p_set_mempolicy)(int, const unsigned long *, unsigned long);
 static long (*p_get_mempolicy)(int *, unsigned long *, unsigned long, void *, unsigned long);
-static long (*p_mbind)(void *, unsigned long, int, const unsigned long *, unsigned long, unsigned);
 static long (*p_migrate_pages)(int, unsigned long, const unsigned long *, const unsigned long *);
 static long (*p_move_pages)(int, unsigned long, void **, const int *, int *, int);
 static int (*p_sched_setaffinity)(int, struct nb_bitmask *);
@@ -92,7 +85,6 @@ int nb_numa_load(const char *soname, char *errbuf, size_t errlen)
     SYM(p_numa_num_possible_cpus, "numa_num_possible_cpus");
     SYM(p_set_mempolicy, "set_mempolicy");
     SYM(p_get_mempolicy, "get_mempolicy");
-    SYM(p_mbind, "mbind");
     SYM(p_migrate_pages, "migrate_pages");
     SYM(p_move_pages, "move_pages");
     SYM(p_sched_setaffinity, "numa_sched_setaffinity");
@@ -120,13 +112,6 @@ long nb_numa_get_mempolicy(int *mode, unsigned long *nodemask, unsigned long max
 {
     NEED_NUMA();
     RET(p_get_mempolicy(mode, nodemask, maxnode, addr, flags));
-}
-
-long nb_numa_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask,
-                   unsigned long maxnode, unsigned int flags)
-{
-    NEED_NUMA();
-    RET(p_mbind(addr, len, mode, nodemask, maxnode, flags));
 }
 
 long nb_numa_migrate_pages(int pid, unsigned long maxnode, const unsigned long *old_nodes,

@@ -13,8 +13,6 @@
 long nb_sys_set_mempolicy(int mode, const unsigned long *nodemask, unsigned long maxnode);
 long nb_sys_get_mempolicy(int *mode, unsigned long *nodemask, unsigned long maxnode,
                           void *addr, unsigned long flags);
-long nb_sys_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask,
-                  unsigned long maxnode, unsigned int flags);
 long nb_sys_migrate_pages(int pid, unsigned long maxnode, const unsigned long *old_nodes,
                           const unsigned long *new_nodes);
 long nb_sys_move_pages(int pid, unsigned long count, void **pages, const int *nodes,
@@ -76,8 +74,6 @@ int nb_numa_num_possible_cpus(void);
 long nb_numa_set_mempolicy(int mode, const unsigned long *nodemask, unsigned long maxnode);
 long nb_numa_get_mempolicy(int *mode, unsigned long *nodemask, unsigned long maxnode,
                            void *addr, unsigned long flags);
-long nb_numa_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask,
-                   unsigned long maxnode, unsigned int flags);
 long nb_numa_migrate_pages(int pid, unsigned long maxnode, const unsigned long *old_nodes,
                            const unsigned long *new_nodes);
 long nb_numa_move_pages(int pid, unsigned long count, void **pages, const int *nodes,

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from numabind._fs import FsReader
-from numabind.cpulist import format_cpulist, format_mask
+from numabind.cpulist import format_cpulist, ids_to_words
+from numabind.errors import PlanError
 
 try:
     import pytest
@@ -77,6 +78,21 @@ CPU = "sys/devices/system/cpu"
 CGROUP = "sys/fs/cgroup"
 
 _CACHE_SIZES = {(1, "Data"): "48K", (1, "Instruction"): "32K", (2, "Unified"): "2048K"}
+
+
+def format_mask(ids: Iterable[int], nbits: int | None = None) -> str:
+    """Kernel hex mask of ``ids`` in 32-bit words, most significant first (``Cpus_allowed: 00000000,0000000f``).
+
+    ``nbits`` (default: enough for the largest id, at least 32) sets the width. numabind only parses
+    masks (:func:`numabind.cpulist.parse_mask`); fake machines write them.
+    """
+    items = set(ids)
+    bad = [i for i in items if not isinstance(i, int) or isinstance(i, bool) or i < 0]
+    if bad:
+        raise PlanError(f"{bad[0]!r} is not a CPU or node id")
+    top = max(items) + 1 if items else 1
+    nwords = (max(nbits or 0, top, 1) + 31) // 32
+    return ",".join(f"{w:08x}" for w in reversed(ids_to_words(items, nwords * 32, 32)))
 
 
 def kernel_mask(ids: Iterable[int], nbits: int) -> str:

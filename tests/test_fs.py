@@ -1,5 +1,5 @@
 """numabind._fs: roots (directories, hwloc-gather-topology tarballs, unpacked safely),
-bounded reads that never hang, NUL padding, ASCII-only integers."""
+bounded reads that never hang, NUL padding, ASCII-only integers, the one ``key: value`` parser."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from numabind import _fs
-from numabind._fs import FsReader, ascii_int, resolve_root
+from numabind._fs import FsReader, ascii_int, key_values, resolve_root
 from numabind.errors import NumabindError
 from numabind.topology import discover
 
@@ -57,6 +59,55 @@ def test_ascii_int_signed():
 
 
 # -- reads -----------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------- key: value lines
+_KEY = st.text(st.characters(blacklist_characters=":\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),
+               min_size=1).map(str.strip).filter(bool)
+_VALUE = st.text(st.characters(blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"))
+_PAD = st.sampled_from(["", " ", "\t", " \t "])
+
+
+@given(st.lists(st.tuples(_KEY, _VALUE, _PAD, _PAD), max_size=12))
+def test_key_values_reads_back_what_was_written(fields):
+    """Any keys (no colon, no line break) and values (colons allowed), padded with blanks: the first of
+    each key comes back, both sides trimmed."""
+    text = "".join(f"{pad_k}{k}{pad_v}:{pad_v}{v}{pad_k}\n" for k, v, pad_k, pad_v in fields)
+    expected: dict[str, str] = {}
+    for k, v, _, _ in fields:
+        expected.setdefault(k, v.strip())
+    assert key_values(text) == expected
+
+
+@given(st.text())
+def test_key_values_never_fails_and_keeps_trimmed_keys(text):
+    out = key_values(text)
+    for key, value in out.items():
+        assert key == key.strip() and value == value.strip() and ":" not in key
+
+
+@given(st.lists(st.tuples(_KEY, _VALUE), min_size=1, max_size=6),
+       st.lists(st.tuples(_KEY, _VALUE), max_size=6), st.sampled_from(["", "   ", "\t"]))
+def test_key_values_first_block_ends_at_the_first_blank_line(first, rest, blank):
+    text = "\n" + "".join(f"{k}: {v}\n" for k, v in first) + blank + "\n" + "".join(f"{k}: {v}\n" for k, v in rest)
+    expected: dict[str, str] = {}
+    for k, v in first:
+        expected.setdefault(k, v.strip())
+    assert key_values(text, first_block=True) == expected
+    assert key_values(text).items() >= expected.items()
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Name:\tpython3\nCpus_allowed_list:\t0-3,8\n", {"Name": "python3", "Cpus_allowed_list": "0-3,8"}),
+    ("policy: bind\npreferred node: 0\nphyscpubind: 0 1 \n", {"policy": "bind", "preferred node": "0",
+                                                                   "physcpubind": "0 1"}),
+    ("Model: \t\t NVIDIA H100\nBus Location: \t 0000:18:00.0\n", {"Model": "NVIDIA H100",
+                                                                      "Bus Location": "0000:18:00.0"}),
+    ("no colon here\n\nkey:\n", {"key": ""}),
+    ("a: 1\na: 2\n", {"a": "1"}),
+])
+def test_key_values_of_real_files(text, expected):
+    assert key_values(text) == expected
 
 
 def test_read_stops_at_the_first_nul(tmp_path):

@@ -139,18 +139,6 @@ def test_get_mempolicy_node_of_a_touched_page(prefix, region):
     assert mode[0] == N
 
 
-@pytest.mark.parametrize("prefix", PREFIXES)
-def test_mbind_a_range_and_read_it_back(prefix, region):
-    addr = ffi.cast("void *", region)
-    assert fn(prefix, "mbind")(addr, 2 * PAGE, MPOL_BIND, nodemask(N), MAXNODE, 0) == 0
-    mode = ffi.new("int *")
-    mask = ffi.new("unsigned long[]", 1)
-    assert fn(prefix, "get_mempolicy")(mode, mask, MAXNODE, addr, MPOL_F_ADDR) == 0
-    assert (mode[0], bits(mask)) == (MPOL_BIND, {N})
-    assert get_policy(prefix)[0] == MPOL_DEFAULT   # the thread's policy is untouched
-    assert fn(prefix, "mbind")(addr, 2 * PAGE, MPOL_BIND, nodemask(MISSING), MAXNODE, 0) == -errno.EINVAL
-
-
 # --------------------------------------------------------------------------- page placement
 @pytest.mark.parametrize("prefix", PREFIXES)
 def test_move_pages_query_touched_page_is_on_its_node(prefix, region):

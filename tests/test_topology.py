@@ -23,7 +23,6 @@ from numabind.topology import (
     Cpuset,
     MemoryAccess,
     Topology,
-    _gpu_to_dict,
     discover,
     discover_from,
     read_cpuset,
@@ -587,15 +586,13 @@ def test_to_dict_with_gpus(tmp_path):
     assert L(g["local_cpus"]) == L("0-3,8-11")
 
 
-def test_gpu_without_to_dict_is_serialized_from_its_fields():
-    @dataclasses.dataclass(frozen=True)
-    class PlainGpu:
-        index: int
-        local_cpus: frozenset
-        extra: tuple
-
-    assert _gpu_to_dict(PlainGpu(1, L("0-3,8"), (frozenset({2}),))) == {
-        "index": 1, "local_cpus": "0-3,8", "extra": ["2"]}
+def test_to_dict_holds_each_gpus_own_to_dict(tmp_path):
+    two_sockets(tmp_path, 8)
+    add_nvidia_gpu(tmp_path, "0000:1b:00.0", numa_node=0, local_cpulist="0-3,8-11", uuid=nv_uuid(0), minor=0)
+    add_nvidia_gpu(tmp_path, "0000:9b:00.0", numa_node=1, local_cpulist="4-7,12-15", uuid=nv_uuid(1), minor=1)
+    t = discover(tmp_path)
+    assert len(t.gpus) == 2
+    assert t.to_dict()["gpus"] == [g.to_dict() for g in t.gpus]
 
 
 def test_topology_is_frozen_hashable_picklable(tmp_path):

@@ -24,7 +24,7 @@ import _thread
 from . import _log
 from .errors import NumabindError
 
-__all__ = ["FsReader", "resolve_root", "ascii_int", "MAX_READ", "MAX_DUMP_BYTES"]
+__all__ = ["FsReader", "resolve_root", "ascii_int", "key_values", "MAX_READ", "MAX_DUMP_BYTES"]
 
 log = _log.getLogger(__name__)
 
@@ -59,6 +59,28 @@ def ascii_int(text: str, *, signed: bool = False, max_digits: int = 20) -> int |
         return None
     value = int(body)
     return -value if negative else value
+
+
+def key_values(text: str, *, first_block: bool = False) -> dict[str, str]:
+    """The ``key: value`` lines of ``text`` as a dict, both sides trimmed of whitespace.
+
+    The one parser of the colon-separated files numabind reads: ``/proc/PID/status``,
+    ``/proc/cpuinfo``, ``numactl --show`` and NVIDIA's ``information`` files. A line is split at
+    its first colon (a value may hold more); a line without one is skipped; of a key given
+    twice the first is kept. With ``first_block`` the text ends at the first blank line that
+    follows a field (``/proc/cpuinfo`` lists one block per CPU; the first is wanted).
+    """
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if first_block and out and not line.strip():
+                break
+            continue
+        key = key.strip()
+        if key not in out:
+            out[key] = value.strip()
+    return out
 
 
 # -- roots and dumps -------------------------------------------------------------

@@ -20,7 +20,6 @@ __all__ = [
     "parse_cpulist",
     "format_cpulist",
     "parse_mask",
-    "format_mask",
     "ids_to_words",
     "words_to_ids",
 ]
@@ -197,19 +196,6 @@ def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
             out.append(base + low.bit_length() - 1)
             word ^= low
     return frozenset(out)
-
-
-def format_mask(ids: Iterable[int], nbits: int | None = None) -> str:
-    """Kernel hex mask of ``ids`` in 32-bit words, most significant first.
-
-    ``nbits`` (default: enough for the largest id, at least 32) sets the width.
-    """
-    items = _checked_ids(ids)
-    top = max(items) + 1 if items else 1
-    width = max(nbits or 0, top, 1)
-    nwords = (width + 31) // 32
-    words = ids_to_words(items, nwords * 32, 32)
-    return ",".join(f"{w:08x}" for w in reversed(words))
 
 
 def ids_to_words(ids: Iterable[int], nbits: int, word_bits: int = 64) -> list[int]:

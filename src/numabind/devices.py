@@ -132,7 +132,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from ._fs import ascii_int
+from ._fs import ascii_int, key_values
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
 
@@ -351,12 +351,7 @@ def _normal_bdf(name: str) -> str | None:
 
 def parse_nvidia_information(text: str) -> dict[str, str]:
     """``Key: value`` lines of ``proc/driver/nvidia/gpus/*/information``."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
+    return key_values(text)
 
 
 def _nvidia_procfs(reader: Any) -> dict[str, str] | None:

@@ -85,13 +85,15 @@ def forget_mask_bits() -> None:
 # ----------------------------------------------------------------------------- limits
 def mems_allowed() -> frozenset[int] | None:
     """``Mems_allowed_list`` of this process, or None when unreadable."""
-    for line in (_live().read("proc/self/status") or "").splitlines():
-        if line.startswith("Mems_allowed_list:"):
-            try:
-                return parse_cpulist(line.split(":", 1)[1], what="Mems_allowed_list")
-            except ValueError:
-                return None
-    return None
+    from ._fs import key_values
+
+    listed = key_values(_live().read("proc/self/status") or "").get("Mems_allowed_list")
+    if listed is None:
+        return None
+    try:
+        return parse_cpulist(listed, what="Mems_allowed_list")
+    except ValueError:
+        return None
 
 
 def limits() -> Limits:
@@ -346,12 +348,9 @@ def status_fields(pid: int | str = "self", tid: int | None = None) -> dict[str, 
     text = _live().read(f"proc/{pid}/status" if tid is None else f"proc/{pid}/task/{tid}/status")
     if text is None:
         return None
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out[key] = value.strip()
-    return out
+    from ._fs import key_values
+
+    return key_values(text)
 
 
 class ProcessTasks(Value):

@@ -57,7 +57,6 @@ error, never an empty machine.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import posixpath
@@ -67,7 +66,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._fs import FsReader, ascii_int
+from ._fs import FsReader, ascii_int, key_values
 from ._util import FrozenMap
 from .cpulist import format_cpulist, parse_cpulist, parse_mask
 from .devices import Gpu, discover_gpus
@@ -280,29 +279,9 @@ class Topology:
             "nodes": [node.to_dict() for node in self.nodes.values()],
             "caches": [cache.to_dict() for cache in self.caches],
             "llc_groups": [format_cpulist(g) for g in self.llc_groups()],
-            "gpus": [_gpu_to_dict(g) for g in self.gpus],
+            "gpus": [g.to_dict() for g in self.gpus],
             "interleave_weights": None if self.interleave_weights is None else self.interleave_weights.to_dict(),
         }
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (frozenset, set)):
-        return format_cpulist(value)
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def _gpu_to_dict(gpu: Any) -> dict[str, Any]:
-    to_dict = getattr(gpu, "to_dict", None)
-    if callable(to_dict):
-        out: dict[str, Any] = to_dict()
-        return out
-    raw = {f.name: getattr(gpu, f.name) for f in dataclasses.fields(gpu)}
-    jsonable: dict[str, Any] = _jsonable(raw)
-    return jsonable
 
 
 # -- parsing helpers (every error names the file) -----------------------------
@@ -686,15 +665,6 @@ def _discover_cpu_details(
     return cpus, ordered
 
 
-def _status_fields(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.startswith(("Cpus_allowed", "Mems_allowed")):
-            out[key] = value.strip()
-    return out
-
-
 def _status_set(reader: FsReader, fields: dict[str, str], name: str) -> frozenset[int] | None:
     rel = "proc/self/status"
     if f"{name}_list" in fields:
@@ -842,7 +812,7 @@ def _discover_allowed(
         sources.append("sched_getaffinity")
     status = reader.read("proc/self/status")
     if status is not None:
-        fields = _status_fields(status)
+        fields = key_values(status)
         st_cpus = None if reader.is_live else _status_set(reader, fields, "Cpus_allowed")
         st_mems = _status_set(reader, fields, "Mems_allowed")
         if st_cpus is not None:
@@ -875,17 +845,8 @@ def _model_name(reader: FsReader) -> str | None:
     text = reader.read("proc/cpuinfo", limit=8192)  # the first CPU's block
     if text is None:
         return None
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            if found:
-                break                  # end of the first processor's block
-            continue
-        key, sep, value = line.partition(":")
-        key = key.strip()
-        if sep and key in _MODEL_KEYS and value.strip() and key not in found:
-            found[key] = value.strip()
-    return next((found[k] for k in _MODEL_KEYS if k in found), None)
+    found = key_values(text, first_block=True)
+    return next((found[k] for k in _MODEL_KEYS if found.get(k)), None)
 
 
 # -- entry points --------------------------------------------------------------

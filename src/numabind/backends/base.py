@@ -26,9 +26,6 @@ __all__ = [
     "Backend",
     "MPOL_MODES",
     "MPOL_NAMES",
-    "MPOL_F_NODE",
-    "MPOL_F_ADDR",
-    "MPOL_F_MEMS_ALLOWED",
     "MPOL_MF_MOVE",
     "MPOL_MODE_FLAGS",
     "MemPolicyState",
@@ -60,10 +57,6 @@ MPOL_F_STATIC_NODES = 1 << 15
 MPOL_F_RELATIVE_NODES = 1 << 14
 MPOL_F_NUMA_BALANCING = 1 << 13
 MPOL_MODE_FLAGS = MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES | MPOL_F_NUMA_BALANCING
-# get_mempolicy flags
-MPOL_F_NODE = 1 << 0
-MPOL_F_ADDR = 1 << 1
-MPOL_F_MEMS_ALLOWED = 1 << 2
 # move_pages flag
 MPOL_MF_MOVE = 1 << 1
 #: The system-wide weights of MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+): one file ``nodeN`` per node holding

@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 
+from .._fs import key_values
 from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import BindError, NumabindError
 from .base import MPOL_MODES, Backend, MemPolicyState
@@ -113,11 +114,7 @@ class NumactlBackend(AffinityOnlyBackend):
 
 def parse_numactl_show(text: str) -> tuple[str, frozenset[int]]:
     """(policy, nodes) from ``numactl --show`` output."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
+    fields = key_values(text)
     policy = fields.get("policy", "")
     if policy not in MPOL_MODES:
         raise BindError(errno.EIO, "get_mempolicy", f"unexpected numactl --show policy {policy!r}")
