@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from .cpulist import words_to_ids
 
@@ -39,7 +40,7 @@ class NvmlDevice:
     mig_uuids: tuple[str, ...] = field(default=())
 
 
-def normalize_bus_id(bus_id) -> str:
+def normalize_bus_id(bus_id: str | bytes) -> str:
     """NVML's ``00000000:1B:00.0`` (bytes or str) as sysfs's ``0000:1b:00.0``."""
     if isinstance(bus_id, bytes):
         bus_id = bus_id.decode("ascii", "replace")
@@ -53,7 +54,7 @@ def normalize_bus_id(bus_id) -> str:
         return text
 
 
-def _text(value) -> str | None:
+def _text(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -61,7 +62,7 @@ def _text(value) -> str | None:
     return str(value).rstrip("\x00")
 
 
-def _load():
+def _load() -> Any:
     try:
         return importlib.import_module("pynvml")
     except Exception as exc:  # ImportError, or a broken installation
@@ -69,7 +70,7 @@ def _load():
         return None
 
 
-def _call(nvml, name: str, *args):
+def _call(nvml: Any, name: str, *args: Any) -> Any:
     """Call ``nvml.<name>(*args)``; None when missing or when NVML refuses."""
     fn = getattr(nvml, name, None)
     if fn is None:
@@ -81,7 +82,7 @@ def _call(nvml, name: str, *args):
         return None
 
 
-def _mig_uuids(nvml, handle) -> tuple[str, ...]:
+def _mig_uuids(nvml: Any, handle: Any) -> tuple[str, ...]:
     mode = _call(nvml, "nvmlDeviceGetMigMode", handle)
     current = mode[0] if isinstance(mode, (tuple, list)) else mode
     if not current:

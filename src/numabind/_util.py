@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -11,13 +11,20 @@ V = TypeVar("V")
 __all__ = ["FrozenMap"]
 
 
+def _key(item: tuple[Any, Any]) -> Any:
+    return item[0]
+
+
 class FrozenMap(Mapping[K, V], Generic[K, V]):
     """An immutable, hashable, picklable mapping (keys kept in sorted order)."""
 
     __slots__ = ("_items", "_dict", "_hash")
+    _items: tuple[tuple[K, V], ...]
+    _dict: dict[K, V]
+    _hash: int | None
 
     def __init__(self, data: Mapping[K, V] | None = None) -> None:
-        items = tuple(sorted(dict(data or {}).items(), key=lambda kv: kv[0]))
+        items = tuple(sorted(dict(data or {}).items(), key=_key))
         object.__setattr__(self, "_items", items)
         object.__setattr__(self, "_dict", dict(items))
         object.__setattr__(self, "_hash", None)
@@ -34,7 +41,7 @@ class FrozenMap(Mapping[K, V], Generic[K, V]):
     def __hash__(self) -> int:
         if self._hash is None:
             object.__setattr__(self, "_hash", hash(self._items))
-        return self._hash
+        return self._hash  # type: ignore[return-value]  # set just above
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FrozenMap):
@@ -43,10 +50,10 @@ class FrozenMap(Mapping[K, V], Generic[K, V]):
             return self._dict == dict(other)
         return NotImplemented
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("FrozenMap is immutable")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[FrozenMap[K, V]], tuple[dict[K, V]]]:
         return (FrozenMap, (self._dict,))
 
     def __repr__(self) -> str:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 __all__ = ["Value"]
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import TypeVar
+
+    _V = TypeVar("_V", bound="Value")
+
 
 class Value:
     """Base of numabind's hand-written frozen value classes (no :mod:`dataclasses` on the import path).
@@ -33,7 +39,7 @@ class Value:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
+        return self._key() == other._key()
 
     def __ne__(self, other: object) -> bool:
         eq = self.__eq__(other)
@@ -59,7 +65,7 @@ class Value:
     def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild, (type(self), tuple(getattr(self, n) for n in self._fields())))
 
-    def replace(self, **changes: object):  # type: ignore[no-untyped-def]
+    def replace(self: _V, **changes: object) -> _V:
         """A copy with ``changes`` applied, validated like a new value."""
         names = self._fields()
         unknown = set(changes) - set(names)

@@ -8,16 +8,20 @@ affinity and memory policy, read through :mod:`numabind.bind`.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from . import _log
 from .strategies import auto_gate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .topology import Topology
 
 __all__ = ["auto_plan_available"]
 
 log = _log.getLogger(__name__)
 
 
-def _live_binding():
+def _live_binding() -> Any:
     """What the kernel says about this process, or None when it cannot be read."""
     try:
         from .bind import current_binding
@@ -28,7 +32,7 @@ def _live_binding():
         return None
 
 
-def auto_plan_available(topology=None, *, affinity: Iterable[int] | None = None,
+def auto_plan_available(topology: Topology | None = None, *, affinity: Iterable[int] | None = None,
                         mem_policy: str | None = None, gpus: Iterable[int] | None = None,
                         mode: str = "node", unbound_cpus: Iterable[int] | None = None) -> tuple[bool, str]:
     """Whether automatic binding should be attempted, and why (never raises).

@@ -39,9 +39,9 @@ class BindError(NumabindError, OSError):
         self.errno_name = name
 
     def __str__(self) -> str:  # OSError's default prefixes "[Errno N]"
-        return self.args[1]
+        return str(self.args[1])
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[BindError], tuple[int | None, str, str]]:
         return (type(self), (self.errno, self.syscall, self.detail))
 
 

@@ -42,7 +42,7 @@ _TEXT_VERSION = "v1"
 _TEXT_MAX = 65536
 
 
-def _as_ids(value, what: str) -> frozenset[int] | None:
+def _as_ids(value: Any, what: str) -> frozenset[int] | None:
     """``value`` (a cpulist string, an int, or an iterable of ints) as a frozenset of ids.
 
     Bytes are refused, not iterated: ``b"1"`` would otherwise be the id 49. So
@@ -58,7 +58,7 @@ def _as_ids(value, what: str) -> frozenset[int] | None:
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value,)
     try:
-        ids = frozenset(value)
+        ids: frozenset[int] = frozenset(value)
     except TypeError:
         raise PlanError(f"{what} must be a cpulist string or an iterable of ints, got "
                         f"{type(value).__name__}: {value!r}") from None
@@ -256,7 +256,7 @@ class Plan(Value):
         if self.mem_policy == "local":
             argv.append("--localalloc")
         elif self.mem_policy in _NUMACTL_MEM_FLAG:
-            argv.append(f"{_NUMACTL_MEM_FLAG[self.mem_policy]}={format_cpulist(self.mem_nodes)}")
+            argv.append(f"{_NUMACTL_MEM_FLAG[self.mem_policy]}={format_cpulist(self.mem_nodes or ())}")
         return argv
 
     def to_numactl_args(self) -> str:
@@ -316,7 +316,7 @@ class Plan(Value):
         elif "cpunodebind" in opts:
             nodes = _resolve_ids(opts["cpunodebind"], "--cpunodebind", topology, "cpu-nodes", whole, device_node)
             topo = _need(topology, "--cpunodebind")
-            cpus = set()
+            spanned: set[int] = set()
             for n in sorted(nodes):
                 if n not in topo.nodes:
                     raise PlanError(f"--cpunodebind: node {n} does not exist (nodes: {format_cpulist(topo.nodes)})")
@@ -324,12 +324,12 @@ class Plan(Value):
                     raise PlanError(
                         f"--cpunodebind: node {n} has no CPUs (a memory-only node); it can only be a memory target"
                     )
-                cpus |= topo.nodes[n].cpus
+                spanned |= topo.nodes[n].cpus
             usable = topo.online_cpus if whole else topo.allowed_cpus
-            allowed = cpus & usable
+            allowed = spanned & usable
             if not allowed:
                 raise PlanError(
-                    f"--cpunodebind={format_cpulist(nodes)}: the nodes' CPUs {format_cpulist(cpus)} are all "
+                    f"--cpunodebind={format_cpulist(nodes)}: the nodes' CPUs {format_cpulist(spanned)} are all "
                     f"outside the {'online' if whole else 'allowed'} CPUs {format_cpulist(usable)}"
                 )
             cpus = frozenset(allowed)
@@ -493,19 +493,18 @@ def _resolve_ids(value: str, flag: str, topology: Topology | LiveMachine | None,
     relative = device is None and value.startswith("+")
     if relative:
         value = value[1:]
-    if kind == "cpus":
-        universe_of = (lambda t: t.online_cpus) if whole else (lambda t: t.allowed_cpus)
-    elif kind == "cpu-nodes":
-        # Nodes with at least one allowed CPU. Not allowed_nodes: Mems_allowed never lists
-        # a CPU-only (memory-less) node, yet its CPUs are valid --cpunodebind targets.
+    def universe_of(t: Topology | LiveMachine) -> frozenset[int]:
+        if kind == "cpus":
+            return frozenset(t.online_cpus if whole else t.allowed_cpus)
+        if kind == "cpu-nodes":
+            # Nodes with at least one allowed CPU. Not allowed_nodes: Mems_allowed never lists
+            # a CPU-only (memory-less) node, yet its CPUs are valid --cpunodebind targets.
+            usable = t.online_cpus if whole else t.allowed_cpus
+            return frozenset(n for n, node in t.nodes.items() if node.cpus & usable)
         if whole:
-            universe_of = lambda t: frozenset(n for n, node in t.nodes.items() if node.cpus)  # noqa: E731
-        else:
-            universe_of = lambda t: frozenset(n for n, node in t.nodes.items() if node.cpus & t.allowed_cpus)  # noqa: E731
-    elif whole:
-        universe_of = lambda t: frozenset(n for n, node in t.nodes.items() if node.has_memory)  # noqa: E731
-    else:
-        universe_of = lambda t: t.allowed_nodes  # noqa: E731
+            return frozenset(n for n, node in t.nodes.items() if node.has_memory)
+        return frozenset(t.allowed_nodes)
+
     if device is not None:
         ids = device
     elif value == "all":

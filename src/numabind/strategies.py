@@ -1,7 +1,7 @@
 """Placement strategies: which CPUs and memory nodes a GPU worker should use (pure).
 
 Every function here takes a :class:`~numabind.topology.Topology` and returns
-values; nothing reads a file or calls the kernel (``topology=None`` only
+values; nothing reads a file or calls the kernel (``topology: Topology | None = None`` only
 means "call :func:`numabind.topology.discover` first"). The automatic-binding
 gate's one live input, the process's current binding, is read by
 :func:`numabind.auto.auto_plan_available`, which then calls :func:`auto_gate`.
@@ -26,11 +26,13 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
 from .plan import MAX_WEIGHT, NODE_POLICIES, Plan
-from .topology import LOCAL_DISTANCE
+from .devices import Gpu
+from .topology import LOCAL_DISTANCE, Topology
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,7 @@ PCT_SKUS = {
 }
 
 
-def topology_or_discover(topology):
+def topology_or_discover(topology: Topology | None) -> Topology:
     """``topology``, or the discovered live machine when it is None (the one place that does this)."""
     if topology is None:
         from .topology import discover
@@ -91,27 +93,27 @@ def topology_or_discover(topology):
 _topology = topology_or_discover
 
 
-def _fmt(ids) -> str:
+def _fmt(ids: Iterable[int]) -> str:
     return format_cpulist(ids) if ids else "none"
 
 
-def _distance(topology, a: int, b: int) -> int:
+def _distance(topology: Topology, a: int, b: int) -> int:
     node = topology.nodes.get(a)
     default = LOCAL_DISTANCE if a == b else _UNKNOWN_DISTANCE
     return node.distances.get(b, default) if node is not None else default
 
 
-def _nearest(topology, origin: int, candidates: Iterable[int]) -> int | None:
-    ranked = sorted(candidates, key=lambda n: (_distance(topology, origin, n), n))
-    return ranked[0] if ranked else None
+def _nearest(topology: Topology, origin: int, candidates: Iterable[int]) -> int:
+    """The candidate nearest to ``origin`` (SLIT distance, then id); ``candidates`` is not empty."""
+    return min(candidates, key=lambda n: (_distance(topology, origin, n), n))
 
 
-def _allowed_source(topology) -> str:
+def _allowed_source(topology: Topology) -> str:
     return getattr(topology, "allowed_source", "") or "affinity"
 
 
 # ------------------------------------------------------------------- PCT
-def pct_config(topology) -> tuple[PctSku | None, str]:
+def pct_config(topology: Topology) -> tuple[PctSku | None, str]:
     """The PCT SKU entry if this machine passes both gates, else ``(None, why)``.
 
     Gates (fail closed): the CPU model name names a known SKU, and cpu0's CPPC
@@ -134,7 +136,7 @@ def pct_config(topology) -> tuple[PctSku | None, str]:
     return sku, f"{hits[0]} with CPPC highest_perf {perf}: priority CPUs are cpu % {sku.stride} in (0, 1)"
 
 
-def pct_priority_cpus(topology, nodes: Iterable[int]) -> tuple[frozenset[int] | None, str]:
+def pct_priority_cpus(topology: Topology, nodes: Iterable[int]) -> tuple[frozenset[int] | None, str]:
     """Allowed PCT priority CPUs of ``nodes`` (union), or ``(None, why)``."""
     sku, why = pct_config(topology)
     if sku is None:
@@ -155,25 +157,25 @@ def pct_priority_cpus(topology, nodes: Iterable[int]) -> tuple[frozenset[int] | 
 @dataclass(frozen=True)
 class _Placement:
     index: int
-    gpu: object | None
+    gpu: Gpu | None
     node: int                      # the GPU's own node
     cpu_node: int
     mem_node: int
     reasons: tuple[str, ...]
 
 
-def _find_gpu(topology, index: int):
+def _find_gpu(topology: Topology, index: int) -> Gpu | None:
     for g in topology.gpus:
         if g.index == index:
             return g
     return None
 
 
-def _gpu_label(index: int, gpu) -> str:
+def _gpu_label(index: int, gpu: Gpu | None) -> str:
     return f"GPU {index} ({gpu.vendor} {gpu.pci_address})" if gpu is not None else f"GPU {index}"
 
 
-def _place(topology, index: int, nodes: Sequence[int] | None) -> _Placement:
+def _place(topology: Topology, index: int, nodes: Sequence[int] | None) -> _Placement:
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
         raise PlanError(f"GPU index must be a non-negative int, got {index!r}")
     gpu = _find_gpu(topology, index)
@@ -245,7 +247,7 @@ def _place(topology, index: int, nodes: Sequence[int] | None) -> _Placement:
     return _Placement(index, gpu, node, cpu_node, mem_node, tuple(reasons))
 
 
-def _trim(topology, cpus: frozenset[int], what: str, reasons: list[str], label: str, node: int) -> frozenset[int]:
+def _trim(topology: Topology, cpus: frozenset[int], what: str, reasons: list[str], label: str, node: int) -> frozenset[int]:
     allowed = cpus & topology.allowed_cpus
     if not allowed:
         raise PlanError(
@@ -260,7 +262,7 @@ def _trim(topology, cpus: frozenset[int], what: str, reasons: list[str], label: 
     return allowed
 
 
-def _peers(topology, placement: _Placement, nodes: Sequence[int] | None) -> list[int]:
+def _peers(topology: Topology, placement: _Placement, nodes: Sequence[int] | None) -> list[int]:
     """Visible GPU indices whose CPUs come from the same node, sorted."""
     indices = {g.index for g in topology.gpus}
     if nodes is not None:
@@ -279,7 +281,7 @@ def _peers(topology, placement: _Placement, nodes: Sequence[int] | None) -> list
     return peers
 
 
-def _cores(topology, cpus: frozenset[int]) -> list[frozenset[int]]:
+def _cores(topology: Topology, cpus: frozenset[int]) -> list[frozenset[int]]:
     """``cpus`` grouped by physical core (hyperthread siblings together), by lowest CPU."""
     seen: dict[frozenset[int], frozenset[int]] = {}
     for c in cpus:
@@ -289,7 +291,7 @@ def _cores(topology, cpus: frozenset[int]) -> list[frozenset[int]]:
     return sorted(set(seen.values()), key=min)
 
 
-def _node_cpus(topology, p: _Placement, label: str, reasons: list[str]) -> frozenset[int]:
+def _node_cpus(topology: Topology, p: _Placement, label: str, reasons: list[str]) -> frozenset[int]:
     node = topology.nodes[p.cpu_node]
     return _trim(topology, node.cpus, f"node {p.cpu_node} CPUs", reasons, label, p.cpu_node)
 
@@ -298,11 +300,11 @@ def _node_cpus(topology, p: _Placement, label: str, reasons: list[str]) -> froze
 _ModeResult = tuple[frozenset[int], frozenset[int]]
 
 
-def _mode_node(topology, p: _Placement, label: str, nodes, reasons: list[str]) -> _ModeResult:
+def _mode_node(topology: Topology, p: _Placement, label: str, nodes: Sequence[int] | None, reasons: list[str]) -> _ModeResult:
     return _node_cpus(topology, p, label, reasons), frozenset({p.mem_node})
 
 
-def _mode_socket(topology, p: _Placement, label: str, nodes, reasons: list[str]) -> _ModeResult:
+def _mode_socket(topology: Topology, p: _Placement, label: str, nodes: Sequence[int] | None, reasons: list[str]) -> _ModeResult:
     mem = frozenset({p.mem_node})
     node_cpus = topology.nodes[p.cpu_node].cpus
     packages = {topology.cpus[c].package for c in node_cpus if c in topology.cpus}
@@ -325,7 +327,7 @@ def _mode_socket(topology, p: _Placement, label: str, nodes, reasons: list[str])
     return cpus, (mem_nodes or mem)
 
 
-def _mode_exclusive(topology, p: _Placement, label: str, nodes, reasons: list[str]) -> _ModeResult:
+def _mode_exclusive(topology: Topology, p: _Placement, label: str, nodes: Sequence[int] | None, reasons: list[str]) -> _ModeResult:
     cpus = _node_cpus(topology, p, label, reasons)
     cores = _cores(topology, cpus)
     peers = _peers(topology, p, nodes)
@@ -346,7 +348,7 @@ def _mode_exclusive(topology, p: _Placement, label: str, nodes, reasons: list[st
     return out, frozenset({p.mem_node})
 
 
-def _mode_core_complex(topology, p: _Placement, label: str, nodes, reasons: list[str]) -> _ModeResult:
+def _mode_core_complex(topology: Topology, p: _Placement, label: str, nodes: Sequence[int] | None, reasons: list[str]) -> _ModeResult:
     mem = frozenset({p.mem_node})
     cpus = _node_cpus(topology, p, label, reasons)
     groups = sorted({g & cpus for g in topology.llc_groups() if g & cpus}, key=lambda g: (-len(g), min(g)))
@@ -365,7 +367,7 @@ def _mode_core_complex(topology, p: _Placement, label: str, nodes, reasons: list
     return group, mem
 
 
-def _mode_pct(topology, p: _Placement, label: str, nodes, reasons: list[str]) -> _ModeResult:
+def _mode_pct(topology: Topology, p: _Placement, label: str, nodes: Sequence[int] | None, reasons: list[str]) -> _ModeResult:
     prio, why = pct_priority_cpus(topology, [p.cpu_node])
     if prio is None:
         reasons.append(f"pct not engaged ({why}); using node {p.cpu_node}")
@@ -384,7 +386,7 @@ _MODE_FUNCTIONS = {
 assert tuple(_MODE_FUNCTIONS) == MODES
 
 
-def _mode_cpus(topology, p: _Placement, mode: str, nodes, reasons: list[str]) -> _ModeResult:
+def _mode_cpus(topology: Topology, p: _Placement, mode: str, nodes: Sequence[int] | None, reasons: list[str]) -> _ModeResult:
     """``(cpus, memory nodes)`` for one placed GPU in ``mode``."""
     fn = _MODE_FUNCTIONS.get(mode)
     if fn is None:
@@ -392,7 +394,8 @@ def _mode_cpus(topology, p: _Placement, mode: str, nodes, reasons: list[str]) ->
     return fn(topology, p, _gpu_label(p.index, p.gpu), nodes, reasons)
 
 
-def _mem_plan(policy: str | None, mem_nodes: frozenset[int], reasons: list[str]) -> tuple[str | None, frozenset | None]:
+def _mem_plan(policy: str | None, mem_nodes: frozenset[int],
+              reasons: list[str]) -> tuple[str | None, frozenset[int] | None]:
     if policy not in POLICIES:
         raise PlanError(f"policy {policy!r} is not one of bind, preferred, preferred-many, interleave (or None)")
     if policy is None:
@@ -407,7 +410,7 @@ def _mem_plan(policy: str | None, mem_nodes: frozenset[int], reasons: list[str])
 _CPUS_SHAPE = "one CPU list per visible GPU, each a cpulist string or a set of ints, e.g. cpus=['0-3', '4-7']"
 
 
-def _explicit_cpus(topology, cpus, index: int, label: str, reasons: list[str], node: int) -> frozenset[int]:
+def _explicit_cpus(topology: Topology, cpus: object, index: int, label: str, reasons: list[str], node: int) -> frozenset[int]:
     if isinstance(cpus, (str, bytes, bytearray)) or not isinstance(cpus, Sequence):
         raise PlanError(f"cpus must be a sequence of {_CPUS_SHAPE}; got {type(cpus).__name__}: {cpus!r}"[:400])
     if index >= len(cpus):
@@ -423,14 +426,14 @@ def _explicit_cpus(topology, cpus, index: int, label: str, reasons: list[str], n
     except TypeError:
         raise PlanError(f"cpus[{index}] holds unhashable items {entry!r}; cpus takes {_CPUS_SHAPE}"[:400]) from None
     if ids:
-        ids = Plan(cpus=ids).cpus  # every id a non-negative int, or a PlanError naming it
+        ids = Plan(cpus=ids).cpus or frozenset()  # every id a non-negative int, or a PlanError naming it
     if not ids:
         raise PlanError(f"the CPU list for GPU {index} is empty")
     reasons.append(f"CPUs {_fmt(ids)} from the explicit per-GPU CPU list")
     return _trim(topology, frozenset(ids), "explicit CPUs", reasons, label, node)
 
 
-def _check_identity(p: _Placement, nodes, strict: bool | None, reasons: list[str]) -> None:
+def _check_identity(p: _Placement, nodes: Sequence[int] | None, strict: bool | None, reasons: list[str]) -> None:
     """A GPU whose identity is uncertain (see numabind.devices): said in the reasons, refused when strict."""
     gpu = p.gpu
     if nodes is not None or gpu is None or getattr(gpu, "identity", "certain") == "certain":
@@ -447,7 +450,8 @@ def _check_identity(p: _Placement, nodes, strict: bool | None, reasons: list[str
     reasons.append(f"{label}: identity uncertain ({note})")
 
 
-def _plan_one(topology, index, mode, policy, nodes, cpus, migrate,
+def _plan_one(topology: Topology, index: int, mode: str, policy: str | None, nodes: Sequence[int] | None,
+              cpus: Sequence[object] | None, migrate: bool,
               strict: bool | None = None) -> tuple[Plan, _Placement, tuple[str, ...]]:
     if mode not in MODES:
         raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
@@ -471,8 +475,8 @@ def _plan_one(topology, index, mode, policy, nodes, cpus, migrate,
 
 
 # ------------------------------------------------------------- public API
-def plan_for_gpu(gpu_index: int, mode: str = "node", topology=None, *, policy: str | None = "bind",
-                 nodes: Sequence[int] | None = None, cpus: Sequence | None = None,
+def plan_for_gpu(gpu_index: int, mode: str = "node", topology: Topology | None = None, *, policy: str | None = "bind",
+                 nodes: Sequence[int] | None = None, cpus: Sequence[object] | None = None,
                  migrate: bool = False, strict: bool | None = None) -> Plan:
     """The plan for a worker that drives visible GPU ``gpu_index``.
 
@@ -493,8 +497,8 @@ def plan_for_gpu(gpu_index: int, mode: str = "node", topology=None, *, policy: s
     return plan
 
 
-def plan_for_gpus(indices: Iterable[int], topology=None, *, mode: str = "node", policy: str | None = "bind",
-                  nodes: Sequence[int] | None = None, cpus: Sequence | None = None,
+def plan_for_gpus(indices: Iterable[int], topology: Topology | None = None, *, mode: str = "node", policy: str | None = "bind",
+                  nodes: Sequence[int] | None = None, cpus: Sequence[object] | None = None,
                   migrate: bool = False, strict: bool | None = None) -> Plan:
     """The plan for a process driving a shard of GPUs (EngineCore, DP rank, torchrun agent).
 
@@ -509,7 +513,7 @@ def plan_for_gpus(indices: Iterable[int], topology=None, *, mode: str = "node", 
         raise PlanError("a shard needs at least one GPU index")
     members = [_plan_one(topology, i, mode, policy, nodes, cpus, migrate, strict) for i in indices]
     cpu_nodes = sorted({p.cpu_node for _, p, _ in members})
-    out = frozenset().union(*(plan.cpus for plan, _, _ in members))
+    out = frozenset().union(*((plan.cpus or frozenset()) for plan, _, _ in members))
     if mode != "pct" or cpus is not None:
         for n in cpu_nodes:
             out |= topology.nodes[n].cpus & topology.allowed_cpus
@@ -543,8 +547,8 @@ class PlanRow:
     error: str | None
     reasons: tuple[str, ...] = field(default=())
 
-    def to_dict(self) -> dict:
-        def ids(v):
+    def to_dict(self) -> dict[str, object]:
+        def ids(v: Iterable[int] | None) -> str | None:
             return None if v is None else format_cpulist(v)
 
         return {
@@ -569,9 +573,9 @@ class PlanRow:
         }
 
 
-def plan_table(topology=None, mode: str = "node", policy: str | None = "bind", *,
+def plan_table(topology: Topology | None = None, mode: str = "node", policy: str | None = "bind", *,
                gpus: Iterable[int] | None = None, nodes: Sequence[int] | None = None,
-               cpus: Sequence | None = None, strict: bool | None = None) -> tuple[PlanRow, ...]:
+               cpus: Sequence[object] | None = None, strict: bool | None = None) -> tuple[PlanRow, ...]:
     """One :class:`PlanRow` per GPU (``gpus``, default every visible GPU); never raises PlanError per GPU.
 
     A GPU that cannot be placed gets a row with ``plan=None`` and ``error``
@@ -587,7 +591,7 @@ def plan_table(topology=None, mode: str = "node", policy: str | None = "bind", *
     rows = []
     for i in wanted:
         gpu = _find_gpu(topology, i)
-        base = dict(gpu=i, pci_address=gpu.pci_address if gpu else None, vendor=gpu.vendor if gpu else None,
+        base: dict[str, Any] = dict(gpu=i, pci_address=gpu.pci_address if gpu else None, vendor=gpu.vendor if gpu else None,
                     numa_node=gpu.numa_node if gpu else None, numa_source=gpu.numa_source if gpu else None)
         try:
             plan, p, why = _plan_one(topology, i, mode, policy, nodes, cpus, False, strict)
@@ -612,9 +616,9 @@ def plan_table(topology=None, mode: str = "node", policy: str | None = "bind", *
 
 
 # -------------------------------------------------------- automatic gate
-def auto_gate(topology, *, affinity: Iterable[int] | None = None, mem_policy: str | None = None,
+def auto_gate(topology: Topology, *, affinity: Iterable[int] | None = None, mem_policy: str | None = None,
               gpus: Iterable[int] | None = None, mode: str = "node", unbound_cpus: Iterable[int] | None = None,
-              live=None) -> tuple[bool, str]:
+              live: Any = None) -> tuple[bool, str]:
     """The pure automatic-binding gate (see :func:`numabind.auto.auto_plan_available`); never raises.
 
     ``live`` is what the kernel says about the process (``.cpus``, ``.mem_policy``)
@@ -700,7 +704,7 @@ def weights_from_bandwidth(bandwidths: Mapping[int, float], *, tolerance: float 
     return {n: w // common for n, w in sorted(best.items())}
 
 
-def bandwidth_weights(nodes: Iterable[int], topology=None, *, tolerance: float = 0.02) -> dict[int, int]:
+def bandwidth_weights(nodes: Iterable[int], topology: Topology | None = None, *, tolerance: float = 0.02) -> dict[int, int]:
     """Weights for interleaving over ``nodes`` by their memory bandwidth, from the firmware's HMAT figures
     (``nodeN/access0/initiators/read_bandwidth``, as :attr:`numabind.topology.Node.access` holds them):
     "interleave by bandwidth" without knowing the numbers. A node without the figures (no HMAT, as on

@@ -28,12 +28,12 @@ class BoundCall(Value):
 
     __slots__ = ("plan", "fn", "strict", "backend", "threads")
     plan: Plan
-    fn: Callable
+    fn: Callable[..., Any]
     strict: Strictness | None
     backend: str | None
     threads: str
 
-    def __init__(self, plan: Plan, fn: Callable, strict: Strictness | None = None, backend: str | None = None,
+    def __init__(self, plan: Plan, fn: Callable[..., Any], strict: Strictness | None = None, backend: str | None = None,
                  threads: str = "matching") -> None:
         for k, v in (("plan", plan), ("fn", fn), ("strict", strict), ("backend", backend), ("threads", threads)):
             object.__setattr__(self, k, v)
@@ -44,7 +44,7 @@ class BoundCall(Value):
         return self.fn(*args, **kwargs)
 
 
-def bound(plan: Plan, fn: Callable, *, strict: Strictness | None = None, backend: str | None = None,
+def bound(plan: Plan, fn: Callable[..., Any], *, strict: Strictness | None = None, backend: str | None = None,
           threads: str = "matching") -> BoundCall:
     """A picklable callable that binds to ``plan``, then calls ``fn`` (e.g. ``Process(target=bound(plan, work))``)."""
     check_plan(plan, "bound")
@@ -141,7 +141,7 @@ class _PreexecBind:
             os.write(2, f"numabind: warning: {w}\n".encode(errors="replace"))
 
 
-def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: str | None = None) -> dict:
+def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: str | None = None) -> dict[str, Any]:
     """``subprocess.Popen`` keyword arguments that bind the child after fork, before exec.
 
     ``subprocess.Popen(argv, **popen_kwargs(plan))``. Memory policy and affinity

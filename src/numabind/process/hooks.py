@@ -9,7 +9,8 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any
 
 from .. import _log
@@ -34,7 +35,7 @@ class _Entry:
 
     def __init__(self, plan: Plan, text: str, strict: Strictness, backend: str, threads: str,
                  report_dir: str | None, prefix: list[str] | None, spawn: str = "inherit",
-                 known: dict | None = None) -> None:
+                 known: dict[int, ChildReport] | None = None) -> None:
         self.plan, self.text, self.strict, self.backend, self.threads = plan, text, strict, backend, threads
         self.report_dir = report_dir
         self.prefix = prefix              # numactl wrapper prefix, when no in-process backend
@@ -46,13 +47,13 @@ class _Entry:
 _local = threading.local()
 _install_lock = threading.Lock()
 _installed = 0
-_orig_prep = None
-_orig_spawnv = None
+_orig_prep: Callable[[str], dict[str, Any]] | None = None
+_orig_spawnv: Callable[[bytes, Sequence[str], Sequence[int]], int] | None = None
 _fork_hook_registered = False
 
 
 def _stack() -> list[_Entry]:
-    st = getattr(_local, "stack", None)
+    st: list[_Entry] | None = getattr(_local, "stack", None)
     if st is None:
         st = _local.stack = []
     return st
@@ -60,7 +61,7 @@ def _stack() -> list[_Entry]:
 
 def _top() -> _Entry | None:
     """The innermost plan of the calling thread in this process (a forked child ignores its parent's)."""
-    st = getattr(_local, "stack", None)
+    st: list[_Entry] | None = getattr(_local, "stack", None)
     if st:
         e = st[-1]
         if e.pid == os.getpid():
@@ -74,7 +75,7 @@ _LAUNCHERS = {"multiprocessing.popen_spawn_posix": "spawn", "multiprocessing.pop
 
 def _launcher() -> str:
     """Which multiprocessing module asks for preparation data (a few frames up, in case of wrappers)."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(8):
         if frame is None:
             break
@@ -85,7 +86,8 @@ def _launcher() -> str:
     return "unknown"
 
 
-def _get_preparation_data(name):
+def _get_preparation_data(name: str) -> dict[str, Any]:
+    assert _orig_prep is not None   # installed before this replaces multiprocessing's
     data = _orig_prep(name)
     entry = _top()
     if entry is None:
@@ -100,12 +102,13 @@ def _get_preparation_data(name):
     return data
 
 
-def _spawnv_passfds(path, args, passfds):
+def _spawnv_passfds(path: bytes, args: Sequence[str], passfds: Sequence[int]) -> int:
     """Start a spawn child bound: by inheritance from this thread, or through the numactl wrapper.
 
     Only spawn children (their command line ends with ``--multiprocessing-fork``)
     are touched; the forkserver and the resource tracker start unbound.
     """
+    assert _orig_spawnv is not None   # installed before this replaces multiprocessing's
     entry = _top()
     if entry is None or not args or args[-1] != "--multiprocessing-fork":
         return _orig_spawnv(path, args, passfds)
@@ -162,8 +165,8 @@ def _after_fork_child() -> None:
         os._exit(1)
     reports._set_birth(ChildReport(pid, "fork", report))
     reports._write_report(entry.report_dir, reports._record(pid, "fork", report, None))
-    for e in st:  # the child is bound now; its own children are born from it
-        e.pid = -1
+    for outer in st:  # the child is bound now; its own children are born from it
+        outer.pid = -1
 
 
 def _install() -> None:

@@ -24,7 +24,7 @@ _BIND_KEY = "_numabind_bind"
 _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _check_args(backend, strict, threads) -> None:
+def _check_args(backend: object, strict: object, threads: object) -> None:
     if backend is not None and backend not in _backends.BACKEND_NAMES:
         raise PlanError(f"backend {backend!r} is not one of {', '.join(_backends.BACKEND_NAMES)}")
     if not (isinstance(strict, bool) or strict == "partial"):
@@ -42,7 +42,8 @@ def _bind_or_verify(plan: Plan, strict: Strictness, backend: str | None, threads
                           notes=("bound by numactl at exec, verified in the child", *report.notes))
 
 
-def _child_bind(text, strict, backend, threads, report_dir, method, verify) -> str:
+def _child_bind(text: str, strict: Strictness, backend: str | None, threads: str, report_dir: str | None,
+                method: str, verify: bool) -> str:
     """Run inside a spawn/forkserver child while it unpickles its preparation data.
 
     Every argument is checked: ``text`` goes through the strict
@@ -70,15 +71,15 @@ class _Import:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[object, ...]:
         return (__import__, (self.name,))
 
 
 class _Attr:
-    def __init__(self, obj, name: str) -> None:
+    def __init__(self, obj: object, name: str) -> None:
         self.obj, self.name = obj, name
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[object, ...]:
         return (getattr, (self.obj, self.name))
 
 
@@ -93,7 +94,7 @@ class _PathHint:
     replaces sys.path right after, so nothing is left behind.
     """
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[object, ...]:
         return (list.insert, (_Attr(_Import("sys"), "path"), 0, _PKG_PARENT))
 
 
@@ -101,7 +102,7 @@ class _BindPayload:
     def __init__(self, entry: _Entry, method: str) -> None:
         self.entry, self.method = entry, method
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[object, ...]:
         e = self.entry
         verify = self.method == "spawn" and e.prefix is not None
         return (_child_bind, (e.text, e.strict, e.backend, e.threads, e.report_dir, self.method, verify))

@@ -10,6 +10,9 @@ import tempfile
 import time
 import weakref
 from collections.abc import Sequence
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 from .. import _log, live
 from .._env import Strictness
@@ -89,7 +92,7 @@ def _remove_file(path: str, owner: int) -> None:
             os.unlink(path)
 
 
-def _alive(pid, start) -> bool:
+def _alive(pid: object, start: object) -> bool:
     return isinstance(pid, int) and pid > 0 and start != 0 and live.start_time(pid) == start
 
 
@@ -112,7 +115,7 @@ def _claim_and_bind(table: _SlotTable) -> None:
 
 
 def pool_plans(plans: Sequence[Plan], processes: int | None = None, *, strict: Strictness | None = None,
-               backend: str | None = None) -> dict:
+               backend: str | None = None) -> dict[str, Any]:
     """``initializer``/``initargs`` giving each pool worker its own plan, round robin.
 
     ``Pool(n, **pool_plans(plans, n))`` or ``ProcessPoolExecutor(n, **pool_plans(plans, n))``:

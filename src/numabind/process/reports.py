@@ -9,6 +9,9 @@ import shutil
 import tempfile
 import time
 import weakref
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 from .. import _log
 from .._value import Value
@@ -40,8 +43,8 @@ class ChildReport(Value):
     def ok(self) -> bool:
         return self.error is None and self.report is not None and self.report.ok
 
-    def to_dict(self) -> dict:
-        rec: dict = {"pid": self.pid, "start_method": self.start_method, "error": self.error}
+    def to_dict(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {"pid": self.pid, "start_method": self.start_method, "error": self.error}
         if self.report is not None:
             rec["report"] = self.report.to_dict()
         return rec
@@ -59,11 +62,11 @@ class ChildReport(Value):
         return cls(pid=pid, start_method=method, report=report, error=error)
 
 
-def _record(pid: int, method: str, report: BindReport | None, error: str | None) -> dict:
+def _record(pid: int, method: str, report: BindReport | None, error: str | None) -> dict[str, Any]:
     return ChildReport(pid, method, report, error).to_dict()
 
 
-def _write_report(directory: str | None, rec: dict) -> None:
+def _write_report(directory: str | None, rec: dict[str, Any]) -> None:
     """Child side: write ``<dir>/<pid>.json`` atomically; a failure only logs."""
     if not directory:
         return
