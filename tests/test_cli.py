@@ -450,6 +450,7 @@ def no_exec(monkeypatch):
 
     monkeypatch.setattr(os, "execv", refuse)
     monkeypatch.setattr(os, "execvp", refuse)
+    monkeypatch.setattr(os, "execvpe", lambda path, argv, env: refuse(path, argv))   # numabind run's exec
 
 
 def run_in_process(capsys, *argv: str) -> tuple[object, str]:

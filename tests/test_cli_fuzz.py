@@ -174,6 +174,7 @@ def _refuse_exec(path, argv):
 def test_run_applies_exactly_what_was_asked_or_exits_2(items, capsys, monkeypatch):
     monkeypatch.setattr(os, "execv", _refuse_exec)
     monkeypatch.setattr(os, "execvp", _refuse_exec)
+    monkeypatch.setattr(os, "execvpe", lambda path, argv, env: _refuse_exec(path, argv))   # numabind run's exec
     argv = ["run", *(w for _, words, _ in items for w in words), "--", sys.executable, "-c", REPORT, ROOT]
     affinities, word = thread_affinities(), raw_word()
     capsys.readouterr()

@@ -15,7 +15,7 @@ import sys
 
 from ..backends import backend_info, get_backend
 from ..cpulist import format_cpulist
-from ..errors import NumabindError
+from ..errors import NumabindError, PlanError
 from ..plan import Plan
 
 __all__ = ["main"]
@@ -278,15 +278,33 @@ def _run_plan(args) -> Plan:
             plan = plan.replace(migrate=True)
         return plan.validate(topo)
     argv: list[str] = []
-    for flag in ("physcpubind", "cpunodebind", "membind", "preferred", "preferred_many", "interleave"):
-        value = getattr(args, flag)
+    for flag in ("physcpubind", "cpunodebind", "membind", "preferred", "preferred_many", "interleave",
+                 "weighted_interleave"):
+        value = getattr(args, flag, None)
         if value is not None:
             argv.append(f"--{flag.replace('_', '-')}={value}")
     if args.localalloc:
         argv.append("--localalloc")
+    weights = getattr(args, "weights", None)
+    by_bandwidth = weights == "bandwidth"
+    if weights is not None and not by_bandwidth:
+        argv.append(f"--weights={weights}")
     if not argv:
         raise NumabindError("numabind run: give a binding (--physcpubind, --membind, --gpu, ...) before '--'")
-    return Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate).validate(topo)
+    if by_bandwidth and getattr(args, "weighted_interleave", None) is None:
+        raise NumabindError("numabind run: --weights goes with --weighted-interleave (-w)")
+    plan = Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate)
+    if by_bandwidth:
+        from ..strategies import bandwidth_weights
+
+        try:
+            plan = plan.replace(weights=bandwidth_weights(plan.mem_nodes or (), topo))
+        except PlanError as e:
+            raise PlanError(f"numabind run --weights bandwidth: {e} (here: --weights NODE:W,..., "
+                            f"e.g. --weights 0:3,1:1)") from None
+    if getattr(args, "set_weights", False) and not plan.weights:
+        raise NumabindError("numabind run: --set-weights writes the weights given with --weights; give them")
+    return plan.validate(topo)
 
 
 def cmd_run(args) -> int:
@@ -303,13 +321,14 @@ def cmd_run(args) -> int:
     if prefix is not None:
         logging.getLogger("numabind").info("starting %s through %s (%s)", command[0], be.name, why)
         os.execv(prefix[0], prefix + command)
-    from ..bind import bind_current
+    from ..bind import bind_current, bound_environ
 
-    report = bind_current(plan, strict=args.strict, backend=args.backend)
+    report = bind_current(plan, strict=args.strict, backend=args.backend,
+                          set_weights=bool(getattr(args, "set_weights", False)))
     if args.verbose:
         print(report.describe(), file=sys.stderr)
     try:
-        os.execvp(command[0], command)
+        os.execvpe(command[0], command, bound_environ(report))
     except OSError as e:
         raise NumabindError(f"numabind run: cannot execute {command[0]!r}: {e.strerror}") from None
 
@@ -357,6 +376,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-p", "--preferred", metavar="NODE", action=_Once)
     r.add_argument("--preferred-many", dest="preferred_many", metavar="NODES", action=_Once)
     r.add_argument("-i", "--interleave", metavar="NODES", action=_Once)
+    r.add_argument("-w", "--weighted-interleave", dest="weighted_interleave", metavar="NODES", action=_Once,
+                   help="interleave by weight (Linux 6.9+; numactl 2.0.19's -w); the weights are the system's "
+                        "unless --weights is given")
+    r.add_argument("--weights", metavar="NODE:W,...", action=_Once,
+                   help="with -w: the weight of each node (1-255), e.g. 0:3,1:1, or 'bandwidth' to take them from "
+                        "the firmware's bandwidth figures (HMAT); weights are system-wide, so they hold only if the "
+                        "system's are the same (else a warning; --strict fails) unless --set-weights")
+    r.add_argument("--set-weights", action="store_true",
+                   help="write --weights into /sys/kernel/mm/mempolicy/weighted_interleave (system-wide, root)")
     r.add_argument("-l", "--localalloc", action="store_true")
     r.add_argument("--gpu", type=int, action=_Once, help="bind for this visible GPU (see numabind plan)")
     r.add_argument("--gpu-from-rank", action="store_true",
@@ -372,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--strict", action="store_true", default=None, help="fail instead of degrading")
     r.add_argument("--backend", choices=BACKEND_NAMES, action=_Once)
     r.add_argument("command", nargs=argparse.REMAINDER)
+    from .stat import add_parser as add_stat
+
+    add_stat(sub)
     return p
 
 
@@ -379,8 +410,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr)
+    from .stat import cmd_stat
+
     handlers = {None: cmd_main, "hardware": cmd_hardware, "show": cmd_show, "topology": cmd_topology,
-                "plan": cmd_plan, "run": cmd_run}
+                "plan": cmd_plan, "run": cmd_run, "stat": cmd_stat}
     try:
         rc = handlers[args.cmd](args) or 0
         sys.stdout.flush()   # a closed pipe shows here, not at interpreter exit
