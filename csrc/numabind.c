@@ -391,3 +391,88 @@ long nb_numa_swap_mempolicy(int mode, const unsigned long *mask, unsigned long m
     return swap_mempolicy(nb_numa_get_mempolicy, nb_numa_set_mempolicy, mode, mask, maxnode, need_old,
                           old_mode, old_mask, now_mode, now_mask, errs);
 }
+
+/* Whether the node mask read back (node_words words) is exactly `want` (NULL: no nodes). */
+static int same_nodes(const unsigned long *got, const unsigned long *want, size_t node_words)
+{
+    for (size_t i = 0; i < node_words; i++)
+        if (got[i] != (want ? want[i] : 0))
+            return 0;
+    return 1;
+}
+
+static long bind_all(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_aff_fn geta,
+                     int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
+                     const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints, unsigned long *masks)
+{
+    if (!ints || !masks || words == 0 || cap == 0 || node_words == 0 || maxnode > 64 * node_words + 1)
+        return -EINVAL;
+    int *tids = ints + NB_BIND_HEADER, *status = tids + cap;
+    unsigned long *old_mask = masks, *now_mask = masks + node_words;
+    unsigned long *before = now_mask + node_words, *after = before + cap * words;
+    int me = (int)syscall(SYS_gettid);
+    long n = 1;
+    tids[0] = me;
+    if (!(flags & NB_ONLY_CALLER)) {
+        n = nb_task_list(me, tids, cap);
+        if (n < 0 || (size_t)n > cap)
+            return n;
+        if (n == 0 || tids[0] != me) {          /* the caller not listed (never seen): put it first */
+            if ((size_t)n == cap)
+                return n + 1;
+            memmove(tids + 1, tids, (size_t)n * sizeof(int));
+            tids[0] = me;
+            n++;
+        }
+    }
+    int *errs = ints + NB_BIND_ERRS;
+    ints[NB_BIND_TID] = me;
+    ints[NB_BIND_WALKED] = ints[NB_BIND_PROCESSED] = ints[NB_BIND_EXITED] = ints[NB_BIND_CLEAN] = 0;
+    int mem_ok;
+    if (mode >= 0) {
+        swap_mempolicy(getp, setp, mode, nodemask, maxnode, need_old, ints + NB_BIND_OLD_MODE, old_mask,
+                       ints + NB_BIND_NOW_MODE, now_mask, errs);
+        if (errs[1] != 0)                      /* refused, or not tried: the caller decides what comes next */
+            return n;
+        mem_ok = errs[0] == 0 && errs[2] == 0 && ints[NB_BIND_NOW_MODE] == mode &&
+                 same_nodes(now_mask, nodemask, node_words);
+    } else {
+        errs[0] = errs[1] = 1;
+        errs[2] = (int)getp(ints + NB_BIND_NOW_MODE, now_mask, maxnode, NULL, 0);
+        mem_ok = errs[2] == 0;
+    }
+    long done = affinity_many(seta, geta, tids, (size_t)n, cpumask, words, flags & ~NB_ONLY_CALLER,
+                              before, after, status);
+    if (done < 0)
+        return done;
+    ints[NB_BIND_WALKED] = 1;
+    ints[NB_BIND_PROCESSED] = (int)done;
+    int exited = 0, others_ok = 1;
+    for (long i = 1; i < done; i++) {
+        if (status[i] == NB_EXITED)
+            exited++;
+        else if (status[i] != (cpumask ? NB_BOUND : NB_UNCHANGED))
+            others_ok = 0;
+    }
+    ints[NB_BIND_EXITED] = exited;
+    int cpu_ok = done == n && others_ok &&
+                 (cpumask ? status[0] == NB_BOUND && memcmp(after, cpumask, words * sizeof(unsigned long)) == 0
+                          : status[0] == NB_UNCHANGED);
+    ints[NB_BIND_CLEAN] = mem_ok && cpu_ok;
+    return n;
+}
+
+long nb_sys_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
+                 const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints, unsigned long *masks)
+{
+    return bind_all(nb_sys_get_mempolicy, nb_sys_set_mempolicy, sys_set, sys_get, mode, nodemask, maxnode,
+                    node_words, need_old, cpumask, words, flags, cap, ints, masks);
+}
+
+long nb_numa_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
+                  const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints, unsigned long *masks)
+{
+    NEED_NUMA();
+    return bind_all(nb_numa_get_mempolicy, nb_numa_set_mempolicy, numa_set, numa_get, mode, nodemask, maxnode,
+                    node_words, need_old, cpumask, words, flags, cap, ints, masks);
+}

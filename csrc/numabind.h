@@ -64,6 +64,32 @@ long nb_sys_affinity_many(const int *tids, size_t n, const unsigned long *mask, 
 long nb_numa_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
                            unsigned long *before, unsigned long *after, int *status);
 
+/* A whole bind in one call: list the threads (the caller first), swap the calling thread's memory policy
+ * (as nb_*_swap_mempolicy), then walk every thread's affinity (as nb_*_affinity_many, `flags` among
+ * nb_affinity_flags, plus NB_ONLY_CALLER: the calling thread alone, nothing listed).
+ * mode < 0 sets no policy and only reads the current one into the "now" slots.  When the set is
+ * refused, or need_old and the old policy is unreadable, it stops before the walk (NB_BIND_WALKED 0).
+ * ints[]: the header below, then cap thread ids, then cap statuses.  masks[]: the old node mask and the
+ * node mask now (node_words each), then cap `before` and cap `after` CPU masks (words each).
+ * Returns the number of threads; more than cap: nothing was done, call again with a larger cap.
+ * -errno when the threads cannot be listed (nothing was done) or an argument is invalid. */
+enum nb_bind_slot {
+    NB_BIND_TID = 0,        /* the calling thread's id */
+    NB_BIND_OLD_MODE = 1,   /* the three slots nb_*_swap_mempolicy fills: old mode, mode now, */
+    NB_BIND_NOW_MODE = 2,
+    NB_BIND_ERRS = 3,       /* and the three steps' errors (3, 4, 5) */
+    NB_BIND_WALKED = 6,     /* 1 when the walk ran */
+    NB_BIND_PROCESSED = 7,  /* threads the walk processed */
+    NB_BIND_EXITED = 8,     /* threads other than the caller that exited during the walk */
+    NB_BIND_CLEAN = 9,      /* 1: every step succeeded and read back exactly what was asked */
+    NB_BIND_HEADER = 10
+};
+enum { NB_ONLY_CALLER = 8 };
+long nb_sys_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
+                 const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints, unsigned long *masks);
+long nb_numa_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
+                  const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints, unsigned long *masks);
+
 /* ---- libnuma, loaded at run time (the "libnuma" backend) ----------------- */
 /* Loads `soname` (e.g. "libnuma.so.1"); 0 on success, else -1 with a message in errbuf. */
 int nb_numa_load(const char *soname, char *errbuf, size_t errlen);

@@ -74,9 +74,17 @@ POLICIES = ("bind", "preferred", "preferred-many", "interleave", "local", "defau
 A, B, N = CPU_A, CPU_B, MEM_NODE           # short names for the plans below
 
 
+def stepwise(be, monkeypatch) -> None:
+    """Make ``be`` bind step by step (live.thread_ids, then the walk, in C for the native backends) instead
+    of in its one call, so that a test can hand the walk a thread list of its own."""
+    monkeypatch.setattr(be, "apply_all", functools.partial(Backend.apply_all, be))
+
+
 def generic(be, monkeypatch) -> None:
-    """Make ``be`` do its walk and its memory-policy swap with the per-call Python versions (Backend's),
-    so that a test can refuse one call of one thread by patching set_affinity / set_mempolicy."""
+    """Make ``be`` bind step by step (no one-call bind) and do its walk and its memory-policy swap with the
+    per-call Python versions (Backend's), so that a test can refuse one call of one thread by patching
+    set_affinity / set_mempolicy."""
+    monkeypatch.setattr(be, "apply_all", functools.partial(Backend.apply_all, be))
     monkeypatch.setattr(be, "affinity_many", functools.partial(Backend.affinity_many, be))
     monkeypatch.setattr(be, "swap_mempolicy", functools.partial(Backend.swap_mempolicy, be))
 
@@ -197,6 +205,7 @@ def test_thread_exiting_during_the_walk_is_not_an_error(backend, monkeypatch, al
         return listed
 
     monkeypatch.setattr(live, "thread_ids", thread_ids)
+    stepwise(get_backend(backend)[0], monkeypatch)
     with Parked(1) as parked:
         report = numabind.bind_current(Plan(cpus={B}), backend=backend)
         by_tid = {t.tid: t for t in report.threads}
@@ -210,6 +219,7 @@ def test_thread_exiting_during_the_walk_is_not_an_error(backend, monkeypatch, al
 def test_thread_gone_before_its_affinity_is_read(backend, monkeypatch, all_cpus):
     real_ids = live.thread_ids
     monkeypatch.setattr(live, "thread_ids", lambda first=0: real_ids(first) + [NO_SUCH_TID])
+    stepwise(get_backend(backend)[0], monkeypatch)
     report = numabind.bind_current(Plan(cpus={A}), backend=backend, strict=True)
     assert {t.tid: t.status for t in report.threads}[NO_SUCH_TID] == "exited"
     assert os.sched_getaffinity(0) == {A}
@@ -407,7 +417,9 @@ def test_strict_thread_refusal_rolls_back_threads_already_bound(backend, monkeyp
 
 @pytest.mark.parametrize("strict", [True, False])
 def test_an_unexpected_error_midway_leaves_no_half_binding(monkeypatch, all_cpus, strict):
-    """Not a kernel refusal but a bug or a vanished /proc: whatever was changed is undone, then it raises."""
+    """Not a kernel refusal but a bug or a vanished /proc: whatever was changed is undone, then it raises.
+    (Step by step: the one-call bind lists the threads before it changes anything.)"""
+    stepwise(get_backend("syscall")[0], monkeypatch)
     raw_set_mempolicy("preferred", {N})
     with Parked(2):
         before = thread_affinities()
@@ -718,6 +730,7 @@ def test_unexpected_error_rollback_restores_the_mode_flags(word, monkeypatch):
         raise RuntimeError("cannot list /proc/self/task")
 
     monkeypatch.setattr(live, "thread_ids", broken_walk)
+    stepwise(get_backend("syscall")[0], monkeypatch)
     with pytest.raises(RuntimeError):
         numabind.bind_current(Plan(cpus={CPU}, mem_policy="bind", mem_nodes={MEM_NODE}), backend="syscall")
     assert raw_word() == before
@@ -1030,3 +1043,73 @@ def test_plan_without_dataclasses_keeps_its_value_behaviour():
         plan.replace(mem_policy="local")   # checked like a new plan: local takes no nodes
     with pytest.raises(AttributeError):
         plan.cpus = frozenset({B})
+
+
+# --------------------------------------------------------------------------- the one-call bind
+ONE_CALL_PLANS = {
+    "cpus+bind": (Plan(cpus={A}, mem_policy="bind", mem_nodes={N}), {}),
+    "cpus only": (Plan(cpus={B}), {}),
+    "memory only": (Plan(mem_policy="interleave", mem_nodes={N}), {}),
+    "local": (Plan(cpus={A}, mem_policy="local"), {}),
+    "current thread": (Plan(cpus={B}, mem_policy="preferred", mem_nodes={N}), {"threads": "current"}),
+    "all threads, strict": (Plan(cpus={A}, mem_policy="bind", mem_nodes={N}), {"threads": "all", "strict": True}),
+    "cpus partly outside": (Plan(cpus={A, OUTSIDE_CPU}, mem_policy="bind", mem_nodes={N}), {}),
+    "missing node": (Plan(cpus={B}, mem_policy="bind", mem_nodes={N, MISSING_NODE}), {}),
+    "nothing": (Plan(), {}),
+}
+
+
+def _outcome(report) -> tuple:
+    """Everything a report says, the thread records without their before (it depends on the last bind)."""
+    return (report.requested, report.applied, report.applied.reason, report.backend, report.warnings, report.notes,
+            report.pages_migrated, report.pages_not_migrated,
+            sorted((t.tid, t.after, t.status, t.detail) for t in report.threads))
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+@pytest.mark.parametrize("name", ONE_CALL_PLANS)
+def test_the_one_call_reports_exactly_what_the_steps_report(backend, name, monkeypatch, all_cpus):
+    """Clean or not, the bind done in one C call ends in the same kernel state and the same report as the
+    bind done step by step."""
+    plan, kwargs = ONE_CALL_PLANS[name]
+    be = get_backend(backend)[0]
+    reset = Plan(cpus=all_cpus, mem_policy="default")
+    with Parked(2) as parked:
+        got = {}
+        for way in ("one call", "steps"):
+            if way == "steps":
+                stepwise(be, monkeypatch)
+            numabind.bind_current(reset, threads="all", backend=backend)
+            report = numabind.bind_current(plan, backend=backend, **kwargs)
+            got[way] = (_outcome(report), raw_mempolicy(), thread_affinities())
+        assert got["one call"] == got["steps"]
+        if name == "cpus+bind":
+            assert report.ok and report.applied == plan
+            assert {t.tid for t in report.threads} >= {threading.get_native_id(), *parked.tids}
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_the_one_call_binds_more_threads_than_it_first_made_room_for(backend, all_cpus):
+    with Parked(40) as parked:
+        for cpus in ({A}, {B}):
+            report = numabind.bind_current(Plan(cpus=cpus, mem_policy="bind", mem_nodes={N}), backend=backend)
+            assert report.ok, report.warnings
+            assert all(os.sched_getaffinity(t) == cpus for t in parked.tids)
+            assert {t.tid for t in report.threads if t.status == "bound"} >= set(parked.tids)
+            assert report.threads[0].tid == threading.get_native_id()
+            assert any("40 other thread(s)" in n or "other thread(s) keep theirs" in n for n in report.notes)
+        assert raw_mempolicy() == (MPOL["bind"], frozenset({N}))
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_a_clean_report_is_a_full_report(backend, all_cpus):
+    """The report of a bind that needed no explanation: frozen, comparable, its threads read on demand,
+    and it goes through to_dict/from_dict like any other."""
+    plan = Plan(cpus={A}, mem_policy="bind", mem_nodes={N})
+    report = numabind.bind_current(plan, backend=backend)
+    assert report.ok and report.applied == plan and report.applied.reason == "read back from the kernel"
+    assert isinstance(hash(report), int) and report == report.replace()
+    assert report.threads[0].after == frozenset({A}) and report.threads[0].status == "bound"
+    assert numabind.BindReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
+    with pytest.raises(Exception):
+        report.applied = plan

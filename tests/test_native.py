@@ -345,3 +345,94 @@ def test_swap_mempolicy_saves_sets_and_reads_back(prefix):
                                         ints, masks, ints + 1, masks + 1, ints + 2) == 0
     assert ints[3] == -errno.EINVAL and ints[4] == 1                       # refused; no read-back
     assert get_policy(prefix) == (MPOL_BIND, {MEM_NODE})                   # unchanged
+
+
+# --------------------------------------------------------------------------- a whole bind in one call
+def _bind(prefix: str, mode: int, node_ids, cpu_ids, flags: int = 0, cap: int = 64, need_old: int = 0,
+          words: int = 16):
+    """nb_<prefix>_bind with one word of nodes; returns (rc, header, tids, statuses, old/now nodes, before, after)."""
+    nodes = ffi.NULL if node_ids is None else nodemask(*node_ids)
+    cpus = ffi.NULL if cpu_ids is None else ffi.new("unsigned long[]", [sum(1 << c for c in cpu_ids if c // 64 == w)
+                                                                        for w in range(words)])
+    head = lib.NB_BIND_HEADER
+    ints = ffi.new("int[]", head + 2 * cap)
+    masks = ffi.new("unsigned long[]", 2 + 2 * cap * words)
+    rc = fn(prefix, "bind")(mode, nodes, MAXNODE, 1, need_old, cpus, words, flags, cap, ints, masks)
+    n = max(0, min(rc, cap))
+    return (rc, list(ints[0:head]), list(ints[head:head + n]), list(ints[head + cap:head + cap + n]),
+            (bits(masks), bits(masks + 1)),
+            [bits(masks + 2 + i * words, words) for i in range(n)],
+            [bits(masks + 2 + (cap + i) * words, words) for i in range(n)])
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_bind_sets_the_policy_and_every_thread_and_reads_both_back(prefix):
+    before_me = os.sched_getaffinity(0)
+    assert fn(prefix, "set_mempolicy")(MPOL_PREFERRED, nodemask(N), MAXNODE) == 0
+    try:
+        with Parked(2) as parked:
+            me = threading.get_native_id()
+            rc, head, tids, status, (old, now), before, after = _bind(prefix, MPOL_BIND, {N}, {CPU_B})
+            listed = {int(t) for t in os.listdir("/proc/self/task")}
+            assert rc == len(listed) == len(tids) and set(tids) == listed and tids[0] == me
+            assert head[lib.NB_BIND_TID] == me
+            assert (head[lib.NB_BIND_OLD_MODE], old) == (MPOL_PREFERRED, {N})
+            assert (head[lib.NB_BIND_NOW_MODE], now) == (MPOL_BIND, {N}) == get_policy(prefix)
+            assert head[lib.NB_BIND_ERRS:lib.NB_BIND_ERRS + 3] == [0, 0, 0]
+            assert head[lib.NB_BIND_WALKED] == 1 and head[lib.NB_BIND_PROCESSED] == rc
+            assert head[lib.NB_BIND_EXITED] == 0 and head[lib.NB_BIND_CLEAN] == 1
+            assert status == [lib.NB_BOUND] * rc and after == [{CPU_B}] * rc and before[0] == before_me
+            for tid in parked.tids:
+                assert os.sched_getaffinity(tid) == {CPU_B}
+    finally:
+        os.sched_setaffinity(0, before_me)
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_bind_with_too_small_a_buffer_changes_nothing(prefix):
+    before_me, policy = os.sched_getaffinity(0), get_policy(prefix)
+    with Parked(2) as parked:
+        rc, head, *_ = _bind(prefix, MPOL_BIND, {N}, {CPU_B}, cap=1)
+        assert rc == len(os.listdir("/proc/self/task")) > 1      # how many there are: call again with more room
+        assert get_policy(prefix) == policy
+        assert os.sched_getaffinity(0) == before_me and all(os.sched_getaffinity(t) == before_me
+                                                            for t in parked.tids)
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_bind_stops_before_the_walk_when_the_policy_is_refused(prefix):
+    before_me, policy = os.sched_getaffinity(0), get_policy(prefix)
+    rc, head, tids, status, *_ = _bind(prefix, MPOL_BIND, {MISSING}, {CPU_B})
+    assert rc >= 1 and head[lib.NB_BIND_ERRS + 1] == -errno.EINVAL
+    assert head[lib.NB_BIND_WALKED] == 0 and head[lib.NB_BIND_CLEAN] == 0
+    assert os.sched_getaffinity(0) == before_me and get_policy(prefix) == policy
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_bind_without_a_policy_reads_it_and_with_only_the_caller_leaves_the_others(prefix):
+    before_me = os.sched_getaffinity(0)
+    assert fn(prefix, "set_mempolicy")(MPOL_INTERLEAVE, nodemask(N), MAXNODE) == 0
+    try:
+        with Parked(1) as parked:
+            rc, head, tids, status, (_, now), _, after = _bind(prefix, -1, None, {CPU_A}, flags=lib.NB_ONLY_CALLER)
+            assert rc == 1 and tids == [threading.get_native_id()] and status == [lib.NB_BOUND]
+            assert (head[lib.NB_BIND_NOW_MODE], now) == (MPOL_INTERLEAVE, {N}) == get_policy(prefix)
+            assert head[lib.NB_BIND_ERRS:lib.NB_BIND_ERRS + 3] == [1, 1, 0] and head[lib.NB_BIND_CLEAN] == 1
+            assert os.sched_getaffinity(0) == {CPU_A} and os.sched_getaffinity(parked.tids[0]) == before_me
+    finally:
+        os.sched_setaffinity(0, before_me)
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_bind_that_reads_back_other_cpus_is_not_clean(prefix):
+    """CPUs partly outside the machine: the kernel keeps the others, the read-back differs, nothing is clean."""
+    before_me = os.sched_getaffinity(0)
+    words = max(16, OUTSIDE_CPU // 64 + 1)
+    try:
+        rc, head, tids, status, _, _, after = _bind(prefix, MPOL_BIND, {N}, {CPU_A, OUTSIDE_CPU}, words=words)
+        assert head[lib.NB_BIND_WALKED] == 1 and status[0] == lib.NB_BOUND and after[0] == {CPU_A}
+        assert head[lib.NB_BIND_CLEAN] == 0
+        assert fn(prefix, "bind")(MPOL_BIND, nodemask(N), MAXNODE, 1, 0, ffi.NULL, 0, 0, 4,
+                                  ffi.new("int[]", 20), ffi.new("unsigned long[]", 4)) == -errno.EINVAL  # no words
+    finally:
+        os.sched_setaffinity(0, before_me)

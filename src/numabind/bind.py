@@ -42,10 +42,13 @@ from .backends.base import (
     WALK_EXITED,
     WALK_LEFT_ALONE,
     WALK_MATCHING,
+    WALK_ONLY_CALLER,
     WALK_STOP_ON_ERROR,
     AffinityWalk,
     Backend,
+    BindCall,
     MemPolicyState,
+    MemPolicySwap,
 )
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
@@ -212,7 +215,10 @@ class BindReport(Value):
     def threads(self) -> tuple[ThreadResult, ...]:
         got = self._threads
         if got is None:
-            got = _thread_results(self._walk)   # type: ignore[arg-type]
+            walk = self._walk
+            if isinstance(walk, BindCall):    # a clean bind keeps the one call's arrays, unread
+                walk = walk.walk
+            got = _thread_results(walk)   # type: ignore[arg-type]
             object.__setattr__(self, "_threads", got)
             object.__setattr__(self, "_walk", None)
         return got  # type: ignore[no-any-return]
@@ -285,6 +291,28 @@ class BindReport(Value):
                    threads=tuple(ThreadResult.from_dict(t) for t in threads), warnings=strings("warnings"),
                    notes=strings("notes"), pages_migrated=count("pages_migrated"),
                    pages_not_migrated=count("pages_not_migrated"), locality=locality)
+
+
+_REPORT_SLOTS = {name: BindReport.__dict__[name].__set__ for name in BindReport.__slots__}
+
+
+def _clean(requested: Plan, applied: Plan, backend: str, reason: str, notes: tuple[str, ...],
+           one: BindCall) -> BindReport:
+    """A BindReport of a bind that needed no warning, built without ``__init__``'s checks and copies."""
+    report = object.__new__(BindReport)
+    s = _REPORT_SLOTS
+    s["requested"](report, requested)
+    s["applied"](report, applied)
+    s["backend"](report, backend)
+    s["backend_reason"](report, reason)
+    s["_threads"](report, None)
+    s["_walk"](report, one)
+    s["warnings"](report, ())
+    s["notes"](report, notes)
+    s["pages_not_migrated"](report, None)
+    s["pages_migrated"](report, None)
+    s["locality"](report, None)
+    return report
 
 
 class Binding(Value):
@@ -597,7 +625,8 @@ class _Transaction:
         return FrozenMap({n: w for n, w in got.items() if w is not None})
 
     # -- memory -------------------------------------------------------------
-    def apply_memory(self) -> None:
+    def apply_memory(self, swap: MemPolicySwap | None = None) -> None:
+        """Set the plan's memory policy (``swap``: what :meth:`Backend.apply_all` did already)."""
         plan, be = self.plan, self.be
         policy = plan.mem_policy
         if policy is None:
@@ -610,7 +639,8 @@ class _Transaction:
                 self.fail(e)
                 self.warn(f"{e}; memory policy left unchanged")
             return
-        swap = be.swap_mempolicy(policy, nodes, need_old=self.strict is True)
+        if swap is None:
+            swap = be.swap_mempolicy(policy, nodes, need_old=self.strict is True)
         old = swap.old
         if swap.old_error is not None:
             e = swap.old_error
@@ -682,23 +712,34 @@ class _Transaction:
         self.warn("memory policy left unchanged (every step of the ladder was refused)")
 
     # -- CPUs -----------------------------------------------------------------
-    def apply_cpus(self, threads: str) -> AffinityWalk:
+    def take(self, one: BindCall, threads: str) -> AffinityWalk:
+        """Go on from what :meth:`Backend.apply_all` did in one call: record it for the undo log and
+        explain every refusal or difference, exactly as the steps one by one would."""
+        swap = one.swap()
+        if swap is not None:
+            self.apply_memory(swap)
+        else:
+            self.mem_now = one.now()
+        if one.walk is None:      # stopped before the walk: the memory ladder ran, now the CPUs
+            return self.apply_cpus(threads)
+        return self.apply_cpus(threads, one.walk)
+
+    def apply_cpus(self, threads: str, walk: AffinityWalk | None = None) -> AffinityWalk:
+        """Set the plan's CPUs on the threads (``walk``: what :meth:`Backend.apply_all` did already)."""
         plan, be = self.plan, self.be
         cpus = plan.cpus
-        me = live.gettid()
-        tids = [me] if threads == "current" else live.thread_ids(me)
-        if not tids or tids[0] != me:   # /proc/self/task lists every thread; the caller first, always
-            tids = [me, *(t for t in tids if t != me)]
-        flags = WALK_MATCHING if threads == "matching" else 0
-        if self.strict is True:
-            flags |= WALK_STOP_ON_ERROR | WALK_CHECK_FIRST
-        walk = be.affinity_many(tids, cpus, flags)
+        if walk is None:
+            me = live.gettid()
+            tids = [me] if threads == "current" else live.thread_ids(me)
+            if not tids or tids[0] != me:   # /proc/self/task lists every thread; the caller first, always
+                tids = [me, *(t for t in tids if t != me)]
+            walk = be.affinity_many(tids, cpus, _walk_flags(threads, self.strict))
         if cpus is None:
             return walk
         self.undo.append(lambda: _undo_walk(be, walk))
         first = walk.status[0]
         if first < 0:
-            return self._caller_refused(walk, BindError(-first, "sched_setaffinity", f"thread {me}"))
+            return self._caller_refused(walk, BindError(-first, "sched_setaffinity", f"thread {walk.tids[0]}"))
         got = walk.after(0)
         self.cpu_target = cpus
         if got != cpus:
@@ -858,6 +899,48 @@ class _Transaction:
         return left
 
 
+def _walk_flags(threads: str, strict: Strictness) -> int:
+    flags = WALK_MATCHING if threads == "matching" else 0
+    if strict is True:
+        flags |= WALK_STOP_ON_ERROR | WALK_CHECK_FIRST
+    return flags
+
+
+_last_applied: tuple[Plan | None, Plan | None] = (None, None)   # the last plan bound cleanly, and its applied
+
+
+def _clean_report(plan: Plan, be: Backend, why: str, threads: str, one: BindCall) -> BindReport | None:
+    """The report of a bind that :meth:`Backend.apply_all` did in full, read back exactly as asked: nothing
+    to explain, undo or narrow. None when the policy read back is one a Plan cannot carry."""
+    global _last_applied
+    notes: tuple[str, ...] = ()
+    if plan.mem_policy is None:
+        now = one.now()
+        if not isinstance(now, tuple) or now[0] not in MEM_POLICIES:
+            return None
+        cpus = plan.cpus if plan.cpus is not None else one.walk.after(0)   # type: ignore[union-attr]
+        applied = _read_plan(cpus, now[0], now[1] or None)
+    else:
+        last = _last_applied
+        if last[0] is plan:
+            applied = last[1]   # type: ignore[assignment]
+        else:    # what the kernel read back is the plan's own CPUs and nodes, bit for bit
+            cpus = plan.cpus if plan.cpus is not None else one.walk.after(0)   # type: ignore[union-attr]
+            applied = _read_plan(cpus, plan.mem_policy, plan.mem_nodes or None)
+            if plan.cpus is not None:
+                _last_applied = (plan, applied)
+        others = one.processed - 1 - one.exited
+        if others > 0:
+            notes = (f"the memory policy was set on the calling thread only; {others} other thread(s) keep "
+                     f"theirs and allocate from the local node of the CPUs they run on (use migrate=True to move "
+                     f"pages they already touched)",)
+    if log.isEnabledFor(_log.INFO):
+        who = (f"thread {one.walk.tids[0]} of pid {os.getpid()}"   # type: ignore[union-attr]
+               if threads == "current" else f"pid {os.getpid()}")
+        log.info("%s bound via %s: %s", who, be.name, applied.describe())
+    return _clean(plan, applied, be.name, why, notes, one)
+
+
 def _undo_walk(be: Backend, walk: AffinityWalk) -> None:
     """Put back the CPUs of every thread the walk changed (the calling thread last)."""
     for i in range(walk.processed - 1, -1, -1):
@@ -907,12 +990,25 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
     _check_threads(threads)
     strict = strict_default(strict)
     be, why = get_backend(backend)
+    weights = bool(plan.weights and set_weights)
+    one = None
+    if be.in_process_memory and not weights:
+        # the memory policy, the thread list and every thread's CPUs set and read back in one call
+        flags = _walk_flags(threads, strict) | (WALK_ONLY_CALLER if threads == "current" else 0)
+        one = be.apply_all(plan.mem_policy, plan.mem_nodes or frozenset(), plan.cpus, flags, strict is True)
+        if one is not None and one.clean and not plan.migrate and plan.mem_policy != "weighted-interleave":
+            report = _clean_report(plan, be, why, threads, one)
+            if report is not None:
+                return report
     tx = _Transaction(plan, strict, be)
     try:
-        if plan.weights and set_weights:
+        if weights:
             tx.apply_weights()
-        tx.apply_memory()
-        walk = tx.apply_cpus(threads)
+        if one is None:
+            tx.apply_memory()
+            walk = tx.apply_cpus(threads)
+        else:
+            walk = tx.take(one, threads)
         applied = tx.read_back(walk)
         tx.check_partial()
         left = tx.migrate()      # last: nothing after it can fail and leave pages moved for a binding undone

@@ -9,9 +9,9 @@ backend that cannot load is an error, never a silent substitute.
 from __future__ import annotations
 
 import _thread
-import os
 
 from .. import _log
+from .._env import environ_get
 from ..errors import NumabindError
 from .base import Backend
 
@@ -59,7 +59,7 @@ def _load(name: str) -> Backend | None:
 
 def get_backend(name: str | None = None) -> tuple[Backend, str]:
     """(backend, why it was chosen). ``name`` or ``$NUMABIND_BACKEND`` forces one."""
-    forced = name or os.environ.get("NUMABIND_BACKEND") or None
+    forced = name or environ_get("NUMABIND_BACKEND") or None
     key = forced if name is None else "=" + name
     hit = _chosen.get(key)
     if hit is not None:

@@ -9,6 +9,7 @@ and kept per id set, so binding the same plan again allocates nothing.
 from __future__ import annotations
 
 import errno as _errno
+import os
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -20,8 +21,10 @@ from ..errors import BindError
 from .base import (
     MPOL_MF_MOVE,
     MPOL_MODES,
+    WALK_ONLY_CALLER,
     AffinityWalk,
     Backend,
+    BindCall,
     MemPolicyState,
     MemPolicySwap,
     decode,
@@ -43,6 +46,67 @@ def load_native() -> Any:
     return _native
 
 
+# Slots of nb_*_bind's int header (csrc/numabind.h's enum nb_bind_slot).
+_NOW_MODE, _ERRS, _WALKED, _PROCESSED, _EXITED, _CLEAN, _HEADER = 2, 3, 6, 7, 8, 9, 10
+
+
+def _swap_of(ints: Any, at: int, masks: Any, words: int, policy: str, nodes: frozenset[int]) -> MemPolicySwap:
+    """The MemPolicySwap of a swap_mempolicy's slots: old mode, mode now, the three errors from ``ints[at]``;
+    the old and the current node masks (``words`` each) at the start of ``masks``."""
+    out = MemPolicySwap()
+    err_old, err_set, err_now = ints[at + 2], ints[at + 3], ints[at + 4]
+    if err_old < 0:
+        out.old_error = BindError(-err_old, "get_mempolicy", "calling thread")
+    else:
+        out.old = MemPolicyState(ints[at], decode(masks[0:words]))
+    if err_set < 0:
+        out.set_error = BindError(-err_set, "set_mempolicy", f"{policy} nodes {sorted(nodes)}")
+    elif err_set == 0:
+        if err_now < 0:
+            out.now_error = BindError(-err_now, "get_mempolicy", "calling thread")
+        else:
+            out.now = policy_of(ints[at + 1], decode(masks[words:2 * words]))
+    return out
+
+
+class _NativeBindCall(BindCall):
+    """A BindCall over nb_*_bind's arrays: the walk and the memory policies are built only when asked for."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, ints: Any, masks: Any, cap: int, nw: int, cw: int, policy: str | None,
+                 nodes: frozenset[int]) -> None:
+        self.clean, self.processed, self.exited = ints[_CLEAN] == 1, ints[_PROCESSED], ints[_EXITED]
+        self._walk = None
+        self._raw = (ints, masks, cap, nw, cw, policy, nodes)
+
+    @property
+    def walk(self) -> AffinityWalk | None:
+        walk = self._walk
+        if walk is None:
+            ints, masks, cap, nw, cw, _, _ = self._raw
+            if not ints[_WALKED]:
+                return None
+            first = 2 * nw
+            walk = self._walk = AffinityWalk(ints + _HEADER, ints + _HEADER + cap, ints[_PROCESSED], masks + first,
+                                             masks + first + cap * cw, cw, (ints, masks))
+        return walk
+
+    def swap(self) -> MemPolicySwap | None:
+        ints, masks, _, nw, _, policy, nodes = self._raw
+        if policy is None:
+            return None
+        return _swap_of(ints, 1, masks, nw, policy, nodes)
+
+    def now(self) -> tuple[str, frozenset[int]] | BindError | None:
+        ints, masks, _, nw, _, policy, _ = self._raw
+        if policy is not None:
+            return None
+        if ints[_ERRS + 2] < 0:
+            return BindError(-ints[_ERRS + 2], "get_mempolicy", "calling thread")
+        return policy_of(ints[_NOW_MODE], decode(masks[nw:2 * nw]))
+
+
 def _fit(bits: int, ids: frozenset[int]) -> int:
     """``bits``, widened to hold every id (the kernel ignores bits past its own count)."""
     top = max(ids) + 1 if ids else 0
@@ -60,9 +124,12 @@ class NativeBackend(Backend):
         self.ffi = native.ffi
         self.lib = native.lib
         self._fn = {n: getattr(self.lib, self.prefix + n) for n in (
-            "set_mempolicy", "get_mempolicy", "migrate_pages", "move_pages", "affinity_many", "swap_mempolicy")}
+            "set_mempolicy", "get_mempolicy", "migrate_pages", "move_pages", "affinity_many", "swap_mempolicy",
+            "bind")}
+        self._bind = self._fn["bind"]
         self._cpu_masks: dict[frozenset[int], tuple[Any, int]] = {}
         self._node_masks: dict[frozenset[int], tuple[Any, int]] = {}
+        self._cap = 8        # threads apply_all makes room for: the last count, with some slack
 
     # -- helpers ----------------------------------------------------------
     def _mask(self, cache: dict[frozenset[int], tuple[Any, int]], ids: frozenset[int], bits: int) -> tuple[Any, int]:
@@ -162,19 +229,35 @@ class NativeBackend(Backend):
         masks = self.ffi.new("unsigned long[]", 2 * words)  # old nodes, nodes now
         self._fn["swap_mempolicy"](MPOL_MODES[policy], mask, bits + 1, need_old, ints, masks, ints + 1,
                                    masks + words, ints + 2)
-        out = MemPolicySwap()
-        if ints[2] < 0:
-            out.old_error = BindError(-ints[2], "get_mempolicy", "calling thread")
+        return _swap_of(ints, 0, masks, words, policy, nodes)
+
+    def apply_all(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None, flags: int,
+                  need_old: bool) -> BindCall:
+        ffi = self.ffi
+        if policy is not None and nodes:
+            nmask, nbits = self._node_masks.get(nodes) or self._node_mask(nodes)
         else:
-            out.old = MemPolicyState(ints[0], decode(masks[0:words]))
-        if ints[3] < 0:
-            out.set_error = BindError(-ints[3], "set_mempolicy", f"{policy} nodes {sorted(nodes)}")
-        elif ints[3] == 0:
-            if ints[4] < 0:
-                out.now_error = BindError(-ints[4], "get_mempolicy", "calling thread")
-            else:
-                out.now = policy_of(ints[1], decode(masks[words:2 * words]))
-        return out
+            nmask, nbits = ffi.NULL, live.node_mask_bits()
+        if cpus is None:
+            cmask, cbits = ffi.NULL, live.cpu_mask_bits()
+        else:
+            cmask, cbits = self._cpu_masks.get(cpus) or self._mask(self._cpu_masks, cpus, live.cpu_mask_bits())
+        nw, cw = nbits // 64, cbits // 64
+        mode = -1 if policy is None else MPOL_MODES[policy]
+        cap = 1 if flags & WALK_ONLY_CALLER else self._cap
+        new = ffi.new
+        while True:
+            ints = new("int[]", _HEADER + 2 * cap)             # the header, tids, statuses
+            masks = new("unsigned long[]", 2 * nw + 2 * cap * cw)   # old and current nodes, before, after
+            n = self._bind(mode, nmask, nbits + 1, nw, need_old, cmask, cw, flags, cap, ints, masks)
+            if n < 0:
+                raise OSError(-n, f"cannot list /proc/self/task: {os.strerror(-n)}")
+            if n <= cap:
+                break
+            cap = n + n // 2 + 8
+        if not flags & WALK_ONLY_CALLER:
+            self._cap = n + n // 2 + 8
+        return _NativeBindCall(ints, masks, cap, nw, cw, policy, nodes)
 
     def migrate_pages(self, pid: int, from_nodes: frozenset[int], to_nodes: frozenset[int]) -> int:
         old, bits = self._node_mask(from_nodes)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "AffinityWalk",
     "Backend",
+    "BindCall",
     "MPOL_MODES",
     "MPOL_NAMES",
     "MPOL_MF_MOVE",
@@ -37,6 +38,7 @@ __all__ = [
     "WALK_LEFT_ALONE",
     "WALK_MATCHING",
     "WALK_NOT_TRIED",
+    "WALK_ONLY_CALLER",
     "WALK_STOP_ON_ERROR",
     "WALK_UNCHANGED",
     "WEIGHTS_DIR",
@@ -70,8 +72,9 @@ WEIGHTS_AUTO_NAMES = ("auto", "__auto_type")
 # Per-thread outcome of Backend.affinity_many (the values of csrc/numabind.h's enum nb_thread_status);
 # a negative value is -errno of a refused sched_setaffinity.
 WALK_BOUND, WALK_LEFT_ALONE, WALK_EXITED, WALK_UNCHANGED, WALK_NOT_TRIED, WALK_DIFFERS = 0, 1, 2, 3, 4, 5
-# Flags of Backend.affinity_many (enum nb_affinity_flags).
-WALK_MATCHING, WALK_STOP_ON_ERROR, WALK_CHECK_FIRST = 1, 2, 4
+# Flags of Backend.affinity_many (enum nb_affinity_flags); WALK_ONLY_CALLER (Backend.apply_all only): the
+# calling thread alone, no thread list.
+WALK_MATCHING, WALK_STOP_ON_ERROR, WALK_CHECK_FIRST, WALK_ONLY_CALLER = 1, 2, 4, 8
 
 
 class MemPolicyState(Value):
@@ -178,6 +181,36 @@ class AffinityWalk:
         return self._decode(self._after, i)
 
 
+class BindCall:
+    """What :meth:`Backend.apply_all` did in one call.
+
+    ``clean``: every step succeeded and the kernel read back exactly what was asked (then nothing needs
+    explaining). ``walk`` is the affinity walk, or None when it did not run (the memory policy was
+    refused, or under ``need_old`` the old one was unreadable); ``processed`` its thread count, of which
+    ``exited`` (other than the caller) exited during the walk. :meth:`swap` is the memory-policy swap
+    (None when no policy was asked for); :meth:`now` the policy read in the same call when none was
+    asked for (or why it could not be read). A native backend builds the walk and decodes the policies
+    only when asked: a clean bind never needs them.
+    """
+
+    __slots__ = ("clean", "processed", "exited", "_walk", "_swap", "_now")
+
+    def __init__(self, clean: bool, walk: AffinityWalk | None, exited: int, swap: MemPolicySwap | None = None,
+                 now: tuple[str, frozenset[int]] | BindError | None = None) -> None:
+        self.clean, self.exited, self._walk, self._swap, self._now = clean, exited, walk, swap, now
+        self.processed = 0 if walk is None else walk.processed
+
+    @property
+    def walk(self) -> AffinityWalk | None:
+        return self._walk
+
+    def swap(self) -> MemPolicySwap | None:
+        return self._swap
+
+    def now(self) -> tuple[str, frozenset[int]] | BindError | None:
+        return self._now
+
+
 class Backend(ABC):
     """One mechanism for applying a plan.
 
@@ -241,6 +274,16 @@ class Backend(ABC):
             if i == 0 and flags & WALK_CHECK_FIRST and after[0] != cpus:
                 return AffinityWalk(tids, status, 1, before, after)
         return AffinityWalk(tids, status, n, before, after)
+
+    def apply_all(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None, flags: int,
+                  need_old: bool) -> BindCall | None:
+        """One call for a whole bind: list the threads, :meth:`swap_mempolicy` (``policy`` None: only
+        read it), then :meth:`affinity_many` over them (``flags`` with ``WALK_ONLY_CALLER``: the caller
+        only). It stops before the walk when the policy is refused, or under ``need_old`` when the old one
+        is unreadable; the caller goes on from there. None: this backend has no such call (the caller
+        does the steps one by one); native backends make it one C call.
+        """
+        return None
 
     @abstractmethod
     def set_mempolicy(self, policy: str, nodes: frozenset[int]) -> None:
