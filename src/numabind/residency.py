@@ -42,6 +42,7 @@ from .plan import Plan
 __all__ = ["BoundBy", "Locality", "ThreadPlacement", "locality"]
 
 _BOUND_ENV = "_NUMABIND_BOUND"     # numabind.bind.BOUND_ENV (not imported: bind pulls the backends in)
+_KINDS = ("anon", "file", "huge")
 
 
 def _nodes_of(cpus: frozenset[int], node_cpus: dict[int, frozenset[int]]) -> frozenset[int]:
@@ -156,6 +157,21 @@ class Locality(Value):
         share = self.remote_share
         return None if share is None else 1.0 - share
 
+    def remote_share_by_kind(self, kind: str) -> float | None:
+        """The remote share of the pages in ``kind`` of mapping: ``"anon"`` (the process's own memory:
+        heap, stack, anonymous mappings, transparent huge pages), ``"file"`` (mapped files: page-cache
+        pages that other processes may have brought in on any node) or ``"huge"`` (hugetlbfs); None when
+        there is no such page or numa_maps was not read."""
+        if kind not in _KINDS:
+            raise NumabindError(f"remote_share_by_kind: kind {kind!r} is not one of {', '.join(_KINDS)}")
+        if self.pages is None:
+            return None
+        counts = getattr(self.pages, kind)
+        total = sum(counts.values())
+        if not total:
+            return None
+        return sum(n for node, n in counts.items() if node not in self.cpu_nodes) / total
+
     # -- text and JSON ---------------------------------------------------------------
     def describe(self) -> str:
         """A few lines for people (``numabind stat`` prints a table instead)."""
@@ -199,7 +215,7 @@ class Locality(Value):
             "cpus": format_cpulist(self.cpus), "cpu_nodes": format_cpulist(self.cpu_nodes),
             "mems_allowed": None if self.mems_allowed is None else format_cpulist(self.mems_allowed),
             "mem_policy": self.mem_policy, "local_pages": self.local_pages, "remote_pages": self.remote_pages,
-            "remote_share": share,
+            "remote_share": share, "remote_share_by_kind": {k: self.remote_share_by_kind(k) for k in _KINDS},
             "threads": [{"tid": t.tid, "name": t.name, "cpus": format_cpulist(t.cpus), "nodes": format_cpulist(t.nodes),
                          "remote_share": self.remote_share_of(t.nodes)} for t in self.threads],
             "bound": bound,

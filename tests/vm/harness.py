@@ -8,9 +8,16 @@ site-packages and the same checkout as the host. A second, writable 9p share
 
 Command line::
 
-    python3 -m tests.vm.harness prepare            # apt packages, kernel, initramfs (idempotent)
+    python3 -m tests.vm.harness prepare            # apt packages, kernels, initramfs (idempotent)
     python3 -m tests.vm.harness status             # what is ready, what is missing
-    python3 -m tests.vm.harness run [-t TOPO] -- CMD ARGS...   # boot, run CMD inside, power off
+    python3 -m tests.vm.harness run [-t TOPO] [-k KERNEL] -- CMD ARGS...   # boot, run CMD inside, power off
+
+Two Debian kernels are prepared (:data:`KERNELS`): ``6.1``, bookworm's own ``linux-image-amd64``
+(the default: every test that does not ask for another), and ``6.12`` from bookworm-backports,
+which has weighted interleave (``MPOL_WEIGHTED_INTERLEAVE``, Linux 6.9+). The backports kernel is
+fetched through a private apt configuration in the cache (its own sources list, package lists and
+archive folder: the system's apt sources are never changed), so apt checks the signed index and the
+package's SHA256 as it does for any download.
 
 Everything downloaded or built lives in the cache folder (``tests/vm/_cache``,
 or ``$NUMABIND_VM_CACHE``), which git ignores.
@@ -56,6 +63,43 @@ MODULES = ("virtio", "virtio_ring", "virtio_pci_modern_dev", "virtio_pci_legacy_
            "netfs", "fscache", "9pnet", "9pnet_virtio", "9p")
 
 KERNEL_META_PACKAGE = "linux-image-amd64"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A Debian kernel the guest can boot: ``suite`` None takes ``linux-image-amd64`` from the system's
+    own apt sources; a suite name (``bookworm-backports``) fetches it from that suite of ``mirror``
+    through a private apt configuration. ``modules``: those the guest loads for its 9p shares (the
+    rest are built into that kernel); ``release_prefix``: what the kernel release must start with."""
+
+    name: str
+    description: str
+    modules: tuple[str, ...]
+    release_prefix: str
+    suite: str | None = None
+    cache_name: str = "kernel"          # folder under the cache
+
+    @property
+    def initramfs_name(self) -> str:
+        return "initramfs.cpio" if self.cache_name == "kernel" else f"initramfs-{self.name}.cpio"
+
+
+#: The Debian mirror the backports kernel comes from ($NUMABIND_VM_DEBIAN_MIRROR).
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+#: The keyring apt checks a private suite's signed index with.
+DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+KERNELS: Mapping[str, KernelSpec] = {
+    k.name: k
+    for k in (
+        KernelSpec("6.1", "Debian bookworm's linux-image-amd64 (Linux 6.1: no weighted interleave)", MODULES, "6.1."),
+        # Debian's 6.12 builds virtio, virtio_ring and virtio_pci in, and fscache into netfs
+        KernelSpec("6.12", "Debian bookworm-backports' linux-image-amd64 (Linux 6.12: weighted interleave)",
+                   ("netfs", "9pnet", "9pnet_virtio", "9p"), "6.12.", suite="bookworm-backports",
+                   cache_name="kernel-6.12"),
+    )
+}
+DEFAULT_KERNEL = "6.1"
 GUEST_SHARE = "/tmp/numavm"          # where the writable share appears inside the guest (after chroot)
 BOOT_MARKER = "numavm-booted"
 DONE_MARKER = "numavm-done"
@@ -200,6 +244,13 @@ def topology(name: str) -> TopologySpec:
         raise HarnessError(f"unknown VM topology {name!r}; known: {', '.join(TOPOLOGIES)}") from None
 
 
+def kernel_spec(name: str | None = None) -> KernelSpec:
+    try:
+        return KERNELS[name or DEFAULT_KERNEL]
+    except KeyError:
+        raise HarnessError(f"unknown VM kernel {name!r}; known: {', '.join(KERNELS)}") from None
+
+
 # ----------------------------------------------------------------------------- cache
 def cache_dir() -> Path:
     return Path(os.environ.get("NUMABIND_VM_CACHE") or DEFAULT_CACHE).resolve()
@@ -260,51 +311,57 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def _kernel_dir() -> Path:
-    return cache_dir() / "kernel"
+def _kernel_dir(kernel: str | None = None) -> Path:
+    return cache_dir() / kernel_spec(kernel).cache_name
 
 
-def cached_artifacts() -> Artifacts | None:
+def _initramfs_path(kernel: str | None = None) -> Path:
+    return cache_dir() / kernel_spec(kernel).initramfs_name
+
+
+def cached_artifacts(kernel: str | None = None) -> Artifacts | None:
     """The prepared kernel and initramfs, or None when ``prepare`` has not run (or is stale)."""
-    kdir = _kernel_dir()
+    kdir = _kernel_dir(kernel)
     kman = _read_json(kdir / "manifest.json")
-    iman = _read_json(cache_dir() / "initramfs.json")
+    initramfs = _initramfs_path(kernel)
+    iman = _read_json(initramfs.with_suffix(".json"))
     if not kman or not iman:
         return None
-    kernel = kdir / kman["image"]
-    initramfs = cache_dir() / "initramfs.cpio"
-    if not kernel.is_file() or not initramfs.is_file():
+    image = kdir / kman["image"]
+    if not image.is_file() or not initramfs.is_file():
         return None
-    if iman.get("digest") != _initramfs_digest(kman):
+    if iman.get("digest") != _initramfs_digest(kman, kernel):
         return None
-    return Artifacts(kernel, initramfs, kman["release"], kman["package"])
+    return Artifacts(image, initramfs, kman["release"], kman["package"])
 
 
-def _refresh_initramfs() -> None:
+def _refresh_initramfs(kernel: str | None = None) -> None:
     """Rebuild a stale initramfs (this file's init script changed) when the kernel is cached: no network."""
-    kdir = _kernel_dir()
+    kdir = _kernel_dir(kernel)
     kman = _read_json(kdir / "manifest.json")
     if kman and (kdir / kman["image"]).is_file() and all(
             (kdir / "modules" / f"{m}.ko").is_file() for m in kman["modules"]):
-        build_initramfs(kman)
+        build_initramfs(kman, kernel=kernel)
 
 
-def problems() -> list[str]:
-    """Why the guest cannot run here (empty when it can)."""
+def problems(kernel: str | None = None) -> list[str]:
+    """Why a guest with ``kernel`` (default: :data:`DEFAULT_KERNEL`) cannot run here (empty when it can)."""
     out = []
     if qemu_binary() is None:
         which = os.environ.get("NUMABIND_VM_QEMU") or "qemu-system-x86_64"
         out.append(f"{which} not found (apt package qemu-system-x86)")
     try:
-        arts = cached_artifacts()
+        arts = cached_artifacts(kernel)
         if arts is None:
-            _refresh_initramfs()
-            arts = cached_artifacts()
+            _refresh_initramfs(kernel)
+            arts = cached_artifacts(kernel)
     except HarnessError as exc:
         out.append(str(exc))
     else:
         if arts is None:
-            out.append(f"no prepared kernel/initramfs in {cache_dir()}")
+            name = kernel_spec(kernel).name
+            out.append(f"no prepared kernel/initramfs in {cache_dir()}"
+                       + ("" if name == DEFAULT_KERNEL else f" for kernel {name}"))
     return out
 
 
@@ -353,10 +410,46 @@ def _kernel_package(progress: ProgressFn) -> str:
     raise HarnessError(f"apt-cache depends {KERNEL_META_PACKAGE} names no linux-image package:\n{out}")
 
 
-def _module_wanted(member: str) -> str | None:
-    """The module name if a tar member is one of MODULES (a .ko, possibly .xz/.gz compressed)."""
+def _private_apt(suite: str, progress: ProgressFn) -> list[str]:
+    """apt options for a private configuration in the cache that knows only ``suite`` of the Debian
+    mirror (its own sources list, package lists, archive folder and an empty dpkg status): the
+    system's apt sources stay as they are. The lists are fetched (``apt-get update``) each time."""
+    keyring = os.environ.get("NUMABIND_VM_DEBIAN_KEYRING") or DEBIAN_KEYRING
+    if not os.path.isfile(keyring):
+        raise HarnessError(f"{keyring} is missing: apt cannot check the signed index of {suite} "
+                           f"(apt package debian-archive-keyring, or set $NUMABIND_VM_DEBIAN_KEYRING)")
+    mirror = os.environ.get("NUMABIND_VM_DEBIAN_MIRROR") or DEBIAN_MIRROR
+    root = cache_dir() / "apt" / suite
+    for sub in ("lists/partial", "archives/partial", "preferences.d"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for d in (root, *root.rglob("*")):   # apt-get drops privileges to _apt for downloads where it can
+        if d.is_dir():
+            os.chmod(d, 0o777)
+    sources = root / "sources.list"
+    sources.write_text(f"deb [signed-by={keyring}] {mirror} {suite} main\n")
+    status = root / "status"
+    status.touch()
+    opts = [f"-oDir::Etc::SourceList={sources}", "-oDir::Etc::SourceParts=/nonexistent",
+            f"-oDir::State::Lists={root / 'lists'}", f"-oDir::Cache={root}",
+            f"-oDir::Cache::Archives={root / 'archives'}", f"-oDir::State::status={status}",
+            "-oDir::Etc::Preferences=/nonexistent", f"-oDir::Etc::PreferencesParts={root / 'preferences.d'}",
+            "-oAPT::Get::List-Cleanup=0"]
+    _run(["apt-get", *opts, "update"], progress)
+    return opts
+
+
+def _kernel_package_in(apt_opts: Sequence[str], progress: ProgressFn) -> str:
+    out = _run(["apt-cache", *apt_opts, "depends", KERNEL_META_PACKAGE], progress).stdout
+    for m in re.finditer(r"^\s*Depends:\s*(linux-image-\S+)", out, re.M):
+        if m[1] != KERNEL_META_PACKAGE and not m[1].startswith("<"):
+            return m[1]
+    raise HarnessError(f"apt-cache depends {KERNEL_META_PACKAGE} names no linux-image package:\n{out}")
+
+
+def _module_wanted(member: str, modules: Sequence[str] = MODULES) -> str | None:
+    """The module name if a tar member is one of ``modules`` (a .ko, possibly .xz/.gz compressed)."""
     m = re.fullmatch(r"\.?/?(?:usr/)?lib/modules/[^/]+/kernel/.*/([^/]+)\.ko(\.xz|\.gz)?", member)
-    if m and m[1] in MODULES:
+    if m and m[1] in modules:
         return m[1]
     return None
 
@@ -377,7 +470,7 @@ def _modinfo_depends(ko: bytes) -> list[str]:
     return [d.replace("-", "_") for d in m[1].decode().split(",") if d]
 
 
-def _module_order(deps: Mapping[str, list[str]]) -> list[str]:
+def _module_order(deps: Mapping[str, list[str]], modules: Sequence[str] = MODULES) -> list[str]:
     order: list[str] = []
     state: dict[str, int] = {}
 
@@ -394,7 +487,7 @@ def _module_order(deps: Mapping[str, list[str]]) -> list[str]:
         state[mod] = 2
         order.append(mod)
 
-    for mod in MODULES:
+    for mod in modules:
         visit(mod, ())
     return order
 
@@ -439,19 +532,26 @@ def _has_pvh_note(elf: bytes) -> bool:
     return False
 
 
-def fetch_kernel(progress: ProgressFn = _quiet, refresh: bool = False) -> dict:
+def fetch_kernel(progress: ProgressFn = _quiet, refresh: bool = False, kernel: str | None = None) -> dict:
     """Download the Debian kernel package and keep only the image and the modules the guest needs."""
-    kdir = _kernel_dir()
+    spec = kernel_spec(kernel)
+    kdir = _kernel_dir(kernel)
     man = _read_json(kdir / "manifest.json")
     if man and not refresh and (kdir / man["image"]).is_file() and all(
             (kdir / "modules" / f"{m}.ko").is_file() for m in man["modules"]):
         progress(f"kernel {man['release']} already in {kdir}")
         return man
-    package = _kernel_package(progress)
     cache_dir().mkdir(parents=True, exist_ok=True)
+    apt_opts: list[str] = []
+    if spec.suite is None:
+        package = _kernel_package(progress)
+    else:
+        apt_opts = _private_apt(spec.suite, progress)
+        package = _kernel_package_in(apt_opts, progress)
+    modules = spec.modules
     with tempfile.TemporaryDirectory(prefix="kernel-", dir=cache_dir()) as tmp:
         os.chmod(tmp, 0o777)  # apt-get download drops privileges to _apt where it can
-        _run(["apt-get", "download", package], progress, cwd=tmp)
+        _run(["apt-get", *apt_opts, "download", package], progress, cwd=tmp)
         debs = sorted(Path(tmp).glob("*.deb"))
         if len(debs) != 1:
             raise HarnessError(f"apt-get download {package} left {[d.name for d in debs]} in {tmp}")
@@ -467,7 +567,7 @@ def fetch_kernel(progress: ProgressFn = _quiet, refresh: bool = False) -> dict:
                 if not member.isfile():
                     continue
                 base = member.name.rsplit("/", 1)[-1]
-                mod = _module_wanted(member.name)
+                mod = _module_wanted(member.name, modules)
                 if base.startswith("vmlinuz-"):
                     release = base[len("vmlinuz-"):]
                     image = tar.extractfile(member).read()
@@ -477,11 +577,14 @@ def fetch_kernel(progress: ProgressFn = _quiet, refresh: bool = False) -> dict:
             raise HarnessError(f"dpkg-deb --fsys-tarfile {debs[0]} exited with {dpkg.returncode}")
         if image is None:
             raise HarnessError(f"{debs[0].name} holds no boot/vmlinuz-*")
-        absent = [m for m in MODULES if m not in found]
+        if release is None or not release.startswith(spec.release_prefix):
+            raise HarnessError(f"{debs[0].name} holds kernel {release}, not the {spec.name} this cache folder is for "
+                               f"({spec.description})")
+        absent = [m for m in modules if m not in found]
         if absent:
             raise HarnessError(f"{debs[0].name} lacks the modules {', '.join(absent)} (built into the kernel? "
                                f"then drop them from MODULES)")
-        order = _module_order({m: _modinfo_depends(ko) for m, ko in found.items()})
+        order = _module_order({m: _modinfo_depends(ko) for m, ko in found.items()}, modules)
         for mod, ko in found.items():
             (staging / "modules" / f"{mod}.ko").write_bytes(ko)
         (staging / "vmlinuz").write_bytes(image)
@@ -494,7 +597,7 @@ def fetch_kernel(progress: ProgressFn = _quiet, refresh: bool = False) -> dict:
             image_name = "vmlinuz"
             progress("no PVH-bootable ELF could be extracted; booting the compressed bzImage")
         man = {"package": package, "release": release, "image": image_name, "modules": order,
-               "deb": debs[0].name}
+               "deb": debs[0].name, "kernel": spec.name, "suite": spec.suite}
         (staging / "manifest.json").write_text(json.dumps(man, indent=1) + "\n")
         if kdir.exists():
             shutil.rmtree(kdir)
@@ -554,12 +657,12 @@ def _busybox_bytes() -> bytes:
     return Path("/bin/busybox").read_bytes()
 
 
-def _initramfs_digest(kman: Mapping) -> str:
+def _initramfs_digest(kman: Mapping, kernel: str | None = None) -> str:
     h = hashlib.sha256()
     h.update(_init_script(kman["modules"]).encode())
     h.update(_busybox_bytes())
     for mod in kman["modules"]:
-        h.update((_kernel_dir() / "modules" / f"{mod}.ko").read_bytes())
+        h.update((_kernel_dir(kernel) / "modules" / f"{mod}.ko").read_bytes())
     return h.hexdigest()
 
 
@@ -583,10 +686,10 @@ def _cpio_newc(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
     return out.getvalue()
 
 
-def build_initramfs(kman: Mapping, progress: ProgressFn = _quiet) -> Path:
-    target = cache_dir() / "initramfs.cpio"
-    stamp = cache_dir() / "initramfs.json"
-    digest = _initramfs_digest(kman)
+def build_initramfs(kman: Mapping, progress: ProgressFn = _quiet, kernel: str | None = None) -> Path:
+    target = _initramfs_path(kernel)
+    stamp = target.with_suffix(".json")
+    digest = _initramfs_digest(kman, kernel)
     old = _read_json(stamp)
     if old and old.get("digest") == digest and target.is_file():
         progress(f"initramfs up to date: {target}")
@@ -597,7 +700,7 @@ def build_initramfs(kman: Mapping, progress: ProgressFn = _quiet) -> Path:
     entries.append(("bin/busybox", x, _busybox_bytes()))
     entries.append(("init", x, _init_script(kman["modules"]).encode()))
     for mod in kman["modules"]:
-        entries.append((f"modules/{mod}.ko", r, (_kernel_dir() / "modules" / f"{mod}.ko").read_bytes()))
+        entries.append((f"modules/{mod}.ko", r, (_kernel_dir(kernel) / "modules" / f"{mod}.ko").read_bytes()))
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # concurrent sessions may rebuild at once
     tmp.write_bytes(_cpio_newc(entries))
     tmp.replace(target)
@@ -606,17 +709,22 @@ def build_initramfs(kman: Mapping, progress: ProgressFn = _quiet) -> Path:
     return target
 
 
-def prepare(progress: ProgressFn = print, refresh: bool = False) -> Artifacts:
-    """Install what is missing and build the cache; fast when everything is there already."""
+def prepare(progress: ProgressFn = print, refresh: bool = False,
+            kernels: Sequence[str] | None = None) -> list[Artifacts]:
+    """Install what is missing and build the cache for ``kernels`` (default: all of :data:`KERNELS`);
+    fast when everything is there already."""
     installed = install_packages(progress)
     if installed:
         progress(f"installed {', '.join(installed)}")
-    kman = fetch_kernel(progress, refresh=refresh)
-    build_initramfs(kman, progress)
-    arts = cached_artifacts()
-    if arts is None:
-        raise HarnessError(f"prepare finished but the cache in {cache_dir()} is not usable")
-    return arts
+    out = []
+    for name in kernels or list(KERNELS):
+        kman = fetch_kernel(progress, refresh=refresh, kernel=name)
+        build_initramfs(kman, progress, kernel=name)
+        arts = cached_artifacts(name)
+        if arts is None:
+            raise HarnessError(f"prepare finished but the cache in {cache_dir()} is not usable for kernel {name}")
+        out.append(arts)
+    return out
 
 
 # ----------------------------------------------------------------------------- running a guest
@@ -626,6 +734,7 @@ class GuestRun:
 
     topology: str
     run_dir: Path
+    kernel: str = DEFAULT_KERNEL
     exit_code: int | None = None          # of the command inside; None if it never finished
     qemu_rc: int | None = None
     boot_s: float | None = None           # host wall clock, QEMU start -> guest init ready to run
@@ -658,7 +767,8 @@ class GuestRun:
         if self.guest_uptime_at_boot is not None:
             boot += f" (guest uptime {self.guest_uptime_at_boot:.1f} s)"
         state = self.failure or f"command exit {self.exit_code}"
-        return f"{self.topology}: {boot}, whole run {self.total_s:.1f} s, {state}"
+        name = self.topology if self.kernel == DEFAULT_KERNEL else f"{self.topology} (kernel {self.kernel})"
+        return f"{name}: {boot}, whole run {self.total_s:.1f} s, {state}"
 
 
 def _env_float(name: str, default: float) -> float:
@@ -684,18 +794,20 @@ def new_run_dir(topology_name: str) -> Path:
 
 def run_guest(topology_name: str, script: str, *, run_dir: Path | None = None, artifacts: Artifacts | None = None,
               boot_timeout: float | None = None, timeout: float | None = None,
-              progress: ProgressFn = _quiet) -> GuestRun:
-    """Boot a guest of ``topology_name``, run the shell ``script`` in it (chrooted into the host root,
+              progress: ProgressFn = _quiet, kernel: str | None = None) -> GuestRun:
+    """Boot a guest of ``topology_name`` with ``kernel`` (a name in :data:`KERNELS`; default
+    :data:`DEFAULT_KERNEL`), run the shell ``script`` in it (chrooted into the host root,
     writable folder ``GUEST_SHARE``), power it off; never takes longer than ``timeout`` seconds.
 
     ``boot_timeout`` bounds QEMU start -> init ready ($NUMABIND_VM_BOOT_TIMEOUT, default 120 s);
     ``timeout`` bounds the whole run ($NUMABIND_VM_TIMEOUT, default 600 s).
     """
     spec = topology(topology_name)
-    arts = artifacts or cached_artifacts()
+    kernel = kernel_spec(kernel).name
+    arts = artifacts or cached_artifacts(kernel)
     qemu = qemu_binary()
     if arts is None or qemu is None:
-        raise HarnessError("the VM is not ready: " + "; ".join(problems()) +
+        raise HarnessError("the VM is not ready: " + "; ".join(problems(kernel)) +
                            " (run: python3 -m tests.vm.harness prepare)")
     boot_timeout = boot_timeout if boot_timeout is not None else _env_float("NUMABIND_VM_BOOT_TIMEOUT", 120)
     timeout = timeout if timeout is not None else _env_float("NUMABIND_VM_TIMEOUT", spec.timeout_s)
@@ -712,8 +824,8 @@ def run_guest(topology_name: str, script: str, *, run_dir: Path | None = None, a
     guard = shutil.which("timeout")
     if guard:  # a second bound that holds even if this Python process dies
         argv = [guard, "-k", "5", str(int(timeout) + 15), *argv]
-    run = GuestRun(topology_name, run_dir, argv=argv)
-    progress(f"booting {spec.name}: {spec.description}")
+    run = GuestRun(topology_name, run_dir, kernel=kernel, argv=argv)
+    progress(f"booting {spec.name} with kernel {arts.release}: {spec.description}")
     start = time.monotonic()
     with open(run_dir / "qemu.log", "wb") as qlog:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=qlog, stderr=subprocess.STDOUT,
@@ -823,26 +935,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("status", help="say whether the guest can run here")
     r = sub.add_parser("run", help="boot a guest and run a command inside it")
     r.add_argument("-t", "--topology", default=DEFAULT_TOPOLOGY, choices=sorted(TOPOLOGIES))
+    r.add_argument("-k", "--kernel", default=DEFAULT_KERNEL, choices=sorted(KERNELS))
     r.add_argument("--timeout", type=float, default=None)
     r.add_argument("command", nargs="+")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "prepare":
             t0 = time.monotonic()
-            arts = prepare(refresh=args.refresh)
-            print(f"ready in {time.monotonic() - t0:.1f} s: {arts.describe()}")
+            for arts in prepare(refresh=args.refresh):
+                print(f"ready in {time.monotonic() - t0:.1f} s: {arts.describe()}")
             return 0
         if args.cmd == "status":
-            issues = problems()
-            for line in issues:
-                print("missing:", line)
-            if not issues:
-                print("ready:", cached_artifacts().describe())
+            missing = False
+            for name, kspec in KERNELS.items():
+                issues = problems(name)
+                missing = missing or bool(issues)
+                for line in issues:
+                    print(f"missing (kernel {name}):", line)
+                if not issues:
+                    print(f"ready (kernel {name}):", cached_artifacts(name).describe())
             for name, spec in TOPOLOGIES.items():
                 print(f"topology {name}: {spec.description}")
-            return 1 if issues else 0
+            return 1 if missing else 0
         run = run_guest(args.topology, guest_script(args.command), timeout=args.timeout,
-                        progress=lambda s: print(s, file=sys.stderr))
+                        progress=lambda s: print(s, file=sys.stderr), kernel=args.kernel)
         sys.stdout.write(run.read("output.log"))
         if run.failure:
             sys.stderr.write(run.console_tail())

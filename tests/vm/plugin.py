@@ -12,8 +12,11 @@ A guest that does not boot, hangs or dies fails the tests it did not finish, wit
 console log. Without qemu or a prepared kernel the tests skip, unless
 ``NUMABIND_REQUIRE_VM=1``, where they fail.
 
-    @pytest.mark.numa_vm                        # topology "2n"
+    @pytest.mark.numa_vm                        # topology "2n", kernel "6.1"
     @pytest.mark.numa_vm(topology="mem-only")   # or "asym"; see harness.TOPOLOGIES
+    @pytest.mark.numa_vm(kernel="6.12")         # another kernel; see harness.KERNELS
+
+One guest boots per (topology, kernel) pair.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from . import harness
 
 MARKER = "numa_vm"
 GUEST_ENV = "_NUMABIND_VM_GUEST"        # inside the guest: the topology's name
+KERNEL_ENV = "_NUMABIND_VM_KERNEL"      # inside the guest: the kernel's name in harness.KERNELS
 RESULTS_ENV = "_NUMABIND_VM_RESULTS"    # inside the guest: where the reports go
 REQUIRE_ENV = "NUMABIND_REQUIRE_VM"
 RESULTS_FILE = "results.jsonl"
@@ -52,6 +56,14 @@ def topology_of(item: pytest.Item) -> str:
     return name
 
 
+def kernel_of(item: pytest.Item) -> str:
+    """The kernel a numa_vm test asks for: ``numa_vm(kernel="6.12")``, else ``harness.DEFAULT_KERNEL``."""
+    marker = item.get_closest_marker(MARKER)
+    if marker is None:
+        raise ValueError(f"{item.nodeid} is not marked {MARKER}")
+    return str(marker.kwargs.get("kernel", harness.DEFAULT_KERNEL))
+
+
 # ----------------------------------------------------------------------------- guest side
 class GuestReporter:
     """Inside the guest: append one JSON line per event to the results file, flushed at once,
@@ -60,6 +72,7 @@ class GuestReporter:
     def __init__(self, config: pytest.Config, path: str) -> None:
         self.config = config
         self.topology = os.environ.get(GUEST_ENV, "")
+        self.kernel = os.environ.get(KERNEL_ENV, harness.DEFAULT_KERNEL)
         self.file = open(path, "a", encoding="utf-8")
 
     def _write(self, record: Mapping) -> None:
@@ -78,6 +91,9 @@ class GuestReporter:
         marker = item.get_closest_marker(MARKER)
         if marker is not None and topology_of(item) != self.topology:
             pytest.fail(f"this guest has topology {self.topology!r}, the test asks for {topology_of(item)!r}",
+                        pytrace=False)
+        if marker is not None and kernel_of(item) != self.kernel:
+            pytest.fail(f"this guest runs kernel {self.kernel!r}, the test asks for {kernel_of(item)!r}",
                         pytrace=False)
 
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
@@ -157,6 +173,7 @@ class GuestSession:
 
     topology: str
     nodeids: list[str]
+    kernel: str = harness.DEFAULT_KERNEL
     run: harness.GuestRun | None = None
     results: GuestResults = field(default_factory=GuestResults)
     error: str | None = None      # the guest could not even be started (harness error)
@@ -204,10 +221,12 @@ class VmFailure(Exception):
 class VmItem(pytest.Item):
     """Stands in on the host for a numa_vm test that runs in the guest."""
 
-    def __init__(self, *, original: pytest.Item, topology: str, host: VmHost, **kw) -> None:
+    def __init__(self, *, original: pytest.Item, topology: str, host: VmHost,
+                 kernel: str = harness.DEFAULT_KERNEL, **kw) -> None:
         super().__init__(**kw)
         self.original = original
         self.topology = topology
+        self.kernel = kernel
         self.host = host
         self.own_markers.extend(original.own_markers)
         self.keywords.update(original.keywords)
@@ -254,8 +273,8 @@ class VmHost:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.items: list[VmItem] = []
-        self.sessions: dict[str, GuestSession] = {}
-        self._problems: list[str] | None = None
+        self.sessions: dict[tuple[str, str], GuestSession] = {}
+        self._problems: dict[str, list[str]] = {}
 
     # -- collection
     @pytest.hookimpl(trylast=True)
@@ -265,56 +284,61 @@ class VmHost:
             if item.get_closest_marker(MARKER) is None or isinstance(item, VmItem):
                 continue
             vm = VmItem.from_parent(item.parent, name=item.name, original=item,
-                                    topology=topology_of(item), host=self)
+                                    topology=topology_of(item), kernel=kernel_of(item), host=self)
             items[k] = vm
             self.items.append(vm)
-        issues = self.problems() if self.items else []
-        if issues and not vm_required():
-            skip = pytest.mark.skip(reason=f"numa_vm: no VM here ({'; '.join(issues)}); run `python3 -m "
-                                           f"tests.vm.harness prepare` (with {REQUIRE_ENV}=1 this fails)")
-            for vm in self.items:
-                vm.add_marker(skip)
+        if vm_required():
+            return
+        for vm in self.items:
+            issues = self.problems(vm.kernel) if vm.kernel in harness.KERNELS else []
+            if issues:
+                vm.add_marker(pytest.mark.skip(
+                    reason=f"numa_vm: no VM here ({'; '.join(issues)}); run `python3 -m tests.vm.harness prepare` "
+                           f"(with {REQUIRE_ENV}=1 this fails)"))
 
     # -- running
-    def problems(self) -> list[str]:
-        if self._problems is None:
-            self._problems = harness.problems()
-        return self._problems
+    def problems(self, kernel: str = harness.DEFAULT_KERNEL) -> list[str]:
+        if kernel not in self._problems:
+            self._problems[kernel] = harness.problems(kernel)
+        return self._problems[kernel]
 
     def refusal(self, item: VmItem) -> str | None:
         """Why this item cannot go to a guest at all (it then fails), or None."""
         if item.topology not in harness.TOPOLOGIES:
             return f"numa_vm: unknown topology {item.topology!r}; known: {', '.join(harness.TOPOLOGIES)}"
-        issues = self.problems()
+        if item.kernel not in harness.KERNELS:
+            return f"numa_vm: unknown kernel {item.kernel!r}; known: {', '.join(harness.KERNELS)}"
+        issues = self.problems(item.kernel)
         if issues:
             return (f"numa_vm: {REQUIRE_ENV}=1 but the VM cannot run: {'; '.join(issues)}. "
                     f"Run: python3 -m tests.vm.harness prepare")
         return None
 
     def session_for(self, item: VmItem) -> GuestSession:
-        sess = self.sessions.get(item.topology)
+        key = (item.topology, item.kernel)
+        sess = self.sessions.get(key)
         if sess is None:
-            sess = self._run(item.topology)
-            self.sessions[item.topology] = sess
+            sess = self._run(*key)
+            self.sessions[key] = sess
         return sess
 
-    def _run(self, topology: str) -> GuestSession:
-        nodeids = [i.nodeid for i in self.items if i.topology == topology]
-        sess = GuestSession(topology, nodeids)
+    def _run(self, topology: str, kernel: str = harness.DEFAULT_KERNEL) -> GuestSession:
+        nodeids = [i.nodeid for i in self.items if (i.topology, i.kernel) == (topology, kernel)]
+        sess = GuestSession(topology, nodeids, kernel)
         try:
-            run_dir = harness.new_run_dir(topology)
+            run_dir = harness.new_run_dir(topology if kernel == harness.DEFAULT_KERNEL else f"{topology}-{kernel}")
             results = run_dir / RESULTS_FILE
             script = harness.guest_script(
                 guest_pytest_argv(self.config, nodeids),
                 cwd=self.config.rootpath,
-                env={GUEST_ENV: topology, RESULTS_ENV: f"{harness.GUEST_SHARE}/{RESULTS_FILE}",
+                env={GUEST_ENV: topology, KERNEL_ENV: kernel, RESULTS_ENV: f"{harness.GUEST_SHARE}/{RESULTS_FILE}",
                      # Entry-point plugins (hypothesis's alone costs ~12 s under emulation) stay out.
                      "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
                      # what tests/vm/test_vm_suite.py runs in the guest, when asked for other paths
                      **({"NUMABIND_VM_SUITE": os.environ["NUMABIND_VM_SUITE"]}
                         if os.environ.get("NUMABIND_VM_SUITE") else {})},
             )
-            sess.run = harness.run_guest(topology, script, run_dir=run_dir)
+            sess.run = harness.run_guest(topology, script, run_dir=run_dir, kernel=kernel)
             sess.results = GuestResults.parse(harness._read_text(results), self.config)
         except harness.HarnessError as exc:
             sess.error = str(exc)
@@ -338,9 +362,9 @@ class VmHost:
             issues = self.problems()
             tr.write_line("no guest was started" + (f": {'; '.join(issues)}" if issues else ""))
             return
-        for topo, sess in self.sessions.items():
+        for (topo, kernel), sess in self.sessions.items():
             if sess.error:
-                tr.write_line(f"{topo}: could not start: {sess.error}")
+                tr.write_line(f"{topo} (kernel {kernel}): could not start: {sess.error}")
                 continue
             run = sess.run
             assert run is not None

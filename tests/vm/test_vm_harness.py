@@ -224,7 +224,7 @@ def _fake_guest_runner(calls):
 
 def test_guest_reports_become_host_reports(inner, monkeypatch):
     calls = []
-    monkeypatch.setattr(harness, "problems", lambda: [])
+    monkeypatch.setattr(harness, "problems", lambda kernel=None: [])
     monkeypatch.setattr(harness, "run_guest", _fake_guest_runner(calls))
     result = inner.runpytest_inprocess("-p", "no:cacheprovider", "-rA")
     result.assert_outcomes(passed=2, failed=1, skipped=1)
@@ -239,7 +239,7 @@ def test_guest_that_never_boots_fails_with_its_console(inner, monkeypatch):
         (run_dir / "console.log").write_text("FAKE-CONSOLE: Kernel panic - not syncing\n")
         return harness.GuestRun(topology, run_dir, failure="guest did not boot within 1 s", total_s=1.0)
 
-    monkeypatch.setattr(harness, "problems", lambda: [])
+    monkeypatch.setattr(harness, "problems", lambda kernel=None: [])
     monkeypatch.setattr(harness, "run_guest", run_guest)
     result = inner.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=3)
@@ -317,3 +317,40 @@ def test_real_guest_failure_and_hang_reach_the_host(tmp_path):
     assert "guest timed out after 45 s" in hang.text and "stopped while running this very test" in hang.text
     assert "guest console" in hang.text and "numavm-booted" in hang.text
     assert wall < 45 + 60
+
+
+def test_each_kernel_has_its_own_cache_folder_and_initramfs(tmp_path, monkeypatch):
+    """The 6.12 guest (weighted interleave) is prepared next to the default 6.1 one, never instead of it."""
+    monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path))
+    monkeypatch.setattr(harness, "_busybox_bytes", lambda: b"busybox stand-in")
+    monkeypatch.setattr(harness, "qemu_binary", lambda: "/usr/bin/qemu-system-x86_64")
+    spec = harness.kernel_spec("6.12")
+    assert spec.suite == "bookworm-backports" and "virtio_pci" not in spec.modules   # built into that kernel
+    kdir = tmp_path / "kernel-6.12"
+    (kdir / "modules").mkdir(parents=True)
+    for mod in spec.modules:
+        (kdir / "modules" / f"{mod}.ko").write_bytes(b"module " + mod.encode())
+    (kdir / "vmlinuz").write_bytes(b"bzImage stand-in")
+    (kdir / "manifest.json").write_text(json.dumps({"package": "linux-image-6.12.0-test-amd64",
+                                                    "release": "6.12.0-test-amd64", "image": "vmlinuz",
+                                                    "modules": list(spec.modules)}))
+    assert harness.problems() == [f"no prepared kernel/initramfs in {tmp_path}"]     # 6.1 is not prepared
+    assert harness.problems("6.12") == []
+    arts = harness.cached_artifacts("6.12")
+    assert arts.initramfs == tmp_path / "initramfs-6.12.cpio" and arts.release.startswith("6.12.")
+    assert harness.cached_artifacts() is None
+    with pytest.raises(harness.HarnessError, match=r"unknown VM kernel '5.4'; known: 6.1, 6.12"):
+        harness.kernel_spec("5.4")
+
+
+def test_the_kernel_a_test_asks_for(pytester):
+    items = pytester.getitems("""
+import pytest
+@pytest.mark.numa_vm
+def test_a(): pass
+@pytest.mark.numa_vm(topology="mem-only", kernel="6.12")
+def test_b(): pass
+""")
+    from tests.vm import plugin
+
+    assert [(plugin.topology_of(i), plugin.kernel_of(i)) for i in items] == [("2n", "6.1"), ("mem-only", "6.12")]

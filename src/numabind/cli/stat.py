@@ -134,8 +134,11 @@ def _block(loc: Any, nodes: list[int]) -> list[str]:
     if share is None:
         lines.append("  remote: no resident pages")
     else:
+        kinds = [(k, loc.remote_share_by_kind(k)) for k in ("anon", "file", "huge")]
+        by_kind = ", ".join(f"{k} {100 * v:.1f}%" for k, v in kinds if v is not None)
         lines.append(f"  remote: {100 * share:.1f}% ({_mib(loc.remote_pages, size)} MiB on nodes other than "
-                     f"{format_cpulist(loc.cpu_nodes) or 'none'}, the nodes of the CPUs it may run on)")
+                     f"{format_cpulist(loc.cpu_nodes) or 'none'}, the nodes of the CPUs it may run on"
+                     + (f"; by kind: {by_kind}" if by_kind else "") + ")")
     groups: dict[frozenset[int], list[Any]] = {}
     for t in loc.threads:
         groups.setdefault(t.cpus, []).append(t)
