@@ -1,4 +1,5 @@
-"""Fuzz of ``numabind run``'s option combinations: it applies exactly what was asked, or exits 2 naming why.
+"""Fuzz of ``numabind run``'s option combinations: it applies exactly what was asked, or exits naming why:
+2 for a usage error (whatever the machine), 1 for a binding this machine cannot give.
 
 Hypothesis draws binding options in every spelling (``-C 1``, ``--physcpubind=1``, ``--cpus 1`` ...),
 conflicting ones (``--gpu`` with explicit options, two memory policies, an option given twice,
@@ -116,6 +117,7 @@ def expected(items) -> tuple[str, object]:
     """A model of the options, in the order the CLI checks them:
 
     ("exit2", [predicates on stderr, any one of which must hold]) — a usage error names what is wrong;
+    ("exit1", [predicates]) — a binding this machine cannot give (a CPU or node it lacks) names it;
     ("gpu", None) — a GPU plan, compared with plan_for_gpu; ("bound", (cpus, policy, nodes)).
     """
     names = [name for name, _, _ in items]
@@ -132,32 +134,34 @@ def expected(items) -> tuple[str, object]:
         return "gpu", None
     if not explicit:
         return "exit2", [_names("give a binding")]
-    problems = []                                              # then the plan: any of its problems
+    usage, misfit = [], []                       # then the command line, whatever the machine; then the machine
     if "physcpubind" in names and "cpunodebind" in names:
-        problems.append(_names("--physcpubind", "--cpunodebind"))
+        usage.append(_names("--physcpubind", "--cpunodebind"))
     mem = [n for n in names if n in MEMORY]
     if len(mem) > 1:
-        problems.append(_names(*("--" + n for n in mem)))
+        usage.append(_names(*("--" + n for n in mem)))
+    if any(m == "preferred" and len(values[m]) > 1 for m in mem):
+        usage.append(_names("preferred"))
+    if "migrate" in names and (not mem or "localalloc" in mem):
+        usage.append(_names("migrate"))
+    if usage:
+        return "exit2", usage
     cpus: frozenset[int] = frozenset(ALLOWED)
     if "physcpubind" in names:
         cpus = values["physcpubind"]
         if OUTSIDE_CPU in cpus:
-            problems.append(lambda err: re.search(rf"\bCPUs {OUTSIDE_CPU}\b", err) is not None)
+            misfit.append(lambda err: re.search(rf"\bCPUs {OUTSIDE_CPU}\b", err) is not None)
     if "cpunodebind" in names:
         if MISSING_NODE in values["cpunodebind"]:
-            problems.append(_node(MISSING_NODE))
+            misfit.append(_node(MISSING_NODE))
         cpus = frozenset().union(*(NODE_CPUS.get(n, frozenset()) for n in values["cpunodebind"])) & frozenset(ALLOWED)
     policy, nodes = "default", frozenset()
     if mem:
         policy, nodes = POLICY_OF[mem[0]], values[mem[0]]
-        if any(MISSING_NODE in values[m] for m in mem):
-            problems.append(_node(MISSING_NODE))
-        if any(m == "preferred" and len(values[m]) > 1 for m in mem):
-            problems.append(_names("preferred"))
-    if "migrate" in names and (not mem or "localalloc" in mem):
-        problems.append(_names("migrate"))
-    if problems:
-        return "exit2", problems
+        if MISSING_NODE in nodes:
+            misfit.append(_node(MISSING_NODE))
+    if misfit:
+        return "exit1", misfit
     return "bound", (sorted(cpus), policy, sorted(nodes))
 
 
@@ -171,7 +175,7 @@ def _refuse_exec(path, argv):
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=run_options())
-def test_run_applies_exactly_what_was_asked_or_exits_2(items, capsys, monkeypatch):
+def test_run_applies_exactly_what_was_asked_or_exits_1_or_2(items, capsys, monkeypatch):
     monkeypatch.setattr(os, "execv", _refuse_exec)
     monkeypatch.setattr(os, "execvp", _refuse_exec)
     monkeypatch.setattr(os, "execvpe", lambda path, argv, env: _refuse_exec(path, argv))   # numabind run's exec
@@ -206,11 +210,11 @@ def test_run_applies_exactly_what_was_asked_or_exits_2(items, capsys, monkeypatc
         try:
             plan = plan_for_gpu(0, mode=mode, policy=policy)
         except PlanError:
-            assert rc == 2 and "numabind: error:" in err, (argv, rc, err)
+            assert rc == 1 and "numabind: error:" in err, (argv, rc, err)
             return
         kind, want = "bound", (sorted(plan.cpus), plan.mem_policy, sorted(plan.mem_nodes or ()))
-    if kind == "exit2":
-        assert rc == 2, (argv, rc, err)
+    if kind in ("exit1", "exit2"):
+        assert rc == int(kind[-1]), (argv, rc, err)
         assert any(named(err) for named in want), (argv, err)
         return
     assert isinstance(rc, dict), (argv, rc, err)

@@ -2,6 +2,11 @@
 
 ``numabind.cli.main`` sends plain ``numabind run`` option lists to the fast path in
 :mod:`numabind.cli.run` and everything else here. The library never prints; this module does.
+
+Global options (``-v``, ``--root``, ``--json``) go before or after the subcommand; every subcommand
+takes ``--json``. ``numabind run``'s exit statuses are in :mod:`numabind.cli.run`; every other
+subcommand exits 2 for a usage error or an error it reports, 1 where it says so (``plan``: a GPU that
+cannot be placed).
 """
 
 from __future__ import annotations
@@ -12,17 +17,47 @@ import logging
 import os
 import signal
 import sys
+from typing import Any
 
 from ..backends import backend_info, get_backend
 from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
+from .run import NOT_APPLIED, USAGE, device_node, exec_command, run_strictness
 
-__all__ = ["main"]
+__all__ = ["main", "UsageError", "CliError"]
 
 from ..backends import BACKEND_NAMES
 from ..plan import NODE_POLICIES as POLICIES
 from ..strategies import MODES
+
+
+class CliError(NumabindError):
+    """An error the CLI reports with a given exit status (``exit_status``)."""
+
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+class UsageError(CliError):
+    """A command line numabind cannot take (exit 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, USAGE)
+
+
+def _message(e: BaseException) -> str:
+    """The error's text without a leading ``numabind ...:`` (main prints ``numabind: error:`` before it)."""
+    text = str(e)
+    for prefix in ("numabind run: ", "numabind show: ", "numabind plan: ", "numabind: "):
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text
+
+
+def _dump(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
 
 
 def _size(nbytes: int) -> str:
@@ -39,7 +74,8 @@ def _topology_text(topo) -> str:
     rows = [["node", "cpus", "memory", "distances (" + " ".join(map(str, ids)) + ")"]]
     for n in ids:
         node = topo.nodes[n]
-        kind = "" if node.cpus and node.memory_bytes else (" (memory-only)" if node.memory_bytes else " (cpu-only)")
+        kind = ("" if node.cpus and node.memory_bytes else " (memory-only)" if node.memory_bytes else
+                " (cpu-only)" if node.cpus else " (no CPUs, no memory)")
         rows.append([str(n), (format_cpulist(node.cpus) or "-") + kind, _size(node.memory_bytes),
                      " ".join(str(node.distances.get(m, "-")) for m in ids)])
     lines = [
@@ -69,6 +105,24 @@ def _plan_rows(topo, mode: str, policy: str, gpus=None):
     return plan_table(topo, mode=mode, policy=policy, gpus=gpus)
 
 
+def _node_plans(topo, policy: str = "bind") -> list[tuple[int, Plan]]:
+    """Without GPUs: the plan a worker per node would get (its allowed CPUs, its memory when allowed)."""
+    out = []
+    for n, node in sorted(topo.nodes.items()):
+        cpus = node.cpus & topo.allowed_cpus
+        if not cpus:
+            continue
+        mem = frozenset({n}) if node.has_memory and n in topo.allowed_nodes else None
+        out.append((n, Plan(cpus=cpus, mem_policy=policy if mem else None, mem_nodes=mem)))
+    return out
+
+
+def _plan_json(plan: Plan) -> dict[str, Any]:
+    return {"cpus": format_cpulist(plan.cpus) if plan.cpus is not None else None, "mem_policy": plan.mem_policy,
+            "mem_nodes": format_cpulist(plan.mem_nodes) if plan.mem_nodes is not None else None,
+            "numactl": plan.to_numactl_args()}
+
+
 def _plans_text(topo, mode: str = "node", policy: str = "bind", gpus=None, plan_rows=None) -> str:
     if topo.gpus or gpus is not None:
         rows = [["gpu", "node", "plan", "numactl equivalent"]]
@@ -83,14 +137,24 @@ def _plans_text(topo, mode: str = "node", policy: str = "bind", gpus=None, plan_
         text = f"Plans per GPU worker (mode {mode}, memory {policy}):\n" + _table(rows)
         return text + ("\n" + "\n".join(notes) if notes else "")
     rows = [["node", "plan", "numactl equivalent"]]
-    for n, node in sorted(topo.nodes.items()):
-        cpus = node.cpus & topo.allowed_cpus
-        if not cpus:
-            continue
-        mem = frozenset({n}) if node.has_memory and n in topo.allowed_nodes else None
-        plan = Plan(cpus=cpus, mem_policy=policy if mem else None, mem_nodes=mem)
+    for n, plan in _node_plans(topo, policy):
         rows.append([str(n), plan.describe(), plan.to_numactl_args()])
     return ("Plans per NUMA node (no GPUs, so a worker per node would get):\n" + _table(rows))
+
+
+def _plans_json(topo, mode: str = "node", policy: str = "bind", gpus=None, plan_rows=None) -> list[Any]:
+    """The rows of :func:`_plans_text` as JSON: PlanRow.to_dict() per GPU, else one per node."""
+    if topo.gpus or gpus is not None:
+        rows = plan_rows if plan_rows is not None else _plan_rows(topo, mode, policy, gpus)
+        return [r.to_dict() for r in rows]
+    return [{"node": n, "gpu": None, "plan": _plan_json(plan)} for n, plan in _node_plans(topo, policy)]
+
+
+def _binding_json(b) -> dict[str, Any]:
+    return {"cpus": format_cpulist(b.cpus), "policy": b.mem_policy, "nodes": format_cpulist(b.mem_nodes),
+            "mems_allowed": format_cpulist(b.mems_allowed), "backend": b.backend,
+            "weights": {str(n): w for n, w in sorted(b.weights.items())},
+            "threads": {str(tid): format_cpulist(c) for tid, c in sorted(b.threads.items())}}
 
 
 def cmd_main(args) -> int:
@@ -98,6 +162,11 @@ def cmd_main(args) -> int:
     from ..topology import discover
 
     topo = discover(args.root)
+    info = backend_info()
+    if args.json:
+        _dump({"topology": topo.to_dict(), "plans": _plans_json(topo), "binding": _binding_json(current_binding()),
+               "backends": info})
+        return 0
     print("== topology ==")
     print(_topology_text(topo))
     print()
@@ -109,7 +178,6 @@ def cmd_main(args) -> int:
     print()
     print("== current binding of this process ==")
     print(current_binding().describe())
-    info = backend_info()
     print()
     print("== backends ==")
     native = info.get("native")
@@ -124,56 +192,173 @@ def cmd_main(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- hardware (numactl --hardware)
+def _node_free_bytes(root, topo) -> dict[int, int | None]:
+    """MemFree of each node from its ``meminfo`` (``proc/meminfo`` for a kernel without NUMA's one node)."""
+    from .._fs import FsReader
+
+    reader = FsReader(root)
+    out: dict[int, int | None] = {}
+    for n in topo.nodes:
+        text = reader.read(f"sys/devices/system/node/node{n}/meminfo")
+        if text is None and len(topo.nodes) == 1:
+            text = reader.read("proc/meminfo")
+        out[n] = _meminfo_free(text)
+    return out
+
+
+def _meminfo_free(text: str | None) -> int | None:
+    for line in (text or "").splitlines():
+        head, sep, rest = line.partition("MemFree:")
+        words = rest.split()
+        if sep and words and words[0].isascii() and words[0].isdigit():
+            return int(words[0]) * 1024
+    return None
+
+
 def cmd_hardware(args) -> int:
+    """Like ``numactl --hardware``: available nodes, each node's CPUs, size and free memory, distances."""
     from ..topology import discover
 
     topo = discover(args.root)
     ids = sorted(topo.nodes)
+    free = _node_free_bytes(args.root, topo)
+    if args.json:
+        _dump({"available": format_cpulist(ids),
+               "nodes": {str(n): {"cpus": format_cpulist(topo.nodes[n].cpus), "size_bytes": topo.nodes[n].memory_bytes,
+                                  "free_bytes": free[n]} for n in ids},
+               "distances": {str(n): {str(m): d for m, d in sorted(topo.nodes[n].distances.items())} for n in ids}})
+        return 0
     print(f"available: {len(ids)} nodes ({format_cpulist(ids)})")
     for n in ids:
         node = topo.nodes[n]
-        print(f"node {n} cpus: {' '.join(map(str, sorted(node.cpus)))}")
+        print(f"node {n} cpus:" + "".join(f" {c}" for c in sorted(node.cpus)))
         print(f"node {n} size: {node.memory_bytes // 2**20} MB")
+        print(f"node {n} free: " + ("unknown (no MemFree in its meminfo)" if free[n] is None
+                                    else f"{free[n] // 2**20} MB"))
     print("node distances:")
-    print("node " + " ".join(f"{n:>3}" for n in ids))
+    print("node " + "".join(f"{n:>3} " for n in ids))
     for n in ids:
-        print(f"{n:>3}: " + " ".join(f"{topo.nodes[n].distances.get(m, 0):>3}" for m in ids))
+        print(f"{n:>3}: " + "".join(f"{topo.nodes[n].distances.get(m, 0):>3} " for m in ids))
     return 0
+
+
+# ----------------------------------------------------------------------------- show (numactl --show)
+def _mask(ids) -> str:
+    """numactl's mask text: each id followed by a space."""
+    return "".join(f"{i} " for i in sorted(ids))
+
+
+def _interleave_next() -> int | None:
+    """The node the calling thread's next interleaved page goes to (``get_mempolicy(MPOL_F_NODE)``), read
+    through libnuma's ``get_mempolicy``; None when libnuma is not there."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libnuma.so.1", use_errno=True)
+        mode = ctypes.c_int(0)
+        if lib.get_mempolicy(ctypes.byref(mode), None, ctypes.c_ulong(0), None, ctypes.c_ulong(1)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return mode.value
+
+
+def show_lines(b, node_cpus: dict[int, frozenset[int]], memory_nodes: frozenset[int],
+               interleave_next: int | None = None) -> list[str]:
+    """``numactl --show``'s lines for the binding ``b``: policy, preferred node, (interleave mask and next
+    node), physcpubind, cpubind, nodebind, membind, preferred. numactl 2.0.16 prints no line end after
+    ``preferred node:`` under the local policy (its physcpubind line is glued to it) and a number such as
+    ``[8194]`` for a policy with mode flags; numabind prints ``current`` and the policy's name instead."""
+    policy = b.mem_policy or "unknown"
+    nodes = sorted(b.mem_nodes)
+    first = nodes[0] if nodes else None
+    lines = [f"policy: {policy}"]
+    if policy in ("interleave", "weighted-interleave"):
+        nxt = interleave_next if interleave_next is not None else first
+        lines.append(f"preferred node: {nxt} (interleave next)")
+        lines.append(f"interleavemask: {_mask(nodes)}")
+        lines.append(f"interleavenode: {nxt}")
+        if policy == "weighted-interleave" and b.weights:   # numabind's line (issue 12): the system's weights
+            lines.append("weights: " + ",".join(f"{n}:{w}" for n, w in sorted(b.weights.items()))
+                         + " (system-wide, /sys/kernel/mm/mempolicy/weighted_interleave)")
+    elif policy == "preferred-many":
+        lines.append(f"preferred node: {first} (preferred-many)")
+    elif policy in ("bind", "preferred") and first is not None:
+        lines.append(f"preferred node: {first}")
+    else:
+        lines.append("preferred node: current")
+    run_nodes = [n for n, cpus in sorted(node_cpus.items()) if cpus & b.cpus]
+    lines.append(f"physcpubind: {_mask(b.cpus)}")
+    lines.append(f"cpubind: {_mask(run_nodes)}")
+    lines.append(f"nodebind: {_mask(run_nodes)}")
+    lines.append(f"membind: {_mask(nodes if policy == 'bind' else b.mems_allowed & memory_nodes)}")
+    lines.append(f"preferred: {_mask(nodes if policy not in ('default', 'local', 'unknown') else ())}")
+    return lines
 
 
 def cmd_show(args) -> int:
+    from .. import live
     from ..bind import current_binding
 
     if args.root is not None and os.path.realpath(args.root) != "/":
-        raise NumabindError(f"numabind show reads this process's binding from the kernel; --root {args.root!r} "
-                            f"does not apply (drop it; `numabind --root R hardware` shows a replayed machine)")
-    print(current_binding().describe())
+        raise UsageError(f"numabind show reads this process's binding from the kernel; --root {args.root!r} "
+                         f"does not apply (drop it; `numabind --root R hardware` shows a replayed machine)")
+    b = current_binding()
+    if args.json:
+        _dump(_binding_json(b))
+        return 0
+    machine = live.machine()
+    memory = frozenset(n for n, node in machine.nodes.items() if node.has_memory)
+    nxt = _interleave_next() if b.mem_policy in ("interleave", "weighted-interleave") else None
+    print("\n".join(show_lines(b, {n: node.cpus for n, node in machine.nodes.items()}, memory, nxt)))
     return 0
 
 
+# ----------------------------------------------------------------------------- topology
 def cmd_topology(args) -> int:
+    from ..iodevices import scan_pci
     from ..topology import discover
+    from .tree import build_tree, hwloc_xml, tree_text
 
     topo = discover(args.root)
-    if args.json:
-        print(json.dumps(topo.to_dict(), indent=2, sort_keys=True))
-    else:
-        print(_topology_text(topo))
-        print()
-        print("GPUs: " + _gpu_text(topo) if not topo.gpus else "GPUs:\n" + _gpu_text(topo))
+    form = args.of or ("json" if args.json else "text")
+    if form == "json":
+        _dump(topo.to_dict())
+        return 0
+    pci = [d for d in scan_pci(topo.root) if d.important]
+    tree = build_tree(topo, pci)
+    if form == "xml":
+        sys.stdout.write(hwloc_xml(topo, tree))
+        return 0
+    print(_topology_text(topo))
+    print()
+    print(tree_text(topo, tree))
+    print()
+    print("GPUs: " + _gpu_text(topo) if not topo.gpus else "GPUs:\n" + _gpu_text(topo))
     return 0
 
 
+# ----------------------------------------------------------------------------- plan
 def cmd_plan(args) -> int:
     from ..topology import discover
 
     if getattr(args, "gpu_from_rank", False):
         return _cmd_plan_rank(args)
     topo = discover(args.root)
+    if args.all and not topo.gpus:
+        message = ("no GPU is visible on this machine, so --all (every visible GPU) has nothing to plan; "
+                   "without --all, numabind plan shows the plan a worker per NUMA node would get")
+        if args.json:
+            _dump([])
+            print(f"numabind: error: {message}", file=sys.stderr)
+        else:
+            print(message)
+        return 1
     gpus = None if args.gpu is None else [args.gpu]
     rows = _plan_rows(topo, args.mode, args.policy, gpus)
     if args.json:
-        print(json.dumps([r.to_dict() for r in rows], indent=2, sort_keys=True))
+        _dump(_plans_json(topo, args.mode, args.policy, gpus, plan_rows=rows))
     else:
         print(_plans_text(topo, args.mode, args.policy, gpus, plan_rows=rows))
     return 0 if all(r.plan is not None for r in rows) else 1   # the same in text and JSON
@@ -233,15 +418,15 @@ def check_run_options(args) -> None:
     gpu = [flag for dest, flag in _GPU_RUN_OPTIONS if _given(args, dest)]
     shaping = [flag for dest, flag in _GPU_PLAN_OPTIONS if _given(args, dest)]
     if len(gpu) > 1:
-        raise NumabindError(f"numabind run: {' and '.join(gpu)} both choose the GPU; give one of them")
+        raise UsageError(f"numabind run: {' and '.join(gpu)} both choose the GPU; give one of them")
     if gpu and explicit:
-        raise NumabindError(
+        raise UsageError(
             f"numabind run: {gpu[0]} plans the CPUs and memory for the GPU, so it cannot be combined with "
             f"{', '.join(explicit)}; drop {gpu[0]} to bind explicitly, or drop {', '.join(explicit)}")
     if _given(args, "bind_replayed_root") and not _given(args, "gpu_from_rank"):
-        raise NumabindError("numabind run: --bind-replayed-root applies only with --gpu-from-rank")
+        raise UsageError("numabind run: --bind-replayed-root applies only with --gpu-from-rank")
     if shaping and not gpu:
-        raise NumabindError(
+        raise UsageError(
             f"numabind run: {' and '.join(shaping)} only {'shapes' if len(shaping) == 1 else 'shape'} the plan "
             f"of --gpu N (or --gpu-from-rank); "
             f"without a GPU give the binding explicitly (--membind, --preferred, --interleave, ...)")
@@ -257,7 +442,7 @@ def _live_root(args) -> None:
         return   # asked for: the replayed machine's CPU ids are this machine's (launcher tests)
     source, fix = (("--root", "drop --root") if explicit is not None else
                    ("NUMABIND_FSROOT", "unset NUMABIND_FSROOT"))
-    raise NumabindError(
+    raise UsageError(
         f"numabind {args.cmd} binds processes of this machine, but {source}={root!r} is another discovery root "
         f"(a replayed machine): its CPUs and nodes are not this machine's. To plan on it use "
         f"`numabind plan --root {root}`; to {args.cmd} here, {fix}")
@@ -290,10 +475,13 @@ def _run_plan(args) -> Plan:
     if weights is not None and not by_bandwidth:
         argv.append(f"--weights={weights}")
     if not argv:
-        raise NumabindError("numabind run: give a binding (--physcpubind, --membind, --gpu, ...) before '--'")
+        raise UsageError("give a binding (--physcpubind, --membind, --gpu, ...) before '--'")
     if by_bandwidth and getattr(args, "weighted_interleave", None) is None:
         raise NumabindError("numabind run: --weights goes with --weighted-interleave (-w)")
-    plan = Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate)
+    if args.all:
+        argv.append("--all")
+    plan = Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate, device_node=device_node)
+    plan = plan.replace(reason="numabind run " + " ".join(argv))
     if by_bandwidth:
         from ..strategies import bandwidth_weights
 
@@ -307,6 +495,86 @@ def _run_plan(args) -> Plan:
     return plan.validate(topo)
 
 
+#: ``numabind run`` options that take a CPU or node list (dest, flag).
+_LIST_OPTIONS = (("physcpubind", "--physcpubind"), ("cpunodebind", "--cpunodebind"), ("membind", "--membind"),
+                 ("preferred", "--preferred"), ("preferred_many", "--preferred-many"),
+                 ("interleave", "--interleave"), ("weighted_interleave", "--weighted-interleave"))
+#: The memory policy options (dest, flag): a process has one memory policy.
+_MEMORY_OPTIONS = (("membind", "--membind"), ("preferred", "--preferred"), ("preferred_many", "--preferred-many"),
+                   ("interleave", "--interleave"), ("weighted_interleave", "--weighted-interleave"),
+                   ("localalloc", "--localalloc"))
+#: numactl's device specifiers: resolved against the machine, so their errors are not usage errors.
+_DEVICE_KINDS = ("pci:", "netdev:", "block:", "file:", "ip:")
+#: Memory policies MPOL_F_NUMA_BALANCING goes with (bind since Linux 5.12, preferred-many since 6.10).
+_BALANCING_POLICIES = ("bind", "preferred-many")
+
+
+def check_run_syntax(args) -> None:
+    """What is wrong with the explicit options whatever the machine: a usage error (exit 2) naming it.
+    What depends on the machine (a node it lacks, CPUs outside the cpuset, a device without a node) is
+    left to planning, and is exit 1."""
+    from ..cpulist import parse_cpulist
+
+    if _given(args, "physcpubind") and _given(args, "cpunodebind"):
+        raise UsageError("--physcpubind and --cpunodebind both choose the CPUs: give one of them")
+    memory = [flag for dest, flag in _MEMORY_OPTIONS if _given(args, dest)]
+    if len(memory) > 1:
+        raise UsageError(f"a process has one memory policy, got {', '.join(memory)}: give one of them")
+    for dest, flag in _LIST_OPTIONS:
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        text = value[1:] if value.startswith("!") else value
+        text = text[1:] if text.startswith("+") else text
+        if text == "all" or text.startswith(_DEVICE_KINDS):
+            continue
+        if not text:
+            raise UsageError(f"{flag}={value!r} names no {'CPUs' if dest == 'physcpubind' else 'nodes'}")
+        try:
+            ids = parse_cpulist(text, what=flag)
+        except NumabindError as e:
+            raise UsageError(str(e)) from None
+        if dest == "preferred" and len(ids) > 1 and text == value:
+            raise UsageError(f"--preferred={value} names several nodes; --preferred takes one "
+                             f"(--preferred-many/-P takes several)")
+    gpu = _given(args, "gpu") or _given(args, "gpu_from_rank")
+    if args.migrate and not gpu and (not memory or memory == ["--localalloc"]):
+        raise UsageError("--migrate moves pages onto the nodes of a memory policy: give --membind, --interleave, "
+                         "--preferred or --preferred-many with it")
+    if args.balancing and not gpu and memory and memory[0] not in ("--membind", "--preferred-many"):
+        raise UsageError(f"--balancing (NUMA balancing within the nodes) goes with --membind or --preferred-many, "
+                         f"not {memory[0]}")
+    if args.balancing and not gpu and not memory:
+        raise UsageError("--balancing enables NUMA balancing within the nodes of --membind (or --preferred-many): "
+                         "give one of them")
+    if args.all and gpu:
+        raise UsageError("--all widens the CPU and node lists of explicit options; a GPU plan has none")
+    weights = getattr(args, "weights", None)
+    if weights is not None and getattr(args, "weighted_interleave", None) is None:
+        raise UsageError("--weights goes with --weighted-interleave (-w)")
+    if getattr(args, "set_weights", False) and weights is None:
+        raise UsageError("--set-weights writes the weights given with --weights; give them")
+
+
+def _balance(be, strict, warnings: list[str]) -> None:
+    """Add MPOL_F_NUMA_BALANCING to the calling thread's memory policy (numactl's -b): what the command
+    execs with. Refused: an error when strict, else a warning and the policy is left without it."""
+    from ..backends.base import MPOL_F_NUMA_BALANCING, MemPolicyState
+
+    try:
+        state = be.save_mempolicy()
+        if state.policy not in _BALANCING_POLICIES:
+            raise NumabindError(f"--balancing needs the bind or preferred-many memory policy in force, but the "
+                                f"policy is {state.describe()} (degraded: see the warnings above)")
+        be.restore_mempolicy(MemPolicyState(state.mode | MPOL_F_NUMA_BALANCING, state.nodes))
+    except NumabindError as e:
+        if strict is not False:
+            raise NumabindError(f"--balancing could not be applied: {e} (NUMA balancing with a memory policy "
+                                f"needs Linux 5.12; --lenient runs the command without it)") from None
+        warnings.append(f"--balancing left out: {e}")
+        logging.getLogger("numabind.bind").warning("--balancing left out: %s", e)
+
+
 def cmd_run(args) -> int:
     _live_root(args)
     check_run_options(args)
@@ -314,23 +582,47 @@ def cmd_run(args) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise NumabindError("numabind run: no command given after '--'")
-    plan = _run_plan(args)
-    be, why = get_backend(args.backend)
-    prefix = be.command_prefix(plan)
-    if prefix is not None:
-        logging.getLogger("numabind").info("starting %s through %s (%s)", command[0], be.name, why)
-        os.execv(prefix[0], prefix + command)
-    from ..bind import bind_current, bound_environ
-
-    report = bind_current(plan, strict=args.strict, backend=args.backend,
-                          set_weights=bool(getattr(args, "set_weights", False)))
-    if args.verbose:
-        print(report.describe(), file=sys.stderr)
+        raise UsageError("no command given after '--'")
+    forced = os.environ.get("NUMABIND_BACKEND")
+    if args.backend is None and forced and forced not in BACKEND_NAMES:
+        raise UsageError(f"NUMABIND_BACKEND={forced!r} is not one of {', '.join(BACKEND_NAMES)}")
     try:
-        os.execvpe(command[0], command, bound_environ(report))
-    except OSError as e:
-        raise NumabindError(f"numabind run: cannot execute {command[0]!r}: {e.strerror}") from None
+        strict = run_strictness(bool(args.strict), bool(args.lenient))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if getattr(args, "gpu_from_rank", False) and not (args.strict or args.lenient):
+        strict = None   # a launcher's default: numabind.rank's own (NUMABIND_STRICT, else degrade with warnings)
+    else:
+        args.strict = strict   # what planning for --gpu reads
+    check_run_syntax(args)
+    try:
+        plan = _run_plan(args)
+        be, why = get_backend(args.backend)
+        prefix = be.command_prefix(plan)
+        if prefix is not None:
+            if args.balancing:
+                raise NumabindError(f"--balancing is set in this process's memory policy, which the {be.name} "
+                                    f"backend cannot do (it starts the command through numactl); use the libnuma "
+                                    f"or syscall backend")
+            logging.getLogger("numabind").info("starting %s through %s (%s)", command[0], be.name, why)
+            os.execv(prefix[0], prefix + command)
+        from ..bind import bind_current, bound_environ
+
+        report = bind_current(plan, strict=strict, backend=args.backend,  # type: ignore[arg-type]
+                              set_weights=bool(getattr(args, "set_weights", False)))
+        extra: list[str] = []
+        if args.balancing:
+            _balance(be, strict, extra)
+    except UsageError:
+        raise
+    except NumabindError as e:
+        raise CliError(str(e), NOT_APPLIED) from None
+    if args.verbose:
+        print(report.describe() + "".join(f"\nwarning: {w}" for w in extra), file=sys.stderr)
+    if args.json:
+        print(json.dumps(dict(report.to_dict(), balancing=bool(args.balancing and not extra)), sort_keys=True),
+              file=sys.stderr)
+    return exec_command(command, bound_environ(report))
 
 
 class _Once(argparse.Action):
@@ -344,38 +636,65 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def _common() -> argparse.ArgumentParser:
+    """The global options, also taken after the subcommand (defaults suppressed: those given before stay)."""
+    c = argparse.ArgumentParser(add_help=False)
+    c.add_argument("--root", default=argparse.SUPPRESS, help="discovery root (default $NUMABIND_FSROOT or /)")
+    c.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log INFO (-v) or DEBUG (-vv)")
+    c.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of text")
+    return c
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     p = argparse.ArgumentParser(
         prog="numabind",
         description="Bind CPU affinity and NUMA memory policy without numactl. "
                     "Without a command: show the topology, GPUs, plans and the current binding.")
+    p.add_argument("--version", action="version", version=f"numabind {__version__}")
     p.add_argument("--root", help="discovery root (default $NUMABIND_FSROOT or /)")
     p.add_argument("-v", "--verbose", action="count", default=0, help="log INFO (-v) or DEBUG (-vv)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text (every subcommand)")
+    common = [_common()]
     sub = p.add_subparsers(dest="cmd")
-    sub.add_parser("hardware", help="nodes, CPUs, memory, distances (like numactl --hardware)")
-    sub.add_parser("show", help="this process's binding (like numactl --show)")
-    t = sub.add_parser("topology", help="discovered topology")
-    t.add_argument("--root", default=argparse.SUPPRESS, help="discovery root (default $NUMABIND_FSROOT or /)")
-    t.add_argument("--json", action="store_true", help="print Topology.to_dict() as JSON")
-    pl = sub.add_parser("plan", help="what each GPU's worker would be bound to")
-    pl.add_argument("--root", default=argparse.SUPPRESS,
-                    help="plan on this machine dump (default $NUMABIND_FSROOT or /)")
+    sub.add_parser("hardware", parents=common, help="nodes, CPUs, memory, distances (like numactl --hardware)",
+                   description="Like numactl --hardware: available nodes, each node's CPUs, size and free "
+                               "memory, and the distance matrix.")
+    sub.add_parser("show", parents=common, help="this process's binding (like numactl --show)",
+                   description="Like numactl --show: policy, preferred node, physcpubind, cpubind, nodebind, "
+                               "membind, preferred; --json for the whole binding (every thread, weights).")
+    t = sub.add_parser("topology", parents=common, help="discovered topology: nodes, packages, caches, cores, "
+                                                        "PCI devices (like lstopo)")
+    t.add_argument("--of", choices=("text", "json", "xml"), default=None,
+                   help="output format: text (default), json (Topology.to_dict(), as --json) or xml (hwloc 2 XML "
+                        "that lstopo --input FILE.xml reads)")
+    pl = sub.add_parser("plan", parents=common, help="what each GPU's worker would be bound to")
     g = pl.add_mutually_exclusive_group()
     g.add_argument("--gpu", type=int, help="one visible GPU index")
-    g.add_argument("--all", action="store_true", help="every visible GPU (the default)")
+    g.add_argument("--all", action="store_true",
+                   help="every visible GPU; exit 1 when none is (without --gpu/--all: every GPU, else per node)")
     g.add_argument("--gpu-from-rank", action="store_true",
                    help="the GPU of this process's local rank (LOCAL_RANK, SLURM_LOCALID, ...)")
-    pl.add_argument("--mode", choices=MODES, default="node")
-    pl.add_argument("--policy", choices=POLICIES, default="bind")
-    pl.add_argument("--json", action="store_true")
-    r = sub.add_parser("run", help="run a command bound (a numactl replacement)",
-                       usage="numabind run [binding options] -- command [args...]")
-    r.add_argument("-C", "--physcpubind", "--cpus", dest="physcpubind", metavar="CPUS", action=_Once)
-    r.add_argument("-N", "--cpunodebind", metavar="NODES", action=_Once)
-    r.add_argument("-m", "--membind", metavar="NODES", action=_Once)
-    r.add_argument("-p", "--preferred", metavar="NODE", action=_Once)
-    r.add_argument("--preferred-many", dest="preferred_many", metavar="NODES", action=_Once)
-    r.add_argument("-i", "--interleave", metavar="NODES", action=_Once)
+    pl.add_argument("--mode", choices=MODES, default="node", help="placement mode (default node)")
+    pl.add_argument("--policy", choices=POLICIES, default="bind", help="memory policy (default bind)")
+    r = sub.add_parser("run", parents=common, help="run a command bound (a numactl replacement)",
+                       usage="numabind run [binding options] -- command [args...]",
+                       description="Bind this process, then exec the command. Lists: 1,3-5, all, !LIST (all "
+                                   "but), +LIST (relative to the cpuset), or a device: pci:BUS, netdev:IF, "
+                                   "block:DEV, file:PATH. Exit: the command's status; 1 when the binding cannot "
+                                   "be applied (the command does not run unless --lenient); 2 usage; 126 not "
+                                   "executable; 127 not found.")
+    r.add_argument("-C", "--physcpubind", "--cpus", dest="physcpubind", metavar="CPUS", action=_Once,
+                   help="run on these CPUs")
+    r.add_argument("-N", "--cpunodebind", "--cpubind", dest="cpunodebind", metavar="NODES", action=_Once,
+                   help="run on the CPUs of these nodes (--cpubind: numactl's old spelling)")
+    r.add_argument("-m", "--membind", metavar="NODES", action=_Once, help="allocate memory only on these nodes")
+    r.add_argument("-p", "--preferred", metavar="NODE", action=_Once,
+                   help="allocate on this node first, others when it is full")
+    r.add_argument("-P", "--preferred-many", dest="preferred_many", metavar="NODES", action=_Once,
+                   help="allocate on these nodes first (Linux 5.15+)")
+    r.add_argument("-i", "--interleave", metavar="NODES", action=_Once, help="interleave pages over these nodes")
     r.add_argument("-w", "--weighted-interleave", dest="weighted_interleave", metavar="NODES", action=_Once,
                    help="interleave by weight (Linux 6.9+; numactl 2.0.19's -w); the weights are the system's "
                         "unless --weights is given")
@@ -385,7 +704,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "system's are the same (else a warning; --strict fails) unless --set-weights")
     r.add_argument("--set-weights", action="store_true",
                    help="write --weights into /sys/kernel/mm/mempolicy/weighted_interleave (system-wide, root)")
-    r.add_argument("-l", "--localalloc", action="store_true")
+    r.add_argument("-l", "--localalloc", action="store_true", help="allocate on the node the thread runs on")
+    r.add_argument("-a", "--all", action="store_true",
+                   help="lists are over every online CPU and node, not only this cpuset's (as numactl's -a)")
+    r.add_argument("-b", "--balancing", action="store_true",
+                   help="with --membind (or --preferred-many): NUMA balancing within those nodes "
+                        "(MPOL_F_NUMA_BALANCING, Linux 5.12+)")
     r.add_argument("--gpu", type=int, action=_Once, help="bind for this visible GPU (see numabind plan)")
     r.add_argument("--gpu-from-rank", action="store_true",
                    help="bind for the GPU of this process's local rank (LOCAL_RANK, SLURM_LOCALID, ...), "
@@ -397,12 +721,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--policy", choices=POLICIES, default=None, action=_Once,
                    help="memory policy of --gpu (default bind)")
     r.add_argument("--migrate", action="store_true", help="also move pages already allocated (no effect at exec)")
-    r.add_argument("--strict", action="store_true", default=None, help="fail instead of degrading")
-    r.add_argument("--backend", choices=BACKEND_NAMES, action=_Once)
-    r.add_argument("command", nargs=argparse.REMAINDER)
+    r.add_argument("--strict", action="store_true", default=None,
+                   help="exit 1 instead of degrading (the default, unless NUMABIND_STRICT says otherwise)")
+    r.add_argument("--lenient", action="store_true",
+                   help="degrade step by step with a warning per step and run the command anyway "
+                        "(--gpu-from-rank's default)")
+    r.add_argument("--backend", choices=BACKEND_NAMES, action=_Once,
+                   help="force a backend (default: $NUMABIND_BACKEND, else the first usable)")
+    r.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
     from .stat import add_parser as add_stat
 
     add_stat(sub)
+    st = sub.choices["stat"]
+    st.add_argument("--root", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    st.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log INFO (-v) or DEBUG (-vv)")
     return p
 
 
@@ -430,8 +762,8 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 128 + signal.SIGPIPE
     except NumabindError as e:
-        print(f"numabind: error: {e}", file=sys.stderr)
-        return 2
+        print(f"numabind: error: {_message(e)}", file=sys.stderr)
+        return getattr(e, "exit_status", USAGE)
 
 
 if __name__ == "__main__":  # pragma: no cover

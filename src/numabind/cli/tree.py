@@ -1,0 +1,263 @@
+"""The machine as a tree of objects, as hwloc builds it: text like ``lstopo``'s and hwloc's XML.
+
+Objects nest by CPU sets: the machine, packages, caches (L3 down to L1i), cores, PUs, and a Group
+wherever a NUMA node's CPUs are not those of one object (sub-NUMA clustering). Each NUMA node is
+a memory child of the highest object with exactly its CPUs; a node without CPUs (CXL, HBM, GPU
+memory) hangs from the machine in a Group of its own, as hwloc does. PCI devices hang from their
+node's object (the machine when the firmware gives them no node). Pure: the caller discovers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+from ..cpulist import format_cpulist
+from ..iodevices import PciDevice
+from ..topology import Cache, Topology
+
+__all__ = ["Obj", "build_tree", "hwloc_bitmap", "hwloc_xml", "tree_text", "size_text"]
+
+#: Nesting order of objects with the same CPUs (the machine outermost, PUs innermost).
+_RANK = {"Machine": 0, "Package": 1, "Group": 2, "Cache": 3, "Core": 30, "PU": 31}
+
+
+class Obj:
+    """One object of the tree (``kind``: Machine, Package, Group, Cache, Core, PU)."""
+
+    __slots__ = ("kind", "os_index", "cpus", "cache", "children", "memory", "io")
+
+    def __init__(self, kind: str, os_index: int | None, cpus: frozenset[int], cache: Cache | None = None) -> None:
+        self.kind, self.os_index, self.cpus, self.cache = kind, os_index, cpus, cache
+        self.children: list[Obj] = []
+        self.memory: list[int] = []            # NUMA node ids attached here
+        self.io: list[PciDevice] = []
+
+    def rank(self) -> int:
+        if self.cache is not None:   # higher levels outside lower ones; data outside instruction
+            return _RANK["Cache"] + (10 - self.cache.level) * 2 + (self.cache.type == "Instruction")
+        return _RANK[self.kind]
+
+    def walk(self) -> Iterable[Obj]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+def _insert(root: Obj, obj: Obj) -> None:
+    """Put ``obj`` below the deepest object holding all its CPUs (objects come biggest first)."""
+    parent = root
+    while True:
+        inner = next((c for c in parent.children if obj.cpus <= c.cpus), None)
+        if inner is None:
+            break
+        parent = inner
+    parent.children.append(obj)
+
+
+def _sort(obj: Obj) -> None:
+    obj.children.sort(key=lambda c: (min(c.cpus) if c.cpus else 1 << 30, c.rank()))
+    for child in obj.children:
+        _sort(child)
+
+
+def build_tree(topo: Topology, pci: Iterable[PciDevice] = ()) -> Obj:
+    """The object tree of ``topo``, with ``pci`` devices hung from their nodes."""
+    machine = Obj("Machine", 0, frozenset(topo.online_cpus))
+    objs: list[Obj] = []
+    for pkg, cpus in topo.package_cpus().items():
+        if pkg >= 0:
+            objs.append(Obj("Package", pkg, cpus))
+    for cache in topo.caches:
+        objs.append(Obj("Cache", None, frozenset(cache.cpus), cache))
+    cores = {(c.package, c.core, c.siblings) for c in topo.cpus.values()}
+    for _pkg, core, siblings in cores:
+        objs.append(Obj("Core", core if core >= 0 else None, frozenset(siblings)))
+    for cpu in sorted(topo.online_cpus):
+        objs.append(Obj("PU", cpu, frozenset({cpu})))
+    existing = {o.cpus for o in objs} | {machine.cpus}
+    for nid, node in sorted(topo.nodes.items()):
+        if node.cpus and node.cpus not in existing:
+            objs.append(Obj("Group", None, frozenset(node.cpus)))
+            existing.add(node.cpus)
+    objs.sort(key=lambda o: (-len(o.cpus), o.rank()))
+    for obj in objs:
+        _insert(machine, obj)
+    _sort(machine)
+    holder: dict[int, Obj] = {}
+    for nid, node in sorted(topo.nodes.items()):
+        if node.cpus:
+            target = next(o for o in machine.walk() if o.cpus == node.cpus)   # the highest with these CPUs
+        else:
+            target = Obj("Group", None, frozenset())
+            machine.children.append(target)
+        target.memory.append(nid)
+        holder[nid] = target
+    for dev in pci:
+        where = holder.get(dev.numa_node) if dev.numa_node is not None else None
+        (where or machine).io.append(dev)
+    return machine
+
+
+# ----------------------------------------------------------------------------- text
+def size_text(nbytes: int | None) -> str:
+    """``48 KiB``, ``2 MiB``, ``19.0 GiB``."""
+    if nbytes is None:
+        return "size unknown"
+    if nbytes >= 1 << 30:
+        return f"{nbytes / (1 << 30):.1f} GiB"
+    if nbytes >= 1 << 20:
+        return f"{nbytes / (1 << 20):.0f} MiB" if nbytes % (1 << 20) == 0 else f"{nbytes / (1 << 20):.1f} MiB"
+    return f"{nbytes // 1024} KiB" if nbytes >= 1024 else f"{nbytes} B"
+
+
+def _cache_name(cache: Cache) -> str:
+    suffix = {"Data": "d", "Instruction": "i"}.get(cache.type, "")
+    return f"L{cache.level}{suffix}"
+
+
+def _label(obj: Obj) -> str:
+    if obj.kind == "Cache":
+        assert obj.cache is not None
+        size = obj.cache.size_bytes
+        return f"{_cache_name(obj.cache)} ({size_text(size)})" if size is not None else _cache_name(obj.cache)
+    if obj.kind == "PU":
+        return f"PU {obj.os_index}"
+    if obj.kind == "Core":
+        return "Core" if obj.os_index is None else f"Core {obj.os_index}"
+    if obj.kind == "Package":
+        return f"Package {obj.os_index}"
+    if obj.kind == "Group":
+        return "Group" if obj.cpus else "Group (no CPUs)"
+    return obj.kind
+
+
+def tree_text(topo: Topology, root: Obj) -> str:
+    """lstopo-like lines: one per object, a chain of single children joined with ``+``."""
+    total = sum(n.memory_bytes for n in topo.nodes.values())
+    lines = [f"Machine ({size_text(total)} total, CPUs {format_cpulist(root.cpus)})"]
+
+    def node_line(nid: int, pad: str) -> str:
+        node = topo.nodes[nid]
+        cpus = f"CPUs {format_cpulist(node.cpus)}" if node.cpus else "no CPUs"
+        memory = size_text(node.memory_bytes) if node.memory_bytes else "no memory"
+        return f"{pad}NUMANode {nid} ({memory}, {cpus})"
+
+    def emit(obj: Obj, depth: int) -> None:
+        pad = "  " * depth
+        labels = [_label(obj)]
+        while len(obj.children) == 1 and not obj.memory and not obj.io:
+            obj = obj.children[0]
+            labels.append(_label(obj))
+        lines.append(pad + " + ".join(labels))
+        inner = "  " * (depth + 1)
+        lines.extend(node_line(nid, inner) for nid in obj.memory)
+        for child in obj.children:
+            emit(child, depth + 1)
+        lines.extend(inner + dev.describe() for dev in obj.io)
+
+    lines.extend(node_line(nid, "  ") for nid in root.memory)
+    for child in root.children:
+        emit(child, 1)
+    lines.extend("  " + dev.describe() + " (no NUMA node)" for dev in root.io)
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- hwloc XML
+def hwloc_bitmap(ids: Iterable[int]) -> str:
+    """hwloc's bitmap text: 32-bit words, most significant first (``0x00000001,0xffffffff``); ``0x0`` when empty."""
+    values = sorted(ids)
+    if not values:
+        return "0x0"
+    words = [0] * (values[-1] // 32 + 1)
+    for i in values:
+        words[i // 32] |= 1 << (i % 32)
+    return ",".join(f"0x{w:08x}" for w in reversed(words))
+
+
+_CACHE_TYPE = {"Unified": 0, "Data": 1, "Instruction": 2}
+
+
+def hwloc_xml(topo: Topology, root: Obj) -> str:
+    """hwloc 2 XML (what ``lstopo --of xml`` writes) that ``lstopo --input FILE.xml`` reads."""
+    node_of = {cpu: n for n, node in topo.nodes.items() for cpu in node.cpus}
+    gp = [0]
+    out = ['<?xml version="1.0" encoding="UTF-8"?>', '<!DOCTYPE topology SYSTEM "hwloc2.dtd">',
+           '<topology version="2.0">']
+
+    def nodeset(obj: Obj) -> frozenset[int]:
+        return frozenset(node_of[c] for c in obj.cpus if c in node_of) | frozenset(obj.memory)
+
+    def attrs(kind: str, os_index: int | None, cpus: frozenset[int], nodes: frozenset[int],
+              extra: list[tuple[str, Any]]) -> str:
+        gp[0] += 1
+        fields: list[tuple[str, Any]] = [("type", kind)]
+        if os_index is not None:
+            fields.append(("os_index", os_index))
+        fields += [("cpuset", hwloc_bitmap(cpus)), ("complete_cpuset", hwloc_bitmap(cpus))]
+        if kind == "Machine":
+            fields.append(("allowed_cpuset", hwloc_bitmap(topo.allowed_cpus)))
+        fields += [("nodeset", hwloc_bitmap(nodes)), ("complete_nodeset", hwloc_bitmap(nodes))]
+        if kind == "Machine":
+            fields.append(("allowed_nodeset", hwloc_bitmap(topo.allowed_nodes)))
+        fields.append(("gp_index", gp[0]))
+        fields += extra
+        return " ".join(f"{k}={quoteattr(str(v))}" for k, v in fields)
+
+    def emit(obj: Obj, depth: int) -> None:
+        pad = "  " * depth
+        extra: list[tuple[str, Any]] = []
+        kind = obj.kind
+        if obj.cache is not None:
+            c = obj.cache
+            kind = f"L{c.level}{'i' if c.type == 'Instruction' else ''}Cache"
+            extra = [("cache_size", c.size_bytes or 0), ("depth", c.level), ("cache_linesize", 0),
+                     ("cache_associativity", 0), ("cache_type", _CACHE_TYPE.get(c.type, 0))]
+        elif kind == "Group":
+            extra = [("kind", 1001), ("subkind", 0)]
+        os_index = obj.os_index if obj.kind in ("Machine", "Package", "Core", "PU") else None
+        out.append(f"{pad}<object {attrs(kind, os_index, obj.cpus, nodeset(obj), extra)}>")
+        if obj.kind == "Package" and topo.model_name:
+            out.append(f'{pad}  <info name="CPUModel" value={quoteattr(topo.model_name)}/>')
+        for nid in obj.memory:
+            mem = [("local_memory", topo.nodes[nid].memory_bytes)] if topo.nodes[nid].memory_bytes else []
+            out.append(f"{pad}  <object {attrs('NUMANode', nid, obj.cpus, frozenset({nid}), mem)}/>")
+        for child in obj.children:
+            emit(child, depth + 1)
+        for dev in obj.io:
+            emit_pci(dev, depth + 1)
+        out.append(f"{pad}</object>")
+
+    def emit_pci(dev: PciDevice, depth: int) -> None:
+        pad = "  " * depth
+        bus = dev.address[:7]
+        gp[0] += 1
+        out.append(f'{pad}<object type="Bridge" gp_index="{gp[0]}" bridge_type="0-1" depth="0" '
+                   f'bridge_pci="{bus[:4]}:[{bus[5:7]}-{bus[5:7]}]">')
+        gp[0] += 1
+        cls = (dev.pci_class or 0) >> 8
+        ids = f"[{dev.vendor_id or 0:04x}:{dev.device_id or 0:04x}]"
+        out.append(f'{pad}  <object type="PCIDev" gp_index="{gp[0]}" pci_busid="{dev.address}" '
+                   f'pci_type="{cls:04x} {ids} [0000:0000] 00" pci_link_speed="0.000000">')
+        for name, osdev_type in [(b, 0) for b in dev.blocks] + [(n, 2) for n in dev.nets]:
+            gp[0] += 1
+            out.append(f'{pad}    <object type="OSDev" gp_index="{gp[0]}" name={quoteattr(name)} '
+                       f'osdev_type="{osdev_type}"/>')
+        out.append(f"{pad}  </object>")
+        out.append(f"{pad}</object>")
+
+    emit(root, 1)
+    ids = sorted(topo.nodes)
+    matrix = [[topo.nodes[a].distances.get(b) for b in ids] for a in ids]
+    if len(ids) > 1 and all(d is not None for row in matrix for d in row):
+        index_text = "".join(f"{n} " for n in ids)
+        values = [d for row in matrix for d in row]
+        out.append(f'  <distances2 type="NUMANode" nbobjs="{len(ids)}" kind="5" name="NUMALatency" indexing="os">')
+        out.append(f'    <indexes length="{len(index_text)}">{index_text}</indexes>')
+        for k in range(0, len(values), 10):
+            text = "".join(f"{d} " for d in values[k:k + 10])
+            out.append(f'    <u64values length="{len(text)}">{text}</u64values>')
+        out.append("  </distances2>")
+    out.append("</topology>")
+    return "\n".join(out) + "\n"
