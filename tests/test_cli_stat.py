@@ -1,0 +1,263 @@
+"""``numabind stat``: where processes' pages are, on this host's kernel.
+
+Workers are children that touch 16 MiB and wait on stdin, bound (or not) by ``numabind run`` to a CPU
+and node derived at run time. ``numabind stat`` runs as its own process (its stdout is a pipe, not a
+terminal) except where a test simulates what a root test run cannot show here (another user's process,
+a kernel without numa_maps): those call the CLI in-process with ``numabind.live`` patched, and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from numabind import live
+from numabind._fs import FsReader
+from numabind.cli import main
+from numabind.residency import Locality
+from tests.kernel import NO_SUCH_TID, ROOT, child_env
+from tests.test_residency import Worker, _fake_kernel, _node_with_cpus
+
+pytestmark = pytest.mark.kernel
+
+
+def stat(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "numabind", "stat", *args], capture_output=True, text=True,
+                          env=child_env(), cwd=ROOT, timeout=timeout)
+
+
+def blocks(text: str) -> dict[int, list[str]]:
+    """The text output split per process: pid -> its lines (the first one is 'pid N (name)...')."""
+    out: dict[int, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("pid "):
+            current = int(line.split()[1])
+            out[current] = []
+        if current is not None:
+            out[current].append(line)
+    return out
+
+
+@pytest.fixture
+def bound_worker():
+    node, cpu = _node_with_cpus()
+    with Worker(sys.executable, "-m", "numabind", "run", "-C", str(cpu), "-m", str(node), "--") as w:
+        w.node, w.cpu = node, cpu
+        yield w
+
+
+def test_text_of_a_bound_worker(bound_worker):
+    w = bound_worker
+    cp = stat(str(w.pid))
+    assert cp.returncode == 0, cp.stderr
+    [lines] = blocks(cp.stdout).values()
+    head = lines[0]
+    assert head.startswith(f"pid {w.pid} (python")
+    assert f"bound by numabind: cpus {w.cpu}, memory bind {w.node}" in head
+    assert "[numabind run / wrap_command (its environment at exec)]" in head
+    assert f"  cpus {w.cpu} (nodes {w.node}), mems allowed" in lines[1]
+    assert any(line.startswith("  mapping policies: ") and f"bind:{w.node}" in line for line in lines)
+    table = [line.split() for line in lines if line.split()[:1] in (["MiB"], ["anon"], ["file"], ["huge"], ["total"])]
+    assert table[0][:1] == ["MiB"] and f"{w.node}" in table[0] and table[-1][0] == "total"
+    col = table[0].index(str(w.node))      # "node N" is two words: the header's N is the column's index
+    anon = float(table[1][col])
+    assert anon >= 16.0                    # the 16 MiB it touched are on its node
+    remote = next(line for line in lines if line.startswith("  remote: "))
+    assert "by kind: anon 0.0%" in remote
+    assert any(line.startswith("  1 thread(s), all on these cpus") for line in lines)
+
+
+def test_json_shape(bound_worker):
+    w = bound_worker
+    cp = stat("--json", str(w.pid))
+    assert cp.returncode == 0, cp.stderr
+    data = json.loads(cp.stdout)
+    assert isinstance(data, list) and len(data) == 1
+    d = data[0]
+    assert set(d) >= {"pid", "name", "error", "page_size", "pages", "cpus", "cpu_nodes", "mems_allowed", "mem_policy",
+                      "local_pages", "remote_pages", "remote_share", "remote_share_by_kind", "threads", "bound"}
+    assert d["pid"] == w.pid and d["error"] is None and d["cpus"] == str(w.cpu) and d["cpu_nodes"] == str(w.node)
+    assert set(d["pages"]) == {"total", "anon", "file", "huge", "shared", "policies"}
+    assert d["remote_share_by_kind"]["anon"] == 0.0
+    assert d["threads"][0]["tid"] == w.pid and d["threads"][0]["cpus"] == str(w.cpu)
+    assert d["bound"]["requested"] == f"v1;cpus={w.cpu};mem=bind:{w.node};migrate=0"
+    assert d["mem_policy"] is None        # another process's policy is not readable (numa_maps shows it)
+    loc = Locality.from_dict(d)
+    assert loc.pid == w.pid and loc.remote_share_by_kind("anon") == 0.0
+
+
+def test_several_pids_in_the_order_given_once_each(bound_worker):
+    with Worker() as other:
+        cp = stat("--json", str(other.pid), str(bound_worker.pid), str(other.pid))
+    assert cp.returncode == 0, cp.stderr
+    assert [d["pid"] for d in json.loads(cp.stdout)] == [other.pid, bound_worker.pid]
+
+
+TREE = """
+import subprocess, sys
+code = "import sys; print('ready', flush=True); sys.stdin.read()"
+kids = [subprocess.Popen([sys.executable, "-c", sys.argv[1] if len(sys.argv) > 1 else code], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True) for _ in range(2)]
+for k in kids:
+    k.stdout.readline()
+print(" ".join(str(k.pid) for k in kids), flush=True)
+print("ready", flush=True)
+sys.stdin.read()
+for k in kids:
+    k.stdin.close()
+    k.wait()
+"""
+
+
+def test_all_children_shows_a_whole_tree():
+    """A parent with two children, each with two children of its own: --all-children lists all seven."""
+    inner = TREE.replace('sys.argv[1] if len(sys.argv) > 1 else code', 'code')
+    p = subprocess.Popen([sys.executable, "-c", TREE, inner], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True, env=child_env(), cwd=ROOT)
+    try:
+        kids = [int(x) for x in p.stdout.readline().split()]
+        assert p.stdout.readline().strip() == "ready"
+        tree = {}
+        for k in kids:
+            with open(f"/proc/{k}/task/{k}/children") as f:
+                tree[k] = [int(x) for x in f.read().split()]
+        grandkids = [g for gs in tree.values() for g in gs]
+        cp = stat("--json", "--all-children", str(p.pid))
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    pids = [d["pid"] for d in json.loads(cp.stdout)]
+    assert pids[0] == p.pid                                         # parents before children
+    assert sorted(pids) == sorted([p.pid, *kids, *grandkids]) and len(grandkids) == 4
+    assert all(pids.index(k) < pids.index(g) for k, gs in tree.items() for g in gs)
+
+
+def test_watch_with_count_on_a_pipe_prints_plain_lines(bound_worker):
+    cp = stat("--watch", "0.05", "--count", "3", str(bound_worker.pid))
+    assert cp.returncode == 0, cp.stderr
+    assert "\x1b" not in cp.stdout                                  # no terminal control on a pipe
+    heads = [line for line in cp.stdout.splitlines() if line.startswith("numabind stat, every 0.05 s: ")]
+    assert len(heads) == 3
+    assert len(blocks(cp.stdout)) == 1 and cp.stdout.count(f"pid {bound_worker.pid} (") == 3
+
+
+def test_watch_json_is_one_list_per_line(bound_worker):
+    cp = stat("--json", "--watch", "0.05", "--count", "2", str(bound_worker.pid))
+    assert cp.returncode == 0, cp.stderr
+    rounds = [json.loads(line) for line in cp.stdout.splitlines()]
+    assert len(rounds) == 2 and all(r[0]["pid"] == bound_worker.pid for r in rounds)
+
+
+def test_watch_on_a_terminal_refreshes_in_place(bound_worker):
+    """stdout a pseudo-terminal: each round starts by clearing the screen (cursor home, erase)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "numabind", "stat", "--watch", "0.05", "--count", "2",
+                          str(bound_worker.pid)], stdout=slave, stderr=subprocess.PIPE, env=child_env(), cwd=ROOT)
+    os.close(slave)
+    out = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 60)
+            if not ready:
+                break
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:        # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    assert out.count(b"\x1b[H\x1b[2Jnumabind stat, every 0.05 s: ") == 2
+
+
+def test_watch_ends_when_every_process_has_gone():
+    p = subprocess.Popen([sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    s = subprocess.Popen([sys.executable, "-m", "numabind", "stat", "--watch", "0.05", str(p.pid)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+    assert s.stdout.readline().startswith("numabind stat, every 0.05 s: ")   # it is watching
+    p.stdin.close()
+    p.wait()                                                                  # gone and reaped
+    out, err = s.communicate(timeout=60)
+    assert s.returncode == 1, err
+    assert f"pid {p.pid} (?): no such process" in out
+
+
+def test_missing_and_exited_processes_are_reported_and_the_others_shown(bound_worker):
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while True:
+            with open(f"/proc/{zombie.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        cp = stat(str(NO_SUCH_TID), str(zombie.pid), str(bound_worker.pid))
+        data = json.loads(stat("--json", str(NO_SUCH_TID), str(zombie.pid)).stdout)
+    finally:
+        zombie.wait()
+    assert cp.returncode == 1
+    b = blocks(cp.stdout)
+    assert b[NO_SUCH_TID] == [f"pid {NO_SUCH_TID} (?): no such process: /proc/{NO_SUCH_TID} does not exist"]
+    assert len(b[zombie.pid]) == 1 and "exited: a zombie its parent has not reaped yet" in b[zombie.pid][0]
+    assert any(line.startswith("  remote: ") for line in b[bound_worker.pid])   # still shown in full
+    assert [(d["pid"], d["pages"], bool(d["error"])) for d in data] == [(NO_SUCH_TID, None, True),
+                                                                        (zombie.pid, None, True)]
+
+
+def test_permission_denied_is_one_line_for_that_process(bound_worker, monkeypatch, capsys):
+    """Simulated (we run as root): numa_maps of one pid answers as for another user's process."""
+    real = live.numa_maps_text
+    denied = bound_worker.pid
+
+    def numa_maps_text(pid="self", tid=None):
+        return None if pid == denied else real(pid, tid)
+
+    monkeypatch.setattr(live, "numa_maps_text", numa_maps_text)
+    with Worker() as other:
+        rc = main(["stat", str(denied), str(other.pid)])
+    out = capsys.readouterr().out
+    assert rc == 1
+    b = blocks(out)
+    assert f"permission denied reading /proc/{denied}/numa_maps" in b[denied][0]
+    assert b[denied][1].startswith(f"  cpus {bound_worker.cpu} ")     # what could be read is shown
+    assert not any(line.startswith("  remote:") for line in b[denied])
+    assert any(line.startswith("  remote: ") for line in b[other.pid])
+
+
+def test_a_kernel_without_numa_maps(tmp_path, monkeypatch, capsys):
+    """A fake procfs/sysfs root (FsReader) whose process has no numa_maps: CONFIG_NUMA=n."""
+    _fake_kernel(tmp_path, NO_SUCH_TID, numa_maps=None)
+    monkeypatch.setattr(live, "_reader", FsReader(str(tmp_path)))
+    rc = main(["stat", str(NO_SUCH_TID)])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert out.splitlines()[0] == (f"pid {NO_SUCH_TID} (fake worker): this kernel has no /proc/PID/numa_maps "
+                                   f"(built without NUMA: CONFIG_NUMA=n); pages per node unknown")
+    assert out.splitlines()[1] == "  cpus 0-1 (nodes 0), mems allowed 0"
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "give at least one PID"),
+    (["--count", "2", "1"], "--count goes with --watch"),
+    (["abc"], "'abc' is not a process id"),
+    (["0"], "'0' is not a process id"),
+    (["--watch", "0", "1"], "is not a number of seconds"),
+    (["--watch", "nan", "1"], "is not a number of seconds"),
+    (["--watch", "1", "--count", "0", "1"], "is not a positive count"),
+])
+def test_usage_errors(args, message):
+    cp = stat(*args)
+    assert cp.returncode == 2 and message in cp.stderr, (cp.returncode, cp.stderr)
