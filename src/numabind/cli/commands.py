@@ -601,9 +601,11 @@ def cmd_run(args) -> int:
         prefix = be.command_prefix(plan)
         if prefix is not None:
             if args.balancing:
-                raise NumabindError(f"--balancing is set in this process's memory policy, which the {be.name} "
-                                    f"backend cannot do (it starts the command through numactl); use the libnuma "
-                                    f"or syscall backend")
+                why_not = (f"--balancing is set in this process's memory policy, which the {be.name} backend "
+                           f"cannot do (it starts the command through numactl); use the libnuma or syscall backend")
+                if strict is not False:
+                    raise NumabindError(why_not + " (--lenient runs the command without it)")
+                logging.getLogger("numabind.bind").warning("--balancing left out: %s", why_not)
             logging.getLogger("numabind").info("starting %s through %s (%s)", command[0], be.name, why)
             os.execv(prefix[0], prefix + command)
         from ..bind import bind_current, bound_environ
