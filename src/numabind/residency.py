@@ -166,7 +166,7 @@ class Locality(Value):
             raise NumabindError(f"remote_share_by_kind: kind {kind!r} is not one of {', '.join(_KINDS)}")
         if self.pages is None:
             return None
-        counts = getattr(self.pages, kind)
+        counts: dict[int, int] = getattr(self.pages, kind)
         total = sum(counts.values())
         if not total:
             return None
@@ -259,8 +259,10 @@ class Locality(Value):
         if raw is not None:
             if not isinstance(raw, dict):
                 raise ValueError("pages is not an object")
-            pages = NodePages(*(counts(raw.get(k), f"pages.{k}") for k in ("total", "shared", "anon", "file", "huge")),
-                              policies=counts(raw.get("policies"), "pages.policies", keys_are_ids=False))
+            kinds = {k: counts(raw.get(k), f"pages.{k}") for k in ("total", "shared", "anon", "file", "huge")}
+            pages = NodePages(kinds["total"], kinds["shared"], anon=kinds["anon"], file=kinds["file"],
+                              huge=kinds["huge"], policies=counts(raw.get("policies"), "pages.policies",
+                                                                  keys_are_ids=False))
         threads = []
         raw_threads = data.get("threads")
         if not isinstance(raw_threads, list):
