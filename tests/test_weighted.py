@@ -334,3 +334,37 @@ def test_child_is_born_with_weighted_interleave(method, flags, tmp_path):
     assert applied.mem_policy == "weighted-interleave" and applied.mem_nodes == {N} and applied.weights == {N: w}
     assert result["parent_before"]["policy"] == result["parent_after"]["policy"] == "default"
     assert proc_targets.mempolicy()[0] == "default"
+
+
+def test_run_weights_bandwidth_takes_the_firmware_figures(tmp_path, monkeypatch, capsys):
+    """``--weights bandwidth`` on a fake machine with HMAT figures (30000 and 10000 MB/s): the plan handed to
+    bind_current has weights 3:1. Discovery is pointed at the fake root and bind_current is intercepted, so
+    nothing is bound here (the fake machine's nodes are not this host's)."""
+    import numabind.bind
+    import numabind.topology
+    from numabind.cli import main
+    from numabind.plan import Plan
+    from tests.fakesys import memory_only_nodes
+
+    m = memory_only_nodes(tmp_path)
+    m.set_hmat(0, read_bandwidth=30000, initiators={0}).set_hmat(1, read_bandwidth=30000, initiators={1})
+    m.set_hmat(2, read_bandwidth=10000, initiators={0, 1}).write()
+    fake = numabind.topology.discover(tmp_path)
+    real_discover = numabind.topology.discover
+    monkeypatch.setattr(numabind.topology, "discover", lambda root=None, **kw: fake if root in (None, "/")
+                        else real_discover(root, **kw))
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_bind(plan, strict=None, *, backend=None, set_weights=False, **kw):
+        seen.append((plan, set_weights))
+        raise Stop
+
+    monkeypatch.setattr(numabind.bind, "bind_current", fake_bind)
+    with pytest.raises(Stop):
+        main(["run", "-w", "0,2", "--weights", "bandwidth", "--set-weights", "--", "true"])
+    [(plan, set_weights)] = seen
+    assert plan == Plan(mem_policy="weighted-interleave", mem_nodes={0, 2}, weights={0: 3, 2: 1})
+    assert set_weights is True
