@@ -415,3 +415,19 @@ def test_a_process_exiting_while_being_read(fake_root, monkeypatch):
     monkeypatch.setattr(live, "numa_maps_text", gone)
     loc = locality(NO_SUCH_TID)
     assert loc.error == "exited while being read" and loc.pages is None
+
+
+@pytest.mark.kernel
+def test_a_command_started_by_wrap_command_is_recognised():
+    node, cpu = _node_with_cpus()
+    plan = Plan(cpus={cpu}, mem_policy="preferred", mem_nodes={node})
+    argv = numabind.wrap_command(plan, [sys.executable, "-c", WORKER])
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        loc = locality(p.pid)
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert loc.ok and loc.bound is not None and loc.bound.requested == plan
+    assert loc.cpus == {cpu}
