@@ -17,13 +17,22 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..backends import backend_info, get_backend
 from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 from .run import NOT_APPLIED, USAGE, device_node, exec_command, run_strictness
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .._env import Strictness
+    from ..backends.base import Backend
+    from ..bind import Binding
+    from ..rank import RankPlan
+    from ..strategies import PlanRow
+    from ..topology import Topology
 
 __all__ = ["main", "UsageError", "CliError"]
 
@@ -69,7 +78,7 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _topology_text(topo) -> str:
+def _topology_text(topo: Topology) -> str:
     ids = sorted(topo.nodes)
     rows = [["node", "cpus", "memory", "distances (" + " ".join(map(str, ids)) + ")"]]
     for n in ids:
@@ -89,7 +98,7 @@ def _topology_text(topo) -> str:
     return "\n".join(lines)
 
 
-def _gpu_text(topo) -> str:
+def _gpu_text(topo: Topology) -> str:
     if not topo.gpus:
         return "none found (no NVIDIA, AMD or Intel display/accelerator PCI device is visible)"
     rows = [["gpu", "pci", "vendor", "numa node", "local cpus"]]
@@ -99,13 +108,13 @@ def _gpu_text(topo) -> str:
     return _table(rows)
 
 
-def _plan_rows(topo, mode: str, policy: str, gpus=None):
+def _plan_rows(topo: Topology, mode: str, policy: str, gpus: list[int] | None = None) -> tuple[PlanRow, ...]:
     from ..strategies import plan_table
 
     return plan_table(topo, mode=mode, policy=policy, gpus=gpus)
 
 
-def _node_plans(topo, policy: str = "bind") -> list[tuple[int, Plan]]:
+def _node_plans(topo: Topology, policy: str = "bind") -> list[tuple[int, Plan]]:
     """Without GPUs: the plan a worker per node would get (its allowed CPUs, its memory when allowed)."""
     out = []
     for n, node in sorted(topo.nodes.items()):
@@ -123,7 +132,8 @@ def _plan_json(plan: Plan) -> dict[str, Any]:
             "numactl": plan.to_numactl_args()}
 
 
-def _plans_text(topo, mode: str = "node", policy: str = "bind", gpus=None, plan_rows=None) -> str:
+def _plans_text(topo: Topology, mode: str = "node", policy: str = "bind", gpus: list[int] | None = None,
+                plan_rows: Sequence[PlanRow] | None = None) -> str:
     if topo.gpus or gpus is not None:
         rows = [["gpu", "node", "plan", "numactl equivalent"]]
         notes = []
@@ -142,7 +152,8 @@ def _plans_text(topo, mode: str = "node", policy: str = "bind", gpus=None, plan_
     return ("Plans per NUMA node (no GPUs, so a worker per node would get):\n" + _table(rows))
 
 
-def _plans_json(topo, mode: str = "node", policy: str = "bind", gpus=None, plan_rows=None) -> list[Any]:
+def _plans_json(topo: Topology, mode: str = "node", policy: str = "bind", gpus: list[int] | None = None,
+                plan_rows: Sequence[PlanRow] | None = None) -> list[Any]:
     """The rows of :func:`_plans_text` as JSON: PlanRow.to_dict() per GPU, else one per node."""
     if topo.gpus or gpus is not None:
         rows = plan_rows if plan_rows is not None else _plan_rows(topo, mode, policy, gpus)
@@ -150,14 +161,14 @@ def _plans_json(topo, mode: str = "node", policy: str = "bind", gpus=None, plan_
     return [{"node": n, "gpu": None, "plan": _plan_json(plan)} for n, plan in _node_plans(topo, policy)]
 
 
-def _binding_json(b) -> dict[str, Any]:
+def _binding_json(b: Binding) -> dict[str, Any]:
     return {"cpus": format_cpulist(b.cpus), "policy": b.mem_policy, "nodes": format_cpulist(b.mem_nodes),
             "mems_allowed": format_cpulist(b.mems_allowed), "backend": b.backend,
             "weights": {str(n): w for n, w in sorted(b.weights.items())},
             "threads": {str(tid): format_cpulist(c) for tid, c in sorted(b.threads.items())}}
 
 
-def cmd_main(args) -> int:
+def cmd_main(args: argparse.Namespace) -> int:
     from ..bind import current_binding
     from ..topology import discover
 
@@ -193,7 +204,7 @@ def cmd_main(args) -> int:
 
 
 # ----------------------------------------------------------------------------- hardware (numactl --hardware)
-def _node_free_bytes(root, topo) -> dict[int, int | None]:
+def _node_free_bytes(root: str | None, topo: Topology) -> dict[int, int | None]:
     """MemFree of each node from its ``meminfo`` (``proc/meminfo`` for a kernel without NUMA's one node)."""
     from .._fs import FsReader
 
@@ -216,7 +227,7 @@ def _meminfo_free(text: str | None) -> int | None:
     return None
 
 
-def cmd_hardware(args) -> int:
+def cmd_hardware(args: argparse.Namespace) -> int:
     """Like ``numactl --hardware``: available nodes, each node's CPUs, size and free memory, distances."""
     from ..topology import discover
 
@@ -234,8 +245,8 @@ def cmd_hardware(args) -> int:
         node = topo.nodes[n]
         print(f"node {n} cpus:" + "".join(f" {c}" for c in sorted(node.cpus)))
         print(f"node {n} size: {node.memory_bytes // 2**20} MB")
-        print(f"node {n} free: " + ("unknown (no MemFree in its meminfo)" if free[n] is None
-                                    else f"{free[n] // 2**20} MB"))
+        mb = free[n]
+        print(f"node {n} free: " + ("unknown (no MemFree in its meminfo)" if mb is None else f"{mb // 2**20} MB"))
     print("node distances:")
     print("node " + "".join(f"{n:>3} " for n in ids))
     for n in ids:
@@ -244,7 +255,7 @@ def cmd_hardware(args) -> int:
 
 
 # ----------------------------------------------------------------------------- show (numactl --show)
-def _mask(ids) -> str:
+def _mask(ids: Iterable[int]) -> str:
     """numactl's mask text: each id followed by a space."""
     return "".join(f"{i} " for i in sorted(ids))
 
@@ -264,7 +275,7 @@ def _interleave_next() -> int | None:
     return mode.value
 
 
-def show_lines(b, node_cpus: dict[int, frozenset[int]], memory_nodes: frozenset[int],
+def show_lines(b: Binding, node_cpus: dict[int, frozenset[int]], memory_nodes: frozenset[int],
                interleave_next: int | None = None) -> list[str]:
     """``numactl --show``'s lines for the binding ``b``: policy, preferred node, (interleave mask and next
     node), physcpubind, cpubind, nodebind, membind, preferred. numactl 2.0.16 prints no line end after
@@ -297,7 +308,7 @@ def show_lines(b, node_cpus: dict[int, frozenset[int]], memory_nodes: frozenset[
     return lines
 
 
-def cmd_show(args) -> int:
+def cmd_show(args: argparse.Namespace) -> int:
     from .. import live
     from ..bind import current_binding
 
@@ -316,7 +327,7 @@ def cmd_show(args) -> int:
 
 
 # ----------------------------------------------------------------------------- topology
-def cmd_topology(args) -> int:
+def cmd_topology(args: argparse.Namespace) -> int:
     from ..iodevices import scan_pci
     from ..topology import discover
     from .tree import build_tree, hwloc_xml, tree_text
@@ -340,7 +351,7 @@ def cmd_topology(args) -> int:
 
 
 # ----------------------------------------------------------------------------- plan
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     from ..topology import discover
 
     if getattr(args, "gpu_from_rank", False):
@@ -364,7 +375,7 @@ def cmd_plan(args) -> int:
     return 0 if all(r.plan is not None for r in rows) else 1   # the same in text and JSON
 
 
-def _place_rank(args, within=None):
+def _place_rank(args: argparse.Namespace, within: frozenset[int] | None = None) -> RankPlan:
     """--gpu-from-rank: this process's local rank planned on the discovery root (numabind.rank)."""
     from ..rank import place_rank
     from ..topology import discover
@@ -373,7 +384,7 @@ def _place_rank(args, within=None):
                       strict=getattr(args, "strict", None), migrate=bool(getattr(args, "migrate", False)))
 
 
-def _cmd_plan_rank(args) -> int:
+def _cmd_plan_rank(args: argparse.Namespace) -> int:
     """``numabind plan --gpu-from-rank [--json]``: the rank's plan, not applied; exit 1 when it was not placed."""
     placed = _place_rank(args)
     if args.json:
@@ -385,14 +396,15 @@ def _cmd_plan_rank(args) -> int:
     return 0 if placed.to_dict()["placed"] else 1
 
 
-def _rank_run_plan(args) -> Plan:
+def _rank_run_plan(args: argparse.Namespace) -> Plan:
     """``numabind run --gpu-from-rank``: never wider than the affinity the launcher gave this process."""
     from ..bind import current_binding
 
     placed = _place_rank(args, within=current_binding(args.backend).cpus)
     if args.verbose:
         print(placed.describe(), file=sys.stderr)
-    return placed.plan
+    plan: Plan = placed.plan
+    return plan
 
 
 #: ``numabind run`` options that choose CPUs or memory explicitly (dest, flag).
@@ -407,12 +419,12 @@ _GPU_RUN_OPTIONS = (("gpu", "--gpu"), ("gpu_from_rank", "--gpu-from-rank"))
 _GPU_PLAN_OPTIONS = (("mode", "--mode"), ("policy", "--policy"))
 
 
-def _given(args, dest: str) -> bool:
+def _given(args: argparse.Namespace, dest: str) -> bool:
     value = getattr(args, dest, None)
     return value is not None and value is not False
 
 
-def check_run_options(args) -> None:
+def check_run_options(args: argparse.Namespace) -> None:
     """Conflicting or unused ``numabind run`` options are a usage error naming them, never ignored."""
     explicit = [flag for dest, flag in _EXPLICIT_RUN_OPTIONS if _given(args, dest)]
     gpu = [flag for dest, flag in _GPU_RUN_OPTIONS if _given(args, dest)]
@@ -432,7 +444,7 @@ def check_run_options(args) -> None:
             f"without a GPU give the binding explicitly (--membind, --preferred, --interleave, ...)")
 
 
-def _live_root(args) -> None:
+def _live_root(args: argparse.Namespace) -> None:
     """``run`` binds processes of this machine: refuse a discovery root that is a replayed one."""
     explicit = getattr(args, "root", None)
     root = explicit if explicit is not None else os.environ.get("NUMABIND_FSROOT") or None
@@ -448,7 +460,7 @@ def _live_root(args) -> None:
         f"`numabind plan --root {root}`; to {args.cmd} here, {fix}")
 
 
-def _run_plan(args) -> Plan:
+def _run_plan(args: argparse.Namespace) -> Plan:
     from ..topology import discover
 
     if getattr(args, "gpu_from_rank", False):
@@ -509,7 +521,7 @@ _DEVICE_KINDS = ("pci:", "netdev:", "block:", "file:", "ip:")
 _BALANCING_POLICIES = ("bind", "preferred-many")
 
 
-def check_run_syntax(args) -> None:
+def check_run_syntax(args: argparse.Namespace) -> None:
     """What is wrong with the explicit options whatever the machine: a usage error (exit 2) naming it.
     What depends on the machine (a node it lacks, CPUs outside the cpuset, a device without a node) is
     left to planning, and is exit 1."""
@@ -556,7 +568,7 @@ def check_run_syntax(args) -> None:
         raise UsageError("--set-weights writes the weights given with --weights; give them")
 
 
-def _balance(be, strict, warnings: list[str]) -> None:
+def _balance(be: Backend, strict: Strictness | None, warnings: list[str]) -> None:
     """Add MPOL_F_NUMA_BALANCING to the calling thread's memory policy (numactl's -b): what the command
     execs with. Refused: an error when strict, else a warning and the policy is left without it."""
     from ..backends.base import MPOL_F_NUMA_BALANCING, MemPolicyState
@@ -575,7 +587,7 @@ def _balance(be, strict, warnings: list[str]) -> None:
         logging.getLogger("numabind.bind").warning("--balancing left out: %s", e)
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     _live_root(args)
     check_run_options(args)
     command = list(args.command)
@@ -586,6 +598,7 @@ def cmd_run(args) -> int:
     forced = os.environ.get("NUMABIND_BACKEND")
     if args.backend is None and forced and forced not in BACKEND_NAMES:
         raise UsageError(f"NUMABIND_BACKEND={forced!r} is not one of {', '.join(BACKEND_NAMES)}")
+    strict: Strictness | None
     try:
         strict = run_strictness(bool(args.strict), bool(args.lenient))
     except ValueError as e:
@@ -610,7 +623,7 @@ def cmd_run(args) -> int:
             os.execv(prefix[0], prefix + command)
         from ..bind import bind_current, bound_environ
 
-        report = bind_current(plan, strict=strict, backend=args.backend,  # type: ignore[arg-type]
+        report = bind_current(plan, strict=strict, backend=args.backend,
                               set_weights=bool(getattr(args, "set_weights", False)))
         extra: list[str] = []
         if args.balancing:
@@ -630,7 +643,8 @@ def cmd_run(args) -> int:
 class _Once(argparse.Action):
     """Store an option's value, refusing a second one (argparse would silently keep the last)."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         old = getattr(namespace, self.dest, None)
         if old is not None:
             parser.error(f"{option_string} given twice (first {old!r}, then {values!r}; "

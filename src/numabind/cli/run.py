@@ -22,6 +22,10 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the fast path)
+if TYPE_CHECKING:  # pragma: no cover
+    from .._env import Strictness
+
 __all__ = ["fast_run", "exec_command", "run_strictness", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND"]
 
 #: Exit statuses of ``numabind run`` before the command runs (see the module docstring).
@@ -86,7 +90,7 @@ def _parse(args: list[str]) -> tuple[list[str], dict[str, str], list[str]] | Non
     return None
 
 
-def run_strictness(strict: bool, lenient: bool) -> object:
+def run_strictness(strict: bool, lenient: bool) -> Strictness:
     """How ``numabind run`` treats a binding it cannot apply in full: ``--strict`` True, ``--lenient`` False,
     else ``NUMABIND_STRICT`` when it is set, else True (scripts are safe by default: the command does not
     run with less than it asked for). Both flags at once is a usage error (ValueError)."""
@@ -148,7 +152,8 @@ def fast_run(args: list[str]) -> int | None:
         machine = live.machine()
         plan = Plan.from_numactl_args(numactl, topology=machine, migrate="migrate" in other,
                                       device_node=device_node)
-        plan = plan.replace(reason="numabind run " + " ".join(numactl)).validate(machine)
+        plan = plan.replace(reason="numabind run " + " ".join(numactl))
+        plan = plan.validate(machine)   # type: ignore[arg-type]  # a LiveMachine has what validate reads
         if "set_weights" in other and not plan.weights:
             return None       # the full CLI says what --set-weights needs
         be, _ = get_backend(backend)
@@ -158,7 +163,7 @@ def fast_run(args: list[str]) -> int | None:
         prefix = be.command_prefix(plan)
         if prefix is not None:
             os.execv(prefix[0], prefix + command)
-        report = bind_current(plan, strict=strict, backend=backend,  # type: ignore[arg-type]
+        report = bind_current(plan, strict=strict, backend=backend,
                               set_weights="set_weights" in other)
     except NumabindError as e:
         sys.stderr.write(f"numabind: error: {e}\n")
