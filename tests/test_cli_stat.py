@@ -261,3 +261,39 @@ def test_a_kernel_without_numa_maps(tmp_path, monkeypatch, capsys):
 def test_usage_errors(args, message):
     cp = stat(*args)
     assert cp.returncode == 2 and message in cp.stderr, (cp.returncode, cp.stderr)
+
+
+def test_threads_on_different_cpus_are_grouped():
+    """A worker whose main thread runs on one CPU and a second thread on another: one line per group."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs this process may use (a thread pinned apart from the main one)")
+    a, b = allowed[0], allowed[-1]
+    code = (f"import os, sys, threading\n"
+            f"os.sched_setaffinity(0, {{{a}}})\n"
+            f"ev = threading.Event()\n"
+            f"def pinned():\n"
+            f"    os.sched_setaffinity(0, {{{b}}})\n"
+            f"    print(threading.get_native_id(), flush=True)\n"
+            f"    ev.wait()\n"
+            f"t = threading.Thread(target=pinned, daemon=True)\n"
+            f"t.start()\n"
+            f"sys.stdout.flush()\n")
+    p = subprocess.Popen([sys.executable, "-c", code + "print('ready', flush=True); sys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+    try:
+        tid = int(p.stdout.readline())
+        assert p.stdout.readline().strip() == "ready"
+        cp = stat(str(p.pid))
+        data = json.loads(stat("--json", str(p.pid)).stdout)[0]
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    [lines] = blocks(cp.stdout).values()
+    assert lines[1].startswith(f"  cpus {a},{b} " if b != a + 1 else f"  cpus {a}-{b} ")   # the union
+    groups = [line for line in lines if " thread(s) (" in line]
+    assert len(groups) == 2
+    assert any(f"1 thread(s) ({tid}) on cpus {b} " in line for line in groups), groups
+    assert any(f"({p.pid}) on cpus {a} " in line for line in groups), groups
+    assert {t["tid"]: t["cpus"] for t in data["threads"]} == {p.pid: str(a), tid: str(b)}
