@@ -1113,3 +1113,21 @@ def test_a_clean_report_is_a_full_report(backend, all_cpus):
     assert numabind.BindReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
     with pytest.raises(Exception):
         report.applied = plan
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("threads", ("matching", "all", "current"))
+def test_a_bind_that_fits_reads_no_limits_and_no_file(backend, threads, monkeypatch, all_cpus):
+    """Issue 10: on success nothing but the system calls runs; limits (cgroups, sysfs, status) are read only to
+    explain a refusal or a difference."""
+    def refused(*_args, **_kwargs):
+        raise AssertionError("the success path read the kernel's limits or a file")
+
+    live.node_mask_bits(), live.cpu_mask_bits()      # the mask sizes: read once per process, not per bind
+    monkeypatch.setattr(live, "limits", refused)
+    monkeypatch.setattr(live, "mems_allowed", refused)
+    monkeypatch.setattr(live, "_live", refused)
+    plan = Plan(cpus={A}, mem_policy="bind", mem_nodes={N}) if backend in NATIVE else Plan(cpus={A})
+    with Parked(2):
+        report = numabind.bind_current(plan, strict=True, threads=threads, backend=backend)
+    assert report.ok and report.applied.cpus == frozenset({A})

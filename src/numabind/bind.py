@@ -1,11 +1,12 @@
 """Apply a :class:`~numabind.plan.Plan` to the running process, verify it, and report.
 
 ``bind_current`` runs one transaction: the memory policy of the calling thread, then the CPU
-affinity of every thread (one pass, in C with a native backend), then a read-back of what the
-kernel holds, then (``migrate=True``) page migration last. Each change is recorded in an undo log.
-The kernel's limits (cpusets, online CPUs, nodes with memory) are read only to explain a refusal
-or a difference between what was asked and what the kernel applied; on success nothing but the
-system calls themselves runs. A binding that cannot be applied in full is either raised
+affinity of every thread, then a read-back of what the kernel holds, then (``migrate=True``) page
+migration last. With a native backend the first three are one C call (:meth:`Backend.apply_all`)
+that also says whether everything read back exactly as asked; when it did, the report is built
+at once and nothing else runs. Otherwise each change is recorded in an undo log and every refusal
+or difference is explained from the kernel's limits (cpusets, online CPUs, nodes with memory),
+which are read only then. A binding that cannot be applied in full is either raised
 (``strict=True``) after undoing everything, or degraded step by step — hard bind → preferred →
 CPU only → nothing — with a WARNING per step (``strict=False``; ``strict="partial"`` degrades too,
 but raises when nothing of the plan is in force in the end).
@@ -994,7 +995,8 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
     one = None
     if be.in_process_memory and not weights:
         # the memory policy, the thread list and every thread's CPUs set and read back in one call
-        flags = _walk_flags(threads, strict) | (WALK_ONLY_CALLER if threads == "current" else 0)
+        flags = (WALK_MATCHING if threads == "matching" else WALK_ONLY_CALLER if threads == "current" else 0) | \
+            (WALK_STOP_ON_ERROR | WALK_CHECK_FIRST if strict is True else 0)
         one = be.apply_all(plan.mem_policy, plan.mem_nodes or frozenset(), plan.cpus, flags, strict is True)
         if one is not None and one.clean and not plan.migrate and plan.mem_policy != "weighted-interleave":
             report = _clean_report(plan, be, why, threads, one)

@@ -130,6 +130,8 @@ class NativeBackend(Backend):
         self._cpu_masks: dict[frozenset[int], tuple[Any, int]] = {}
         self._node_masks: dict[frozenset[int], tuple[Any, int]] = {}
         self._cap = 8        # threads apply_all makes room for: the last count, with some slack
+        self._int_array = self.ffi.typeof("int[]")
+        self._word_array = self.ffi.typeof("unsigned long[]")
 
     # -- helpers ----------------------------------------------------------
     def _mask(self, cache: dict[frozenset[int], tuple[Any, int]], ids: frozenset[int], bits: int) -> tuple[Any, int]:
@@ -245,10 +247,10 @@ class NativeBackend(Backend):
         nw, cw = nbits // 64, cbits // 64
         mode = -1 if policy is None else MPOL_MODES[policy]
         cap = 1 if flags & WALK_ONLY_CALLER else self._cap
-        new = ffi.new
+        new, int_array, word_array = ffi.new, self._int_array, self._word_array
         while True:
-            ints = new("int[]", _HEADER + 2 * cap)             # the header, tids, statuses
-            masks = new("unsigned long[]", 2 * nw + 2 * cap * cw)   # old and current nodes, before, after
+            ints = new(int_array, _HEADER + 2 * cap)              # the header, tids, statuses
+            masks = new(word_array, 2 * nw + 2 * cap * cw)        # old and current nodes, before, after
             n = self._bind(mode, nmask, nbits + 1, nw, need_old, cmask, cw, flags, cap, ints, masks)
             if n < 0:
                 raise OSError(-n, f"cannot list /proc/self/task: {os.strerror(-n)}")
