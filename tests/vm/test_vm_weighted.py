@@ -126,6 +126,41 @@ def test_numabind_run_weights_through_the_cli(tmp_path):
     assert 70.0 <= share <= 80.0
 
 
+def _measure_into(q) -> None:
+    q.put(_measure_small_pages(SIZE))
+
+
+@pytest.mark.numa_vm(topology="2n", kernel="6.12")
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_child_born_with_weights_3_to_1(method):
+    """configure_subprocess with a weighted plan: the child's own pages come out 3:1 (the system's weights,
+    set here beforehand, are the plan's: no warning)."""
+    import multiprocessing
+
+    import numabind
+    from numabind.process import configure_subprocess
+
+    before = _weights()
+    _set_weights({0: 3, 1: 1})
+    try:
+        ctx = multiprocessing.get_context(method)
+        q = ctx.Queue()
+        plan = numabind.Plan(mem_policy="weighted-interleave", mem_nodes={0, 1}, weights={0: 3, 1: 1})
+        with configure_subprocess(plan, strict=True) as births:
+            p = ctx.Process(target=_measure_into, args=(q,))
+            p.start()
+        m = q.get(timeout=240)
+        p.join(60)
+        rep = births.report(p.pid, timeout=30)
+    finally:
+        _set_weights(before)
+    share = _share0(m["numa_maps"])
+    print(f"{method} child born weighted 3:1: numa_maps N0={share:.2f}% (move_pages {probe.fmt_shares(m['move_pages'])})")
+    assert p.exitcode == 0 and rep.error is None and list(rep.report.warnings) == []
+    assert rep.report.applied.weights == {0: 3, 1: 1}
+    assert 70.0 <= share <= 80.0 and 70.0 <= _share0(m["move_pages"]) <= 80.0
+
+
 # ----------------------------------------------------------------------------- Linux 6.1
 @pytest.mark.numa_vm(topology="2n")
 def test_a_kernel_without_weighted_interleave_degrades_to_interleave():
