@@ -295,6 +295,10 @@ def test_balancing_sets_mpol_f_numa_balancing(tmp_path):
         assert theirs.stdout == ours.stdout
     plain = cli("run", "-m", mem, "--", sys.executable, "-c", _mode_word_script())
     assert int(plain.stdout) == 2
+    for opts, on in ((["-b", "-m", mem], True), (["-m", mem], False)):
+        shown = cli("run", *opts, "--", sys.executable, "-m", "numabind", "show", "--json")
+        d = json.loads(shown.stdout)
+        assert (d["policy"], d["nodes"], d["balancing"]) == ("bind", mem, on)
 
 
 @kernel

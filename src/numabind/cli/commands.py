@@ -308,6 +308,18 @@ def show_lines(b: Binding, node_cpus: dict[int, frozenset[int]], memory_nodes: f
     return lines
 
 
+def _balancing_on() -> bool | None:
+    """Whether the calling thread's memory policy carries MPOL_F_NUMA_BALANCING (numactl's -b); None when
+    the backend cannot read the mode word."""
+    from ..backends.base import MPOL_F_NUMA_BALANCING
+
+    try:
+        be, _ = get_backend(None)
+        return bool(be.save_mempolicy().mode & MPOL_F_NUMA_BALANCING)
+    except NumabindError:
+        return None
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from .. import live
     from ..bind import current_binding
@@ -317,7 +329,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                          f"does not apply (drop it; `numabind --root R hardware` shows a replayed machine)")
     b = current_binding()
     if args.json:
-        _dump(_binding_json(b))
+        _dump(dict(_binding_json(b), balancing=_balancing_on()))
         return 0
     machine = live.machine()
     memory = frozenset(n for n, node in machine.nodes.items() if node.has_memory)
