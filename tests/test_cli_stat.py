@@ -297,3 +297,22 @@ def test_threads_on_different_cpus_are_grouped():
     assert any(f"1 thread(s) ({tid}) on cpus {b} " in line for line in groups), groups
     assert any(f"({p.pid}) on cpus {a} " in line for line in groups), groups
     assert {t["tid"]: t["cpus"] for t in data["threads"]} == {p.pid: str(a), tid: str(b)}
+
+
+def test_per_node_totals_match_numastat(bound_worker):
+    """numastat -p (numactl's package) reads the same numa_maps: its per-node Total row and numabind stat's agree."""
+    import shutil
+
+    if shutil.which("numastat") is None:
+        pytest.skip("numastat is not installed (Debian package numactl)")
+    theirs = subprocess.run(["numastat", "-p", str(bound_worker.pid)], capture_output=True, text=True, timeout=60)
+    d = json.loads(stat("--json", str(bound_worker.pid)).stdout)[0]
+    assert theirs.returncode == 0, theirs.stderr
+    lines = theirs.stdout.splitlines()
+    header = next(line for line in lines if line.strip().startswith("Node "))
+    nodes = [int(w) for w in header.split()[1::2] if w.isdigit()]
+    total = next(line for line in lines if line.startswith("Total")).split()[1:1 + len(nodes)]
+    mib = {n: float(v) for n, v in zip(nodes, total)}
+    ours = {int(n): c * d["page_size"] / (1 << 20) for n, c in d["pages"]["total"].items()}
+    for n in nodes:      # the worker is idle: the same pages, to numastat's two decimals (and a page or two)
+        assert abs(mib[n] - ours.get(n, 0.0)) <= 0.02, (n, mib, ours)
