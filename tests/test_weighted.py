@@ -39,6 +39,26 @@ def system_weight(node: int = N) -> int:
     return int((WEIGHTS_DIR / f"node{node}").read_text())
 
 
+def auto_switch() -> tuple[Path, bool] | None:
+    """The kernel's auto-weights switch (Linux 6.16+; its file name varies) and whether it is on."""
+    for p in WEIGHTS_DIR.iterdir():
+        if not p.name.startswith("node"):
+            return p, p.read_text().strip() in ("true", "1", "Y")
+    return None
+
+
+def put_back(weight: int, auto: tuple[Path, bool] | None) -> None:
+    """Restore node N's weight and the auto switch. Writing a weight turns auto off; the kernel refuses to
+    turn it back on (ENODEV) where the firmware gives no bandwidth figures, and the weights then stay
+    the same numbers auto mode gave (all 1), so that refusal is left as it is."""
+    (WEIGHTS_DIR / f"node{N}").write_text(f"{weight}\n")
+    if auto is not None and auto[1]:
+        try:
+            auto[0].write_text("true\n")
+        except OSError:
+            pass
+
+
 def numabind(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "numabind", *args], capture_output=True, text=True,
                           env=env or child_env(), timeout=120, cwd=ROOT)
@@ -132,7 +152,7 @@ print(json.dumps({{"strict": strict, "after_strict": after_strict, "warnings": l
 @needs_weighted
 @pytest.mark.skipif(os.geteuid() != 0, reason="writing the system-wide weights needs root")
 def test_set_weights_writes_them_and_a_strict_rollback_puts_them_back():
-    before = system_weight()
+    before, auto = system_weight(), auto_switch()
     other = before % 255 + 1
     try:
         out = run_json(f'''
@@ -155,7 +175,7 @@ print(json.dumps({{"written": written, "notes": list(r.notes), "weights": r.appl
                   "err": err, "back": back}}))
 ''')
     finally:
-        (WEIGHTS_DIR / f"node{N}").write_text(f"{before}\n")
+        put_back(before, auto)
     assert out["written"] == str(other)
     assert any(f"set the system-wide interleave weights {N}:{other} (were {N}:{before})" in n for n in out["notes"])
     assert out["weights"] == {str(N): other}
@@ -245,7 +265,7 @@ def test_run_weights_that_differ_warn_and_strict_does_not_run_the_command(tmp_pa
 @pytest.mark.skipif(os.geteuid() != 0, reason="--set-weights writes the system-wide weights: needs root")
 @pytest.mark.parametrize("path", ("fast", "argparse"))
 def test_run_set_weights(path):
-    before = system_weight()
+    before, auto = system_weight(), auto_switch()
     other = before % 255 + 1
     argv = ["run", "-w", str(N), "--weights", f"{N}:{other}", "--set-weights", "--",
             "cat", str(WEIGHTS_DIR / f"node{N}")]
@@ -254,7 +274,7 @@ def test_run_set_weights(path):
     try:
         cp = numabind(*argv)
     finally:
-        (WEIGHTS_DIR / f"node{N}").write_text(f"{before}\n")
+        put_back(before, auto)
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.strip() == str(other)
     if path == "argparse":
