@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import mmap
 import os
 import shutil
 import stat
@@ -247,19 +246,8 @@ def test_set_mempolicy_refusal_is_a_bind_error(name):
 
 @kernel
 @pytest.mark.parametrize("name", NATIVE)
-def test_page_queries_and_migration(name):
+def test_migration(name):
     be, _ = get_backend(name)
-    mm = mmap.mmap(-1, 2 * mmap.PAGESIZE)
-    mm[0:1] = b"x"
-    buf = be.ffi.from_buffer(mm)
-    try:
-        addr = int(be.ffi.cast("uintptr_t", buf))
-        assert be.page_nodes([addr, addr + mmap.PAGESIZE]) == [MEM_NODE, -errno.ENOENT]
-        assert be.move_to_node([addr], MEM_NODE) == [MEM_NODE]
-        assert be.page_nodes([]) == []
-    finally:
-        del buf
-        mm.close()
     assert be.migrate_pages(0, frozenset({MEM_NODE}), frozenset({MEM_NODE})) == 0
     with pytest.raises(BindError) as exc:
         be.migrate_pages(0, frozenset({MEM_NODE}), frozenset({MISSING_NODE}))
@@ -276,8 +264,6 @@ def test_none_backend_has_no_memory_calls():
             call(*args)
         assert exc.value.errno == errno.ENOTSUP
         assert "backend_info" in str(exc.value)
-    with pytest.raises(BindError):
-        be.page_nodes([0])
     assert be.command_prefix(Plan(cpus={0})) is None
 
 

@@ -8,7 +8,6 @@ and kept per id set, so binding the same plan again allocates nothing.
 
 from __future__ import annotations
 
-import errno as _errno
 import os
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,7 +18,6 @@ from .. import live
 from ..cpulist import ids_to_words, words_to_ids
 from ..errors import BindError
 from .base import (
-    MPOL_MF_MOVE,
     MPOL_MODES,
     WALK_ONLY_CALLER,
     AffinityWalk,
@@ -124,8 +122,7 @@ class NativeBackend(Backend):
         self.ffi = native.ffi
         self.lib = native.lib
         self._fn = {n: getattr(self.lib, self.prefix + n) for n in (
-            "set_mempolicy", "get_mempolicy", "migrate_pages", "move_pages", "affinity_many", "swap_mempolicy",
-            "bind")}
+            "set_mempolicy", "get_mempolicy", "migrate_pages", "affinity_many", "swap_mempolicy", "bind")}
         self._bind = self._fn["bind"]
         self._cpu_masks: dict[frozenset[int], tuple[Any, int]] = {}
         self._node_masks: dict[frozenset[int], tuple[Any, int]] = {}
@@ -271,22 +268,3 @@ class NativeBackend(Backend):
         rc = self._fn["migrate_pages"](pid, bits + 1, old, new)
         return self._check(rc, "migrate_pages", f"pid {pid} from nodes {sorted(from_nodes)} to {sorted(to_nodes)}")
 
-    def page_nodes(self, addresses: list[int]) -> list[int]:
-        n = len(addresses)
-        if n == 0:
-            return []
-        pages = self.ffi.new("void *[]", [self.ffi.cast("void *", a) for a in addresses])
-        status = self.ffi.new("int[]", n)
-        self._check(self._fn["move_pages"](0, n, pages, self.ffi.NULL, status, 0), "move_pages", "query")
-        return list(status)
-
-    def move_to_node(self, addresses: list[int], node: int) -> list[int]:
-        """Move pages to ``node`` (move_pages); returns per-page status."""
-        n = len(addresses)
-        pages = self.ffi.new("void *[]", [self.ffi.cast("void *", a) for a in addresses])
-        nodes = self.ffi.new("int[]", [node] * n)
-        status = self.ffi.new("int[]", n)
-        rc = self._fn["move_pages"](0, n, pages, nodes, status, MPOL_MF_MOVE)
-        if rc < 0 and -rc != _errno.ENOENT:
-            raise BindError(-rc, "move_pages", f"{n} pages to node {node}")
-        return list(status)

@@ -27,7 +27,6 @@ __all__ = [
     "BindCall",
     "MPOL_MODES",
     "MPOL_NAMES",
-    "MPOL_MF_MOVE",
     "MPOL_MODE_FLAGS",
     "MemPolicyState",
     "MemPolicySwap",
@@ -59,8 +58,6 @@ MPOL_F_STATIC_NODES = 1 << 15
 MPOL_F_RELATIVE_NODES = 1 << 14
 MPOL_F_NUMA_BALANCING = 1 << 13
 MPOL_MODE_FLAGS = MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES | MPOL_F_NUMA_BALANCING
-# move_pages flag
-MPOL_MF_MOVE = 1 << 1
 #: The system-wide weights of MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+): one file ``nodeN`` per node holding
 #: its weight (1-255), and from Linux 6.16 ``auto`` (``true``: the kernel derives them from the firmware's
 #: bandwidth figures; writing a weight switches it to ``false``). Relative to the file-system root.
@@ -333,10 +330,6 @@ class Backend(ABC):
     @abstractmethod
     def migrate_pages(self, pid: int, from_nodes: frozenset[int], to_nodes: frozenset[int]) -> int:
         """Move a process's pages; returns the number of pages that could not be moved."""
-
-    def page_nodes(self, addresses: list[int]) -> list[int]:
-        """Node of each page (move_pages query mode); negative values are -errno."""
-        raise BindError(errno.ENOSYS, "move_pages", f"the {self.name} backend cannot query page placement")
 
     # -- the system-wide weights of weighted interleave (sysfs writes: the same for every backend) --
     def set_interleave_weights(self, weights: Mapping[int, int], root: str = "/") -> None:
