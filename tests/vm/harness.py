@@ -141,6 +141,9 @@ class TopologySpec:
     distances: tuple[tuple[int, int, int], ...] = ()
     sockets: int = 1                 # CPUs are split evenly into this many packages
     timeout_s: float = 600           # a whole guest run, unless $NUMABIND_VM_TIMEOUT says otherwise
+    #: ACPI HMAT figures (QEMU ``-machine hmat=on``): (initiator node, target node, latency in ns,
+    #: bandwidth in MB/s) for every pair; Linux shows the best initiator's as nodeN/access0/initiators
+    hmat: tuple[tuple[int, int, int, int], ...] = ()
 
     @property
     def ncpus(self) -> int:
@@ -184,7 +187,16 @@ class TopologySpec:
             args += ["-numa", spec]
         for src, dst, val in self.distances:
             args += ["-numa", f"dist,src={src},dst={dst},val={val}"]
+        for init, target, latency, bandwidth in self.hmat:
+            common = f"hmat-lb,initiator={init},target={target},hierarchy=memory"
+            args += ["-numa", f"{common},data-type=access-latency,latency={latency}",
+                     "-numa", f"{common},data-type=access-bandwidth,bandwidth={bandwidth}M"]
         return args
+
+    @property
+    def machine(self) -> str:
+        """QEMU's ``-machine`` value."""
+        return "pc,hmat=on" if self.hmat else "pc"
 
 
 def _ranges(ids: Iterable[int]) -> list[tuple[int, int]]:
@@ -209,6 +221,14 @@ TOPOLOGIES: Mapping[str, TopologySpec] = {
             description="2 nodes x 2 CPUs, 512 MiB each, no SLIT (distances 10/20)",
             nodes=(NodeSpec((0, 1), 512), NodeSpec((2, 3), 512)),
             sockets=2,
+        ),
+        TopologySpec(   # weighted interleave by bandwidth (tests/vm/test_vm_weighted.py)
+            name="hmat",
+            description="like 2n, with ACPI HMAT: node 0 reads at 30000 MB/s, node 1 at 10000 MB/s (as DRAM and "
+                        "a slower tier)",
+            nodes=(NodeSpec((0, 1), 512), NodeSpec((2, 3), 512)),
+            sockets=2,
+            hmat=((0, 0, 10, 30000), (0, 1, 20, 10000), (1, 0, 20, 10000), (1, 1, 10, 10000)),
         ),
         TopologySpec(
             name="mem-only",
@@ -815,7 +835,7 @@ def run_guest(topology_name: str, script: str, *, run_dir: Path | None = None, a
     (run_dir / "run.sh").write_text(script)
     (run_dir / "binds").write_text("".join(f"{p}\n" for p in paths_to_bind()))
     console = run_dir / "console.log"
-    argv = [qemu, "-nodefaults", "-no-user-config", "-machine", "pc", "-accel", "tcg,thread=multi",
+    argv = [qemu, "-nodefaults", "-no-user-config", "-machine", spec.machine, "-accel", "tcg,thread=multi",
             "-cpu", os.environ.get("NUMABIND_VM_CPU") or "max,l3-cache=off", *spec.qemu_args(),
             "-kernel", str(arts.kernel), "-initrd", str(arts.initramfs), "-append", KERNEL_CMDLINE,
             "-serial", f"file:{console}", "-display", "none", "-monitor", "none", "-no-reboot",

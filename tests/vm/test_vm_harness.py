@@ -354,3 +354,13 @@ def test_b(): pass
     from tests.vm import plugin
 
     assert [(plugin.topology_of(i), plugin.kernel_of(i)) for i in items] == [("2n", "6.1"), ("mem-only", "6.12")]
+
+
+def test_the_hmat_topology_gives_qemu_its_bandwidth_figures():
+    spec = harness.topology("hmat")
+    args = spec.qemu_args()
+    assert spec.machine == "pc,hmat=on" and harness.topology("2n").machine == "pc"
+    assert "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-bandwidth,bandwidth=30000M" in args
+    assert "hmat-lb,initiator=1,target=1,hierarchy=memory,data-type=access-latency,latency=10" in args
+    pairs = {(i, t) for i, t, _, _ in spec.hmat}
+    assert pairs == {(i, t) for i in range(2) for t in range(2)}      # QEMU wants every pair
