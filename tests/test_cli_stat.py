@@ -67,8 +67,8 @@ def test_text_of_a_bound_worker(bound_worker):
     assert any(line.startswith("  mapping policies: ") and f"bind:{w.node}" in line for line in lines)
     table = [line.split() for line in lines if line.split()[:1] in (["MiB"], ["anon"], ["file"], ["huge"], ["total"])]
     assert table[0][:1] == ["MiB"] and f"{w.node}" in table[0] and table[-1][0] == "total"
-    col = table[0].index(str(w.node))      # "node N" is two words: the header's N is the column's index
-    anon = float(table[1][col])
+    columns = [int(x) for x in table[0][1:] if x.isdigit()]    # "MiB node 0 node 1 ... total"
+    anon = float(table[1][1 + columns.index(w.node)])
     assert anon >= 16.0                    # the 16 MiB it touched are on its node
     remote = next(line for line in lines if line.startswith("  remote: "))
     assert "by kind: anon 0.0%" in remote
