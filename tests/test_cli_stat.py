@@ -159,7 +159,10 @@ def test_watch_json_is_one_list_per_line(bound_worker):
 
 def test_watch_on_a_terminal_refreshes_in_place(bound_worker):
     """stdout a pseudo-terminal: each round starts by clearing the screen (cursor home, erase)."""
-    master, slave = pty.openpty()
+    try:
+        master, slave = pty.openpty()
+    except OSError as e:      # e.g. a guest without devpts mounted
+        pytest.skip(f"no pseudo-terminal can be opened here ({e})")
     p = subprocess.Popen([sys.executable, "-m", "numabind", "stat", "--watch", "0.05", "--count", "2",
                           str(bound_worker.pid)], stdout=slave, stderr=subprocess.PIPE, env=child_env(), cwd=ROOT)
     os.close(slave)
@@ -193,7 +196,10 @@ def test_watch_ends_when_every_process_has_gone():
     p.wait()                                                                  # gone and reaped
     out, err = s.communicate(timeout=60)
     assert s.returncode == 1, err
-    assert f"pid {p.pid} (?): no such process" in out
+    # the last round saw it gone, or exiting while being read (then nothing was left to watch either)
+    last = [line for line in out.splitlines() if line.startswith(f"pid {p.pid} (")][-1]
+    assert last == f"pid {p.pid} (?): no such process: /proc/{p.pid} does not exist" or (
+        last.startswith(f"pid {p.pid} (") and ": exited" in last), out
 
 
 def test_missing_and_exited_processes_are_reported_and_the_others_shown(bound_worker):
@@ -271,14 +277,15 @@ def test_threads_on_different_cpus_are_grouped():
     a, b = allowed[0], allowed[-1]
     code = (f"import os, sys, threading\n"
             f"os.sched_setaffinity(0, {{{a}}})\n"
-            f"ev = threading.Event()\n"
+            f"ev, started = threading.Event(), threading.Event()\n"
             f"def pinned():\n"
             f"    os.sched_setaffinity(0, {{{b}}})\n"
             f"    print(threading.get_native_id(), flush=True)\n"
+            f"    started.set()\n"
             f"    ev.wait()\n"
             f"t = threading.Thread(target=pinned, daemon=True)\n"
             f"t.start()\n"
-            f"sys.stdout.flush()\n")
+            f"started.wait()\n")
     p = subprocess.Popen([sys.executable, "-c", code + "print('ready', flush=True); sys.stdin.read()"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
     try:
@@ -299,20 +306,36 @@ def test_threads_on_different_cpus_are_grouped():
     assert {t["tid"]: t["cpus"] for t in data["threads"]} == {p.pid: str(a), tid: str(b)}
 
 
-def test_per_node_totals_match_numastat(bound_worker):
-    """numastat -p (numactl's package) reads the same numa_maps: its per-node Total row and numabind stat's agree."""
-    import shutil
-
-    if shutil.which("numastat") is None:
-        pytest.skip("numastat is not installed (Debian package numactl)")
-    theirs = subprocess.run(["numastat", "-p", str(bound_worker.pid)], capture_output=True, text=True, timeout=60)
-    d = json.loads(stat("--json", str(bound_worker.pid)).stdout)[0]
-    assert theirs.returncode == 0, theirs.stderr
-    lines = theirs.stdout.splitlines()
+def _numastat_totals(pid: int) -> dict[int, float]:
+    out = subprocess.run(["numastat", "-p", str(pid)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
     header = next(line for line in lines if line.strip().startswith("Node "))
     nodes = [int(w) for w in header.split()[1::2] if w.isdigit()]
     total = next(line for line in lines if line.startswith("Total")).split()[1:1 + len(nodes)]
-    mib = {n: float(v) for n, v in zip(nodes, total)}
+    return {n: float(v) for n, v in zip(nodes, total)}
+
+
+def test_per_node_totals_match_numastat(bound_worker):
+    """numastat -p (numactl's package) reads the same numa_maps: its per-node Total row and numabind stat's agree.
+
+    A worker that has just said "ready" may still fault in pages of the interpreter's code on its way into
+    the blocking read (seconds under emulation), so the comparison is made on a round where the worker's
+    numa_maps read the same before numastat and after numabind stat (a few rounds at most)."""
+    import shutil
+
+    from tests.test_residency import _maps
+
+    if shutil.which("numastat") is None:
+        pytest.skip("numastat is not installed (Debian package numactl)")
+    for _ in range(10):
+        before = _maps(bound_worker.pid)
+        theirs = _numastat_totals(bound_worker.pid)
+        d = json.loads(stat("--json", str(bound_worker.pid)).stdout)[0]
+        if _maps(bound_worker.pid) == before:
+            break
+    else:
+        pytest.fail(f"the worker's numa_maps kept changing: {before}")
     ours = {int(n): c * d["page_size"] / (1 << 20) for n, c in d["pages"]["total"].items()}
-    for n in nodes:      # the worker is idle: the same pages, to numastat's two decimals (and a page or two)
-        assert abs(mib[n] - ours.get(n, 0.0)) <= 0.02, (n, mib, ours)
+    for n, mib in theirs.items():      # the same pages, to numastat's two decimals
+        assert abs(mib - ours.get(n, 0.0)) <= 0.01, (n, theirs, ours)
