@@ -130,8 +130,8 @@ class ThreadResult(Value):
         if not isinstance(data, dict):
             raise ValueError("a thread record is not an object")
         tid, name, status, detail = (data.get(k) for k in ("tid", "name", "status", "detail"))
-        if not isinstance(tid, int) or isinstance(tid, bool) or not all(isinstance(v, str)
-                                                                        for v in (name, status, detail)):
+        if not isinstance(tid, int) or isinstance(tid, bool) or not isinstance(name, str) or \
+                not isinstance(status, str) or not isinstance(detail, str):
             raise ValueError("a thread record's tid, name, status or detail is malformed")
         before = _ids(data.get("before"), "thread before")
         return cls(tid, name, before or frozenset(), _ids(data.get("after"), "thread after"), status, detail)
@@ -187,6 +187,8 @@ class BindReport(Value):
     pages_not_migrated: int | None     # migrate=True: pages left on other nodes (None: not measured)
     pages_migrated: int | None         # migrate=True: pages moved onto the plan's nodes
     locality: Any                      # migrate=True: numabind.residency.Locality after the move, else None
+    _threads: tuple[ThreadResult, ...] | None      # None until ``threads`` decodes ``_walk``
+    _walk: AffinityWalk | BindCall | None
 
     def __init__(self, requested: Plan, applied: Plan, backend: str, backend_reason: str,
                  threads: Sequence[ThreadResult] = (), warnings: Sequence[str] = (), notes: Sequence[str] = (),
@@ -219,10 +221,11 @@ class BindReport(Value):
             walk = self._walk
             if isinstance(walk, BindCall):    # a clean bind keeps the one call's arrays, unread
                 walk = walk.walk
-            got = _thread_results(walk)   # type: ignore[arg-type]
+            assert walk is not None   # _threads is None only while the walk is kept
+            got = _thread_results(walk)
             object.__setattr__(self, "_threads", got)
             object.__setattr__(self, "_walk", None)
-        return got  # type: ignore[no-any-return]
+        return got
 
     @property
     def ok(self) -> bool:
@@ -644,14 +647,14 @@ class _Transaction:
             swap = be.swap_mempolicy(policy, nodes, need_old=self.strict is True)
         old = swap.old
         if swap.old_error is not None:
-            e = swap.old_error
+            unread = swap.old_error
             if self.strict is True:  # nothing has been changed yet: refuse rather than risk a change that cannot be undone
-                raise BindError(e.errno, "get_mempolicy",
-                                f"the calling thread's memory policy cannot be read ({e}), so a strict bind "
+                raise BindError(unread.errno, "get_mempolicy",
+                                f"the calling thread's memory policy cannot be read ({unread}), so a strict bind "
                                 f"could not be rolled back; nothing was changed") from None
-            self.notes.append(f"the old memory policy could not be read ({e}); it could not have been "
+            self.notes.append(f"the old memory policy could not be read ({unread}); it could not have been "
                               f"restored had a later step failed")
-            log.debug("cannot read the old memory policy: %s", e)
+            log.debug("cannot read the old memory policy: %s", unread)
         if swap.set_error is not None:
             self._memory_ladder(old, swap.set_error)
             return

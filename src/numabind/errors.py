@@ -28,6 +28,8 @@ class BindError(NumabindError, OSError):
     being attempted.
     """
 
+    errno: int     # always set (OSError's may be None)
+
     def __init__(self, err: int, syscall: str, detail: str = "") -> None:
         name = _errno.errorcode.get(err, f"errno {err}")
         msg = f"{syscall} failed with {name} ({os.strerror(err)})"

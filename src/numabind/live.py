@@ -15,6 +15,8 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
+    from ._fs import FsReader
+
 from ._value import Value
 from .cpulist import parse_cpulist
 from .limits import Limits
@@ -25,10 +27,10 @@ __all__ = ["LiveMachine", "LiveNode", "NodePages", "ProcessTasks", "cpu_mask_bit
            "process_children", "process_exists", "process_tasks", "start_time", "status_fields", "thread_ids",
            "thread_name"]
 
-_reader: Any = None
+_reader: FsReader | None = None
 
 
-def _live() -> Any:
+def _live() -> FsReader:
     global _reader
     if _reader is None:
         from ._fs import FsReader

@@ -15,6 +15,10 @@ from .._env import environ_get
 from ..errors import NumabindError
 from .base import Backend
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
 __all__ = ["Backend", "BACKEND_NAMES", "get_backend", "backend_info", "lock_for_fork", "reset_backends",
            "unlock_after_fork"]
 
@@ -29,14 +33,20 @@ _chosen: dict[str | None, tuple[Backend, str]] = {}   # get_backend's answers, u
 
 def _construct(name: str) -> Backend:
     if name == "libnuma":
-        from .libnuma import LibnumaBackend as cls
-    elif name == "syscall":
-        from .syscall import SyscallBackend as cls
-    elif name == "numactl":
-        from .numactl import NumactlBackend as cls
-    else:
-        from .numactl import AffinityOnlyBackend as cls
-    return cls()
+        from .libnuma import LibnumaBackend
+
+        return LibnumaBackend()
+    if name == "syscall":
+        from .syscall import SyscallBackend
+
+        return SyscallBackend()
+    if name == "numactl":
+        from .numactl import NumactlBackend
+
+        return NumactlBackend()
+    from .numactl import AffinityOnlyBackend
+
+    return AffinityOnlyBackend()
 
 
 def _load(name: str) -> Backend | None:
@@ -80,7 +90,7 @@ def _choose(name: str | None, forced: str | None) -> tuple[Backend, str]:
             raise NumabindError(f"backend {forced!r} was forced but cannot be used: {_failures[forced]}")
         how = "argument" if name else "NUMABIND_BACKEND"
         return be, f"{forced} forced by {how}"
-    skipped = []
+    skipped: list[str] = []
     said: dict[str, str] = {}  # failure text -> the first backend that failed so (each cause said once)
     for cand in BACKEND_NAMES:
         be = _load(cand)
@@ -106,7 +116,7 @@ def _native_problem() -> str | None:
     return None
 
 
-def backend_info() -> dict:
+def backend_info() -> dict[str, Any]:
     """Which backends can be used here and why the others cannot.
 
     ``native`` is None when the compiled core loads, else one line saying it is missing and how to get it.

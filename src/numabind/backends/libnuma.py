@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 
 from ..errors import NumabindError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 from ._native import NativeBackend
 
 __all__ = ["LibnumaBackend", "LIBNUMA_SONAME"]
@@ -43,8 +47,8 @@ class LibnumaBackend(NativeBackend):
         if self.lib.nb_numa_available() < 0:
             raise NumabindError(f"{soname} loaded, but numa_available() says this kernel has no NUMA support")
 
-    def _setaff(self, tid, bits, mask):
-        return self.lib.nb_numa_sched_setaffinity(tid, bits, mask)
+    def _setaff(self, tid: int, bits: int, mask: Any) -> int:
+        return self.lib.nb_numa_sched_setaffinity(tid, bits, mask)  # type: ignore[no-any-return]
 
-    def _getaff(self, tid, bits, mask):
-        return self.lib.nb_numa_sched_getaffinity(tid, bits, mask)
+    def _getaff(self, tid: int, bits: int, mask: Any) -> int:
+        return self.lib.nb_numa_sched_getaffinity(tid, bits, mask)  # type: ignore[no-any-return]

@@ -20,6 +20,10 @@ from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import BindError, NumabindError
 from .base import MPOL_MODES, Backend, MemPolicyState
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from ..plan import Plan
+
 __all__ = ["AffinityOnlyBackend", "NumactlBackend", "WRAPPER"]
 
 WRAPPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "numactl_wrapper.sh")
@@ -57,7 +61,7 @@ class AffinityOnlyBackend(Backend):
     def restore_mempolicy(self, state: MemPolicyState) -> None:
         raise BindError(errno.ENOTSUP, "set_mempolicy", self._why_no_memory)
 
-    def migrate_pages(self, pid, from_nodes, to_nodes) -> int:
+    def migrate_pages(self, pid: int, from_nodes: frozenset[int], to_nodes: frozenset[int]) -> int:
         raise BindError(errno.ENOTSUP, "migrate_pages", self._why_no_memory)
 
 
@@ -98,7 +102,7 @@ class NumactlBackend(AffinityOnlyBackend):
             raise BindError(errno.EIO, "get_mempolicy", f"numactl --show: {out.stderr.strip()}")
         return parse_numactl_show(out.stdout)
 
-    def migrate_pages(self, pid, from_nodes, to_nodes) -> int:
+    def migrate_pages(self, pid: int, from_nodes: frozenset[int], to_nodes: frozenset[int]) -> int:
         tool = shutil.which("migratepages")
         if tool is None:
             raise BindError(errno.ENOTSUP, "migrate_pages", "the migratepages tool (numactl package) is missing")
@@ -108,7 +112,7 @@ class NumactlBackend(AffinityOnlyBackend):
             raise BindError(errno.EIO, "migrate_pages", f"migratepages: {out.stderr.strip()}")
         return 0
 
-    def command_prefix(self, plan) -> list[str]:
+    def command_prefix(self, plan: Plan) -> list[str]:
         return [WRAPPER, f"--numactl={self.numactl}", *plan.to_numactl_argv(), "--"]
 
 
