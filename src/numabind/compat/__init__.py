@@ -42,17 +42,21 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._env import Strictness
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
+
+if TYPE_CHECKING:  # pragma: no cover
+    import ctypes
 
 __all__ = [
     "NumaBindingUnavailable",
     "bind_children",
     "current_topology",
     "forward_warnings",
+    "open_libnuma",
     "plan_from_numactl_args",
     "probe_plan",
     "refresh_topology",
@@ -75,6 +79,18 @@ class NumaBindingUnavailable(NumabindError, RuntimeError):
 
 
 # ----------------------------------------------------------------------------- the topology cache
+def open_libnuma(logger: logging.Logger) -> ctypes.CDLL | None:
+    """libnuma opened with ctypes (``libnuma.so``, then ``libnuma.so.1``), or None; the adapters' ``get_libnuma``."""
+    import ctypes
+
+    for name in ("libnuma.so", "libnuma.so.1"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError as e:
+            logger.debug("%s cannot be opened: %s", name, e)
+    return None
+
+
 def _visibility(env: Mapping[str, str]) -> tuple[tuple[str, str | None], ...]:
     return tuple((name, env.get(name)) for name in VISIBILITY_VARS)
 

@@ -47,6 +47,7 @@ from . import (
     bind_children,
     current_topology,
     forward_warnings,
+    open_libnuma,
     plan_from_numactl_args,
     probe_plan,
     refresh_topology,
@@ -124,12 +125,7 @@ def get_libnuma() -> ctypes.CDLL | None:
 
     For code that imports it from here; numabind binds through its own backends.
     """
-    for name in ("libnuma.so", "libnuma.so.1"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError as e:
-            logger.debug("%s cannot be opened: %s", name, e)
-    return None
+    return open_libnuma(logger)
 
 
 def _can_set_mempolicy() -> bool:

@@ -47,6 +47,7 @@ from . import (
     NumaBindingUnavailable,
     bind_children,
     current_topology,
+    open_libnuma,
     plan_from_numactl_args,
     probe_plan,
     refresh_topology,
@@ -106,12 +107,7 @@ def get_libnuma() -> ctypes.CDLL | None:
     For code that imports it from here; numabind itself binds through its
     own backends and never uses this handle.
     """
-    for name in ("libnuma.so", "libnuma.so.1"):
-        try:
-            return ctypes.CDLL(name)
-        except OSError as e:
-            logger.debug("%s cannot be opened: %s", name, e)
-    return None
+    return open_libnuma(logger)
 
 
 def _get_mempolicy() -> int | None:
