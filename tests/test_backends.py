@@ -291,7 +291,8 @@ def test_numactl_backend_command_prefix_binds_the_child(policy, nodes, opt):
     be, _ = get_backend("numactl")
     plan = Plan(cpus={CPU_B}, mem_policy=policy, mem_nodes=nodes)
     prefix = be.command_prefix(plan)
-    assert prefix == [WRAPPER, f"--numactl={os.path.abspath(NUMACTL)}", f"--physcpubind={CPU_B}", opt, "--"]
+    assert prefix == [WRAPPER, f"--numactl={os.path.abspath(NUMACTL)}", f"--mark={plan.to_text()}",
+                      f"--physcpubind={CPU_B}", opt, "--"]
     cp = subprocess.run(prefix + [sys.executable, "-c", REPORT], capture_output=True, text=True,
                         env=child_env(), timeout=60)
     assert cp.returncode == 0, cp.stderr

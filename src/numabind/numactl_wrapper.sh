@@ -4,10 +4,14 @@
 # every option word is checked against a short allow-list before numactl runs,
 # and nothing is taken from the environment.
 #
-#   numactl_wrapper.sh [--numactl=/abs/path/numactl] [numactl options] -- command [args...]
+#   numactl_wrapper.sh [--numactl=/abs/path/numactl] [--mark=PLAN] [numactl options] -- command [args...]
 #
 # --numactl names the binary the numactl backend checked (it always passes it);
-# without it, numactl is looked up on PATH.
+# without it, numactl is looked up on PATH. --mark (numabind's plan text,
+# v1;cpus=...;mem=...) sets _NUMABIND_BOUND=<pid>|PLAN|numactl in the command's
+# environment, so numabind stat knows numabind bound it (exec keeps the pid;
+# "numactl": what numactl applied is not known here). The value is checked
+# against the plan text's few characters and only ever assigned, never evaluated.
 set -eu
 
 fail() {
@@ -44,6 +48,22 @@ case "${1-}" in
         ;;
 esac
 
+mark=""
+case "${1-}" in
+    --mark=*)
+        mark=${1#--mark=}
+        shift
+        case "$mark" in
+            v1\;cpus=*\;mem=*) ;;
+            *) fail "refusing --mark (expected numabind's plan text, v1;cpus=...;mem=...)" ;;
+        esac
+        case "$mark" in
+            *[!abcdefghijklmnopqrstuvwxyz0123456789=:,\;-]*)
+                fail "refusing --mark (a character numabind's plan text does not hold)" ;;
+        esac
+        ;;
+esac
+
 opts=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -53,5 +73,9 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || fail "no command given after '--'"
 set -f
+if [ -n "$mark" ]; then
+    _NUMABIND_BOUND="$$|$mark|numactl"
+    export _NUMABIND_BOUND
+fi
 # shellcheck disable=SC2086  # opts holds checked words only, split on purpose
 exec "$numactl" $opts -- "$@"

@@ -12,11 +12,15 @@ at ``/``), for any process this one may inspect:
   (``mbind``) or else the policy of the process's main thread (``set_mempolicy``); no kernel
   interface reads another process's policy apart from that (``get_mempolicy`` reads the caller's
   only), so :attr:`Locality.mem_policy` is read for this process's calling thread alone;
-* whether numabind bound it: a process started by ``numabind run`` or :func:`numabind.wrap_command`
-  carries ``_NUMABIND_BOUND=<pid>|<requested plan>|<applied plan>`` in the environment it was exec'd
-  with (``/proc/PID/environ``), trusted only when the pid is its own (not a parent's); a
-  process bound at birth in-process (``configure_subprocess``, ``bound``, ``pool_plans``) knows it
-  itself (:func:`numabind.birth_report`), which only ``locality()`` of that very process can read.
+* whether numabind bound it (:attr:`Locality.bound`, whose ``source`` says which of these it was read
+  from): a process started by ``numabind run`` or :func:`numabind.wrap_command` carries
+  ``_NUMABIND_BOUND=<pid>|<requested plan>|<applied plan>`` in the environment it was exec'd with
+  (``/proc/PID/environ``), trusted only when the pid is its own (not a parent's); through the numactl
+  wrapper the applied field is ``numactl`` (numactl applies the plan after the marker is set, so what
+  it applied is not known there). A process bound at birth in-process (``configure_subprocess``,
+  ``bound``, ``pool_plans``) knows it itself (:func:`numabind.birth_report`) and leaves a runtime
+  record that other processes of its user read (:mod:`numabind.records`). The exec marker wins over
+  a record.
 
 Nothing here raises because of the process: one that does not exist, exits while being read, or
 may not be read (another user's: ``numa_maps`` needs ptrace access), and a kernel without
@@ -64,8 +68,10 @@ class ThreadPlacement(Value):
 
 
 class BoundBy(Value):
-    """How numabind bound a process: ``source`` says where this was read, ``requested`` is the plan asked
-    for and ``applied`` what the kernel held right after binding (None when not recorded)."""
+    """How numabind bound a process: ``source`` says where this was read (the exec marker, the numactl
+    wrapper's marker, this process's birth report or a runtime record), ``requested`` is the plan asked
+    for and ``applied`` what the kernel held right after binding (None when not recorded: through
+    numactl, which applies the plan after the marker is set)."""
 
     __slots__ = ("source", "requested", "applied")
     source: str
@@ -289,8 +295,16 @@ class Locality(Value):
 
 
 # ----------------------------------------------------------------------------- reading
-def _bound_by(pid: int, me: bool) -> BoundBy | None:
-    """What numabind recorded about binding ``pid``: this process's birth report, else the exec marker."""
+#: BoundBy.source of each way numabind records a binding.
+SOURCE_EXEC = "numabind run / wrap_command (its environment at exec)"
+SOURCE_NUMACTL = ("numabind run / wrap_command through numactl (its environment at exec; applied by numactl, "
+                  "not read back)")
+_NUMACTL_APPLIED = "numactl"      # the applied field of the numactl wrapper's marker
+
+
+def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
+    """What numabind recorded about binding ``pid``: this process's birth report, else the exec marker,
+    else the runtime record of a child bound at birth (:mod:`numabind.records`)."""
     if me and "numabind.process.reports" in sys.modules:   # no birth report without that module loaded
         from .process.reports import birth_report
 
@@ -298,15 +312,28 @@ def _bound_by(pid: int, me: bool) -> BoundBy | None:
         if birth is not None and birth.report is not None:
             return BoundBy(f"birth report ({birth.start_method})", birth.report.requested, birth.report.applied)
     marker = live.environ_value(pid, _BOUND_ENV)
-    if not marker:
+    if marker:
+        owner, _, rest = marker.partition("|")
+        requested, _, applied = rest.partition("|")
+        if owner == str(pid):    # else inherited from a parent that numabind bound: not this process's binding
+            try:
+                if applied == _NUMACTL_APPLIED:
+                    return BoundBy(SOURCE_NUMACTL, Plan.from_text(requested), None)
+                return BoundBy(SOURCE_EXEC, Plan.from_text(requested), Plan.from_text(applied) if applied else None)
+            except NumabindError:
+                pass
+    from .records import read_record
+
+    rec = read_record(pid, started)
+    if rec is None:
         return None
-    owner, _, rest = marker.partition("|")
-    requested, _, applied = rest.partition("|")
-    if owner != str(pid):
-        return None          # inherited from a parent that numabind bound: not this process's binding
+    method, wanted, held = rec.get("start_method"), rec.get("requested"), rec.get("applied")
+    if not isinstance(method, str) or not method.isidentifier() or not isinstance(wanted, str) or \
+            not (held is None or isinstance(held, str)):
+        return None
     try:
-        return BoundBy("numabind run / wrap_command (its environment at exec)", Plan.from_text(requested),
-                       Plan.from_text(applied) if applied else None)
+        return BoundBy(f"runtime record ({method})", Plan.from_text(wanted),
+                       None if held is None else Plan.from_text(held))
     except NumabindError:
         return None
 
@@ -376,4 +403,4 @@ def locality(pid: int | None = None, *, pages: NodePages | None = None) -> Local
         error = f"its threads could not be read (/proc/{pid}/task)"
     return Locality(pid, name=name, error=error, pages=pages, cpus=allowed, cpu_nodes=_nodes_of(allowed, node_cpus),
                     threads=tuple(threads), mems_allowed=mems, mem_policy=_own_policy() if me else None,
-                    bound=_bound_by(pid, me))
+                    bound=_bound_by(pid, me, started))

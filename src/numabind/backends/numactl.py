@@ -113,7 +113,9 @@ class NumactlBackend(AffinityOnlyBackend):
         return 0
 
     def command_prefix(self, plan: Plan) -> list[str]:
-        return [WRAPPER, f"--numactl={self.numactl}", *plan.to_numactl_argv(), "--"]
+        """The wrapper's argv: the numactl binary checked here, the plan's text for the command's
+        ``_NUMABIND_BOUND`` marker (``numabind stat``), the plan as numactl options, ``--``."""
+        return [WRAPPER, f"--numactl={self.numactl}", f"--mark={plan.to_text()}", *plan.to_numactl_argv(), "--"]
 
 
 def parse_numactl_show(text: str) -> tuple[str, frozenset[int]]:

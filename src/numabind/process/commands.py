@@ -40,7 +40,7 @@ class BoundCall(Value):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         report = bind_current(self.plan, strict=self.strict, threads=self.threads, backend=self.backend)
-        reports._set_birth(reports.ChildReport(os.getpid(), "call", report))
+        reports._set_birth(reports.ChildReport(os.getpid(), "call", report))   # and its runtime record
         return self.fn(*args, **kwargs)
 
 

@@ -118,8 +118,11 @@ def _spawnv_passfds(path: bytes, args: Sequence[str], passfds: Sequence[int]) ->
         return _orig_spawnv(path, args, passfds)
     with bind_thread(entry.plan, strict=entry.strict, backend=entry.backend) as report:
         pid = _orig_spawnv(path, args, passfds)
+    # The child holds this thread's binding from birth on but runs no numabind code for it: its
+    # runtime record (for numabind stat) is written here, under its pid and start time.
+    birth = reports._with_record(ChildReport(pid, "spawn", report))
     if entry.known is not None:
-        entry.known[pid] = ChildReport(pid, "spawn", report)
+        entry.known[pid] = birth
     return pid
 
 
@@ -163,8 +166,8 @@ def _after_fork_child() -> None:
         with contextlib.suppress(OSError):
             os.write(2, text.encode(errors="replace"))
         os._exit(1)
-    reports._set_birth(ChildReport(pid, "fork", report))
-    reports._write_report(entry.report_dir, reports._record(pid, "fork", report, None))
+    birth = reports._set_birth(ChildReport(pid, "fork", report))   # with its runtime record
+    reports._write_report(entry.report_dir, birth.to_dict())
     for outer in st:  # the child is bound now; its own children are born from it
         outer.pid = -1
 

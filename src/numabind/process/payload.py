@@ -60,8 +60,8 @@ def _child_bind(text: str, strict: Strictness, backend: str | None, threads: str
         reports._write_report(report_dir, reports._record(pid, method, None, f"{type(e).__name__}: {e}"))
         raise BirthBindError(f"{method} child {pid} could not be bound at birth to "
                              f"{plan.describe()} ({strict_label(strict)}): {e}") from e
-    reports._set_birth(reports.ChildReport(pid, method, report))
-    reports._write_report(report_dir, reports._record(pid, method, report, None))
+    birth = reports._set_birth(reports.ChildReport(pid, method, report))   # with its runtime record
+    reports._write_report(report_dir, birth.to_dict())
     return "bound"
 
 

@@ -110,7 +110,7 @@ def _claim_and_bind(table: _SlotTable) -> None:
     plan = Plan.from_text(table.texts[slot % len(table.texts)])
     report = bind_current(plan, strict=table.strict, backend=table.backend)
     _slot = (slot, plan)
-    reports._set_birth(reports.ChildReport(os.getpid(), "pool", report))
+    reports._set_birth(reports.ChildReport(os.getpid(), "pool", report))   # and its runtime record
     log.info("pool worker %d took slot %d: %s", os.getpid(), slot, plan.describe())
 
 

@@ -92,9 +92,28 @@ def birth_report() -> ChildReport | None:
     return _birth
 
 
-def _set_birth(report: ChildReport) -> None:
+def _set_birth(report: ChildReport) -> ChildReport:
+    """Keep what this child was bound to at birth (:func:`birth_report`) and write its runtime record
+    (:mod:`numabind.records`), so that ``numabind stat`` in other processes sees it too. Returns the
+    report, with a note when the record could not be written (the binding stands)."""
     global _birth
+    report = _with_record(report)
     _birth = report
+    return report
+
+
+def _with_record(report: ChildReport) -> ChildReport:
+    """Write the runtime record of ``report`` (of process ``report.pid``); a failure is a note in the
+    returned report, never an error."""
+    bind = report.report
+    if bind is None:
+        return report
+    from ..records import write_record
+
+    why = write_record(report.pid, report.start_method, bind.requested.to_text(), bind.applied.to_text())
+    if why is None:
+        return report
+    return report.replace(report=bind.replace(notes=(*bind.notes, why)))
 
 
 class ChildBindings:
