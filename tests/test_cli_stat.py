@@ -339,3 +339,83 @@ def test_per_node_totals_match_numastat(bound_worker):
     ours = {int(n): c * d["page_size"] / (1 << 20) for n, c in d["pages"]["total"].items()}
     for n, mib in theirs.items():      # the same pages, to numastat's two decimals
         assert abs(mib - ours.get(n, 0.0)) <= 0.01, (n, theirs, ours)
+
+
+# ----------------------------------------------------------------------------- how numabind bound it
+def test_a_command_started_through_numactl_shows_its_requested_plan():
+    """numabind run --backend numactl execs the numactl wrapper, which marks the command with the plan asked
+    for; what numactl applied is not known there, and stat says so (and shows the affinity it reads)."""
+    import shutil
+
+    if shutil.which("numactl") is None:
+        pytest.skip("numactl is not installed (Debian package numactl): the numactl backend cannot run")
+    _, cpu = _node_with_cpus()
+    with Worker(sys.executable, "-m", "numabind", "run", "--backend", "numactl", "-C", str(cpu), "--") as w:
+        cp = stat(str(w.pid))
+        cj = stat("--json", str(w.pid))
+    assert cp.returncode == 0 and cj.returncode == 0, cp.stderr + cj.stderr
+    [lines] = blocks(cp.stdout).values()
+    assert f"bound by numabind: cpus {cpu}, memory unchanged" in lines[0]
+    assert "through numactl" in lines[0] and "applied by numactl, not read back" in lines[0]
+    assert f"  cpus {cpu} (nodes" in lines[1]
+    [d] = json.loads(cj.stdout)
+    assert d["bound"]["requested"] == f"v1;cpus={cpu};mem=-;migrate=0" and d["bound"]["applied"] is None
+    assert "through numactl" in d["bound"]["source"] and d["cpus"] == str(cpu)
+
+
+def test_a_fork_child_bound_at_birth_shows_its_runtime_record(tmp_path):
+    """A child bound at birth in-process (configure_subprocess, fork) is shown with its plan and the source."""
+    from numabind.plan import Plan
+    from tests.test_residency import BirthChild
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    node, cpu = _node_with_cpus()
+    with BirthChild(tmp_path, "fork", Plan(cpus={cpu}, mem_policy="bind", mem_nodes={node}),
+                    XDG_RUNTIME_DIR=str(run)) as c:
+        cp = subprocess.run([sys.executable, "-m", "numabind", "stat", str(c.pid)], capture_output=True, text=True,
+                            env=c.env, cwd=ROOT, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    [lines] = blocks(cp.stdout).values()
+    assert f"bound by numabind: cpus {cpu}, memory bind {node} [runtime record (fork)]" in lines[0]
+
+
+HOSTILE_MARKS = ["v1;cpus=0;mem=-;migrate=0$(touch {m})", "v1;cpus=0;mem=-;migrate=0`touch {m}`",
+                 "v1;cpus=0;mem=-;migrate=0|touch {m}", "v1;cpus=0;mem=-;migrate=0\ntouch {m}",
+                 "v1;cpus=0;mem=-;migrate=0 {m}", "v1;cpus=0;mem=-;migrate=0;\"{m}\"", "touch {m}", ""]
+
+
+@pytest.mark.parametrize("mark", HOSTILE_MARKS, ids=[repr(m)[:40] for m in HOSTILE_MARKS])
+def test_the_numactl_wrapper_refuses_a_mark_that_is_not_plan_text(mark, tmp_path):
+    """The wrapper's --mark value only ever lands in _NUMABIND_BOUND, and anything but plan text is refused."""
+    import shutil
+
+    from numabind.backends.numactl import WRAPPER
+
+    numactl = shutil.which("numactl")
+    if numactl is None:
+        pytest.skip("numactl is not installed (Debian package numactl): the wrapper cannot run")
+    ran = tmp_path / "ran"
+    cp = subprocess.run([WRAPPER, f"--numactl={numactl}", "--mark=" + mark.format(m=ran),
+                         f"--physcpubind={min(os.sched_getaffinity(0))}", "--", "/usr/bin/touch", str(ran)],
+                        capture_output=True, text=True, env=child_env(), timeout=60)
+    assert cp.returncode == 127, (cp.returncode, cp.stderr)
+    assert "numabind numactl wrapper: refusing --mark" in cp.stderr
+    assert not ran.exists()
+
+
+def test_the_numactl_wrapper_marks_the_command_with_its_own_pid():
+    import shutil
+
+    from numabind.backends.numactl import WRAPPER
+
+    numactl = shutil.which("numactl")
+    if numactl is None:
+        pytest.skip("numactl is not installed (Debian package numactl): the wrapper cannot run")
+    text = f"v1;cpus={min(os.sched_getaffinity(0))};mem=-;migrate=0"
+    code = "import os; print(os.getpid(), os.environ['_NUMABIND_BOUND'])"
+    cp = subprocess.run([WRAPPER, f"--numactl={numactl}", f"--mark={text}", "--", sys.executable, "-c", code],
+                        capture_output=True, text=True, env=child_env(_NUMABIND_BOUND="1|inherited|x"), timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    pid, marker = cp.stdout.split()
+    assert marker == f"{pid}|{text}|numactl"

@@ -431,3 +431,222 @@ def test_a_command_started_by_wrap_command_is_recognised():
         p.wait(timeout=60)
     assert loc.ok and loc.bound is not None and loc.bound.requested == plan
     assert loc.cpus == {cpu}
+
+
+# ----------------------------------------------------------------------------- runtime records (numabind.records)
+# A parent that starts one child bound at birth in the way named by argv[1] (the child's own
+# pid-reporting target, then waiting), prints the child's pid and its birth report's notes as JSON, then
+# waits on stdin. The plan comes in as plan text (argv[2]).
+BIRTH_PARENT = '''
+import json, multiprocessing, os, sys
+from concurrent.futures import ProcessPoolExecutor
+import numabind
+from numabind.process import configure_subprocess
+
+def child(q, ev):
+    birth = numabind.birth_report()      # None in a spawn child bound by inheritance: its parent knows
+    q.put((os.getpid(), None if birth is None else list(birth.report.notes)))
+    ev.wait(300)
+
+def pool_pid():
+    return os.getpid(), list(numabind.birth_report().report.notes)
+
+if __name__ == "__main__":
+    how, plan = sys.argv[1], numabind.Plan.from_text(sys.argv[2])
+    if how == "pool":
+        ex = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), **numabind.pool_plans([plan], 1))
+        pid, notes = ex.submit(pool_pid).result(timeout=120)
+        print(json.dumps({"pid": pid, "notes": notes}), flush=True)
+        sys.stdin.read()
+        ex.shutdown()
+        sys.exit(0)
+    ctx = multiprocessing.get_context("spawn" if how == "call" else how)
+    q, ev = ctx.Queue(), ctx.Event()
+    if how == "call":
+        p = ctx.Process(target=numabind.bound(plan, child), args=(q, ev))
+        p.start()
+    else:
+        with configure_subprocess(plan) as handle:
+            p = ctx.Process(target=child, args=(q, ev))
+            p.start()
+    pid, notes = q.get(timeout=120)
+    if how != "call":
+        notes = list(handle.report(pid).report.notes)
+    print(json.dumps({"pid": pid, "notes": notes}), flush=True)
+    sys.stdin.read()
+    ev.set()
+    p.join(60)
+'''
+
+
+class BirthChild:
+    """A parent (BIRTH_PARENT) holding one child bound at birth ``how``; ``pid`` is the child's."""
+
+    def __init__(self, tmp_path, how: str, plan: Plan, **env: str) -> None:
+        script = tmp_path / "birth_parent.py"       # a file: spawn children re-import the main module
+        script.write_text(BIRTH_PARENT)
+        self.env = child_env(**env)
+        self.proc = subprocess.Popen([sys.executable, str(script), how, plan.to_text()], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=self.env, cwd=ROOT)
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait(timeout=60)
+            pytest.fail(f"the {how} parent exited with {self.proc.returncode} before reporting its child")
+        out = json.loads(line)
+        self.pid, self.notes = out["pid"], out["notes"]
+
+    def __enter__(self) -> BirthChild:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=120)
+
+
+@pytest.fixture
+def runtime_dir(tmp_path):
+    """A private XDG_RUNTIME_DIR: the children's records go to <it>/numabind."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    return run
+
+
+def _stat_json(pid: int, env: dict) -> dict:
+    cp = subprocess.run([sys.executable, "-m", "numabind", "stat", "--json", str(pid)], capture_output=True,
+                        text=True, env=env, cwd=ROOT, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    [d] = json.loads(cp.stdout)
+    return d
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("how", ["spawn", "forkserver", "fork", "call", "pool"])
+def test_a_child_bound_at_birth_is_shown_from_another_process(how, tmp_path, runtime_dir):
+    """configure_subprocess's spawn/forkserver/fork children, a bound() call and a pool_plans worker each
+    leave a runtime record: locality() here (another process) and numabind stat --json show their plan."""
+    node, cpu = _node_with_cpus()
+    plan = Plan(cpus={cpu}, mem_policy="bind", mem_nodes={node})
+    with BirthChild(tmp_path, how, plan, XDG_RUNTIME_DIR=str(runtime_dir)) as c:
+        loc = locality(c.pid)
+        d = _stat_json(c.pid, c.env)
+        start = live.start_time(c.pid)
+    assert c.notes == []                                   # the record was written: no note about it
+    assert (runtime_dir / "numabind" / f"{c.pid}.{start}.json").is_file()
+    assert oct((runtime_dir / "numabind").stat().st_mode & 0o777) == oct(0o700)
+    assert loc.bound is not None, loc
+    assert loc.bound.source == f"runtime record ({how})"
+    assert loc.bound.requested == plan
+    assert loc.bound.applied is not None and loc.bound.applied.cpus == {cpu}
+    assert loc.cpus == {cpu}
+    assert d["pid"] == c.pid and d["bound"]["source"] == f"runtime record ({how})"
+    assert d["bound"]["requested"] == plan.to_text()
+
+
+@pytest.mark.kernel
+def test_the_exec_marker_wins_over_a_record(tmp_path, runtime_dir):
+    """A process with both (here: a record planted for a numabind run child) is shown by its marker."""
+    node, cpu = _node_with_cpus()
+    with Worker(sys.executable, "-m", "numabind", "run", "-C", str(cpu), "--") as w:
+        _plant(runtime_dir, w.pid, live.start_time(w.pid), Plan(cpus={cpu}, mem_policy="bind", mem_nodes={node}))
+        loc = locality(w.pid)
+    assert loc.bound is not None and loc.bound.source.startswith("numabind run")
+    assert loc.bound.requested == Plan(cpus={cpu})
+
+
+def _plant(runtime_dir, pid: int, start: int, plan: Plan, inside: dict | None = None) -> None:
+    """Write a record by hand, as numabind.records would (``inside`` changes fields of its content)."""
+    d = runtime_dir / "numabind"
+    d.mkdir(mode=0o700, exist_ok=True)
+    rec = {"numabind_record": 1, "pid": pid, "start_time": start, "start_method": "fork",
+           "requested": plan.to_text(), "applied": plan.to_text(), **(inside or {})}
+    (d / f"{pid}.{start}.json").write_text(json.dumps(rec))
+
+
+@pytest.mark.kernel
+def test_a_stale_record_is_ignored(runtime_dir, monkeypatch):
+    """Records of another start time of the same pid (a reused pid), or naming another pid, are not this
+    process's binding."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
+    plan = Plan(cpus={min(os.sched_getaffinity(0))})
+    with Worker() as w:
+        start = live.start_time(w.pid)
+        _plant(runtime_dir, w.pid, start + 1, plan)                        # its pid, an older process's start
+        assert locality(w.pid).bound is None
+        _plant(runtime_dir, w.pid, start, plan, {"pid": w.pid + 1})           # its name, another pid inside
+        assert locality(w.pid).bound is None
+        _plant(runtime_dir, w.pid, start, plan, {"start_time": start + 1})    # its name, another start inside
+        assert locality(w.pid).bound is None
+        _plant(runtime_dir, w.pid, start, plan)                            # the real thing is read
+        assert locality(w.pid).bound is not None
+
+
+@pytest.mark.kernel
+def test_a_write_prunes_records_of_processes_that_are_gone(tmp_path, runtime_dir):
+    plan = Plan(cpus={min(os.sched_getaffinity(0))})
+    for k in range(5):
+        _plant(runtime_dir, NO_SUCH_TID, 1000 + k, plan)
+    (runtime_dir / "numabind" / f".{NO_SUCH_TID}.7.abcdef.tmp").write_text("{")   # a writer that died
+    (runtime_dir / "numabind" / "not-a-record").write_text("kept")
+    with BirthChild(tmp_path, "fork", plan, XDG_RUNTIME_DIR=str(runtime_dir)) as c:
+        names = sorted(p.name for p in (runtime_dir / "numabind").iterdir())
+        start = live.start_time(c.pid)
+    assert names == sorted([f"{c.pid}.{start}.json", "not-a-record"]), names
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("unsafe", ["symlink", "group-writable", "world-writable", "a file"])
+def test_an_unsafe_runtime_dir_is_refused_and_the_bind_stands(unsafe, tmp_path, runtime_dir):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    target = runtime_dir / "numabind"
+    if unsafe == "symlink":
+        target.symlink_to(elsewhere)
+    elif unsafe == "a file":
+        target.write_text("")
+    else:
+        target.mkdir()
+        target.chmod(0o770 if unsafe == "group-writable" else 0o777)
+    cpu = min(os.sched_getaffinity(0))
+    with BirthChild(tmp_path, "fork", Plan(cpus={cpu}), XDG_RUNTIME_DIR=str(runtime_dir)) as c:
+        loc = locality(c.pid)
+    assert loc.cpus == {cpu}                               # bound all the same
+    assert loc.bound is None
+    assert len(c.notes) == 1 and c.notes[0].startswith("no runtime record written for numabind stat: "), c.notes
+    assert not list(elsewhere.iterdir())
+    if unsafe in ("group-writable", "world-writable"):
+        assert not list(target.iterdir())
+
+
+@pytest.mark.kernel
+def test_no_record_opt_out_writes_nothing(tmp_path, runtime_dir):
+    cpu = min(os.sched_getaffinity(0))
+    with BirthChild(tmp_path, "fork", Plan(cpus={cpu}), XDG_RUNTIME_DIR=str(runtime_dir),
+                    NUMABIND_NO_RECORD="1") as c:
+        loc = locality(c.pid)
+    assert loc.cpus == {cpu} and loc.bound is None and c.notes == []
+    assert not (runtime_dir / "numabind").exists()
+
+
+def test_the_runtime_dir_follows_xdg_runtime_dir_when_usable(tmp_path, monkeypatch):
+    from numabind import records
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert records.record_dir() == str(tmp_path / "numabind")
+    for unusable in (str(tmp_path / "missing"), "relative/dir", ""):
+        monkeypatch.setenv("XDG_RUNTIME_DIR", unusable)
+        assert records.record_dir() == f"/dev/shm/numabind-{os.geteuid()}"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert records.record_dir() == f"/dev/shm/numabind-{os.geteuid()}"
+
+
+def test_bind_current_in_this_process_writes_no_record(tmp_path, monkeypatch):
+    """Only birth bindings of children write records: a plain bind_current is left without I/O."""
+    from numabind import records
+
+    calls = []
+    monkeypatch.setattr(records, "write_record", lambda *a: calls.append(a))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    with numabind.bind_thread(Plan(cpus={min(os.sched_getaffinity(0))})):
+        pass
+    numabind.bind_current(Plan(cpus=frozenset(os.sched_getaffinity(0))))
+    assert calls == [] and not (tmp_path / "numabind").exists()
