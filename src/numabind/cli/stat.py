@@ -3,7 +3,10 @@
 For each process (:func:`numabind.residency.locality`): resident memory per node, in anonymous,
 file-backed and hugetlbfs mappings apart (like ``numastat -p``), the share that is remote to the
 nodes of the CPUs it may run on, per group of threads with the same CPUs, the memory policies its
-mappings show, and the plan numabind bound it with when numabind started it. A process that cannot
+mappings show, and the plan numabind bound it with when numabind started it (``numabind run``,
+``wrap_command``, the numactl wrapper: the marker in its exec environment) or bound it at birth
+(``configure_subprocess``, ``bound``, ``pool_plans``: its runtime record, :mod:`numabind.records`),
+with where that was read in brackets (``source`` in JSON). A process that cannot
 be read (gone, exited while being read, another user's, no ``numa_maps`` in this kernel) says why on
 its first line (``error`` in JSON) and the others are still shown; the exit status is 0 when every
 process was read in full, 1 otherwise (2 for a usage error).
