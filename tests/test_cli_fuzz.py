@@ -132,8 +132,9 @@ def expected(items) -> tuple[str, object]:
         return "exit2", [_names(*("--" + n for n in shaping))]
     if "gpu" in names:
         return "gpu", None
-    if not explicit:
-        return "exit2", [_names("give a binding")]
+    if not explicit:     # --migrate alone may be refused first for wanting a memory policy
+        alone = [_names("--migrate", "memory policy")] if "migrate" in names else []
+        return "exit2", [_names("give a binding"), *alone]
     usage, misfit = [], []                       # then the command line, whatever the machine; then the machine
     if "physcpubind" in names and "cpunodebind" in names:
         usage.append(_names("--physcpubind", "--cpunodebind"))

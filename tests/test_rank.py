@@ -455,6 +455,9 @@ def test_cli_run_gpu_from_rank_conflicts(capsys, extra, message):
 def test_cli_run_gpu_from_rank_without_a_rank(capsys):
     rc, _, err = run_main(capsys, "run", "--gpu-from-rank", "--", "true")
     assert rc == 1 and "no local rank in the environment" in err     # no plan: numabind run's exit 1
+    for extra in ((), ("--json",)):                                   # plan says the same, with the same status
+        rc, _, err = run_main(capsys, "plan", "--gpu-from-rank", *extra)
+        assert rc == 1 and "no local rank in the environment" in err and err.count("numabind: error:") == 1
 
 
 def test_cli_run_refuses_a_replayed_root_unless_asked(capsys, monkeypatch, tmp_path):

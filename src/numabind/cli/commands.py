@@ -397,8 +397,14 @@ def _place_rank(args: argparse.Namespace, within: frozenset[int] | None = None) 
 
 
 def _cmd_plan_rank(args: argparse.Namespace) -> int:
-    """``numabind plan --gpu-from-rank [--json]``: the rank's plan, not applied; exit 1 when it was not placed."""
-    placed = _place_rank(args)
+    """``numabind plan --gpu-from-rank [--json]``: the rank's plan, not applied; exit 1 when it was not placed
+    (also without a rank in the environment: no plan, as ``numabind run --gpu-from-rank`` says)."""
+    try:
+        placed = _place_rank(args)
+    except UsageError:
+        raise
+    except NumabindError as e:
+        raise CliError(str(e), NOT_APPLIED) from None
     if args.json:
         print(json.dumps(placed.to_dict(), indent=2, sort_keys=True))
     else:
