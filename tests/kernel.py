@@ -190,6 +190,11 @@ class Parked:
         self.release.set()
         for t in self._threads:
             t.join(timeout=10)
+        # join() returns once Python is done with a thread, a moment before the kernel drops it from
+        # /proc/self/task: wait for that too, so the next test does not meet an exiting thread
+        deadline = time.monotonic() + 10
+        while set(self.tids) & {int(t) for t in os.listdir("/proc/self/task")} and time.monotonic() < deadline:
+            time.sleep(0.001)
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
