@@ -185,7 +185,10 @@ def test_preferred_to_a_full_node_falls_back_without_oom(vm_topology):
     print(f"item 4, preferred 1: node 1 free {free_before >> 20} MiB -> {free_full >> 20} MiB after filling; "
           f"96 MiB with room: {probe.fmt_shares(roomy['move_pages'])}; with node 1 full: "
           f"{probe.fmt_shares(full['move_pages'])} ({elsewhere:.1f}% fell back, no OOM)")
-    assert elsewhere >= 50.0
+    # node 1 had free_full bytes left: what did not fit fell back (the kernel may reclaim some cache on node 1
+    # first, hence the slack; without the fallback the child would have been OOM-killed or all on node 1)
+    must_fall_back = 100.0 * (size - free_full - 32 * MIB) / size
+    assert elsewhere >= max(10.0, must_fall_back), (elsewhere, must_fall_back)
 
 
 def _bind_memory_only(node: int, size: int) -> dict:
