@@ -33,11 +33,11 @@ _chosen: dict[str | None, tuple[Backend, str]] = {}   # get_backend's answers, u
 
 def _construct(name: str) -> Backend:
     if name == "libnuma":
-        from .libnuma import LibnumaBackend
+        from ._native import LibnumaBackend
 
         return LibnumaBackend()
     if name == "syscall":
-        from .syscall import SyscallBackend
+        from ._native import SyscallBackend
 
         return SyscallBackend()
     if name == "numactl":

@@ -1,7 +1,9 @@
-"""Shared implementation of the two cffi backends (libnuma and raw syscalls).
+"""The two backends over the compiled core: ``libnuma`` and ``syscall``.
 
 They differ only in which C functions they call: ``nb_sys_*`` (raw
-``syscall()``) or ``nb_numa_*`` (the same calls inside a dlopen'd libnuma).
+``syscall()``: :class:`SyscallBackend`) or ``nb_numa_*`` (the same calls inside
+libnuma.so.1, opened at run time with dlopen(): :class:`LibnumaBackend`). Both
+live in this one module, so a bind imports one backend module whichever it uses.
 Masks are sized from the kernel's possible CPUs and nodes (:mod:`numabind.live`)
 and kept per id set, so binding the same plan again allocates nothing.
 """
@@ -16,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .. import live
 from ..cpulist import ids_to_words, words_to_ids
-from ..errors import BindError
+from ..errors import BindError, NumabindError
 from .base import (
     MPOL_MODES,
     WALK_ONLY_CALLER,
@@ -28,6 +30,9 @@ from .base import (
     decode,
     policy_of,
 )
+
+
+__all__ = ["LIBNUMA_SONAME", "LibnumaBackend", "NativeBackend", "SyscallBackend", "load_native"]
 
 
 def load_native() -> Any:
@@ -268,3 +273,50 @@ class NativeBackend(Backend):
         rc = self._fn["migrate_pages"](pid, bits + 1, old, new)
         return self._check(rc, "migrate_pages", f"pid {pid} from nodes {sorted(from_nodes)} to {sorted(to_nodes)}")
 
+
+class SyscallBackend(NativeBackend):
+    """The ``syscall`` backend: raw system calls through numabind._native; no libnuma."""
+
+    name = "syscall"
+    prefix = "nb_sys_"
+
+
+#: The soname opened; ``_NUMABIND_LIBNUMA`` overrides it (tests use it to
+#: simulate a machine without libnuma). Only a bare library file name is
+#: accepted: a path would let the environment choose code to load.
+LIBNUMA_SONAME = "libnuma.so.1"
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+-")
+
+
+def _bare_soname(name: str) -> bool:
+    """``lib<name>.so`` with optional ``.<digits>`` version parts, nothing else (no path, no space)."""
+    stem, dot_so, version = name.partition(".so")
+    if not (dot_so and stem.startswith("lib") and len(stem) > 3 and all(c in _NAME_CHARS for c in stem[3:])):
+        return False
+    return version == "" or (version.startswith(".") and all(p.isascii() and p.isdigit()
+                                                             for p in version[1:].split(".")))
+
+
+class LibnumaBackend(NativeBackend):
+    name = "libnuma"
+    prefix = "nb_numa_"
+
+    def __init__(self) -> None:
+        super().__init__()
+        soname = os.environ.get("_NUMABIND_LIBNUMA", LIBNUMA_SONAME)
+        if not _bare_soname(soname):
+            raise NumabindError(
+                f"_NUMABIND_LIBNUMA={soname[:100]!r} is not a bare shared-library name like "
+                f"'libnuma.so.1'; refusing to load it (unset the variable)"
+            )
+        err = self.ffi.new("char[]", 512)
+        if self.lib.nb_numa_load(soname.encode(), err, 512) != 0:
+            raise NumabindError(f"cannot load {soname}: {self.ffi.string(err).decode(errors='replace')}")
+        if self.lib.nb_numa_available() < 0:
+            raise NumabindError(f"{soname} loaded, but numa_available() says this kernel has no NUMA support")
+
+    def _setaff(self, tid: int, bits: int, mask: Any) -> int:
+        return self.lib.nb_numa_sched_setaffinity(tid, bits, mask)  # type: ignore[no-any-return]
+
+    def _getaff(self, tid: int, bits: int, mask: Any) -> int:
+        return self.lib.nb_numa_sched_getaffinity(tid, bits, mask)  # type: ignore[no-any-return]

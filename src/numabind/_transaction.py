@@ -1,0 +1,470 @@
+"""What :func:`numabind.bind.bind_current` does when the one-call path was not clean: the transaction.
+
+A :class:`Transaction` keeps the undo log of one bind, explains every refusal or difference from the
+kernel's limits (read only here), degrades step by step (hard bind, preferred, CPU only, nothing)
+with a WARNING per step, or rolls back and raises under ``strict=True``, and migrates pages last.
+A bind that the kernel applied exactly as asked never imports this module (``numabind run`` and a
+clean ``bind_current`` stay off it).
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+    from typing import Any
+
+    from ._env import Strictness
+    from .backends.base import Backend, BindCall, MemPolicyState, MemPolicySwap
+    from .limits import Limits
+    from .plan import Plan
+
+from . import _log, live
+from .backends.base import (
+    WALK_BOUND,
+    WALK_CHECK_FIRST,
+    WALK_DIFFERS,
+    WALK_LEFT_ALONE,
+    WALK_MATCHING,
+    WALK_STOP_ON_ERROR,
+    AffinityWalk,
+)
+from .bind import _plannable, _read_plan, _walk_all, _write_weights
+from .cpulist import format_cpulist
+from .errors import BindError, NumabindError, PlanError
+from .limits import narrow_cpus, narrow_nodes
+from .plan import format_weights
+
+__all__ = ["Transaction", "undo_walk", "walk_flags"]
+
+log = _log.getLogger("numabind.bind")   # its warnings are bind_current's
+
+
+class Transaction:
+    """One bind_current call: what was changed (the undo log), the degradations, the report under way."""
+
+    __slots__ = ("plan", "strict", "be", "warnings", "notes", "failures", "undo", "pages_migrated", "_limits",
+                 "mem_target", "cpu_target", "mem_now", "weights_now", "locality")
+
+    def __init__(self, plan: Plan, strict: Strictness, be: Backend) -> None:
+        self.plan, self.strict, self.be = plan, strict, be
+        self.warnings: list[str] = []
+        self.notes: list[str] = []
+        self.failures: list[NumabindError] = []    # every refusal that was degraded (strict="partial")
+        self.undo: list[Callable[[], None]] = []
+        self.pages_migrated: int | None = None
+        self._limits: Limits | None = None
+        self.mem_target: tuple[str, frozenset[int]] | None = None   # what was set, after the ladder
+        self.cpu_target: frozenset[int] | None = None
+        self.mem_now: tuple[str, frozenset[int]] | BindError | None = None   # read back right after the set
+        self.weights_now: Any = None     # the system's interleave weights, once read
+        self.locality: Any = None        # after migrate: where the pages are
+
+    def limits(self) -> Limits:
+        """The live limits, read the first time a refusal or a difference needs explaining."""
+        if self._limits is None:
+            self._limits = live.limits()
+        return self._limits
+
+    # -- degradation ------------------------------------------------------
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        log.warning("%s", message)
+
+    def fail(self, exc: NumabindError) -> None:
+        """In strict mode roll back and raise; otherwise the caller degrades."""
+        if self.strict is True:
+            self.rollback()
+            raise exc
+        self.failures.append(exc)
+
+    def check_partial(self) -> None:
+        """``strict="partial"``: roll back and raise when neither the CPUs nor any memory step is in force."""
+        plan = self.plan
+        if self.strict != "partial" or (plan.cpus is None and plan.mem_policy is None):
+            return
+        if self.cpu_target is not None or self.mem_target is not None:
+            return
+        self.rollback()
+        text = (f"nothing of the plan ({plan.describe()}) could be applied (strict='partial'): "
+                + "; ".join(self.warnings))
+        refused = next((e for e in self.failures if isinstance(e, BindError)), None)
+        if refused is not None:
+            raise BindError(refused.errno, refused.syscall, text)
+        raise PlanError(text)
+
+    def rollback(self) -> None:
+        for action in reversed(self.undo):
+            try:
+                action()
+            except BindError as e:  # a thread that exited meanwhile, typically
+                log.debug("rollback step failed: %s", e)
+        self.undo.clear()
+
+    # -- weighted interleave's system-wide weights ------------------------------
+    def system_weights(self, again: bool = False) -> Any:
+        """The live :class:`~numabind.topology.InterleaveWeights` (None: the kernel has none), read once."""
+        if self.weights_now is None or again:
+            self.weights_now = live.interleave_weights() or False
+        return self.weights_now or None
+
+    def apply_weights(self) -> None:
+        """``set_weights=True``: write the plan's weights that differ from the system's, undone on rollback."""
+        system = self.system_weights()
+        weights = self.plan.weights
+        if system is None or not weights:
+            return     # no weighted interleave here: the memory ladder says so
+        change = {n: w for n, w in weights.items() if system.weights.get(n) != w}
+        if not change:
+            return
+        unknown = frozenset(change) - frozenset(system.weights)
+        if unknown:
+            self.fail(PlanError(f"interleave weights: nodes {format_cpulist(unknown)} have no weight file in "
+                                f"/sys/kernel/mm/mempolicy/weighted_interleave"))
+            self.warn(f"interleave weights of nodes {format_cpulist(unknown)} not set: the kernel has no weight "
+                      f"file for them")
+            change = {n: w for n, w in change.items() if n not in unknown}
+            if not change:
+                return
+        old = {n: system.weights[n] for n in change}
+        try:
+            _write_weights(self.be, change, old)
+        except BindError as e:
+            self.fail(BindError(e.errno, e.syscall, f"{e.detail}; setting the system-wide interleave weights "
+                                                    f"needs root (CAP_SYS_ADMIN)"))
+            self.warn(f"{e}; the interleave weights stay {format_weights(old)}")
+            return
+        be, auto = self.be, system.auto
+        self.undo.append(lambda: _write_weights(be, old, change))
+        if auto and system.auto_name:
+            name = system.auto_name
+            self.undo.append(lambda: be.set_interleave_auto(name, True))
+            self.notes.append(f"writing the interleave weights switched the kernel's automatic weights off "
+                              f"(/sys/kernel/mm/mempolicy/weighted_interleave/{name} is now false; write true "
+                              f"there to get the weights from the firmware's bandwidth figures back)")
+        log.info("interleave weights set to %s (were %s; system-wide)", format_weights(change), format_weights(old))
+        self.notes.append(f"set the system-wide interleave weights {format_weights(change)} "
+                          f"(were {format_weights(old)}); they apply to every process that interleaves by weight")
+        self.system_weights(again=True)
+
+    def check_weights(self, policy: str | None, nodes: frozenset[int]) -> Any:
+        """Under weighted interleave: the system's weights of the plan's weighted nodes, for the report; a
+        plan whose weights differ from the system's is a degradation."""
+        if policy != "weighted-interleave":
+            return None
+        system = self.system_weights()
+        if system is None:
+            return None
+        wanted = self.plan.weights
+        in_force = {n: system.weights.get(n) for n in sorted(nodes)}
+        if not wanted:
+            self.notes.append("interleave weights (system-wide): " + ", ".join(
+                f"node {n}: {w if w is not None else '?'}" for n, w in in_force.items()))
+            return None
+        from ._util import FrozenMap
+
+        got = {n: system.weights.get(n) for n in wanted}
+        differ = {n: w for n, w in wanted.items() if got.get(n) != w}
+        if differ:
+            have = ", ".join(f"node {n}: {got.get(n) if got.get(n) is not None else 'none'}" for n in sorted(differ))
+            message = (f"interleave weights {format_weights(differ)} asked for, but the system's are {have} "
+                       f"(weights are system-wide, in /sys/kernel/mm/mempolicy/weighted_interleave; numabind "
+                       f"writes them only when asked: set_weights=True, numabind run --set-weights, as root); "
+                       f"pages are interleaved by the system's weights")
+            self.fail(PlanError(message))
+            self.warn(message)
+        return FrozenMap({n: w for n, w in got.items() if w is not None})
+
+    # -- memory -------------------------------------------------------------
+    def apply_memory(self, swap: MemPolicySwap | None = None) -> None:
+        """Set the plan's memory policy (``swap``: what :meth:`Backend.apply_all` did already)."""
+        plan, be = self.plan, self.be
+        policy = plan.mem_policy
+        if policy is None:
+            return
+        nodes = plan.mem_nodes or frozenset()
+        if not be.in_process_memory:
+            try:
+                be.set_mempolicy(policy, nodes)
+            except BindError as e:  # the backend's own explanation of why it cannot
+                self.fail(e)
+                self.warn(f"{e}; memory policy left unchanged")
+            return
+        if swap is None:
+            swap = be.swap_mempolicy(policy, nodes, need_old=self.strict is True)
+        old = swap.old
+        if swap.old_error is not None:
+            unread = swap.old_error
+            if self.strict is True:  # nothing has been changed yet: refuse rather than risk a change that cannot be undone
+                raise BindError(unread.errno, "get_mempolicy",
+                                f"the calling thread's memory policy cannot be read ({unread}), so a strict bind "
+                                f"could not be rolled back; nothing was changed") from None
+            self.notes.append(f"the old memory policy could not be read ({unread}); it could not have been "
+                              f"restored had a later step failed")
+            log.debug("cannot read the old memory policy: %s", unread)
+        if swap.set_error is not None:
+            self._memory_ladder(old, swap.set_error)
+            return
+        self._set(old, policy, nodes)
+        self.mem_now = swap.now if swap.now is not None else swap.now_error
+
+    def _set(self, old: MemPolicyState | None, policy: str, nodes: frozenset[int]) -> None:
+        self.mem_target = (policy, nodes)
+        if old is not None:
+            be = self.be
+            self.undo.append(lambda: be.restore_mempolicy(old))
+
+    def _memory_ladder(self, old: MemPolicyState | None, refused: BindError) -> None:
+        """The plan's policy was refused: explain why, then try the weaker steps."""
+        plan = self.plan
+        policy = plan.mem_policy
+        assert policy is not None
+        nodes = plan.mem_nodes or frozenset()
+        usable = nodes
+        if nodes:
+            usable, why = narrow_nodes(nodes, self.limits(), policy)
+            if why:
+                self.fail(PlanError(f"memory policy {policy} {format_cpulist(nodes)}: {why}"))
+                if not usable:
+                    self.warn(f"memory policy {policy} {format_cpulist(nodes)} not applied: {why}")
+                    return
+                self.warn(f"memory nodes narrowed from {format_cpulist(nodes)} to {format_cpulist(usable)}: {why}")
+        ladder = [(policy, usable)]
+        if usable:
+            if policy == "weighted-interleave":
+                ladder.append(("interleave", usable))
+            if policy in ("bind", "interleave", "weighted-interleave") and len(usable) > 1:
+                ladder.append(("preferred-many", usable))
+            if policy != "preferred":
+                ladder.append(("preferred", frozenset({min(usable)})))
+        for k, (step, step_nodes) in enumerate(ladder):
+            if k == 0 and usable == nodes:
+                e: BindError | None = refused        # that very call was refused already
+            else:
+                try:
+                    self.be.set_mempolicy(step, step_nodes)
+                    e = None
+                except BindError as err:
+                    e = err
+            if e is not None:
+                if step == "weighted-interleave" and e.errno == _errno.EINVAL and self.system_weights() is None:
+                    e = BindError(e.errno, e.syscall, f"{e.detail}: this kernel has no MPOL_WEIGHTED_INTERLEAVE "
+                                                      f"(Linux 6.9 and newer have it; /sys/kernel/mm/mempolicy/"
+                                                      f"weighted_interleave is absent)")
+                self.fail(e)
+                self.warn(f"{e}; memory policy {step} {format_cpulist(step_nodes)} not applied")
+                continue
+            self._set(old, step, step_nodes)
+            if k:
+                dropped = (f" (the weights {format_weights(plan.weights)} do not apply to it)"
+                           if plan.weights and step != "weighted-interleave" else "")
+                self.warn(f"memory policy degraded to {step} {format_cpulist(step_nodes)}{dropped}")
+            return
+        self.warn("memory policy left unchanged (every step of the ladder was refused)")
+
+    # -- CPUs -----------------------------------------------------------------
+    def take(self, one: BindCall, threads: str) -> AffinityWalk:
+        """Go on from what :meth:`Backend.apply_all` did in one call: record it for the undo log and
+        explain every refusal or difference, exactly as the steps one by one would."""
+        swap = one.swap()
+        if swap is not None:
+            self.apply_memory(swap)
+        else:
+            self.mem_now = one.now()
+        if one.walk is None:      # stopped before the walk: the memory ladder ran, now the CPUs
+            return self.apply_cpus(threads)
+        return self.apply_cpus(threads, one.walk)
+
+    def apply_cpus(self, threads: str, walk: AffinityWalk | None = None) -> AffinityWalk:
+        """Set the plan's CPUs on the threads (``walk``: what :meth:`Backend.apply_all` did already)."""
+        plan, be = self.plan, self.be
+        cpus = plan.cpus
+        if walk is None:
+            me = live.gettid()
+            tids = [me] if threads == "current" else live.thread_ids(me)
+            if not tids or tids[0] != me:   # /proc/self/task lists every thread; the caller first, always
+                tids = [me, *(t for t in tids if t != me)]
+            walk = be.affinity_many(tids, cpus, walk_flags(threads, self.strict))
+        if cpus is None:
+            return walk
+        self.undo.append(lambda: undo_walk(be, walk))
+        first = walk.status[0]
+        if first < 0:
+            return self._caller_refused(walk, BindError(-first, "sched_setaffinity", f"thread {walk.tids[0]}"))
+        got = walk.after(0)
+        self.cpu_target = cpus
+        if got != cpus:
+            kept, why = narrow_cpus(cpus, self.limits())
+            if why and got == kept:
+                self.fail(PlanError(why))
+                self.warn(f"{why}; CPU binding narrowed to {format_cpulist(kept)}")
+                self.cpu_target = kept
+            else:
+                message = f"the kernel applied CPUs {format_cpulist(got)} instead of {format_cpulist(cpus)}"
+                self.fail(BindError(_errno.EINVAL, "sched_setaffinity", message))
+                self.warn(message)
+                self.cpu_target = got
+        statuses = list(walk.status[0:walk.processed])
+        if min(statuses) < 0 or WALK_LEFT_ALONE in statuses or WALK_DIFFERS in statuses:
+            self._other_threads(walk, statuses)
+        return walk
+
+    def _caller_refused(self, walk: AffinityWalk, err: BindError) -> AffinityWalk:
+        """The calling thread's sched_setaffinity was refused (no other thread was touched)."""
+        why = None
+        if err.errno == _errno.EINVAL:
+            kept, why = narrow_cpus(self.plan.cpus or frozenset(), self.limits())
+            if kept:
+                why = None   # some CPUs fit: the kernel refused for another reason
+        if why:
+            self.fail(PlanError(why))
+            self.warn(f"{why}; CPU binding not applied")
+        else:
+            self.fail(err)
+            self.warn(f"{err}; CPU binding not applied")
+        self.cpu_target = None
+        self.undo.pop()
+        return _walk_all(self.be, walk.tids[0])   # what every thread keeps, for the report
+
+    def _other_threads(self, walk: AffinityWalk, statuses: list[int]) -> None:
+        """Refused threads, threads read back with other CPUs, and threads left out by 'matching'."""
+        left = []
+        for i, st in enumerate(statuses):
+            tid = walk.tids[i]
+            if st < 0:
+                e = BindError(-st, "sched_setaffinity", f"thread {tid}")
+                self.fail(e)
+                self.warn(f"{e}; thread {tid} ({live.thread_name(tid)}) keeps CPUs {format_cpulist(walk.before(i))}")
+            elif st == WALK_DIFFERS:
+                message = (f"thread {tid} ({live.thread_name(tid)}) was given CPUs {format_cpulist(self.cpu_target or ())}"
+                           f" but the kernel holds {format_cpulist(walk.after(i))} for it")
+                self.fail(BindError(_errno.EINVAL, "sched_setaffinity", message))
+                self.warn(message)
+            elif st == WALK_LEFT_ALONE:
+                left.append(i)
+        if left:
+            caller = walk.before(0)
+            shown = ", ".join(f"{walk.tids[i]} ({live.thread_name(walk.tids[i])}) on "
+                              f"{format_cpulist(walk.before(i))}" for i in left[:8])
+            more = f" and {len(left) - 8} more" if len(left) > 8 else ""
+            self.warn(f"{len(left)} thread(s) left out of the CPU binding by threads='matching' because their "
+                      f"affinity differs from the calling thread's {format_cpulist(caller)}: {shown}{more}; "
+                      f"they keep their CPUs (threads='all' binds them too)")
+
+    # -- verification -------------------------------------------------------------
+    def read_back(self, walk: AffinityWalk) -> Plan:
+        """What the kernel says now; a difference from what was set is a failure (explained by the limits)."""
+        cpus = walk.after(0) if walk.processed and walk.status[0] >= 0 else self.be.get_affinity(0)
+        return self._read_memory(cpus)
+
+    def _read_memory(self, cpus: frozenset[int]) -> Plan:
+        try:
+            now = self.mem_now
+            if isinstance(now, BindError):
+                raise now
+            policy, nodes = now if now is not None else self.be.get_mempolicy()
+        except BindError as e:
+            if self.mem_target is not None:
+                self.warn(f"cannot verify the memory policy: {e}")
+            return _read_plan(cpus, None, None)
+        plannable = _plannable(policy)
+        if plannable is None:
+            self.notes.append(f"the calling thread's memory policy is {policy}, which a Plan cannot express; "
+                              f"report.applied shows it as unchanged")
+        target = self.mem_target
+        if target is not None and (policy, nodes) != target:
+            want_policy, want_nodes = target
+            kept, why = narrow_nodes(want_nodes, self.limits(), want_policy) if want_nodes else (want_nodes, None)
+            if why and policy == want_policy and nodes == kept and kept:
+                self.fail(PlanError(f"memory policy {want_policy} {format_cpulist(want_nodes)}: {why}"))
+                self.warn(f"memory nodes narrowed from {format_cpulist(want_nodes)} to {format_cpulist(kept)}: {why}")
+                self.mem_target = (want_policy, kept)
+            else:
+                want = f"{want_policy} {format_cpulist(want_nodes)}".strip()
+                message = f"the kernel reports memory policy {policy} {format_cpulist(nodes)} instead of {want}"
+                self.fail(BindError(_errno.EINVAL, "set_mempolicy", message))
+                self.warn(message)
+        weights = self.check_weights(policy, nodes) if self.mem_target is not None else None
+        return _read_plan(cpus, plannable, (nodes or None) if plannable else None, weights)
+
+    # -- migration --------------------------------------------------------------
+    def migrate(self) -> int | None:
+        """Move the pages the process already has onto the plan's nodes (``migrate_pages``).
+
+        Pages are counted per node in ``/proc/self/numa_maps`` before and after:
+        ``self.pages_migrated`` is what left the other nodes, the return value what
+        stayed there. Pages in shared or file-backed mappings (used by other
+        processes too) cannot move without CAP_SYS_NICE and are a note; private
+        pages that stayed (pinned, locked, busy) and a refused call (EPERM) are
+        warnings. Counts are approximate while other threads allocate.
+        """
+        self.pages_migrated = None
+        if not self.plan.migrate:
+            return None
+        limits = self.limits()
+        target = (self.plan.mem_nodes or frozenset()) & limits.memory_nodes
+        source = (limits.allowed_nodes & limits.memory_nodes) - target
+        before = live.node_pages()
+        if not target or not source:
+            # nothing to move anywhere; the count still says where the pages are
+            self.pages_migrated = 0
+            if before is None:
+                self.notes.append("/proc/self/numa_maps is unreadable: pages were not counted")
+                return 0
+            from .residency import locality
+
+            self.locality = locality(pages=before)
+            return before.on(source)
+        try:
+            refused = self.be.migrate_pages(0, source, target)
+        except BindError as e:
+            # the last step: in strict mode the binding is rolled back, and pages the call moved before
+            # failing cannot be put back (the kernel says only that it failed); the error says so
+            self.fail(BindError(e.errno, e.syscall, f"{e.detail}; the binding was rolled back, but pages "
+                                                    f"moved before the error stay on nodes {format_cpulist(target)}"))
+            self.warn(f"{e}; pages already allocated stay where they are")
+            return None
+        after = live.node_pages()
+        if after is not None:
+            from .residency import locality
+
+            self.locality = locality(pages=after)
+        src, dst = format_cpulist(source), format_cpulist(target)
+        if before is None or after is None:
+            self.notes.append("/proc/self/numa_maps is unreadable: pages moved were not counted")
+            if refused:
+                self.warn(f"migrate_pages could not move {refused} pages from nodes {src} to nodes {dst}")
+            return refused
+        self.pages_migrated = max(0, before.on(source) - after.on(source))
+        left = after.on(source)
+        shared = min(after.shared_on(source), left)
+        private = left - shared
+        log.info("migrated %d pages from nodes %s to nodes %s; %d stayed (%d shared or file-backed)",
+                 self.pages_migrated, src, dst, left, shared)
+        if private or refused:
+            self.warn(f"{private} private pages stayed on nodes {src} (pinned, locked or busy)"
+                      + (f"; migrate_pages reported {refused} pages it could not move" if refused else ""))
+        if shared:
+            self.notes.append(f"{shared} pages in shared or file-backed mappings stayed on nodes {src} "
+                              f"(other processes map them; moving them needs CAP_SYS_NICE)")
+        return left
+
+
+def walk_flags(threads: str, strict: Strictness) -> int:
+    flags = WALK_MATCHING if threads == "matching" else 0
+    if strict is True:
+        flags |= WALK_STOP_ON_ERROR | WALK_CHECK_FIRST
+    return flags
+
+
+
+def undo_walk(be: Backend, walk: AffinityWalk) -> None:
+    """Put back the CPUs of every thread the walk changed (the calling thread last)."""
+    for i in range(walk.processed - 1, -1, -1):
+        if walk.status[i] in (WALK_BOUND, WALK_DIFFERS):
+            try:
+                be.set_affinity(walk.tids[i] if i else 0, walk.before(i))
+            except BindError as e:  # a thread that exited meanwhile, typically
+                log.debug("rollback of thread %d failed: %s", walk.tids[i], e)
