@@ -61,11 +61,21 @@ def host_gpu_machine(root: str | os.PathLike) -> HostGpuMachine:
     return HostGpuMachine(root=str(root), node_cpus=nodes)
 
 
-#: A child command that prints what it was started with as one JSON line.
+#: Where :data:`REPORT_CODE` also writes its report, one file per process, when this variable names a folder.
+REPORT_DIR_VAR = "LAUNCHER_TEST_REPORT_DIR"
+
+#: A child command that prints what it was started with as one JSON line, in one write(2): the ranks of a
+#: launcher share its stdout, and ``print`` under PYTHONUNBUFFERED=1 writes the text and its newline in two
+#: calls, so two ranks' lines could be glued together (``{...}{...}`` then an empty line). A write of under
+#: PIPE_BUF bytes to a pipe is never interleaved with another. The same line also goes to
+#: ``$LAUNCHER_TEST_REPORT_DIR/report-PID.json`` when that is set (:func:`rank_reports` reads them back).
 REPORT_CODE = (
     "import json, os; "
-    "print(json.dumps({'rank': os.environ.get('LOCAL_RANK', os.environ.get('SLURM_LOCALID')), "
-    "'cpus': sorted(os.sched_getaffinity(0)), 'cvd': os.environ.get('CUDA_VISIBLE_DEVICES')}), flush=True)"
+    "line = (json.dumps({'rank': os.environ.get('LOCAL_RANK', os.environ.get('SLURM_LOCALID')), "
+    "'cpus': sorted(os.sched_getaffinity(0)), 'cvd': os.environ.get('CUDA_VISIBLE_DEVICES')}) + '\\n').encode(); "
+    f"folder = os.environ.get({REPORT_DIR_VAR!r}); "
+    "folder and open(os.path.join(folder, f'report-{os.getpid()}.json'), 'xb').write(line); "
+    "assert os.write(1, line) == len(line)"
 )
 
 
@@ -79,20 +89,32 @@ def numabind_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "numabind"]
 
 
+def rank_reports(folder: str | os.PathLike) -> list[dict]:
+    """The reports :data:`REPORT_CODE` wrote under ``folder`` (one per process that ran it), in file-name order."""
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("report-*.json"))]
+
+
 def json_lines(text: str) -> list[dict]:
-    """Every stdout line that is a JSON object (launchers prefix or interleave other lines)."""
+    """Every JSON object that is a stdout line or ends one (launchers prefix or interleave other lines).
+
+    Objects written back to back on one line (``{...}{...}``) are each returned."""
+    decoder = json.JSONDecoder()
     out = []
     for line in text.splitlines():
         line = line.strip()
         start = line.find("{")
         if start < 0:
             continue
+        found, pos = [], start
         try:
-            value = json.loads(line[start:])
+            while pos < len(line):
+                value, pos = decoder.raw_decode(line, pos)
+                found.append(value)
+                while pos < len(line) and line[pos].isspace():
+                    pos += 1
         except ValueError:
             continue
-        if isinstance(value, dict):
-            out.append(value)
+        out.extend(v for v in found if isinstance(v, dict))
     return out
 
 

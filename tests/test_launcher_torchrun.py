@@ -26,8 +26,8 @@ from numabind.rank import place_rank
 from numabind.topology import discover_from
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import FakeMachine, snc
-from tests.launchers import (host_gpu_machine, json_documents, json_lines, numabind_command, report_command,
-                             usable_cpus)
+from tests.launchers import (REPORT_DIR_VAR, host_gpu_machine, json_documents, json_lines, numabind_command,
+                             rank_reports, report_command, usable_cpus)
 from tests.kernel import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
 
 # torch is only ever imported by the children (torchrun, tests/torch_numa.py): never into the test process
@@ -58,6 +58,24 @@ def by_rank(stdout: str) -> dict[int, dict]:
     return {int(r["rank"] if "rank" in r else r["local_rank"]): r for r in json_lines(stdout)}
 
 
+def outputs(out: subprocess.CompletedProcess) -> str:
+    """What a failed assertion shows: the launcher's stdout and stderr."""
+    return f"\n--- stdout ---\n{out.stdout[-6000:]}\n--- stderr ---\n{out.stderr[-6000:]}"
+
+
+def reports_by_rank(folder: Path, out: subprocess.CompletedProcess) -> dict[int, dict]:
+    """The report each rank wrote under ``folder``: one per rank, 0 and 1, the same as its line on stdout.
+
+    The files are what the ranks ran with; stdout, which the ranks share, must carry the same two lines."""
+    reports = rank_reports(folder)
+    ranks = sorted(int(r["rank"]) for r in reports)
+    assert ranks == [0, 1], f"report files of ranks {ranks}, expected one of rank 0 and one of rank 1" + outputs(out)
+    got = {int(r["rank"]): r for r in reports}
+    assert len(json_lines(out.stdout)) == 2 and by_rank(out.stdout) == got, \
+        f"stdout does not hold the two ranks' reports {got}" + outputs(out)
+    return got
+
+
 def run(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.CompletedProcess:
     out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT, cwd=cwd)
     assert out.returncode == 0, f"{argv[:6]}... exited {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
@@ -71,12 +89,14 @@ needs_two_cpus = pytest.mark.skipif(len(usable_cpus()) < 2, reason="a two-node f
 @needs_two_cpus
 def test_torchrun_binds_each_rank_to_its_gpus_node_like_torchs_numa_binding(tmp_path):
     machine = host_gpu_machine(tmp_path / "machine")
+    ours_dir, theirs_dir = tmp_path / "ours", tmp_path / "theirs"
+    ours_dir.mkdir(), theirs_dir.mkdir()
     env = launch_env(NUMABIND_FSROOT=machine.root)
     ours = run([*torchrun(), "--standalone", "--no-python", "--nproc-per-node=2",
                 *numabind_command(), "run", "--gpu-from-rank", "--bind-replayed-root", "--", *report_command()],
-               env, str(tmp_path))
-    got = {r: sorted(v["cpus"]) for r, v in by_rank(ours.stdout).items()}
-    assert got == {0: sorted(machine.node_cpus[0]), 1: sorted(machine.node_cpus[1])}
+               dict(env, **{REPORT_DIR_VAR: str(ours_dir)}), str(tmp_path))
+    got = {r: sorted(v["cpus"]) for r, v in reports_by_rank(ours_dir, ours).items()}
+    assert got == {0: sorted(machine.node_cpus[0]), 1: sorted(machine.node_cpus[1])}, outputs(ours)
 
     help_text = run([*torchrun(), "--help"], env, str(tmp_path)).stdout
     if "--numa-binding" not in help_text:
@@ -84,8 +104,9 @@ def test_torchrun_binds_each_rank_to_its_gpus_node_like_torchs_numa_binding(tmp_
     if shutil.which("numactl") is None:
         pytest.skip("numabind part passed; torch's --numa-binding starts workers through numactl, not installed")
     theirs = run([sys.executable, "-m", "tests.torch_numa", "torchrun", machine.root, "--numa-binding=node",
-                  "--standalone", "--no-python", "--nproc-per-node=2", *report_command()], env, ROOT)
-    assert {r: sorted(v["cpus"]) for r, v in by_rank(theirs.stdout).items()} == got
+                  "--standalone", "--no-python", "--nproc-per-node=2", *report_command()],
+                 dict(env, **{REPORT_DIR_VAR: str(theirs_dir)}), ROOT)
+    assert {r: sorted(v["cpus"]) for r, v in reports_by_rank(theirs_dir, theirs).items()} == got, outputs(theirs)
 
 
 @needs_two_cpus
@@ -159,3 +180,18 @@ def test_a_gpu_with_no_node_torch_takes_node_0_numabind_leaves_the_rank_unbound(
     assert placed.plan.cpus is None and placed.plan.mem_policy is None
     assert "has no NUMA node" in placed.warnings[0]
     assert place_rank("node", topology=topo, env={"LOCAL_RANK": "1"}).plan.cpus == topo.nodes[1].cpus
+
+
+def test_json_lines_reads_reports_glued_on_one_line():
+    """Two ranks sharing torchrun's stdout once wrote ``{...}{...}`` then an empty line (print under
+    PYTHONUNBUFFERED=1 writes a line and its newline in two calls): both reports are still read."""
+    text = 'I1204 torchrun: x\n{"rank": "1", "cpus": [1]}{"rank": "0", "cpus": [0]}\n\n[rank0]: {"rank": "2"}\n{"bad'
+    assert json_lines(text) == [{"rank": "1", "cpus": [1]}, {"rank": "0", "cpus": [0]}, {"rank": "2"}]
+
+
+def test_the_report_command_prints_one_line_and_writes_the_same_report_file(tmp_path):
+    """Under PYTHONUNBUFFERED=1 too (its line is one write(2), checked by hand with strace: see REPORT_CODE)."""
+    env = dict(launch_env(PYTHONUNBUFFERED="1", LOCAL_RANK="3"), **{REPORT_DIR_VAR: str(tmp_path)})
+    out = run(report_command(), env, str(tmp_path))
+    assert out.stdout.count("\n") == 1 and json_lines(out.stdout) == rank_reports(tmp_path)
+    assert rank_reports(tmp_path)[0]["rank"] == "3"
