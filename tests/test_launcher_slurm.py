@@ -64,6 +64,20 @@ def by_task(stdout: str) -> dict[int, dict]:
     return {int(r["rank"]): r for r in json_lines(stdout)}
 
 
+def task_documents(out) -> dict[int, dict]:
+    """The JSON document each task printed, from ``srun --label`` output: srun forwards the tasks' stdout as
+    it arrives, so two tasks' pretty-printed documents can interleave line by line; each line carries its
+    task's label (``0: ``), and each task's lines are read on their own."""
+    lines: dict[int, list[str]] = {}
+    for line in out.stdout.splitlines():
+        label, sep, text = line.partition(": ")
+        if sep and label.strip().isdigit():
+            lines.setdefault(int(label), []).append(text)
+    docs = {task: json_documents("\n".join(text)) for task, text in lines.items()}
+    assert all(len(d) == 1 for d in docs.values()), f"not one JSON document per task:\n{out.stdout}\n{out.stderr}"
+    return {task: d[0] for task, d in docs.items()}
+
+
 def swapped(machine) -> tuple[int, int]:
     """Slurm's CPU for task 0 and task 1: each on the other GPU's node."""
     return min(machine.node_cpus[1]), min(machine.node_cpus[0])
@@ -73,10 +87,12 @@ RUN = ("run", "--gpu-from-rank", "--bind-replayed-root")
 
 
 def test_srun_plan_json_names_slurm_localid(slurm, machine):
-    out = srun(slurm, machine, "-n", "2", "--cpu-bind=none", *numabind_command(), "plan", "--gpu-from-rank",
-               "--json")
-    plans = {d["local_rank"]: d for d in json_documents(out.stdout)}
-    assert sorted(plans) == [0, 1]
+    out = srun(slurm, machine, "-n", "2", "--label", "--cpu-bind=none", *numabind_command(), "plan",
+               "--gpu-from-rank", "--json")
+    docs = task_documents(out)
+    assert sorted(docs) == [0, 1]
+    plans = {d["local_rank"]: d for d in docs.values()}
+    assert plans == docs                                     # task N's document says local rank N
     for r, d in plans.items():
         assert (d["local_rank_source"], d["local_world_size"]) == ("SLURM_LOCALID", 2)
         assert d["local_world_size_source"] == "SLURM_STEP_TASKS_PER_NODE"
@@ -128,7 +144,9 @@ def test_srun_gpus_per_task_binds_each_task_to_its_own_gpu(slurm, machine):
     assert sorted(t["cvd"] for t in tasks.values()) == ["0", "1"]       # Slurm gave each task one device
     for t in tasks.values():
         assert t["cpus"] == sorted(machine.node_cpus[int(t["cvd"])])
-    out = srun(slurm, machine, "-n", "2", "--gpus-per-task=1", "--cpu-bind=none", *numabind_command(), "plan",
-               "--gpu-from-rank", "--json")
-    for d in json_documents(out.stdout):
+    out = srun(slurm, machine, "-n", "2", "--label", "--gpus-per-task=1", "--cpu-bind=none", *numabind_command(),
+               "plan", "--gpu-from-rank", "--json")
+    docs = task_documents(out)
+    assert sorted(docs) == [0, 1]
+    for d in docs.values():
         assert d["gpu"] == 0 and d["gpu_rule"] == "the launcher gave this rank one visible GPU"
