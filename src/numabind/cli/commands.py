@@ -280,7 +280,9 @@ def show_lines(b: Binding, node_cpus: dict[int, frozenset[int]], memory_nodes: f
     """``numactl --show``'s lines for the binding ``b``: policy, preferred node, (interleave mask and next
     node), physcpubind, cpubind, nodebind, membind, preferred. numactl 2.0.16 prints no line end after
     ``preferred node:`` under the local policy (its physcpubind line is glued to it) and a number such as
-    ``[8194]`` for a policy with mode flags; numabind prints ``current`` and the policy's name instead."""
+    ``[8194]`` for a policy with mode flags; numabind prints ``current`` and the policy's name instead.
+    numactl 2.0.19 does the same under weighted interleave (``policy: [6]``, glued line); numabind prints
+    the policy's name and the interleave lines with the system's weights (tests/test_show_oracle.py)."""
     policy = b.mem_policy or "unknown"
     nodes = sorted(b.mem_nodes)
     first = nodes[0] if nodes else None
