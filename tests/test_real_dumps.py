@@ -18,7 +18,8 @@ import pytest
 
 from numabind._fs import FsReader
 from numabind.cpulist import parse_cpulist
-from numabind.topology import discover
+from numabind.strategies import plan_for_gpu
+from numabind.topology import discover, discover_from
 
 from .lstopo import LSTOPO, differences, lstopo_view
 from .vm import harness
@@ -133,3 +134,68 @@ def test_the_legacy_cpuset_dump_has_files_without_prefix():
     assert "vm-legacy-cpuset/dev/cpuset/job/cpus" in names
     assert not any(n.endswith("/cpuset.cpus") and "/dev/cpuset/" in n for n in names)
     assert " /dev/cpuset cgroup rw,relatime,cpuset,noprefix" in mounts
+
+
+# ------------------------------------------------------------------ captures of real GPU machines
+# tests/dumps/captures/NAME.tar.bz2 was written by tools/capture_machine.py on a real machine with GPUs (what
+# numabind's discovery read there: CPUs, nodes, caches, cpusets, PCI devices, the NVIDIA driver's files, which
+# /dev/nvidiaN opened); NAME.json holds what nvidia-smi, nvidia-smi topo -m and tools/gpu_check.py (NVML) said
+# on that machine. h200-vm was captured before the tool also copied hwloc's hex masks, so lstopo cannot read it:
+# it is checked against nvidia-smi and NVML, not against lstopo.
+CAPTURES = sorted((Path(__file__).resolve().parent / "dumps" / "captures").glob("*.tar.bz2"))
+
+
+def _said(dump: Path) -> dict:
+    return json.loads(dump.with_name(dump.name.removesuffix(".tar.bz2") + ".json").read_text())
+
+
+def test_the_captures_are_there():
+    assert {p.name.removesuffix(".tar.bz2") for p in CAPTURES} >= {"h200-vm"}
+
+
+@pytest.mark.parametrize("dump", CAPTURES, ids=lambda p: p.name.removesuffix(".tar.bz2"))
+def test_a_captured_gpu_machine_replays_what_nvidia_smi_and_nvml_said(dump):
+    said = _said(dump)
+    topo = discover(dump)
+    gpus = [g for g in topo.gpus if g.vendor == "nvidia"]
+    smi = said["nvidia_smi_query"]
+    assert [g.pci_address for g in gpus] == [s["pci.bus_id"].lower()[4:] for s in smi]
+    assert [g.uuid for g in gpus] == [s["uuid"] for s in smi]
+    topo_m = {t["gpu"]: t for t in said["nvidia_smi_topo"]}
+    checked = {r["index"]: r for r in said["gpu_check"]["gpus"]}
+    assert said["gpu_check"]["agree"] is True
+    for g in gpus:
+        # nvidia-smi topo -m's NUMA and CPU affinity, NVML's memory and CPU affinity
+        assert g.numa_node == int(topo_m[g.index]["numa_affinity"])
+        assert g.local_cpus == parse_cpulist(topo_m[g.index]["cpu_affinity"])
+        assert g.numa_node in parse_cpulist(checked[g.index]["nvml_memory_nodes"])
+        assert g.local_cpus == parse_cpulist(checked[g.index]["nvml_cpus"])
+        assert g.identity == "certain"
+        plan = plan_for_gpu(g.index, topology=topo)
+        assert plan.cpus == topo.nodes[g.numa_node].cpus & topo.allowed_cpus
+        assert (plan.mem_policy, plan.mem_nodes) == ("bind", frozenset({g.numa_node}))
+
+
+def test_the_h200_vm_has_a_firmware_without_numa_node():
+    """The H200 virtual machine: one node, 16 CPUs, the GPU's numa_node -1 (no SRAT proximity for the device),
+    placed on the only node with CPUs; CUDA_VISIBLE_DEVICES by UUID and by index find it, index 1 nothing."""
+    dump = next(p for p in CAPTURES if p.name == "h200-vm.tar.bz2")
+    topo = discover(dump)
+    assert list(topo.nodes) == [0] and topo.online_cpus == parse_cpulist("0-15")
+    (gpu,) = topo.gpus
+    assert (gpu.pci_address, gpu.numa_node, gpu.numa_source) == ("0000:00:06.0", 0, "single-node")
+    with tarfile.open(dump) as tar:
+        assert tar.extractfile("machine/sys/devices/pci0000:00/0000:00:06.0/numa_node").read() == b"-1\n"
+    reader = FsReader(dump)
+    uuid = _said(dump)["nvidia_smi_query"][0]["uuid"]
+    for value, found in ((uuid, ["0000:00:06.0"]), ("0", ["0000:00:06.0"]), ("1", [])):
+        env = {"CUDA_VISIBLE_DEVICES": value, "NVIDIA_VISIBLE_DEVICES": "0"}
+        assert [g.pci_address for g in discover_from(reader, env=env).gpus] == found, value
+
+
+def test_cli_plans_on_the_captured_h200(tmp_path):
+    dump = next(p for p in CAPTURES if p.name == "h200-vm.tar.bz2")
+    out = _cli("plan", "--all", "--json", "--root", str(dump))
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    assert (row["pci_address"], row["plan"]["numactl"]) == ("0000:00:06.0", "--physcpubind=0-15 --membind=0")

@@ -237,7 +237,9 @@ def _extract(tarball: str, dest: str) -> None:
                             break
                         out.write(chunk)
                         remaining -= len(chunk)
-                os.chmod(target, 0o600)
+                # Private, readable; a device file's placeholder keeps whether it could be opened
+                # read-write (GPU discovery on a dump reads that from its owner bits).
+                os.chmod(target, member.mode & 0o600 if "dev" in parts[:2] else 0o600)
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise NumabindError(f"cannot unpack the dump {tarball}: {exc}") from None
     # A link is kept only if it resolves inside the dump, following every link on
