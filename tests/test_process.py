@@ -371,6 +371,26 @@ def test_wrap_command_rejects_hostile_plan_text(tmp_path):
     assert not marker.exists()
 
 
+def test_wrap_command_exits_like_numabind_run(tmp_path):
+    """1: the binding cannot be applied (the command does not run); 127: not found; 126: not executable."""
+    marker = tmp_path / "ran"
+    outside = numabind.Plan(cpus={max(ALLOWED) + 64})
+    proc = subprocess.run(wrap_command(outside, ["touch", str(marker)], strict=True), capture_output=True,
+                          text=True, env=_env(), timeout=60)
+    assert proc.returncode == 1 and "numabind: error:" in proc.stderr, proc.stderr
+    assert not marker.exists()
+    proc = subprocess.run(wrap_command(PLAN, [str(tmp_path / "no-such-program")]), capture_output=True,
+                          text=True, env=_env(), timeout=60)
+    assert proc.returncode == 127 and "no-such-program" in proc.stderr, proc.stderr
+    plain = tmp_path / "not-executable"
+    plain.write_text("#!/bin/sh\ntrue\n")
+    proc = subprocess.run(wrap_command(PLAN, [str(plain)]), capture_output=True, text=True, env=_env(), timeout=60)
+    assert proc.returncode == 126 and "cannot execute" in proc.stderr, proc.stderr
+    proc = subprocess.run(wrap_command(PLAN, ["no-such-program-on-path"]), capture_output=True, text=True,
+                          env=_env(), timeout=60)
+    assert proc.returncode == 127 and "command not found" in proc.stderr, proc.stderr
+
+
 # ----------------------------------------------------------------------------- threads and pages
 def test_32_threads_started_before_binding_all_end_on_the_plan():
     ctx = multiprocessing.get_context("fork")
@@ -572,7 +592,7 @@ def test_wrap_command_and_children_take_strict_partial(tmp_path):
     impossible = numabind.Plan(cpus={max(ALLOWED) + 64})
     proc = subprocess.run(wrap_command(impossible, ["true"], strict="partial"), capture_output=True, text=True,
                           env=_env(), timeout=60)
-    assert proc.returncode == 2 and "nothing of the plan" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "nothing of the plan" in proc.stderr, proc.stderr   # not applied: 1
     partly = numabind.Plan(cpus={CPU, max(ALLOWED) + 64})
     proc = subprocess.run(wrap_command(partly, [sys.executable, "-c", STATUS], strict="partial"),
                           capture_output=True, text=True, env=_env(), timeout=60)

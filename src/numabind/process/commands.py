@@ -94,24 +94,29 @@ def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None 
                backend: str | None = None, verbose: bool = False) -> None:
     """Bind this process to ``plan``, print each warning on stderr, then exec ``command``. Never returns.
 
-    The last step of :func:`wrap_command`'s argv and of ``numabind run``: a refused binding raises (the
-    caller reports it), a command that cannot be executed exits with status 127, like a shell. The
-    command's environment gets ``_NUMABIND_BOUND`` (:func:`numabind.bind.bound_environ`).
+    The last step of :func:`wrap_command`'s argv: a refused binding raises (the caller reports it); a
+    command that cannot be executed exits as from ``numabind run`` and a shell, 127 when it is not found,
+    126 when it is found but cannot be executed. The command's environment gets ``_NUMABIND_BOUND``
+    (:func:`numabind.bind.bound_environ`).
     """
     report = bind_current(plan, strict=strict, backend=backend)
     if verbose:
         sys.stderr.write(report.describe() + "\n")
     for w in report.warnings:
         sys.stderr.write(f"numabind: warning: {w}\n")
-    try:
-        os.execvpe(command[0], list(command), bound_environ(report))
-    except OSError as e:
-        sys.stderr.write(f"numabind: cannot execute {command[0]!r}: {e.strerror}\n")
-        raise SystemExit(127) from None
+    from ..cli.run import exec_command   # numabind run's exec: the same statuses and message
+
+    raise SystemExit(exec_command(list(command), bound_environ(report)))
 
 
 def _exec_main(argv: Sequence[str] | None = None) -> None:
-    """Entry of :func:`wrap_command`'s argv: validate, bind, exec. Never returns."""
+    """Entry of :func:`wrap_command`'s argv: validate, bind, exec. Never returns.
+
+    Exit statuses before the command runs are ``numabind run``'s (and numactl's): 2 for arguments that are
+    not a plan text and flags (a usage error), 1 when the binding cannot be applied (the command does not
+    run), 126 and 127 when the command cannot be executed or is not found."""
+    from ..cli.run import NOT_APPLIED, USAGE
+
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if len(argv) < 4 or argv[2] != "--":
@@ -119,10 +124,15 @@ def _exec_main(argv: Sequence[str] | None = None) -> None:
         mode, _, backend = argv[1].partition(",")
         if mode not in _STRICT_WORDS or backend not in _backends.BACKEND_NAMES:
             raise PlanError(f"bad flags {argv[1][:100]!r}: expected strict|lenient|partial,<backend>")
-        exec_bound(Plan.from_text(argv[0]), argv[3:], strict=_STRICT_WORDS[mode], backend=backend)
+        plan = Plan.from_text(argv[0])
     except NumabindError as e:
         sys.stderr.write(f"numabind: error: {e}\n")
-        raise SystemExit(2) from None
+        raise SystemExit(USAGE) from None
+    try:
+        exec_bound(plan, argv[3:], strict=_STRICT_WORDS[mode], backend=backend)
+    except NumabindError as e:
+        sys.stderr.write(f"numabind: error: {e}\n")
+        raise SystemExit(NOT_APPLIED) from None
 
 
 class _PreexecBind:
