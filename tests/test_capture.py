@@ -7,7 +7,6 @@ be those of the original. On this host, the live machine is captured and replaye
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -23,19 +22,10 @@ from numabind.topology import discover, discover_from
 from .fakegpu import BOX_ADDRS, container, eight_gpu_box
 from .fakeio import add_block, add_net, add_pci_function
 from .fakesys import FACTORIES, fake_machine, two_sockets  # noqa: F401  (fixture)
+from .tools import TOOLS, load_tool
 
-REPO = Path(__file__).resolve().parent.parent
-TOOL = REPO / "tools" / "capture_machine.py"
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("capture_machine", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-capture_machine = _tool()
+capture_machine = load_tool("capture_machine")
+TOOL = TOOLS / "capture_machine.py"
 
 
 def _assert_replays(root, dump: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,16 +14,14 @@ from numabind.topology import discover
 
 from .fakegpu import BOX_ADDRS, add_nvidia_gpu, container, eight_gpu_box, nv_uuid
 from .fakesys import two_sockets
+from .tools import load_tool
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "tools" / "gpu_check.py"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("gpu_check", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("gpu_check")
 
 
 def _machine(tmp_path):
