@@ -1,6 +1,6 @@
 """tools/capture_machine.py: a dump of what discovery reads replays to the same machine.
 
-Every ready-made fake machine, and GPU boxes of each vendor (with NICs and disks under their nodes), is
+Every ready-made fake machine (but the largest), and GPU boxes of each vendor (with NICs and disks under their nodes), is
 captured and replayed from the tarball: discovery, the PCI devices and the ``numabind topology`` tree must
 be those of the original. On this host, the live machine is captured and replayed the same way.
 """
@@ -39,7 +39,12 @@ def _assert_replays(root, dump: Path) -> None:
         tree_text(original, build_tree(original, scan_pci(root)))
 
 
-@pytest.mark.parametrize("kind", sorted(FACTORIES))
+#: ``big`` (1152 CPUs) is left out: its capture is some 50,000 files, over a minute of file-system work on a
+#: 2-CPU machine, and it holds no kind of file the other machines lack (``many_nodes`` has the most nodes).
+CAPTURED = sorted(set(FACTORIES) - {"big"})
+
+
+@pytest.mark.parametrize("kind", CAPTURED)
 def test_every_fake_machine_replays_from_its_capture(fake_machine, tmp_path, kind):
     machine = fake_machine(kind)
     _assert_replays(machine.path, tmp_path / f"{kind}.tar.bz2")
