@@ -218,7 +218,7 @@ print(json.dumps({{"strict": strict, "after_strict": after_strict, "warnings": l
 def test_run_weighted_interleave(path, opts):
     w = system_weight()
     args = [o.format(N=N, W=w) for o in opts]
-    entry = ("from numabind.cli.run import fast_run; rc = fast_run(ARGS); print('NOT TAKEN'); raise SystemExit(3)"
+    entry = ("from numabind.cli import fast_run; rc = fast_run(ARGS); print('NOT TAKEN'); raise SystemExit(3)"
              if path == "fast" else
              "from numabind.cli.commands import main; raise SystemExit(main(['run'] + ARGS))")
     cmd = [sys.executable, "-c", REPORT]

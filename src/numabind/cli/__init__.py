@@ -1,18 +1,184 @@
 """Command line: ``numabind`` (also ``python -m numabind``).
 
-``main`` dispatches: ``numabind run`` with plain numactl options goes to :mod:`numabind.cli.run`,
-which parses them by hand, reads the few sysfs files it needs, binds and execs (no argparse,
-logging, discovery or multiprocessing is imported: it starts at about the cost of Python itself);
-everything else, and any ``run`` the fast path does not take (``--gpu``, ``--help``, an error
-to report), goes to the full argparse CLI in :mod:`numabind.cli.commands`, with the same
-options, messages and exit codes. The library never prints; this package does.
+``main`` dispatches: ``numabind run`` with plain numactl options takes the fast path in this module
+(:func:`fast_run`), which parses them by hand, reads the few sysfs files it needs, binds and execs
+(no argparse, logging, discovery or multiprocessing is imported: it starts at about the cost of
+Python itself, and this is the only CLI module it loads); everything else, and any ``run`` the
+fast path does not take (``--gpu``, ``--help``, an error to report), goes to the full argparse CLI
+in :mod:`numabind.cli.commands`, with the same options, messages and exit codes. The library never
+prints; this package does.
+
+The fast path takes ``[-C|--physcpubind|--cpus L] [-N|--cpunodebind N] [-m|--membind N] [-p|--preferred N]
+[-P|--preferred-many N] [-i|--interleave N] [-w|--weighted-interleave N [--weights 0:3,1:1]
+[--set-weights]] [-l|--localalloc] [-a|--all] [--migrate] [--strict|--lenient] [--backend B] --
+command ...``, each option once, in the ``--opt=V``, ``--opt V``, ``-oV`` and ``-o V`` forms, and the
+command after ``--``. The plan is built by :meth:`Plan.from_numactl_args` against
+:func:`numabind.live.machine` (a few sysfs files; a device specifier such as ``pci:0000:18:00.0`` is
+looked up through :class:`numabind.iodevices.DeviceNodes`) and validated like the full CLI's, bound
+through one backend, and the command is exec'd. Anything else, and any error before binding, is left
+to the full CLI (:mod:`numabind.cli.commands`), which gives the usage errors, messages and exit codes;
+so does ``--weights bandwidth`` (it reads the firmware's bandwidth figures through a whole discovery).
+
+Exit statuses of ``numabind run`` (both paths), as numactl and a shell give them: the command's own
+status once it runs; 1 when the binding cannot be applied (the command does not run with less than
+it asked for unless ``--lenient``); 2 for a usage error; 126 when the command is found but cannot be
+executed, 127 when it is not found.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-__all__ = ["main"]
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the fast path)
+if TYPE_CHECKING:  # pragma: no cover
+    from .._env import Strictness
+
+__all__ = ["main", "fast_run", "exec_command", "run_strictness", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND"]
+
+#: Exit statuses of ``numabind run`` before the command runs (see the module docstring).
+NOT_APPLIED, USAGE, NOT_EXECUTABLE, NOT_FOUND = 1, 2, 126, 127
+
+#: option -> (numactl option it stands for, whether it takes a value)
+_OPTIONS = {
+    "-C": ("--physcpubind", True), "--physcpubind": ("--physcpubind", True), "--cpus": ("--physcpubind", True),
+    "-N": ("--cpunodebind", True), "--cpunodebind": ("--cpunodebind", True),
+    "-m": ("--membind", True), "--membind": ("--membind", True),
+    "-p": ("--preferred", True), "--preferred": ("--preferred", True),
+    "-P": ("--preferred-many", True), "--preferred-many": ("--preferred-many", True),
+    "-i": ("--interleave", True), "--interleave": ("--interleave", True),
+    "-w": ("--weighted-interleave", True), "--weighted-interleave": ("--weighted-interleave", True),
+    "--weights": ("--weights", True), "--set-weights": ("set_weights", False),
+    "-l": ("--localalloc", False), "--localalloc": ("--localalloc", False),
+    "-a": ("--all", False), "--all": ("--all", False),
+    "--migrate": ("migrate", False), "--strict": ("strict", False), "--lenient": ("lenient", False),
+    "--backend": ("backend", True),
+}
+
+
+def _parse(args: list[str]) -> tuple[list[str], dict[str, str], list[str]] | None:
+    """(numactl argv, other settings, command), or None when the full CLI must handle ``args``."""
+    numactl: list[str] = []
+    seen: set[str] = set()
+    other: dict[str, str] = {}
+    k = 0
+    while k < len(args):
+        tok = args[k]
+        k += 1
+        if tok == "--":
+            command = args[k:]
+            return (numactl, other, command) if command and numactl else None
+        name, eq, value = tok.partition("=") if tok.startswith("--") else (tok[:2], "", tok[2:])
+        if not tok.startswith("--") and value:
+            eq = "="
+        spec = _OPTIONS.get(name)
+        if spec is None or spec[0] in seen:
+            return None
+        key, takes = spec
+        seen.add(key)
+        if not takes:
+            if eq:
+                return None
+            if key.startswith("--"):
+                numactl.append(key)
+            else:
+                other[key] = "1"
+            continue
+        if not eq:
+            if k >= len(args) or args[k] == "--" or args[k].startswith("-"):
+                return None
+            value = args[k]
+            k += 1
+        if not value or (key == "--weights" and value == "bandwidth"):
+            return None
+        if key.startswith("--"):
+            numactl.append(f"{key}={value}")
+        else:
+            other[key] = value
+    return None
+
+
+def run_strictness(strict: bool, lenient: bool) -> Strictness:
+    """How ``numabind run`` treats a binding it cannot apply in full: ``--strict`` True, ``--lenient`` False,
+    else ``NUMABIND_STRICT`` when it is set, else True (scripts are safe by default: the command does not
+    run with less than it asked for). Both flags at once is a usage error (ValueError)."""
+    if strict and lenient:
+        raise ValueError("--strict and --lenient contradict each other: give one of them")
+    if strict or lenient:
+        return bool(strict)
+    if os.environ.get("NUMABIND_STRICT", ""):
+        from .._env import strict_from_env
+
+        return strict_from_env()
+    return True
+
+
+def device_node(spec: str) -> int:
+    """The node of a numactl device specifier (``pci:``, ``netdev:``, ``block:``, ``file:``) on this machine."""
+    from ..iodevices import DeviceNodes
+
+    return DeviceNodes("/").node_of(spec)
+
+
+def exec_command(command: list[str], env: dict[str, str]) -> int:
+    """exec ``command`` (searched on PATH); on failure the error is printed and the shell's status returned:
+    127 when it is not found, 126 when it is found but cannot be executed."""
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as e:
+        import errno
+        import shutil
+
+        exe = command[0]
+        missing = e.errno == errno.ENOENT and (not os.path.lexists(exe) if "/" in exe else
+                                               shutil.which(exe, path=env.get("PATH", os.defpath)) is None)
+        why = "command not found" if missing and "/" not in exe else e.strerror
+        sys.stderr.write(f"numabind: error: cannot execute {exe!r}: {why}\n")
+        return NOT_FOUND if missing else NOT_EXECUTABLE
+    return NOT_EXECUTABLE   # not reached: exec replaced the process
+
+
+def fast_run(args: list[str]) -> int | None:
+    """Bind and exec for plain numactl options; None when the full CLI must handle ``args``."""
+    parsed = _parse(args)
+    root = os.environ.get("NUMABIND_FSROOT")
+    if parsed is None or (root and os.path.realpath(root) != "/"):
+        return None
+    numactl, other, command = parsed
+    from ..backends import BACKEND_NAMES, get_backend
+    from ..errors import NumabindError
+
+    backend = other.get("backend")
+    if backend is not None and backend not in BACKEND_NAMES:
+        return None
+    try:
+        strict = run_strictness("strict" in other, "lenient" in other)
+        from .. import live
+        from ..bind import bind_current, bound_environ
+        from ..plan import Plan
+
+        machine = live.machine()
+        plan = Plan.from_numactl_args(numactl, topology=machine, migrate="migrate" in other,
+                                      device_node=device_node)
+        plan = plan.replace(reason="numabind run " + " ".join(numactl))
+        plan = plan.validate(machine)   # type: ignore[arg-type]  # a LiveMachine has what validate reads
+        if "set_weights" in other and not plan.weights:
+            return None       # the full CLI says what --set-weights needs
+        be, _ = get_backend(backend)
+    except (NumabindError, ValueError):
+        return None   # the full CLI says whether it is a usage error (2) or a binding that does not fit (1)
+    try:
+        prefix = be.command_prefix(plan)
+        if prefix is not None:
+            os.execv(prefix[0], prefix + command)
+        report = bind_current(plan, strict=strict, backend=backend,
+                              set_weights="set_weights" in other)
+    except NumabindError as e:
+        sys.stderr.write(f"numabind: error: {e}\n")
+        return NOT_APPLIED
+    for w in report.warnings:   # what the full CLI's logging shows (WARNING, numabind.bind)
+        sys.stderr.write(f"numabind.bind: WARNING: {w}\n")
+    return exec_command(command, bound_environ(report))   # _NUMABIND_BOUND: for numabind stat
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,8 +192,6 @@ def main(argv: list[str] | None = None) -> int:
         enabled = gc.isenabled()
         gc.disable()
         try:
-            from .run import fast_run
-
             rc = fast_run(args[1:])       # execs, returns an exit status, or None: "not mine"
         finally:
             if enabled:

@@ -1,10 +1,10 @@
 """The full command line (argparse): every subcommand, ``--help``, and ``run`` with GPU plans.
 
-``numabind.cli.main`` sends plain ``numabind run`` option lists to the fast path in
-:mod:`numabind.cli.run` and everything else here. The library never prints; this module does.
+``numabind.cli.main`` sends plain ``numabind run`` option lists to its own fast path
+(:func:`numabind.cli.fast_run`) and everything else here. The library never prints; this module does.
 
 Global options (``-v``, ``--root``, ``--json``) go before or after the subcommand; every subcommand
-takes ``--json``. ``numabind run``'s exit statuses are in :mod:`numabind.cli.run`; every other
+takes ``--json``. ``numabind run``'s exit statuses are in :mod:`numabind.cli`; every other
 subcommand exits 2 for a usage error or an error it reports, 1 where it says so (``plan``: a GPU that
 cannot be placed).
 """
@@ -24,7 +24,7 @@ from ..backends import backend_info, get_backend
 from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
-from .run import NOT_APPLIED, USAGE, device_node, exec_command, run_strictness
+from . import NOT_APPLIED, USAGE, device_node, exec_command, run_strictness
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._env import Strictness

@@ -104,7 +104,7 @@ def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None 
         sys.stderr.write(report.describe() + "\n")
     for w in report.warnings:
         sys.stderr.write(f"numabind: warning: {w}\n")
-    from ..cli.run import exec_command   # numabind run's exec: the same statuses and message
+    from ..cli import exec_command   # numabind run's exec: the same statuses and message
 
     raise SystemExit(exec_command(list(command), bound_environ(report)))
 
@@ -115,7 +115,7 @@ def _exec_main(argv: Sequence[str] | None = None) -> None:
     Exit statuses before the command runs are ``numabind run``'s (and numactl's): 2 for arguments that are
     not a plan text and flags (a usage error), 1 when the binding cannot be applied (the command does not
     run), 126 and 127 when the command cannot be executed or is not found."""
-    from ..cli.run import NOT_APPLIED, USAGE
+    from ..cli import NOT_APPLIED, USAGE
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
