@@ -30,7 +30,7 @@ import numabind
 from numabind import BindError, Plan, PlanError, live
 from numabind.cpulist import format_cpulist
 from numabind.backends import get_backend
-from numabind.backends.base import Backend
+from numabind.backends import Backend
 from tests.kernel import (  # noqa: F401  (restore_process: autouse, the process's binding put back)
     ALLOWED,
     CPU_A,
@@ -701,7 +701,7 @@ def set_flagged(word: int) -> tuple[int, frozenset[int]]:
 @pytest.mark.parametrize("backend", NATIVE)
 @pytest.mark.parametrize("word", FLAGGED.values(), ids=FLAGGED.keys())
 def test_save_and_restore_keep_the_whole_mode_word(backend, word):
-    from numabind.backends.base import MemPolicyState
+    from numabind.backends import MemPolicyState
 
     be = get_backend(backend)[0]
     before = set_flagged(word)

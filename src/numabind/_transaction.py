@@ -17,12 +17,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
     from ._env import Strictness
-    from .backends.base import Backend, BindCall, MemPolicyState, MemPolicySwap
-    from .limits import Limits
-    from .plan import Plan
+    from .backends import Backend, BindCall, MemPolicyState, MemPolicySwap
+    from .plan import Limits, Plan
 
 from . import _log, live
-from .backends.base import (
+from .backends import (
     WALK_BOUND,
     WALK_CHECK_FIRST,
     WALK_DIFFERS,
@@ -34,8 +33,7 @@ from .backends.base import (
 from .bind import _plannable, _read_plan, _walk_all, _write_weights
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
-from .limits import narrow_cpus, narrow_nodes
-from .plan import format_weights
+from .plan import format_weights, narrow_cpus, narrow_nodes
 
 __all__ = ["Transaction", "undo_walk", "walk_flags"]
 

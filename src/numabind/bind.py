@@ -35,8 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from . import _log, live
 from ._env import Strictness, strict_from_env
 from ._value import Value
-from .backends import get_backend
-from .backends.base import (
+from .backends import (
     WALK_BOUND,
     WALK_CHECK_FIRST,
     WALK_DIFFERS,
@@ -50,11 +49,11 @@ from .backends.base import (
     BindCall,
     MemPolicyState,
     MemPolicySwap,
+    get_backend,
 )
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
-from .limits import Limits, narrow_cpus, narrow_nodes
-from .plan import MEM_POLICIES, Plan, check_plan, format_weights
+from .plan import MEM_POLICIES, Limits, Plan, check_plan, format_weights, narrow_cpus, narrow_nodes
 
 __all__ = ["BOUND_ENV", "BindReport", "Binding", "STRICT_VALUES", "THREAD_MODES", "ThreadResult", "bind_current",
            "bind_thread", "bound_environ", "current_binding", "interleave_weights", "set_interleave_weights",

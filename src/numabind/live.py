@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from ._value import Value
 from .cpulist import parse_cpulist
-from .limits import Limits
+from .plan import Limits
 
 __all__ = ["LiveMachine", "LiveNode", "NodePages", "ProcessTasks", "cpu_mask_bits", "environ_value", "gettid", "has_numa_maps",
            "interleave_weights",

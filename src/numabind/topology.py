@@ -544,10 +544,9 @@ def _read_access(reader: FsReader, base: str) -> MemoryAccess | None:
 def read_interleave_weights(reader: FsReader) -> InterleaveWeights | None:
     """The weighted-interleave weights under ``reader``'s root, or None when there are none (before Linux
     6.9, or a dump without them). A weight file that does not hold a number from 1 to 255 is an error."""
-    from .backends.base import WEIGHTS_AUTO_NAMES
-    from .backends import base
+    from .backends import WEIGHTS_AUTO_NAMES, WEIGHTS_DIR
 
-    rel = base.WEIGHTS_DIR          # read at call time: tests point it elsewhere
+    rel = WEIGHTS_DIR
     if not reader.isdir(rel):
         return None
     weights: dict[int, int] = {}

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from .. import live
 from ..cpulist import ids_to_words, words_to_ids
 from ..errors import BindError, NumabindError
-from .base import (
+from . import (
     MPOL_MODES,
     WALK_ONLY_CALLER,
     AffinityWalk,

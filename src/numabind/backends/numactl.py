@@ -18,7 +18,7 @@ import subprocess
 from .._fs import key_values
 from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import BindError, NumabindError
-from .base import MPOL_MODES, Backend, MemPolicyState
+from . import MPOL_MODES, Backend, MemPolicyState
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover

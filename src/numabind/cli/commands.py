@@ -28,7 +28,7 @@ from . import NOT_APPLIED, USAGE, device_node, exec_command, run_strictness
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._env import Strictness
-    from ..backends.base import Backend
+    from ..backends import Backend
     from ..bind import Binding
     from ..rank import RankPlan
     from ..strategies import PlanRow
@@ -313,7 +313,7 @@ def show_lines(b: Binding, node_cpus: dict[int, frozenset[int]], memory_nodes: f
 def _balancing_on() -> bool | None:
     """Whether the calling thread's memory policy carries MPOL_F_NUMA_BALANCING (numactl's -b); None when
     the backend cannot read the mode word."""
-    from ..backends.base import MPOL_F_NUMA_BALANCING
+    from ..backends import MPOL_F_NUMA_BALANCING
 
     try:
         be, _ = get_backend(None)
@@ -591,7 +591,7 @@ def check_run_syntax(args: argparse.Namespace) -> None:
 def _balance(be: Backend, strict: Strictness | None, warnings: list[str]) -> None:
     """Add MPOL_F_NUMA_BALANCING to the calling thread's memory policy (numactl's -b): what the command
     execs with. Refused: an error when strict, else a warning and the policy is left without it."""
-    from ..backends.base import MPOL_F_NUMA_BALANCING, MemPolicyState
+    from ..backends import MPOL_F_NUMA_BALANCING, MemPolicyState
 
     try:
         state = be.save_mempolicy()
