@@ -63,13 +63,13 @@ def __dir__() -> list[str]:
 
 
 def _add_null_handler() -> None:
-    """The library's NullHandler, when logging is in use already (else numabind._log adds it on first use)."""
+    """The library's NullHandler, when logging is in use already (else numabind._base adds it on first use)."""
     import sys
 
     if "logging" in sys.modules:
-        from . import _log
+        from ._base import real_logger
 
-        _log._real("numabind")
+        real_logger("numabind")
 
 
 _add_null_handler()

@@ -21,12 +21,12 @@ import posixpath
 import stat
 import _thread
 
-from . import _log
+from ._base import getLogger
 from .errors import NumabindError
 
 __all__ = ["FsReader", "resolve_root", "ascii_int", "key_values", "MAX_READ", "MAX_DUMP_BYTES"]
 
-log = _log.getLogger(__name__)
+log = getLogger(__name__)
 
 #: Largest file (bytes) a read without an explicit limit accepts. Kernel sysfs
 #: attributes are at most one page; the largest procfs files discovery reads

@@ -16,11 +16,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
     from typing import Any
 
-    from ._env import Strictness
+    from ._base import Strictness
     from .backends import Backend, BindCall, MemPolicyState, MemPolicySwap
     from .plan import Limits, Plan
 
-from . import _log, live
+from . import live
+from ._base import getLogger
 from .backends import (
     WALK_BOUND,
     WALK_CHECK_FIRST,
@@ -37,7 +38,7 @@ from .plan import format_weights, narrow_cpus, narrow_nodes
 
 __all__ = ["Transaction", "undo_walk", "walk_flags"]
 
-log = _log.getLogger("numabind.bind")   # its warnings are bind_current's
+log = getLogger("numabind.bind")   # its warnings are bind_current's
 
 
 class Transaction:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from . import _log
+from ._base import getLogger
 from .strategies import auto_gate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["auto_plan_available"]
 
-log = _log.getLogger(__name__)
+log = getLogger(__name__)
 
 
 def _live_binding() -> Any:

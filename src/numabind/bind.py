@@ -32,9 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable, Sequence
     from typing import Any
 
-from . import _log, live
-from ._env import Strictness, strict_from_env
-from ._value import Value
+from . import live
+from ._base import INFO, Strictness, Value, getLogger, strict_from_env
 from .backends import (
     WALK_BOUND,
     WALK_CHECK_FIRST,
@@ -59,7 +58,7 @@ __all__ = ["BOUND_ENV", "BindReport", "Binding", "STRICT_VALUES", "THREAD_MODES"
            "bind_thread", "bound_environ", "current_binding", "interleave_weights", "set_interleave_weights",
            "strict_default", "strict_label", "verify_current"]
 
-log = _log.getLogger(__name__)
+log = getLogger(__name__)
 
 THREAD_MODES = ("matching", "all", "current")
 STRICT_VALUES = (True, False, "partial")
@@ -70,7 +69,7 @@ _STATUS_NAMES = {WALK_BOUND: "bound", WALK_DIFFERS: "bound", WALK_LEFT_ALONE: "l
 def strict_default(strict: Strictness | None) -> Strictness:
     """``strict`` if given (True, False or ``"partial"``), else ``NUMABIND_STRICT`` from the environment.
 
-    See :mod:`numabind._env` for the accepted spellings; any other value is a PlanError.
+    See :mod:`numabind._base` for the accepted spellings; any other value is a PlanError.
     """
     if strict is None:
         return strict_from_env()
@@ -519,7 +518,7 @@ def _clean_report(plan: Plan, be: Backend, why: str, threads: str, one: BindCall
             notes = (f"the memory policy was set on the calling thread only; {others} other thread(s) keep "
                      f"theirs and allocate from the local node of the CPUs they run on (use migrate=True to move "
                      f"pages they already touched)",)
-    if log.isEnabledFor(_log.INFO):
+    if log.isEnabledFor(INFO):
         who = (f"thread {one.walk.tids[0]} of pid {os.getpid()}"   # type: ignore[union-attr]
                if threads == "current" else f"pid {os.getpid()}")
         log.info("%s bound via %s: %s", who, be.name, applied.describe())
@@ -604,7 +603,7 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
     report = BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why,
                         warnings=tx.warnings, notes=tx.notes, pages_not_migrated=left,
                         pages_migrated=tx.pages_migrated, locality=tx.locality, _walk=walk)
-    if log.isEnabledFor(_log.INFO):
+    if log.isEnabledFor(INFO):
         who = f"thread {walk.tids[0]} of pid {os.getpid()}" if threads == "current" else f"pid {os.getpid()}"
         log.info("%s bound via %s: %s", who, be.name, applied.describe())
     return report

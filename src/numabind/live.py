@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ._fs import FsReader
 
-from ._value import Value
+from ._base import Value
 from .cpulist import parse_cpulist
 from .plan import Limits
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
-from ._value import Value
+from ._base import Value
 from .cpulist import MAX_ID, format_cpulist, parse_cpulist
 from .errors import PlanError
 

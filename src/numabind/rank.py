@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._env import Strictness, strict_from_env
+from ._base import Strictness, strict_from_env
 from ._fs import ascii_int
 from .cpulist import format_cpulist
 from .errors import NumabindError, PlanError

@@ -26,12 +26,12 @@ import json
 import os
 import stat
 
-from . import _log, live
-from ._env import environ_get
+from . import live
+from ._base import environ_get, getLogger
 
 __all__ = ["NO_RECORD_ENV", "read_record", "record_dir", "records_disabled", "write_record"]
 
-log = _log.getLogger(__name__)
+log = getLogger(__name__)
 
 #: ``NUMABIND_NO_RECORD=1`` (or true/yes/on): write no runtime records.
 NO_RECORD_ENV = "NUMABIND_NO_RECORD"

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
 from . import live
-from ._value import Value
+from ._base import Value
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import NumabindError
 from .live import NodePages

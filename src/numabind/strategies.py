@@ -441,7 +441,7 @@ def _check_identity(p: _Placement, nodes: Sequence[int] | None, strict: bool | N
     label = _gpu_label(p.index, gpu)
     note = getattr(gpu, "identity_note", "") or "its discovery sources disagree"
     if strict is None:
-        from ._env import strict_from_env
+        from ._base import strict_from_env
 
         strict = strict_from_env() is True    # NUMABIND_STRICT=partial degrades: plans with the note
     if strict is True:

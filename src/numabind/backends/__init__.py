@@ -20,9 +20,7 @@ import os
 from abc import ABC, abstractmethod
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
-from .. import _log
-from .._env import environ_get
-from .._value import Value
+from .._base import Value, environ_get, getLogger
 from ..cpulist import format_cpulist, words_to_ids
 from ..errors import BindError, NumabindError
 
@@ -381,7 +379,7 @@ class Backend(ABC):
 
 
 # ----------------------------------------------------------------------------- choosing a backend
-log = _log.getLogger(__name__)
+log = getLogger(__name__)
 
 BACKEND_NAMES = ("libnuma", "syscall", "numactl", "none")
 _lock = _thread.allocate_lock()   # _thread: threading stays off the import path of numabind run

@@ -32,7 +32,7 @@ import sys
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the fast path)
 if TYPE_CHECKING:  # pragma: no cover
-    from .._env import Strictness
+    from .._base import Strictness
 
 __all__ = ["main", "fast_run", "exec_command", "run_strictness", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND"]
 
@@ -107,7 +107,7 @@ def run_strictness(strict: bool, lenient: bool) -> Strictness:
     if strict or lenient:
         return bool(strict)
     if os.environ.get("NUMABIND_STRICT", ""):
-        from .._env import strict_from_env
+        from .._base import strict_from_env
 
         return strict_from_env()
     return True

@@ -27,7 +27,7 @@ from ..plan import Plan
 from . import NOT_APPLIED, USAGE, device_node, exec_command, run_strictness
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .._env import Strictness
+    from .._base import Strictness
     from ..backends import Backend
     from ..bind import Binding
     from ..rank import RankPlan

@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._env import Strictness
+from .._base import Strictness
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 

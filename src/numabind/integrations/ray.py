@@ -42,7 +42,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from .._env import Strictness, strict_from_env
+from .._base import Strictness, strict_from_env
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 

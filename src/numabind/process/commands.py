@@ -12,8 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
 from .. import backends as _backends
-from .._env import Strictness
-from .._value import Value
+from .._base import Strictness, Value
 from ..bind import bind_current, bound_environ, strict_default, strict_label
 from ..errors import NumabindError, PlanError
 from ..plan import Plan, check_plan

@@ -13,9 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
-from .. import _log
+from .._base import Strictness, getLogger
 from .. import backends as _backends
-from .._env import Strictness
 from ..bind import bind_current, bind_thread, strict_default, strict_label
 from ..errors import PlanError
 from ..plan import Plan, check_plan
@@ -25,7 +24,7 @@ from .reports import ChildBindings, ChildReport
 
 __all__ = ["configure_subprocess"]
 
-log = _log.getLogger(__name__)
+log = getLogger(__name__)
 
 
 class _Entry:

@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .. import backends as _backends
-from .._env import Strictness
+from .._base import Strictness
 from ..bind import THREAD_MODES, BindReport, bind_current, strict_label, verify_current
 from ..errors import BirthBindError, NumabindError, PlanError
 from ..plan import Plan

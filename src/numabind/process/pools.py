@@ -14,8 +14,8 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
-from .. import _log, live
-from .._env import Strictness
+from .. import live
+from .._base import Strictness, getLogger
 from ..bind import bind_current
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
@@ -23,7 +23,7 @@ from . import reports
 
 __all__ = ["pool_plans", "worker_slot"]
 
-log = _log.getLogger(__name__)
+log = getLogger(__name__)
 
 
 class _SlotTable:

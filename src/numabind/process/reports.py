@@ -13,15 +13,14 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
-from .. import _log
-from .._value import Value
+from .._base import Value, getLogger
 from ..bind import BindReport
 from ..errors import BirthBindError, NumabindError, PlanError
 from ..plan import Plan
 
 __all__ = ["BirthBindError", "ChildBindings", "ChildReport", "birth_report"]
 
-log = _log.getLogger(__name__)
+log = getLogger(__name__)
 
 _REPORT_MAX = 1 << 20
 

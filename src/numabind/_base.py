@@ -1,0 +1,230 @@
+"""The plumbing below every layer of numabind, in one module so that a bind loads it once.
+
+* :class:`Value`: the base of numabind's frozen value classes, without :mod:`dataclasses` or
+  :mod:`typing` at import.
+* numabind's own environment settings (``NUMABIND_STRICT``, :func:`environ_get`), parsed in one place
+  (pure apart from reading the environment).
+* :func:`getLogger`: ``logging.getLogger(__name__)`` without importing :mod:`logging` until a record
+  can be seen. Importing :mod:`logging` costs more than the rest of ``numabind run`` together (it
+  brings ``re``, ``traceback``, ``string`` and ``weakref`` along). A record can only reach a handler
+  once the program (or a test framework, or the CLI) has imported :mod:`logging` to configure one, so
+  until then a record is dropped, which is what logging itself would do with numabind's
+  ``NullHandler`` and no handler configured. From the moment :mod:`logging` is in ``sys.modules``
+  every call goes to the real ``logging.getLogger(name)``, unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+    from typing import Any, Literal, TypeVar, Union
+
+    _V = TypeVar("_V", bound="Value")
+
+from .errors import NumabindError
+
+__all__ = ["DEBUG", "ERROR", "INFO", "WARNING", "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
+           "Value", "environ_get", "getLogger", "real_logger", "strict_from_env"]
+
+
+# ----------------------------------------------------------------------------- frozen values
+class Value:
+    """Base of numabind's hand-written frozen value classes (no :mod:`dataclasses` on the import path).
+
+    A subclass lists its attributes in ``__slots__`` (also the order of ``repr`` and pickling) and the
+    ones that take part in equality and hashing in ``_compare`` (default: all). Its ``__init__`` sets
+    them with ``object.__setattr__``; afterwards they cannot be set or deleted (the error is
+    :class:`dataclasses.FrozenInstanceError`, as for a frozen dataclass). ``replace(**changes)``
+    (also ``copy.replace`` from Python 3.13) builds a new value through ``__init__``, so every
+    change is validated again.
+    """
+
+    __slots__: tuple[str, ...] = ()
+    _compare: tuple[str, ...] | None = None
+
+    @classmethod
+    def _fields(cls) -> tuple[str, ...]:
+        out: list[str] = []
+        for klass in reversed(cls.__mro__):
+            out.extend(klass.__dict__.get("__slots__", ()))
+        return tuple(out)
+
+    def _key(self) -> tuple[object, ...]:
+        names = self._compare if self._compare is not None else self._fields()
+        return tuple(getattr(self, n) for n in names)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash((self.__class__.__name__, self._key()))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        from dataclasses import FrozenInstanceError   # only on the error path
+
+        raise FrozenInstanceError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
+
+    def __delattr__(self, name: str) -> None:
+        from dataclasses import FrozenInstanceError
+
+        raise FrozenInstanceError(f"cannot delete field {name!r} of a frozen {type(self).__name__}")
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._fields())
+        return f"{type(self).__name__}({inner})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), tuple(getattr(self, n) for n in self._fields())))
+
+    def replace(self: _V, **changes: object) -> _V:
+        """A copy with ``changes`` applied, validated like a new value."""
+        names = self._fields()
+        unknown = set(changes) - set(names)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
+        kwargs = {n: changes[n] if n in changes else getattr(self, n) for n in names}
+        return type(self)(**kwargs)
+
+    __replace__ = replace
+
+
+def _rebuild(cls: type, values: tuple[object, ...]) -> object:
+    """Unpickle a :class:`Value` through its ``__init__`` (a pickle is checked like any new value)."""
+    return cls(**dict(zip(cls._fields(), values)))  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------- environment settings
+#: How a binding that cannot be applied in full is handled: ``True`` raises (and rolls back) on any
+#: weakening, ``False`` degrades with a warning per step, ``"partial"`` degrades like ``False`` but
+#: raises when in the end nothing of the plan is in force.
+if TYPE_CHECKING:  # pragma: no cover
+    Strictness = Union[bool, Literal["partial"]]
+else:
+    Strictness = object   # used in annotations only (strings at run time)
+
+#: Spellings of NUMABIND_STRICT that mean "raise instead of degrading".
+STRICT_TRUE = ("1", "true", "yes", "on")
+#: Spellings that mean "degrade, with a warning per step" (unset is the same).
+STRICT_FALSE = ("0", "false", "no", "off", "")
+#: The spelling that means "degrade, but raise when nothing of the plan could be applied".
+STRICT_PARTIAL = ("partial",)
+
+
+_ENVIRON_TYPE = type(os.environ)
+_POSIX = os.name == "posix"
+_KEYS: dict[str, bytes] = {}
+
+
+def environ_get(name: str) -> str | None:
+    """``os.environ.get(name)``, read straight from the mapping's own bytes.
+
+    ``bind_current`` reads two settings on every call, and ``os.environ.get`` (the Mapping machinery,
+    then encoding the key and decoding the value in Python) costs as much as a system call. The value
+    is the same: ``os.environ`` keeps its items encoded with the file-system encoding. When
+    ``os.environ`` was replaced by another mapping (or off POSIX), its own ``get`` answers.
+    """
+    env = os.environ
+    data = getattr(env, "_data", None)
+    if type(env) is not _ENVIRON_TYPE or not _POSIX or type(data) is not dict:
+        return env.get(name)
+    key = _KEYS.get(name)
+    if key is None:
+        key = _KEYS[name] = os.fsencode(name)
+    raw = data.get(key)
+    return None if raw is None else os.fsdecode(raw)
+
+
+def strict_from_env(env: Mapping[str, str] | None = None) -> Strictness:
+    """``NUMABIND_STRICT`` as True, False or ``"partial"``; any other value is an error listing the accepted ones.
+
+    A typo such as ``NUMABIND_STRICT=enabled`` must not silently mean lenient.
+    """
+    raw = (environ_get("NUMABIND_STRICT") if env is None else env.get("NUMABIND_STRICT")) or ""
+    if raw == "":
+        return False
+    value = raw.strip().lower()
+    if value in STRICT_TRUE:
+        return True
+    if value in STRICT_FALSE:
+        return False
+    if value in STRICT_PARTIAL:
+        return "partial"
+    shown = raw if len(raw) <= 40 else raw[:40] + "..."
+    raise NumabindError(
+        f"NUMABIND_STRICT={shown!r} is not understood; use one of {', '.join(STRICT_TRUE)} (raise instead of "
+        f"degrading), partial (degrade, but raise when nothing of the plan could be applied) or "
+        f"{', '.join(v for v in STRICT_FALSE if v)} or unset (degrade with warnings)"
+    )
+
+
+# ----------------------------------------------------------------------------- logging
+DEBUG, INFO, WARNING, ERROR = 10, 20, 30, 40
+_modules = sys.modules
+_null_added = False
+
+
+def real_logger(name: str) -> Any:
+    """``logging.getLogger(name)``, with numabind's NullHandler added once (imports :mod:`logging`)."""
+    global _null_added
+    import logging
+
+    if not _null_added:   # the library's NullHandler, as every library adds it
+        root = logging.getLogger("numabind")
+        if not any(isinstance(h, logging.NullHandler) for h in root.handlers):
+            root.addHandler(logging.NullHandler())
+        _null_added = True
+    return logging.getLogger(name)
+
+
+class Logger:
+    """The part of :class:`logging.Logger` numabind uses, resolved on first use after logging is imported."""
+
+    __slots__ = ("name", "_logger")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._logger: Any = None
+
+    def _get(self) -> Any:
+        logger = self._logger
+        if logger is None:
+            logger = self._logger = real_logger(self.name)
+        return logger
+
+    # stacklevel=2: the record names numabind's caller of this method, as logging's own would
+    def isEnabledFor(self, level: int) -> bool:
+        return "logging" in _modules and self._get().isEnabledFor(level)
+
+    def log(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
+        if "logging" in _modules:
+            self._get().log(level, msg, *args, stacklevel=2, **kwargs)
+
+    def debug(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        if "logging" in _modules:
+            self._get().debug(msg, *args, stacklevel=2, **kwargs)
+
+    def info(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        if "logging" in _modules:
+            self._get().info(msg, *args, stacklevel=2, **kwargs)
+
+    def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        if "logging" in _modules:
+            self._get().warning(msg, *args, stacklevel=2, **kwargs)
+
+    def error(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        if "logging" in _modules:
+            self._get().error(msg, *args, stacklevel=2, **kwargs)
+
+
+def getLogger(name: str) -> Logger:  # noqa: N802 - the name of the function it stands for
+    return Logger(name)
