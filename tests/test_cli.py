@@ -21,7 +21,7 @@ from numabind.cli import main
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import two_sockets
 from tests.kernel import BLOCK_NATIVE, GPU_ENV, child_env  # noqa: F401
-from tests.kernel import ROOT, numactl_show, restore_process  # noqa: F401  (autouse: state put back)
+from tests.kernel import MEM_NODE, ROOT, numactl_show, restore_process  # noqa: F401  (autouse: state put back)
 
 kernel = pytest.mark.kernel
 
@@ -347,6 +347,34 @@ def test_run_console_script():
                          "/proc/self/status"], capture_output=True, text=True, env=child_env(), timeout=60)
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.split() == ["Cpus_allowed_list:", "1"]
+
+
+#: What ``numabind run``'s fast path loads besides what ``python -c pass`` has: the modules a bind needs
+#: and nothing of argparse, logging, typing, ``__future__`` or discovery. Each module more costs about
+#: 1 % of the path's start (``python -m bench``, P7), so a new one here is a decision, not an accident.
+RUN_PATH_MODULES = {"numabind", "numabind.cli", "numabind._base", "numabind.errors", "numabind.cpulist",
+                    "numabind.plan", "numabind.live", "numabind._fs", "numabind.backends", "numabind.backends._native",
+                    "numabind.bind", "numabind._native", "numabind._native.lib", "_cffi_backend", "gc", "errno"}
+
+
+@kernel
+def test_run_fast_path_loads_only_what_a_bind_needs():
+    cpu = min(os.sched_getaffinity(0))
+    code = ("import os, sys\n"
+            "before = set(sys.modules)\n"
+            "def exec_instead(path, argv, env):\n"
+            "    print(' '.join(sorted(set(sys.modules) - before)), flush=True)\n"
+            "    os._exit(0)\n"
+            "os.execvpe = exec_instead\n"
+            "from numabind.cli import main\n"
+            f"main(['run', '--physcpubind={cpu}', '--membind={MEM_NODE}', '--', 'true'])\n"
+            "raise SystemExit('the fast path did not exec')\n")
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), timeout=60,
+                        cwd=ROOT)
+    assert cp.returncode == 0, cp.stderr
+    loaded = set(cp.stdout.split())
+    assert loaded == RUN_PATH_MODULES, (f"more: {sorted(loaded - RUN_PATH_MODULES)}; "
+                                        f"fewer: {sorted(RUN_PATH_MODULES - loaded)}")
 
 
 @kernel

@@ -10,8 +10,6 @@ imported from its module on first use (PEP 562), so a program that only
 binds never pays for discovery, multiprocessing hooks or the CLI.
 """
 
-from __future__ import annotations
-
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: `import numabind` stays cheap
 
 __version__ = "0.1.0"

@@ -13,8 +13,6 @@
   every call goes to the real ``logging.getLogger(name)``, unchanged.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 
@@ -86,7 +84,7 @@ class Value:
     def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild, (type(self), tuple(getattr(self, n) for n in self._fields())))
 
-    def replace(self: _V, **changes: object) -> _V:
+    def replace(self: "_V", **changes: object) -> "_V":
         """A copy with ``changes`` applied, validated like a new value."""
         names = self._fields()
         unknown = set(changes) - set(names)
@@ -144,7 +142,7 @@ def environ_get(name: str) -> str | None:
     return None if raw is None else os.fsdecode(raw)
 
 
-def strict_from_env(env: Mapping[str, str] | None = None) -> Strictness:
+def strict_from_env(env: "Mapping[str, str] | None" = None) -> "Strictness":
     """``NUMABIND_STRICT`` as True, False or ``"partial"``; any other value is an error listing the accepted ones.
 
     A typo such as ``NUMABIND_STRICT=enabled`` must not silently mean lenient.
@@ -173,7 +171,7 @@ _modules = sys.modules
 _null_added = False
 
 
-def real_logger(name: str) -> Any:
+def real_logger(name: str) -> "Any":
     """``logging.getLogger(name)``, with numabind's NullHandler added once (imports :mod:`logging`)."""
     global _null_added
     import logging
@@ -195,7 +193,7 @@ class Logger:
         self.name = name
         self._logger: Any = None
 
-    def _get(self) -> Any:
+    def _get(self) -> "Any":
         logger = self._logger
         if logger is None:
             logger = self._logger = real_logger(self.name)
@@ -205,23 +203,23 @@ class Logger:
     def isEnabledFor(self, level: int) -> bool:
         return "logging" in _modules and self._get().isEnabledFor(level)
 
-    def log(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
+    def log(self, level: int, msg: str, *args: "Any", **kwargs: "Any") -> None:
         if "logging" in _modules:
             self._get().log(level, msg, *args, stacklevel=2, **kwargs)
 
-    def debug(self, msg: str, *args: Any, **kwargs: Any) -> None:
+    def debug(self, msg: str, *args: "Any", **kwargs: "Any") -> None:
         if "logging" in _modules:
             self._get().debug(msg, *args, stacklevel=2, **kwargs)
 
-    def info(self, msg: str, *args: Any, **kwargs: Any) -> None:
+    def info(self, msg: str, *args: "Any", **kwargs: "Any") -> None:
         if "logging" in _modules:
             self._get().info(msg, *args, stacklevel=2, **kwargs)
 
-    def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
+    def warning(self, msg: str, *args: "Any", **kwargs: "Any") -> None:
         if "logging" in _modules:
             self._get().warning(msg, *args, stacklevel=2, **kwargs)
 
-    def error(self, msg: str, *args: Any, **kwargs: Any) -> None:
+    def error(self, msg: str, *args: "Any", **kwargs: "Any") -> None:
         if "logging" in _modules:
             self._get().error(msg, *args, stacklevel=2, **kwargs)
 

@@ -14,8 +14,6 @@ than :data:`MAX_READ` bytes is an error too. Text ends at the first NUL byte
 (some dump tools pad files with NULs after the kernel's newline).
 """
 
-from __future__ import annotations
-
 import os
 import posixpath
 import stat

@@ -23,8 +23,6 @@ is a degradation (a warning; strict raises). A kernel without the policy degrade
 interleave over the same nodes (a warning naming the kernel's lack; strict raises).
 """
 
-from __future__ import annotations
-
 import errno as _errno
 import os
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
@@ -118,13 +116,13 @@ class ThreadResult(Value):
                      ("after", None if after is None else frozenset(after)), ("status", status), ("detail", detail)):
             object.__setattr__(self, k, v)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> "dict[str, Any]":
         return {"tid": self.tid, "name": self.name, "before": format_cpulist(self.before),
                 "after": None if self.after is None else format_cpulist(self.after), "status": self.status,
                 "detail": self.detail}
 
     @classmethod
-    def from_dict(cls, data: object) -> ThreadResult:
+    def from_dict(cls, data: object) -> "ThreadResult":
         if not isinstance(data, dict):
             raise ValueError("a thread record is not an object")
         tid, name, status, detail = (data.get(k) for k in ("tid", "name", "status", "detail"))
@@ -184,13 +182,13 @@ class BindReport(Value):
     notes: tuple[str, ...]             # facts that are not degradations
     pages_not_migrated: int | None     # migrate=True: pages left on other nodes (None: not measured)
     pages_migrated: int | None         # migrate=True: pages moved onto the plan's nodes
-    locality: Any                      # migrate=True: numabind.residency.Locality after the move, else None
+    locality: "Any"                    # migrate=True: numabind.residency.Locality after the move, else None
     _threads: tuple[ThreadResult, ...] | None      # None until ``threads`` decodes ``_walk``
     _walk: AffinityWalk | BindCall | None
 
     def __init__(self, requested: Plan, applied: Plan, backend: str, backend_reason: str,
-                 threads: Sequence[ThreadResult] = (), warnings: Sequence[str] = (), notes: Sequence[str] = (),
-                 pages_not_migrated: int | None = None, pages_migrated: int | None = None, locality: Any = None, *,
+                 threads: "Sequence[ThreadResult]" = (), warnings: "Sequence[str]" = (), notes: "Sequence[str]" = (),
+                 pages_not_migrated: int | None = None, pages_migrated: int | None = None, locality: "Any" = None, *,
                  _walk: AffinityWalk | None = None) -> None:
         s = object.__setattr__
         s(self, "requested", requested)
@@ -250,7 +248,7 @@ class BindReport(Value):
         lines += [f"note:      {n}" for n in self.notes]
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> "dict[str, Any]":
         """JSON-serializable; plans in their text form (:meth:`Plan.to_text`). :meth:`from_dict` reads it back."""
         return {"requested": self.requested.to_text(), "applied": self.applied.to_text(),
                 "backend": self.backend, "backend_reason": self.backend_reason,
@@ -260,7 +258,7 @@ class BindReport(Value):
                 "locality": None if self.locality is None else self.locality.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: object) -> BindReport:
+    def from_dict(cls, data: object) -> "BindReport":
         """Parse :meth:`to_dict` output strictly (plans through :meth:`Plan.from_text`); ValueError otherwise."""
         if not isinstance(data, dict):
             raise ValueError("a bind report is not an object")
@@ -377,7 +375,7 @@ def _plannable(policy: str | None) -> str | None:
 
 
 def _read_plan(cpus: frozenset[int] | None, policy: str | None, nodes: frozenset[int] | None,
-               weights: Any = None) -> Plan:
+               weights: "Any" = None) -> Plan:
     """A Plan of what the kernel returned (already valid ids: built without checking them again)."""
     plan = object.__new__(Plan)
     s = object.__setattr__
@@ -424,7 +422,7 @@ def interleave_weights() -> dict[int, int] | None:
     return None if system is None else dict(system.weights)
 
 
-def set_interleave_weights(weights: Any, *, backend: str | None = None) -> dict[int, int]:
+def set_interleave_weights(weights: "Any", *, backend: str | None = None) -> dict[int, int]:
     """Write the system-wide weights of the nodes in ``weights`` (a mapping or ``"0:3,1:1"``); returns the
     weights those nodes had before. They apply to every process on the machine that uses weighted
     interleave (allocations made afterwards); writing needs root. On Linux 6.16 and newer a write switches
@@ -479,7 +477,7 @@ def _write_weights(be: Backend, weights: dict[int, int], old: dict[int, int]) ->
 BOUND_ENV = "_NUMABIND_BOUND"
 
 
-def bound_environ(report: BindReport, environ: Any = None) -> dict[str, str]:
+def bound_environ(report: BindReport, environ: "Any" = None) -> dict[str, str]:
     """The environment to exec a command with after binding this process: ``environ`` (default
     ``os.environ``) plus ``_NUMABIND_BOUND=<pid>|<requested plan>|<applied plan>``, so that
     ``numabind stat`` (:func:`numabind.locality`) recognises the process as bound by numabind. It reads
@@ -670,7 +668,7 @@ def verify_current(plan: Plan, strict: Strictness | None = None, *, threads: str
                       notes=notes, _walk=walk)
 
 
-def bind_thread(plan: Plan, strict: Strictness | None = None, *, backend: str | None = None) -> _ThreadBinding:
+def bind_thread(plan: Plan, strict: Strictness | None = None, *, backend: str | None = None) -> "_ThreadBinding":
     """Bind only the calling thread to ``plan`` for the ``with`` block, then put it back as it was.
 
     ``with numabind.bind_thread(plan) as report: ...``. CPU affinity and memory policy are per

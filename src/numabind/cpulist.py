@@ -7,8 +7,6 @@ Masks are the kernel's hex form: 32-bit words, most significant first,
 separated by commas (``Cpus_allowed: 00000000,0000000f``).
 """
 
-from __future__ import annotations
-
 TYPE_CHECKING = False   # annotations only: collections.abc stays off the import path
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
@@ -121,7 +119,7 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
     return frozenset(out)
 
 
-def _checked_ids(ids: Iterable[int]) -> set[int]:
+def _checked_ids(ids: "Iterable[int]") -> set[int]:
     out = set(ids)
     for i in out:
         if not isinstance(i, int) or isinstance(i, bool) or i < 0:
@@ -129,7 +127,7 @@ def _checked_ids(ids: Iterable[int]) -> set[int]:
     return out
 
 
-def format_cpulist(ids: Iterable[int]) -> str:
+def format_cpulist(ids: "Iterable[int]") -> str:
     """Canonical cpulist: sorted, runs of two or more as ``a-b``.
 
     >>> format_cpulist({0, 1, 2, 3, 8})
@@ -198,7 +196,7 @@ def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
     return frozenset(out)
 
 
-def ids_to_words(ids: Iterable[int], nbits: int, word_bits: int = 64) -> list[int]:
+def ids_to_words(ids: "Iterable[int]", nbits: int, word_bits: int = 64) -> list[int]:
     """The ids as a little-endian array of ``word_bits``-bit words covering ``nbits`` bits.
 
     An id ``>= nbits`` is a PlanError (the kernel would ignore that bit).
@@ -212,7 +210,7 @@ def ids_to_words(ids: Iterable[int], nbits: int, word_bits: int = 64) -> list[in
     return words
 
 
-def words_to_ids(words: Iterable[int], word_bits: int = 64) -> frozenset[int]:
+def words_to_ids(words: "Iterable[int]", word_bits: int = 64) -> frozenset[int]:
     """Inverse of :func:`ids_to_words`.
 
     Words must be unsigned and fit ``word_bits`` (a negative word, e.g. from a

@@ -4,8 +4,6 @@ Every error names the input or the system call that caused it and, where
 there is one, the fix.
 """
 
-from __future__ import annotations
-
 import errno as _errno
 import os
 
@@ -43,7 +41,7 @@ class BindError(NumabindError, OSError):
     def __str__(self) -> str:  # OSError's default prefixes "[Errno N]"
         return str(self.args[1])
 
-    def __reduce__(self) -> tuple[type[BindError], tuple[int | None, str, str]]:
+    def __reduce__(self) -> "tuple[type[BindError], tuple[int | None, str, str]]":
         return (type(self), (self.errno, self.syscall, self.detail))
 
 

@@ -8,8 +8,6 @@ once): limits are read only to explain a refusal or a difference between what wa
 the kernel applied.
 """
 
-from __future__ import annotations
-
 import os
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,10 +25,10 @@ __all__ = ["LiveMachine", "LiveNode", "NodePages", "ProcessTasks", "cpu_mask_bit
            "process_children", "process_exists", "process_tasks", "start_time", "status_fields", "thread_ids",
            "thread_name"]
 
-_reader: FsReader | None = None
+_reader: "FsReader | None" = None
 
 
-def _live() -> FsReader:
+def _live() -> "FsReader":
     global _reader
     if _reader is None:
         from ._fs import FsReader
@@ -129,10 +127,10 @@ def gettid() -> int:
     return _thread.get_native_id()
 
 
-_native_module: list[Any] = []
+_native_module: "list[Any]" = []
 
 
-def _native() -> Any:
+def _native() -> "Any":
     """numabind._native, or None when it is not installed (looked up once)."""
     if not _native_module:
         try:
@@ -143,7 +141,7 @@ def _native() -> Any:
     return _native_module[0]
 
 
-_tid_buffer: list[Any] = []
+_tid_buffer: "list[Any]" = []
 
 
 def thread_ids(first: int = 0) -> list[int]:
@@ -251,7 +249,7 @@ def _is_field(word: str) -> bool:
     return key in _MAP_FIELDS or (key[:1] == "N" and key[1:].isdigit() and "=" in word)
 
 
-def _add(into: dict[Any, int], key: Any, n: int) -> None:
+def _add(into: "dict[Any, int]", key: "Any", n: int) -> None:
     into[key] = into.get(key, 0) + n
 
 
@@ -462,7 +460,7 @@ def environ_value(pid: int, name: str) -> str | None:
     return None
 
 
-def interleave_weights() -> Any:
+def interleave_weights() -> "Any":
     """The live system's weighted-interleave weights (:class:`numabind.topology.InterleaveWeights`),
     or None when the kernel has no ``/sys/kernel/mm/mempolicy/weighted_interleave`` (before Linux 6.9)."""
     from .topology import read_interleave_weights

@@ -11,8 +11,6 @@ request fit, and why the others do not: :meth:`Plan.validate`, the placement str
 :func:`numabind.bind_current` all use them.
 """
 
-from __future__ import annotations
-
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
 from ._base import Value
@@ -79,7 +77,7 @@ class Limits(Value):
     nodes_source: str
 
     @classmethod
-    def from_topology(cls, topology: Topology) -> Limits:
+    def from_topology(cls, topology: "Topology") -> "Limits":
         source = getattr(topology, "allowed_source", "") or ""
         return cls(online_cpus=topology.online_cpus, allowed_cpus=topology.allowed_cpus,
                    cpus_source=source or "affinity", nodes=frozenset(topology.nodes),
@@ -123,7 +121,7 @@ def narrow_nodes(nodes: frozenset[int], limits: Limits, policy: str | None = Non
 
 
 # ----------------------------------------------------------------------------- plans
-def _as_ids(value: Any, what: str) -> frozenset[int] | None:
+def _as_ids(value: "Any", what: str) -> frozenset[int] | None:
     """``value`` (a cpulist string, an int, or an iterable of ints) as a frozenset of ids.
 
     Bytes are refused, not iterated: ``b"1"`` would otherwise be the id 49. So
@@ -168,12 +166,12 @@ def parse_weights(text: str, what: str = "weights") -> dict[int, int]:
     return out
 
 
-def format_weights(weights: Any) -> str:
+def format_weights(weights: "Any") -> str:
     """``{0: 3, 1: 1}`` as ``"0:3,1:1"`` (sorted by node): the form :func:`parse_weights` reads."""
     return ",".join(f"{n}:{w}" for n, w in sorted(dict(weights).items()))
 
 
-def _as_weights(value: Any, policy: str | None, nodes: frozenset[int] | None) -> Any:
+def _as_weights(value: "Any", policy: str | None, nodes: frozenset[int] | None) -> "Any":
     """``value`` (a mapping node -> weight, or ``"0:3,1:1"``) checked against the plan, as a FrozenMap."""
     if value is None:
         return None
@@ -235,10 +233,10 @@ class Plan(Value):
     mem_nodes: frozenset[int] | None
     migrate: bool
     reason: str
-    weights: Any     # FrozenMap[int, int] | None
+    weights: "Any"     # FrozenMap[int, int] | None
 
-    def __init__(self, cpus: Any = None, mem_policy: str | None = None, mem_nodes: Any = None,
-                 migrate: bool = False, reason: str = "", weights: Any = None) -> None:
+    def __init__(self, cpus: "Any" = None, mem_policy: str | None = None, mem_nodes: "Any" = None,
+                 migrate: bool = False, reason: str = "", weights: "Any" = None) -> None:
         cpus = _as_ids(cpus, "cpus")
         nodes = _as_ids(mem_nodes, "mem_nodes")
         policy = mem_policy
@@ -283,7 +281,7 @@ class Plan(Value):
         return hash((self.cpus, self.mem_policy, self.mem_nodes, self.migrate, self.weights))
 
     # ------------------------------------------------------------------ checks
-    def validate(self, topology: Topology | Limits) -> Plan:
+    def validate(self, topology: "Topology | Limits") -> "Plan":
         """Raise :class:`PlanError` unless this plan fits ``topology`` (or :class:`Limits`); return self."""
         limits = topology if isinstance(topology, Limits) else Limits.from_topology(topology)
         if self.cpus is not None:
@@ -346,9 +344,9 @@ class Plan(Value):
 
     @classmethod
     def from_numactl_args(
-        cls, args: str | Sequence[str], topology: Topology | LiveMachine | None = None, *, migrate: bool = False,
-        device_node: Callable[[str], int] | None = None,
-    ) -> Plan:
+        cls, args: "str | Sequence[str]", topology: "Topology | LiveMachine | None" = None, *, migrate: bool = False,
+        device_node: "Callable[[str], int] | None" = None,
+    ) -> "Plan":
         """Build a plan from numactl options.
 
         Understands ``-C/--physcpubind``, ``-N/--cpunodebind`` (also numactl's old
@@ -446,7 +444,7 @@ class Plan(Value):
         return text + f";weights={format_weights(self.weights)}" if self.weights else text
 
     @classmethod
-    def from_text(cls, text: str) -> Plan:
+    def from_text(cls, text: str) -> "Plan":
         """Parse :meth:`to_text` output, strictly; anything else is a PlanError."""
         if not isinstance(text, str) or len(text) > _TEXT_MAX:
             raise PlanError("plan text must be a string of at most 64 KiB")
@@ -466,10 +464,10 @@ class Plan(Value):
         return cls(cpus=cpus, mem_policy=policy, mem_nodes=nodes, migrate=m["migrate"] == "1", weights=weights)
 
 
-_text_pattern: list[Any] = []
+_text_pattern: "list[Any]" = []
 
 
-def _text_re() -> Any:
+def _text_re() -> "Any":
     """The grammar of :meth:`Plan.to_text` (compiled on first use: ``re`` stays off the import path)."""
     if not _text_pattern:
         import re
@@ -529,7 +527,7 @@ def _parse_numactl_argv(argv: list[str]) -> dict[str, str]:
     return opts
 
 
-def _need(topology: Topology | LiveMachine | None, what: str) -> Topology | LiveMachine:
+def _need(topology: "Topology | LiveMachine | None", what: str) -> "Topology | LiveMachine":
     if topology is None:
         raise PlanError(f"{what} needs a topology to resolve node ids, 'all', '!' or '+'; pass topology=discover()")
     return topology
@@ -539,7 +537,7 @@ def _need(topology: Topology | LiveMachine | None, what: str) -> Topology | Live
 DEVICE_SPECIFIERS = ("pci:", "netdev:", "block:", "file:")
 
 
-def _device(value: str, flag: str, kind: str, device_node: Callable[[str], int] | None) -> frozenset[int] | None:
+def _device(value: str, flag: str, kind: str, device_node: "Callable[[str], int] | None") -> frozenset[int] | None:
     """The node of a device specifier (``pci:``, ``netdev:``, ``block:``, ``file:``), or None for a plain list."""
     if value.startswith("ip:"):
         raise PlanError(f"{flag}={value!r}: numabind does not look up routes (numactl's ip:HOST); "
@@ -555,8 +553,8 @@ def _device(value: str, flag: str, kind: str, device_node: Callable[[str], int] 
     return frozenset({device_node(value)})
 
 
-def _resolve_ids(value: str, flag: str, topology: Topology | LiveMachine | None, kind: str, whole: bool = False,
-                 device_node: Callable[[str], int] | None = None) -> frozenset[int]:
+def _resolve_ids(value: str, flag: str, topology: "Topology | LiveMachine | None", kind: str, whole: bool = False,
+                 device_node: "Callable[[str], int] | None" = None) -> frozenset[int]:
     """Resolve a numactl list value ('all', '!list', '+list', a plain list or a device specifier).
 
     numactl has no ``N-M:step`` stride form (the kernel's cpulist grammar, which
@@ -574,7 +572,7 @@ def _resolve_ids(value: str, flag: str, topology: Topology | LiveMachine | None,
     relative = device is None and value.startswith("+")
     if relative:
         value = value[1:]
-    def universe_of(t: Topology | LiveMachine) -> frozenset[int]:
+    def universe_of(t: "Topology | LiveMachine") -> frozenset[int]:
         if kind == "cpus":
             return frozenset(t.online_cpus if whole else t.allowed_cpus)
         if kind == "cpu-nodes":

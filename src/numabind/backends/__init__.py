@@ -12,8 +12,6 @@ backend that cannot load is an error, never a silent substitute. The interface a
 one module, so a bind loads two backend modules: this one and the backend it uses.
 """
 
-from __future__ import annotations
-
 import _thread
 import errno
 import os
@@ -148,7 +146,7 @@ class MemPolicySwap:
 _DECODED: dict[tuple[int, ...], frozenset[int]] = {}   # mask words -> ids (masks repeat: plans do)
 
 
-def decode(words: Any) -> frozenset[int]:
+def decode(words: "Any") -> frozenset[int]:
     """The ids of a mask given as 64-bit words (a C array slice or a sequence), remembered per mask."""
     key = tuple(words)
     ids = _DECODED.get(key)
@@ -168,14 +166,14 @@ class AffinityWalk:
 
     __slots__ = ("tids", "status", "processed", "_before", "_after", "_words", "_owners", "_first")
 
-    def __init__(self, tids: Sequence[int], status: Sequence[int], processed: int, before: Any, after: Any,
-                 words: int = 0, owners: tuple[Any, ...] = ()) -> None:
+    def __init__(self, tids: "Sequence[int]", status: "Sequence[int]", processed: int, before: "Any", after: "Any",
+                 words: int = 0, owners: "tuple[Any, ...]" = ()) -> None:
         self.tids, self.status, self.processed = tids, status, processed
         self._before, self._after, self._words = before, after, words
         self._owners = owners     # the C arrays that status/after point into
         self._first: frozenset[int] | None = None
 
-    def _decode(self, masks: Any, i: int) -> frozenset[int]:
+    def _decode(self, masks: "Any", i: int) -> frozenset[int]:
         w = self._words
         if not w:
             return masks[i]   # type: ignore[no-any-return]
@@ -243,7 +241,7 @@ class Backend(ABC):
     def get_affinity(self, tid: int) -> frozenset[int]:
         """sched_getaffinity of one thread. Raises BindError."""
 
-    def affinity_many(self, tids: Sequence[int], cpus: frozenset[int] | None, flags: int = 0) -> AffinityWalk:
+    def affinity_many(self, tids: "Sequence[int]", cpus: frozenset[int] | None, flags: int = 0) -> AffinityWalk:
         """For each thread: read its CPUs, set them to ``cpus`` (None: only read), read them back.
 
         ``WALK_MATCHING`` leaves alone a thread whose CPUs differ from ``tids[0]``'s;
@@ -347,7 +345,7 @@ class Backend(ABC):
         """Move a process's pages; returns the number of pages that could not be moved."""
 
     # -- the system-wide weights of weighted interleave (sysfs writes: the same for every backend) --
-    def set_interleave_weights(self, weights: Mapping[int, int], root: str = "/") -> None:
+    def set_interleave_weights(self, weights: "Mapping[int, int]", root: str = "/") -> None:
         """Write each node's weight into ``WEIGHTS_DIR/nodeN`` (system-wide; needs root). Raises BindError
         naming the file; weights written before a refusal stay (the caller restores them)."""
         for node, weight in sorted(weights.items()):
@@ -372,7 +370,7 @@ class Backend(ABC):
         finally:
             os.close(fd)
 
-    def command_prefix(self, plan: Plan) -> list[str] | None:
+    def command_prefix(self, plan: "Plan") -> list[str] | None:
         """argv prefix that starts a command bound to ``plan``, or None when the
         backend binds in-process (then the caller binds and execs)."""
         return None
@@ -473,7 +471,7 @@ def _native_problem() -> str | None:
     return None
 
 
-def backend_info() -> dict[str, Any]:
+def backend_info() -> "dict[str, Any]":
     """Which backends can be used here and why the others cannot.
 
     ``native`` is None when the compiled core loads, else one line saying it is missing and how to get it.

@@ -8,8 +8,6 @@ Masks are sized from the kernel's possible CPUs and nodes (:mod:`numabind.live`)
 and kept per id set, so binding the same plan again allocates nothing.
 """
 
-from __future__ import annotations
-
 import os
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,7 +33,7 @@ from . import (
 __all__ = ["LIBNUMA_SONAME", "LibnumaBackend", "NativeBackend", "SyscallBackend", "load_native"]
 
 
-def load_native() -> Any:
+def load_native() -> "Any":
     """The compiled module, or raise ImportError with the reason: one short line, with how to get it."""
     try:
         from .. import _native  # built by build_ffi.py
@@ -53,7 +51,7 @@ def load_native() -> Any:
 _NOW_MODE, _ERRS, _WALKED, _PROCESSED, _EXITED, _CLEAN, _HEADER = 2, 3, 6, 7, 8, 9, 10
 
 
-def _swap_of(ints: Any, at: int, masks: Any, words: int, policy: str, nodes: frozenset[int]) -> MemPolicySwap:
+def _swap_of(ints: "Any", at: int, masks: "Any", words: int, policy: str, nodes: frozenset[int]) -> MemPolicySwap:
     """The MemPolicySwap of a swap_mempolicy's slots: old mode, mode now, the three errors from ``ints[at]``;
     the old and the current node masks (``words`` each) at the start of ``masks``."""
     out = MemPolicySwap()
@@ -77,7 +75,7 @@ class _NativeBindCall(BindCall):
 
     __slots__ = ("_raw",)
 
-    def __init__(self, ints: Any, masks: Any, cap: int, nw: int, cw: int, policy: str | None,
+    def __init__(self, ints: "Any", masks: "Any", cap: int, nw: int, cw: int, policy: str | None,
                  nodes: frozenset[int]) -> None:
         self.clean, self.processed, self.exited = ints[_CLEAN] == 1, ints[_PROCESSED], ints[_EXITED]
         self._walk = None
@@ -136,7 +134,8 @@ class NativeBackend(Backend):
         self._word_array = self.ffi.typeof("unsigned long[]")
 
     # -- helpers ----------------------------------------------------------
-    def _mask(self, cache: dict[frozenset[int], tuple[Any, int]], ids: frozenset[int], bits: int) -> tuple[Any, int]:
+    def _mask(self, cache: "dict[frozenset[int], tuple[Any, int]]", ids: frozenset[int],
+              bits: int) -> "tuple[Any, int]":
         """A C array holding ``ids`` (kept per id set; callers never write into it) and its size in bits."""
         hit = cache.get(ids)
         if hit is None:
@@ -147,7 +146,7 @@ class NativeBackend(Backend):
             cache[ids] = hit
         return hit
 
-    def _node_mask(self, nodes: frozenset[int]) -> tuple[Any, int]:
+    def _node_mask(self, nodes: frozenset[int]) -> "tuple[Any, int]":
         return self._mask(self._node_masks, frozenset(nodes), live.node_mask_bits())
 
     def _check(self, rc: int, syscall: str, detail: str) -> int:
@@ -156,10 +155,10 @@ class NativeBackend(Backend):
         return rc
 
     # -- affinity ---------------------------------------------------------
-    def _setaff(self, tid: int, bits: int, mask: Any) -> int:
+    def _setaff(self, tid: int, bits: int, mask: "Any") -> int:
         return self.lib.nb_sys_sched_setaffinity(tid, bits // 8, mask)  # type: ignore[no-any-return]
 
-    def _getaff(self, tid: int, bits: int, mask: Any) -> int:
+    def _getaff(self, tid: int, bits: int, mask: "Any") -> int:
         return self.lib.nb_sys_sched_getaffinity(tid, bits // 8, mask)  # type: ignore[no-any-return]
 
     def set_affinity(self, tid: int, cpus: frozenset[int]) -> None:
@@ -172,7 +171,7 @@ class NativeBackend(Backend):
         self._check(self._getaff(tid, bits, mask), "sched_getaffinity", f"thread {tid}")
         return words_to_ids(mask)
 
-    def affinity_many(self, tids: Sequence[int], cpus: frozenset[int] | None, flags: int = 0) -> AffinityWalk:
+    def affinity_many(self, tids: "Sequence[int]", cpus: frozenset[int] | None, flags: int = 0) -> AffinityWalk:
         n = len(tids)
         if cpus is None:
             mask, bits = self.ffi.NULL, live.cpu_mask_bits()
@@ -315,8 +314,8 @@ class LibnumaBackend(NativeBackend):
         if self.lib.nb_numa_available() < 0:
             raise NumabindError(f"{soname} loaded, but numa_available() says this kernel has no NUMA support")
 
-    def _setaff(self, tid: int, bits: int, mask: Any) -> int:
+    def _setaff(self, tid: int, bits: int, mask: "Any") -> int:
         return self.lib.nb_numa_sched_setaffinity(tid, bits, mask)  # type: ignore[no-any-return]
 
-    def _getaff(self, tid: int, bits: int, mask: Any) -> int:
+    def _getaff(self, tid: int, bits: int, mask: "Any") -> int:
         return self.lib.nb_numa_sched_getaffinity(tid, bits, mask)  # type: ignore[no-any-return]

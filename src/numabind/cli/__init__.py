@@ -8,6 +8,12 @@ fast path does not take (``--gpu``, ``--help``, an error to report), goes to the
 in :mod:`numabind.cli.commands`, with the same options, messages and exit codes. The library never
 prints; this package does.
 
+Every module a bind loads costs about 1 % of the fast path's start (``python -m bench``, P7), so the
+path loads few (``RUN_PATH_MODULES`` in tests/test_cli.py lists them), and none of them says
+``from __future__ import annotations``: importing ``__future__`` alone costs 2 %. Their annotations
+are evaluated at definition, so those that name what is imported only for type checkers, or a class
+defined further down, are strings.
+
 The fast path takes ``[-C|--physcpubind|--cpus L] [-N|--cpunodebind N] [-m|--membind N] [-p|--preferred N]
 [-P|--preferred-many N] [-i|--interleave N] [-w|--weighted-interleave N [--weights 0:3,1:1]
 [--set-weights]] [-l|--localalloc] [-a|--all] [--migrate] [--strict|--lenient] [--backend B] --
@@ -24,8 +30,6 @@ status once it runs; 1 when the binding cannot be applied (the command does not 
 it asked for unless ``--lenient``); 2 for a usage error; 126 when the command is found but cannot be
 executed, 127 when it is not found.
 """
-
-from __future__ import annotations
 
 import os
 import sys
@@ -98,7 +102,7 @@ def _parse(args: list[str]) -> tuple[list[str], dict[str, str], list[str]] | Non
     return None
 
 
-def run_strictness(strict: bool, lenient: bool) -> Strictness:
+def run_strictness(strict: bool, lenient: bool) -> "Strictness":
     """How ``numabind run`` treats a binding it cannot apply in full: ``--strict`` True, ``--lenient`` False,
     else ``NUMABIND_STRICT`` when it is set, else True (scripts are safe by default: the command does not
     run with less than it asked for). Both flags at once is a usage error (ValueError)."""
