@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numabind import _fs
+from numabind import _dump, _fs
 from numabind._fs import FsReader, ascii_int, key_values, resolve_root
 from numabind.errors import NumabindError
 from numabind.topology import discover
@@ -270,11 +270,11 @@ def test_unpacking_never_writes_outside_the_dump(tmp_path):
 def test_unpacking_is_size_capped(tmp_path, monkeypatch):
     two_sockets(tmp_path / "tree", 8)
     tarball = tar_of(tmp_path / "tree", tmp_path / "box.tar.bz2")
-    monkeypatch.setattr(_fs, "MAX_DUMP_BYTES", 1000)
+    monkeypatch.setattr(_dump, "MAX_DUMP_BYTES", 1000)
     with pytest.raises(NumabindError, match="unpacks to more than"):
         resolve_root(tarball)
-    monkeypatch.setattr(_fs, "MAX_DUMP_BYTES", 1 << 30)
-    monkeypatch.setattr(_fs, "MAX_DUMP_MEMBERS", 10)
+    monkeypatch.setattr(_dump, "MAX_DUMP_BYTES", 1 << 30)
+    monkeypatch.setattr(_dump, "MAX_DUMP_MEMBERS", 10)
     with pytest.raises(NumabindError, match="more than 10 members"):
         resolve_root(tarball)
 

@@ -3,7 +3,7 @@
 A whole machine can be replayed from a directory by pointing the root at it
 (like hwloc's ``HWLOC_FSROOT``): discovery code never opens an absolute path.
 The root may also be a dump written by ``hwloc-gather-topology``: its
-directory, or the ``.tar.bz2`` itself, which is unpacked (safely: no path
+directory, or the ``.tar.bz2`` itself, which :mod:`numabind._dump` unpacks (safely: no path
 outside the dump, no link leading out of it, no device or FIFO, a size cap)
 into a private temporary directory that is removed when the process exits.
 
@@ -15,28 +15,17 @@ than :data:`MAX_READ` bytes is an error too. Text ends at the first NUL byte
 """
 
 import os
-import posixpath
 import stat
-import _thread
 
-from ._base import getLogger
 from .errors import NumabindError
 
-__all__ = ["FsReader", "resolve_root", "ascii_int", "key_values", "MAX_READ", "MAX_DUMP_BYTES"]
-
-log = getLogger(__name__)
+__all__ = ["FsReader", "resolve_root", "ascii_int", "key_values", "MAX_READ"]
 
 #: Largest file (bytes) a read without an explicit limit accepts. Kernel sysfs
 #: attributes are at most one page; the largest procfs files discovery reads
 #: (mounts, cpuinfo of thousands of CPUs) stay far below this.
 MAX_READ = 8 << 20
 
-#: Largest total size of the files unpacked from one dump tarball.
-MAX_DUMP_BYTES = 256 << 20
-#: Largest number of members unpacked from one dump tarball.
-MAX_DUMP_MEMBERS = 500_000
-
-_TAR_SUFFIXES = (".tar", ".tar.bz2", ".tbz2", ".tbz", ".tar.gz", ".tgz", ".tar.xz", ".txz")
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
@@ -81,178 +70,7 @@ def key_values(text: str, *, first_block: bool = False) -> dict[str, str]:
     return out
 
 
-# -- roots and dumps -------------------------------------------------------------
-
-_lock = _thread.allocate_lock()
-_unpacked: dict[tuple[str, int, int], str] = {}       # (realpath, size, mtime_ns) -> unpacked root
-_cleanup: list[str] = []
-_owner_pid = os.getpid()
-
-
-def _remove_unpacked() -> None:
-    if os.getpid() != _owner_pid:     # a forked child must not delete its parent's dumps
-        return
-    import shutil
-
-    for path in _cleanup:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-# tarfile, tempfile, shutil and atexit are imported when a dump is first unpacked: reading the live
-# system (``numabind run``, bind_current's explanations) never needs them
-
-
-def _dump_root(path: str) -> str:
-    """The directory of a dump that holds ``sys``/``proc``: ``path`` itself, or its
-    only subdirectory (an unpacked hwloc-gather-topology tarball holds one
-    directory named after the dump)."""
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return path
-    if "sys" in names or "proc" in names:
-        return path
-    subdirs = [n for n in names if os.path.isdir(os.path.join(path, n))
-               and not os.path.islink(os.path.join(path, n))]
-    if len(subdirs) == 1:
-        inner = os.path.join(path, subdirs[0])
-        try:
-            inner_names = os.listdir(inner)
-        except OSError:
-            return path
-        if "sys" in inner_names or "proc" in inner_names:
-            return inner
-    return path
-
-
-def _is_tarball(path: str) -> bool:
-    if path.endswith(_TAR_SUFFIXES):
-        return True
-    import tarfile
-
-    try:
-        return tarfile.is_tarfile(path)
-    except OSError:
-        return False
-
-
-def _inside(root: str, path: str) -> bool:
-    return path == root or path.startswith(root + os.sep)
-
-
-def _unpack(tarball: str) -> str:
-    """Unpack ``tarball`` into a private temporary directory; returns that directory."""
-    import atexit
-    import shutil
-    import tempfile
-
-    st = os.stat(tarball)
-    key = (os.path.realpath(tarball), st.st_size, st.st_mtime_ns)
-    with _lock:
-        found = _unpacked.get(key)
-        if found is not None and os.path.isdir(found):
-            return found
-        dest = tempfile.mkdtemp(prefix="numabind-dump-")
-        if not _cleanup:
-            atexit.register(_remove_unpacked)
-        _cleanup.append(dest)
-        try:
-            _extract(tarball, dest)
-        except BaseException:
-            shutil.rmtree(dest, ignore_errors=True)
-            raise
-        _unpacked[key] = dest
-        log.debug("unpacked %s into %s", tarball, dest)
-        return dest
-
-
-def _extract(tarball: str, dest: str) -> None:
-    import tarfile
-
-    real_dest = os.path.realpath(dest)
-    total = 0
-    links: list[str] = []
-    skipped = 0
-    try:
-        tf = tarfile.open(tarball, "r:*")
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise NumabindError(f"cannot read the dump {tarball}: {exc}") from None
-    with tf:
-        try:
-            for count, member in enumerate(tf, 1):
-                if count > MAX_DUMP_MEMBERS:
-                    raise NumabindError(
-                        f"the dump {tarball} has more than {MAX_DUMP_MEMBERS} members; "
-                        f"a sysfs/procfs dump is far smaller (is this the right file?)")
-                name = posixpath.normpath(member.name.replace("\\", "/"))
-                parts = name.split("/")
-                if name.startswith("/") or ".." in parts or name in (".", "") or "\0" in name:
-                    skipped += 1
-                    continue
-                target = os.path.join(real_dest, *parts)
-                parent = os.path.dirname(target)
-                # realpath resolves the links already unpacked: nothing is created through
-                # a link that leads outside (such links are dropped below).
-                if member.isdir():
-                    if not _inside(real_dest, os.path.realpath(target)):
-                        skipped += 1
-                        continue
-                    os.makedirs(target, mode=0o700, exist_ok=True)
-                    continue
-                if not (member.isfile() or member.issym()):
-                    skipped += 1        # devices, FIFOs, hard links: nothing sysfs dumps need
-                    continue
-                if not _inside(real_dest, os.path.realpath(parent)):
-                    skipped += 1
-                    continue
-                os.makedirs(parent, mode=0o700, exist_ok=True)
-                if os.path.lexists(target):
-                    if os.path.isdir(target) and not os.path.islink(target):
-                        skipped += 1
-                        continue
-                    os.unlink(target)
-                if member.issym():
-                    if posixpath.isabs(member.linkname) or "\0" in member.linkname:
-                        skipped += 1
-                        continue
-                    os.symlink(member.linkname, target)
-                    links.append(target)
-                    continue
-                total += member.size
-                if total > MAX_DUMP_BYTES:
-                    raise NumabindError(
-                        f"the dump {tarball} unpacks to more than {MAX_DUMP_BYTES >> 20} MiB; "
-                        f"a sysfs/procfs dump is a few MiB at most (is this the right file?)")
-                src = tf.extractfile(member)
-                if src is None:
-                    skipped += 1
-                    continue
-                with src, open(target, "xb") as out:
-                    remaining = member.size
-                    while remaining > 0:
-                        chunk = src.read(min(remaining, 1 << 20))
-                        if not chunk:
-                            break
-                        out.write(chunk)
-                        remaining -= len(chunk)
-                # Private, readable; a device file's placeholder keeps whether it could be opened
-                # read-write (GPU discovery on a dump reads that from its owner bits).
-                os.chmod(target, member.mode & 0o600 if "dev" in parts[:2] else 0o600)
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise NumabindError(f"cannot unpack the dump {tarball}: {exc}") from None
-    # A link is kept only if it resolves inside the dump, following every link on
-    # the way; removing one can change where others resolve, so repeat until stable.
-    changed = True
-    while changed:
-        changed = False
-        for link in links:
-            if os.path.islink(link) and not _inside(real_dest, os.path.realpath(link)):
-                os.unlink(link)
-                skipped += 1
-                changed = True
-    if skipped:
-        log.debug("skipped %d members of %s (outside the dump, links out of it, "
-                  "devices or FIFOs)", skipped, tarball)
+# -- roots -----------------------------------------------------------------------
 
 
 def _resolve(root: str | os.PathLike[str] | None) -> tuple[str, str]:
@@ -265,14 +83,16 @@ def _resolve(root: str | os.PathLike[str] | None) -> tuple[str, str]:
     if path == "/":
         return "/", "/"
     where = f"$NUMABIND_FSROOT={given!r}" if from_env else repr(given)
+    from ._dump import dump_root, is_tarball, unpack   # a replayed machine; the live one never needs them
+
     if os.path.isdir(path):
-        return _dump_root(path), path
+        return dump_root(path), path
     if os.path.isfile(path):
-        if not _is_tarball(path):
+        if not is_tarball(path):
             raise NumabindError(
                 f"discovery root {where} is a file but not a tar archive; give a directory "
                 f"holding sys/ and proc/, or an hwloc-gather-topology .tar.bz2")
-        return _dump_root(_unpack(path)), path
+        return dump_root(unpack(path)), path
     if os.path.lexists(path) or os.path.exists(path):
         raise NumabindError(f"discovery root {where} is neither a directory nor a tarball")
     raise NumabindError(
