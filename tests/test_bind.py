@@ -1134,3 +1134,33 @@ def test_a_bind_that_fits_reads_no_limits_and_no_file(backend, threads, monkeypa
     with Parked(2):
         report = numabind.bind_current(plan, strict=True, threads=threads, backend=backend)
     assert report.ok and report.applied.cpus == frozenset({A})
+
+
+# --------------------------------------------------------------------------- the environment a bound command gets
+def test_environ_copy_is_dict_of_os_environ_even_with_undecodable_bytes(monkeypatch):
+    from numabind._base import environ_copy
+
+    monkeypatch.setenv("NUMABIND_TEST_VALUE", "caf\xe9 \udcff")     # non-ASCII, and a byte that is not UTF-8
+    monkeypatch.setenv("NUMABIND_TEST_\udcfe", "key not UTF-8")
+    copy = environ_copy()
+    assert copy == dict(os.environ)
+    assert copy["NUMABIND_TEST_VALUE"] == "caf\xe9 \udcff"
+    copy["NUMABIND_TEST_VALUE"] = "changed"
+    assert os.environ["NUMABIND_TEST_VALUE"] == "caf\xe9 \udcff"      # a copy, not a view
+
+
+def test_environ_copy_of_a_replaced_environ(monkeypatch):
+    from numabind._base import environ_copy
+
+    monkeypatch.setattr(os, "environ", {"ONLY": "this"})
+    assert environ_copy() == {"ONLY": "this"}
+
+
+def test_bound_environ_is_the_environment_with_the_marker_numabind_stat_reads():
+    from numabind.bind import BOUND_ENV, bound_environ
+
+    report = numabind.bind_current(Plan(cpus=frozenset(os.sched_getaffinity(0))))
+    marker = f"{os.getpid()}|{report.requested.to_text()}|{report.applied.to_text()}"
+    assert bound_environ(report) == {**os.environ, BOUND_ENV: marker}
+    assert BOUND_ENV not in os.environ
+    assert bound_environ(report, {"PATH": "/bin"}) == {"PATH": "/bin", BOUND_ENV: marker}

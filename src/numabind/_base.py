@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from .errors import NumabindError
 
 __all__ = ["DEBUG", "ERROR", "INFO", "WARNING", "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
-           "Value", "environ_get", "getLogger", "real_logger", "strict_from_env"]
+           "Value", "environ_copy", "environ_get", "getLogger", "real_logger", "strict_from_env"]
 
 
 # ----------------------------------------------------------------------------- frozen values
@@ -140,6 +140,23 @@ def environ_get(name: str) -> str | None:
         key = _KEYS[name] = os.fsencode(name)
     raw = data.get(key)
     return None if raw is None else os.fsdecode(raw)
+
+
+def environ_copy() -> dict[str, str]:
+    """``dict(os.environ)``, decoded straight from the mapping's own bytes.
+
+    ``dict(os.environ)`` goes through the Mapping machinery for every variable (four Python calls
+    each); ``numabind run`` copies the environment once to exec with it, and that copy cost as much
+    as the bind. The result is the same: ``os.environ`` keeps its items encoded with the file-system
+    encoding and error handler, which :func:`os.fsdecode` undoes. When ``os.environ`` was replaced by
+    another mapping (or off POSIX), its own items are copied.
+    """
+    env = os.environ
+    data = getattr(env, "_data", None)
+    if type(env) is not _ENVIRON_TYPE or not _POSIX or type(data) is not dict:
+        return dict(env)
+    enc, err = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+    return {k.decode(enc, err): v.decode(enc, err) for k, v in data.items()}
 
 
 def strict_from_env(env: "Mapping[str, str] | None" = None) -> "Strictness":
