@@ -29,8 +29,9 @@ _LAYERS: dict[str, tuple[str, ...]] = {
     "rank": ("local_rank", "plan_for_rank"),
     "auto": ("auto_plan_available",),
     # applying and verifying
-    "bind": ("bind_current", "bind_thread", "verify_current", "current_binding", "BindReport", "Binding",
-             "ThreadResult", "interleave_weights", "set_interleave_weights"),
+    "bind": ("bind_current", "bind_thread", "BindReport", "ThreadResult", "interleave_weights",
+             "set_interleave_weights"),
+    "verify": ("verify_current", "current_binding", "Binding"),
     # where a process's memory is (numabind stat)
     "residency": ("locality", "Locality"),
     "backends": ("backend_info",),
@@ -75,8 +76,8 @@ _add_null_handler()
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same names, imported eagerly
     from .auto import auto_plan_available
     from .backends import backend_info
-    from .bind import (BindReport, Binding, ThreadResult, bind_current, bind_thread, current_binding,
-                       interleave_weights, set_interleave_weights, verify_current)
+    from .bind import (BindReport, ThreadResult, bind_current, bind_thread, interleave_weights,
+                       set_interleave_weights)
     from .cpulist import format_cpulist, parse_cpulist
     from .devices import Gpu
     from .errors import BindError, BirthBindError, NumabindError, PlanError
@@ -88,3 +89,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same nam
     from .strategies import (MODES, PlanRow, bandwidth_weights, plan_for_gpu, plan_for_gpus, plan_table,
                              weights_from_bandwidth)
     from .topology import Cache, Cpu, Node, Topology, discover
+    from .verify import Binding, current_binding, verify_current

@@ -24,7 +24,7 @@ log = getLogger(__name__)
 def _live_binding() -> Any:
     """What the kernel says about this process, or None when it cannot be read."""
     try:
-        from .bind import current_binding
+        from .verify import current_binding
 
         return current_binding()
     except Exception as exc:  # no backend, or the kernel refused

@@ -29,7 +29,7 @@ from . import NOT_APPLIED, USAGE, device_node, exec_command, run_strictness
 if TYPE_CHECKING:  # pragma: no cover
     from .._base import Strictness
     from ..backends import Backend
-    from ..bind import Binding
+    from ..verify import Binding
     from ..rank import RankPlan
     from ..strategies import PlanRow
     from ..topology import Topology
@@ -169,7 +169,7 @@ def _binding_json(b: Binding) -> dict[str, Any]:
 
 
 def cmd_main(args: argparse.Namespace) -> int:
-    from ..bind import current_binding
+    from ..verify import current_binding
     from ..topology import discover
 
     topo = discover(args.root)
@@ -324,7 +324,7 @@ def _balancing_on() -> bool | None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from .. import live
-    from ..bind import current_binding
+    from ..verify import current_binding
 
     if args.root is not None and os.path.realpath(args.root) != "/":
         raise UsageError(f"numabind show reads this process's binding from the kernel; --root {args.root!r} "
@@ -418,7 +418,7 @@ def _cmd_plan_rank(args: argparse.Namespace) -> int:
 
 def _rank_run_plan(args: argparse.Namespace) -> Plan:
     """``numabind run --gpu-from-rank``: never wider than the affinity the launcher gave this process."""
-    from ..bind import current_binding
+    from ..verify import current_binding
 
     placed = _place_rank(args, within=current_binding(args.backend).cpus)
     if args.verbose:

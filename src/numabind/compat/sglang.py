@@ -130,7 +130,7 @@ def get_libnuma() -> ctypes.CDLL | None:
 
 def _can_set_mempolicy() -> bool:
     """Whether this process can use the memory-policy calls (its policy can be read)."""
-    from ..bind import current_binding
+    from ..verify import current_binding
 
     try:
         return current_binding().mem_policy is not None

@@ -112,7 +112,7 @@ def get_libnuma() -> ctypes.CDLL | None:
 
 def _get_mempolicy() -> int | None:
     """The calling thread's memory-policy mode as the kernel numbers it, or None when unreadable."""
-    from ..bind import current_binding
+    from ..verify import current_binding
 
     try:
         policy = current_binding().mem_policy
@@ -499,7 +499,7 @@ def _show(binding: Any) -> list[str]:
 
 def _log_numactl_show(label: str) -> bool:
     """Log (DEBUG) this process's CPU affinity and memory policy, like ``numactl --show``; False if unreadable."""
-    from ..bind import current_binding
+    from ..verify import current_binding
 
     try:
         binding = current_binding()

@@ -134,7 +134,7 @@ class _WorkerBinder:
     """Binds this worker whenever Ray changes its GPUs; remembers the binding it was born with."""
 
     def __init__(self, mode: str, policy: str | None, strict: Strictness) -> None:
-        from ..bind import current_binding
+        from ..verify import current_binding
 
         self.mode = mode
         self.policy = policy
@@ -225,7 +225,8 @@ def last_report() -> Any:
 # ------------------------------------------------------------------ actors
 def bind_this_actor(name: str, mode: str, policy: str | None, strict: Strictness | None) -> Any:
     """Bind the calling actor (see :func:`bind_actor`); the report, or None when left unbound (lenient)."""
-    from ..bind import bind_current, current_binding
+    from ..bind import bind_current
+    from ..verify import current_binding
 
     strict = strict_from_env() if strict is None else strict
     # the CPUs the worker was started with, not a binding the hook may already have made

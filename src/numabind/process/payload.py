@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import backends as _backends
 from .._base import Strictness
-from ..bind import THREAD_MODES, BindReport, bind_current, strict_label, verify_current
+from ..bind import THREAD_MODES, BindReport, bind_current, strict_label
+from ..verify import verify_current
 from ..errors import BirthBindError, NumabindError, PlanError
 from ..plan import Plan
 from . import reports
