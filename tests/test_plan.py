@@ -322,6 +322,8 @@ def test_from_numactl_args_records_a_reason_and_migrate():
     plan = Plan.from_numactl_args("-m 0", migrate=True)
     assert plan.migrate is True
     assert plan.reason == "numactl -m 0"
+    given = Plan.from_numactl_args(["-m", "0"], reason="numabind run --membind=0")
+    assert given.reason == "numabind run --membind=0" and given == plan.replace(migrate=False)
 
 
 def test_from_numactl_args_quoted_values():

@@ -345,7 +345,7 @@ class Plan(Value):
     @classmethod
     def from_numactl_args(
         cls, args: "str | Sequence[str]", topology: "Topology | LiveMachine | None" = None, *, migrate: bool = False,
-        device_node: "Callable[[str], int] | None" = None,
+        device_node: "Callable[[str], int] | None" = None, reason: str | None = None,
     ) -> "Plan":
         """Build a plan from numactl options.
 
@@ -372,6 +372,8 @@ class Plan(Value):
         (``numabind.iodevices.DeviceNodes(root).node_of``, which ``numabind run``
         passes), taking the whole specifier and returning the node or raising
         :class:`PlanError`.
+
+        ``reason`` is the plan's reason (default: ``numactl`` and the options).
         """
         if isinstance(args, str):
             import shlex
@@ -429,7 +431,7 @@ class Plan(Value):
                 raise PlanError("--weights goes with --weighted-interleave (-w)")
             weights = parse_weights(opts["weights"], "--weights")
         return cls(cpus=cpus, mem_policy=mem_policy, mem_nodes=mem_nodes, migrate=migrate,
-                   reason=f"numactl {' '.join(argv)}", weights=weights)
+                   reason=f"numactl {' '.join(argv)}" if reason is None else reason, weights=weights)
 
     # ------------------------------------------------------------ text form
     def to_text(self) -> str:

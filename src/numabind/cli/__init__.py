@@ -163,8 +163,7 @@ def fast_run(args: list[str]) -> int | None:
 
         machine = live.machine()
         plan = Plan.from_numactl_args(numactl, topology=machine, migrate="migrate" in other,
-                                      device_node=device_node)
-        plan = plan.replace(reason="numabind run " + " ".join(numactl))
+                                      device_node=device_node, reason="numabind run " + " ".join(numactl))
         plan = plan.validate(machine)   # type: ignore[arg-type]  # a LiveMachine has what validate reads
         if "set_weights" in other and not plan.weights:
             return None       # the full CLI says what --set-weights needs

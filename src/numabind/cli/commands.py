@@ -512,8 +512,8 @@ def _run_plan(args: argparse.Namespace) -> Plan:
         raise NumabindError("numabind run: --weights goes with --weighted-interleave (-w)")
     if args.all:
         argv.append("--all")
-    plan = Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate, device_node=device_node)
-    plan = plan.replace(reason="numabind run " + " ".join(argv))
+    plan = Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate, device_node=device_node,
+                                  reason="numabind run " + " ".join(argv))
     if by_bandwidth:
         from ..strategies import bandwidth_weights
 
