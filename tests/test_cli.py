@@ -354,7 +354,7 @@ def test_run_console_script():
 #: 1 % of the path's start (``python -m bench``, P7), so a new one here is a decision, not an accident.
 RUN_PATH_MODULES = {"numabind", "numabind.cli", "numabind._base", "numabind.errors", "numabind.cpulist",
                     "numabind.plan", "numabind.live", "numabind._fs", "numabind.backends",
-                    "numabind.bind", "numabind._native", "numabind._native.lib", "_cffi_backend", "gc", "errno"}
+                    "numabind.bind", "numabind._native", "numabind._native.lib", "_cffi_backend", "gc"}
 
 
 @kernel

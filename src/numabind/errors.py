@@ -4,7 +4,6 @@ Every error names the input or the system call that caused it and, where
 there is one, the fix.
 """
 
-import errno as _errno
 import os
 
 __all__ = ["NumabindError", "PlanError", "BindError", "BirthBindError"]
@@ -29,7 +28,9 @@ class BindError(NumabindError, OSError):
     errno: int     # always set (OSError's may be None)
 
     def __init__(self, err: int, syscall: str, detail: str = "") -> None:
-        name = _errno.errorcode.get(err, f"errno {err}")
+        import errno   # only when an error is made: errno is off the import path of a bind
+
+        name = errno.errorcode.get(err, f"errno {err}")
         msg = f"{syscall} failed with {name} ({os.strerror(err)})"
         if detail:
             msg += f": {detail}"

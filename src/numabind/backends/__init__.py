@@ -20,7 +20,6 @@ bind through the compiled core loads one backend module.
 """
 
 import _thread
-import errno
 import os
 from abc import ABC, abstractmethod
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
@@ -263,6 +262,8 @@ class Backend(ABC):
         that was set but reads back other CPUs than ``tids[0]`` is ``WALK_DIFFERS``.
         Native backends do this in one C call; this is the same in Python.
         """
+        import errno   # off the import path of a bind: errno alone costs about 1 % of numabind run
+
         n = len(tids)
         status = [WALK_NOT_TRIED] * n
         before: list[frozenset[int]] = [frozenset()] * n
@@ -345,11 +346,15 @@ class Backend(ABC):
 
         Raises BindError when it cannot be read (then a change could not be undone).
         """
+        import errno
+
         raise BindError(errno.ENOTSUP, "get_mempolicy",
                         f"the {self.name} backend cannot save the calling thread's memory policy")
 
     def restore_mempolicy(self, state: MemPolicyState) -> None:
         """Put back what :meth:`save_mempolicy` returned, flags and node mask included. Raises BindError."""
+        import errno
+
         raise BindError(errno.ENOTSUP, "set_mempolicy",
                         f"the {self.name} backend cannot restore a memory policy ({state.describe()})")
 
@@ -372,6 +377,8 @@ class Backend(ABC):
 
     @staticmethod
     def _write_sysfs(path: str, text: str, what: str) -> None:
+        import errno
+
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError as e:
