@@ -600,7 +600,7 @@ def test_backend_failures_are_logged_at_debug(caplog, fresh_backends, monkeypatc
 @kernel
 def test_node_pages_reads_all_of_numa_maps():
     """numa_maps is a seq file: each read(2) returns one batch, short of a page; the count covers every line."""
-    from numabind.live import node_pages
+    from numabind._proc import node_pages
 
     big = [bytearray(1 << 16) for _ in range(300)]   # many mappings: numa_maps far larger than one read
     for b in big:

@@ -1129,7 +1129,7 @@ def test_a_bind_that_fits_reads_no_limits_and_no_file(backend, threads, monkeypa
     live.node_mask_bits(), live.cpu_mask_bits()      # the mask sizes: read once per process, not per bind
     monkeypatch.setattr(live, "limits", refused)
     monkeypatch.setattr(live, "mems_allowed", refused)
-    monkeypatch.setattr(live, "_live", refused)
+    monkeypatch.setattr(live, "reader", refused)
     plan = Plan(cpus={A}, mem_policy="bind", mem_nodes={N}) if backend in NATIVE else Plan(cpus={A})
     with Parked(2):
         report = numabind.bind_current(plan, strict=True, threads=threads, backend=backend)

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from numabind import live
+from numabind import _proc, live
 from numabind._fs import FsReader
 from numabind.cli import main
 from numabind.residency import Locality
@@ -225,13 +225,13 @@ def test_missing_and_exited_processes_are_reported_and_the_others_shown(bound_wo
 
 def test_permission_denied_is_one_line_for_that_process(bound_worker, monkeypatch, capsys):
     """Simulated (we run as root): numa_maps of one pid answers as for another user's process."""
-    real = live.numa_maps_text
+    real = _proc.numa_maps_text
     denied = bound_worker.pid
 
     def numa_maps_text(pid="self", tid=None):
         return None if pid == denied else real(pid, tid)
 
-    monkeypatch.setattr(live, "numa_maps_text", numa_maps_text)
+    monkeypatch.setattr(_proc, "numa_maps_text", numa_maps_text)
     with Worker() as other:
         rc = main(["stat", str(denied), str(other.pid)])
     out = capsys.readouterr().out

@@ -1,6 +1,6 @@
 """numabind.locality (numabind.residency) and the numa_maps parser behind it.
 
-* Pure tests of :func:`numabind.live.parse_numa_maps`: lines built by hypothesis with an independent
+* Pure tests of :func:`numabind._proc.parse_numa_maps`: lines built by hypothesis with an independent
   expectation (per node, per kind of mapping, per policy, huge pages scaled to base pages).
 * Real-kernel tests on this host: this process and children bound at run time to a CPU and node
   derived here (never assumed), a child of a child, a process that does not exist and one that has
@@ -24,10 +24,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import numabind
-from numabind import live
+from numabind import _proc, live
 from numabind._fs import FsReader
 from numabind.errors import NumabindError
-from numabind.live import NodePages, parse_numa_maps
+from numabind._proc import NodePages, parse_numa_maps
 from numabind.plan import Plan
 from numabind.residency import Locality, ThreadPlacement, locality
 from tests.kernel import MEMORY_NODES, NO_SUCH_TID, ROOT, child_env, ids_of, run_json
@@ -359,7 +359,7 @@ def test_permission_denied_is_a_per_process_error(monkeypatch):
     """Simulated (the tests run as root, who may read any numa_maps): numa_maps_text answers None, as for
     another user's process, while the file exists."""
     with Worker() as w:
-        monkeypatch.setattr(live, "numa_maps_text", lambda pid="self", tid=None: None)
+        monkeypatch.setattr(_proc, "numa_maps_text", lambda pid="self", tid=None: None)
         loc = locality(w.pid)
     assert not loc.ok and loc.error.startswith(f"permission denied reading /proc/{w.pid}/numa_maps")
     assert loc.pages is None and loc.threads and loc.cpus     # what could be read still is
@@ -412,7 +412,7 @@ def test_a_process_exiting_while_being_read(fake_root, monkeypatch):
         shutil.rmtree(fake_root / "proc" / str(NO_SUCH_TID))
         return None
 
-    monkeypatch.setattr(live, "numa_maps_text", gone)
+    monkeypatch.setattr(_proc, "numa_maps_text", gone)
     loc = locality(NO_SUCH_TID)
     assert loc.error == "exited while being read" and loc.pages is None
 
@@ -529,7 +529,7 @@ def test_a_child_bound_at_birth_is_shown_from_another_process(how, tmp_path, run
     with BirthChild(tmp_path, how, plan, XDG_RUNTIME_DIR=str(runtime_dir)) as c:
         loc = locality(c.pid)
         d = _stat_json(c.pid, c.env)
-        start = live.start_time(c.pid)
+        start = _proc.start_time(c.pid)
     assert c.notes == []                                   # the record was written: no note about it
     assert (runtime_dir / "numabind" / f"{c.pid}.{start}.json").is_file()
     assert oct((runtime_dir / "numabind").stat().st_mode & 0o777) == oct(0o700)
@@ -547,7 +547,7 @@ def test_the_exec_marker_wins_over_a_record(tmp_path, runtime_dir):
     """A process with both (here: a record planted for a numabind run child) is shown by its marker."""
     node, cpu = _node_with_cpus()
     with Worker(sys.executable, "-m", "numabind", "run", "-C", str(cpu), "--") as w:
-        _plant(runtime_dir, w.pid, live.start_time(w.pid), Plan(cpus={cpu}, mem_policy="bind", mem_nodes={node}))
+        _plant(runtime_dir, w.pid, _proc.start_time(w.pid), Plan(cpus={cpu}, mem_policy="bind", mem_nodes={node}))
         loc = locality(w.pid)
     assert loc.bound is not None and loc.bound.source.startswith("numabind run")
     assert loc.bound.requested == Plan(cpus={cpu})
@@ -569,7 +569,7 @@ def test_a_stale_record_is_ignored(runtime_dir, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
     plan = Plan(cpus={min(os.sched_getaffinity(0))})
     with Worker() as w:
-        start = live.start_time(w.pid)
+        start = _proc.start_time(w.pid)
         _plant(runtime_dir, w.pid, start + 1, plan)                        # its pid, an older process's start
         assert locality(w.pid).bound is None
         _plant(runtime_dir, w.pid, start, plan, {"pid": w.pid + 1})           # its name, another pid inside
@@ -589,7 +589,7 @@ def test_a_write_prunes_records_of_processes_that_are_gone(tmp_path, runtime_dir
     (runtime_dir / "numabind" / "not-a-record").write_text("kept")
     with BirthChild(tmp_path, "fork", plan, XDG_RUNTIME_DIR=str(runtime_dir)) as c:
         names = sorted(p.name for p in (runtime_dir / "numabind").iterdir())
-        start = live.start_time(c.pid)
+        start = _proc.start_time(c.pid)
     assert names == sorted([f"{c.pid}.{start}.json", "not-a-record"]), names
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .backends import Backend, BindCall, MemPolicyState, MemPolicySwap
     from .plan import Limits, Plan
 
-from . import live
+from . import _proc, live
 from ._base import getLogger
 from .backends import (
     WALK_BOUND,
@@ -405,7 +405,7 @@ class Transaction:
         limits = self.limits()
         target = (self.plan.mem_nodes or frozenset()) & limits.memory_nodes
         source = (limits.allowed_nodes & limits.memory_nodes) - target
-        before = live.node_pages()
+        before = _proc.node_pages()
         if not target or not source:
             # nothing to move anywhere; the count still says where the pages are
             self.pages_migrated = 0
@@ -425,7 +425,7 @@ class Transaction:
                                                     f"moved before the error stay on nodes {format_cpulist(target)}"))
             self.warn(f"{e}; pages already allocated stay where they are")
             return None
-        after = live.node_pages()
+        after = _proc.node_pages()
         if after is not None:
             from .residency import locality
 

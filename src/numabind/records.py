@@ -9,7 +9,7 @@ that pid reads from any process of the same user (or root):
 * the runtime dir is ``$XDG_RUNTIME_DIR/numabind`` when ``XDG_RUNTIME_DIR`` names a directory this
   process may write, else ``/dev/shm/numabind-<uid>``; it is created with mode 0700 and refused (no
   record) when it is a symlink, another user's, or writable by its group or others;
-* the start time (``/proc/PID/stat``, :func:`numabind.live.start_time`) in the name means a reused pid
+* the start time (``/proc/PID/stat``, :func:`numabind._proc.start_time`) in the name means a reused pid
   never matches a dead process's record; records whose process is gone are ignored, and each write
   removes a bounded number of them;
 * a record is written atomically (a temporary file in the same directory, then ``os.replace``);
@@ -26,7 +26,7 @@ import json
 import os
 import stat
 
-from . import live
+from . import _proc
 from ._base import environ_get, getLogger
 
 __all__ = ["NO_RECORD_ENV", "read_record", "record_dir", "records_disabled", "write_record"]
@@ -90,7 +90,7 @@ def write_record(pid: int, start_method: str, requested: str, applied: str | Non
     if records_disabled():
         return None
     try:
-        start = live.start_time(pid)
+        start = _proc.start_time(pid)
         if not start:
             raise OSError(f"process {pid} is gone (no start time in /proc/{pid}/stat)")
         path = record_dir()
@@ -156,7 +156,7 @@ def _prune(fd: int, keep: tuple[int, int]) -> int:
     for i in range(min(_PRUNE_LOOK, len(names))):
         name = names[(first + i) % len(names)]
         owner = _parse_name(name)
-        if owner is None or owner == keep or live.start_time(owner[0]) == owner[1]:
+        if owner is None or owner == keep or _proc.start_time(owner[0]) == owner[1]:
             continue
         try:
             os.unlink(name, dir_fd=fd)
@@ -173,7 +173,7 @@ def _read_dirs(pid: int, uid: int) -> list[str]:
     out: list[str] = []
     if uid == os.geteuid():
         out.append(record_dir())
-    xdg = live.environ_value(pid, "XDG_RUNTIME_DIR")   # the process's own, when this one may read it
+    xdg = _proc.environ_value(pid, "XDG_RUNTIME_DIR")   # the process's own, when this one may read it
     if xdg and os.path.isabs(xdg):
         out.append(os.path.join(xdg, "numabind"))
     out += [f"/run/user/{uid}/numabind", f"/dev/shm/numabind-{uid}"]
@@ -183,7 +183,7 @@ def _read_dirs(pid: int, uid: int) -> list[str]:
 def read_record(pid: int, start: int) -> dict[str, object] | None:
     """The record of process ``pid`` started at ``start`` (clock ticks), or None: none written, the
     process's user unknown, a directory or file that is not safe, or a record of another process."""
-    status = live.status_fields(pid) or {}
+    status = _proc.status_fields(pid) or {}
     uids = status.get("Uid", "").split()
     if len(uids) < 2 or not uids[1].isdigit() or not start:
         return None

@@ -3,7 +3,7 @@
 Everything is read from the live system through :mod:`numabind.live` (one :class:`~numabind._fs.FsReader`
 at ``/``), for any process this one may inspect:
 
-* resident pages per node from ``/proc/PID/numa_maps`` (:func:`numabind.live.parse_numa_maps`), in
+* resident pages per node from ``/proc/PID/numa_maps`` (:func:`numabind._proc.parse_numa_maps`), in
   anonymous, file-backed and hugetlbfs mappings apart, and per memory policy the mappings show;
 * the CPUs each thread may run on (``/proc/PID/task/TID/status``) and the NUMA nodes of those CPUs
   (``sys/devices/system/node/nodeN/cpulist``): a page on any other node is *remote*;
@@ -36,11 +36,11 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
-from . import live
+from . import _proc, live
 from ._base import Value
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import NumabindError
-from .live import NodePages
+from ._proc import NodePages
 from .plan import Plan
 
 __all__ = ["BoundBy", "Locality", "ThreadPlacement", "locality"]
@@ -311,7 +311,7 @@ def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
         birth = birth_report()
         if birth is not None and birth.report is not None:
             return BoundBy(f"birth report ({birth.start_method})", birth.report.requested, birth.report.applied)
-    marker = live.environ_value(pid, _BOUND_ENV)
+    marker = _proc.environ_value(pid, _BOUND_ENV)
     if marker:
         owner, _, rest = marker.partition("|")
         requested, _, applied = rest.partition("|")
@@ -363,16 +363,16 @@ def locality(pid: int | None = None, *, pages: NodePages | None = None) -> Local
     pid = os.getpid() if pid is None else pid
     if pages is not None and not me:
         raise NumabindError("locality(pages=...) applies to this process only")
-    if not live.process_exists(pid):
+    if not _proc.process_exists(pid):
         return Locality(pid, error=f"no such process: /proc/{pid} does not exist")
-    started = live.start_time(pid)
-    status = live.status_fields(pid) or {}
+    started = _proc.start_time(pid)
+    status = _proc.status_fields(pid) or {}
     if not started:
         return Locality(pid, name=status.get("Name", "?"),
                         error="exited: a zombie its parent has not reaped yet (it has no memory left)")
     name = status.get("Name", "?")
     node_cpus = {n: node.cpus for n, node in live.machine().nodes.items()}
-    tasks = live.process_tasks(pid)
+    tasks = _proc.process_tasks(pid)
     threads: list[ThreadPlacement] = []
     if tasks is not None:
         for tid in sorted(tasks.cpus, key=lambda t: (t != pid, t)):   # the main thread first
@@ -387,17 +387,17 @@ def locality(pid: int | None = None, *, pages: NodePages | None = None) -> Local
             mems = None
     error = None
     if pages is None:
-        text = live.numa_maps_text(pid)
+        text = _proc.numa_maps_text(pid)
         if text is not None:
-            pages = live.parse_numa_maps(text)
-        elif not live.process_exists(pid) or live.start_time(pid) != started:
+            pages = _proc.parse_numa_maps(text)
+        elif not _proc.process_exists(pid) or _proc.start_time(pid) != started:
             error = "exited while being read"
-        elif not live.has_numa_maps(pid):
+        elif not _proc.has_numa_maps(pid):
             error = "this kernel has no /proc/PID/numa_maps (built without NUMA: CONFIG_NUMA=n); pages per node unknown"
         else:
             error = (f"permission denied reading /proc/{pid}/numa_maps (it needs the right to trace the process: "
                      f"the same user, or root)")
-    if error is None and (not live.process_exists(pid) or live.start_time(pid) != started):
+    if error is None and (not _proc.process_exists(pid) or _proc.start_time(pid) != started):
         error, pages = "exited while being read", None
     if error is None and not threads:
         error = f"its threads could not be read (/proc/{pid}/task)"

@@ -66,7 +66,7 @@ def add_parser(sub: Any) -> None:
 
 def _tree(root: int) -> list[int]:
     """``root`` and every descendant, parents before children."""
-    from .. import live
+    from .. import _proc
 
     out, queue, seen = [], [root], set()
     while queue:
@@ -75,7 +75,7 @@ def _tree(root: int) -> list[int]:
             continue
         seen.add(pid)
         out.append(pid)
-        queue.extend(live.process_children(pid))
+        queue.extend(_proc.process_children(pid))
     return out
 
 

@@ -48,7 +48,7 @@ for the parent too.
 """
 
 from ..errors import BirthBindError
-from ..live import NodePages, node_pages
+from .._proc import NodePages, node_pages
 from .commands import BoundCall, _exec_main, bound, exec_bound, popen_kwargs, wrap_command
 from .hooks import configure_subprocess
 from .pools import _claim_and_bind, pool_plans, worker_slot

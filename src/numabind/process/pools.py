@@ -14,7 +14,7 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
-from .. import live
+from .. import _proc
 from .._base import Strictness, getLogger
 from ..bind import bind_current
 from ..errors import NumabindError, PlanError
@@ -59,7 +59,7 @@ class _SlotTable:
     def _claim_once(self, extra: bool) -> int | None:
         import fcntl
 
-        me = (os.getpid(), live.start_time(os.getpid()))
+        me = (os.getpid(), _proc.start_time(os.getpid()))
         fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX)
@@ -93,7 +93,7 @@ def _remove_file(path: str, owner: int) -> None:
 
 
 def _alive(pid: object, start: object) -> bool:
-    return isinstance(pid, int) and pid > 0 and start != 0 and live.start_time(pid) == start
+    return isinstance(pid, int) and pid > 0 and start != 0 and _proc.start_time(pid) == start
 
 
 _slot: tuple[int, Plan] | None = None

@@ -1,0 +1,311 @@
+"""Processes by pid, read from ``/proc`` of the live system: whether one exists, its start time,
+status, threads with their CPUs, children and environment, and where its pages are
+(``/proc/PID/numa_maps``, per node).
+
+What ``numabind stat`` (:mod:`numabind.residency`), the bound-process records and page migration
+read about a process; none of it is on the path of a bind. Every read goes through
+:func:`numabind.live.reader` (the live system's :class:`~numabind._fs.FsReader`), except the
+environment, which is NUL-separated bytes.
+"""
+
+import os
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
+from ._base import Value
+from .cpulist import parse_cpulist
+from . import live
+
+__all__ = ["ENVIRON_MAX", "NUMA_MAPS_MAX", "NodePages", "ProcessTasks", "environ_value", "has_numa_maps", "node_pages",
+           "numa_maps_text", "parse_numa_maps", "process_children", "process_exists", "process_tasks", "start_time",
+           "status_fields"]
+
+
+# ----------------------------------------------------------------------------- pages per node
+class NodePages(Value):
+    """Resident pages of a process per NUMA node (in base pages), from ``/proc/PID/numa_maps``.
+
+    ``total`` counts every mapping; ``anon``, ``file`` and ``huge`` split the same pages by the kind
+    of mapping they are in (as ``numastat -p`` does): ``huge`` for hugetlbfs mappings (the ``huge``
+    flag, or pages larger than the base page), ``file`` for the other mappings of a file (their
+    copied-on-write private pages included: numa_maps counts per mapping), ``anon`` for the rest
+    (heap, stack, anonymous mappings). Transparent huge pages sit in anonymous mappings and count
+    as ``anon``. ``shared`` counts the pages of file-backed mappings and of mappings several
+    processes map (``mapmax`` > 1). ``policies`` maps each memory policy numa_maps shows (``bind:1``,
+    ``weighted interleave:0-1``, ``default``...) to the pages of the mappings under it.
+    """
+
+    __slots__ = ("total", "shared", "anon", "file", "huge", "policies")
+    total: dict[int, int]
+    shared: dict[int, int]    # in file-backed mappings or pages mapped by several processes
+    anon: dict[int, int]
+    file: dict[int, int]
+    huge: dict[int, int]
+    policies: dict[str, int]
+
+    def __init__(self, total: dict[int, int], shared: dict[int, int], anon: dict[int, int] | None = None,
+                 file: dict[int, int] | None = None, huge: dict[int, int] | None = None,
+                 policies: dict[str, int] | None = None) -> None:
+        object.__setattr__(self, "total", dict(total))
+        object.__setattr__(self, "shared", dict(shared))
+        object.__setattr__(self, "anon", dict(anon or {}))
+        object.__setattr__(self, "file", dict(file or {}))
+        object.__setattr__(self, "huge", dict(huge or {}))
+        object.__setattr__(self, "policies", dict(policies or {}))
+
+    def __hash__(self) -> int:  # holds dicts, like the dataclass it replaces: not hashable
+        raise TypeError("unhashable type: 'NodePages'")
+
+    def on(self, nodes: frozenset[int] | set[int]) -> int:
+        return sum(n for node, n in self.total.items() if node in nodes)
+
+    def shared_on(self, nodes: frozenset[int] | set[int]) -> int:
+        return sum(n for node, n in self.shared.items() if node in nodes)
+
+    @property
+    def pages(self) -> int:
+        """Every resident page counted (in base pages)."""
+        return sum(self.total.values())
+
+
+#: Largest numa_maps read (a process with hundreds of thousands of mappings); beyond it pages are not counted.
+NUMA_MAPS_MAX = 64 << 20
+
+
+#: The fields numa_maps prints after a mapping's policy (``key=value`` or a bare flag); anything before
+#: the first of them (and the ``N<node>=`` counts) is the policy, which may hold a space
+#: (``weighted interleave:0-1``, ``prefer (many):0-1``) or an ``=`` (``bind=static:0``).
+_MAP_FIELDS = frozenset(("file", "heap", "stack", "huge", "anon", "dirty", "mapped", "mapmax", "swapcache",
+                         "active", "writeback", "kernelpagesize_kB", "unevictable"))
+
+
+def _is_field(word: str) -> bool:
+    key = word.partition("=")[0]
+    return key in _MAP_FIELDS or (key[:1] == "N" and key[1:].isdigit() and "=" in word)
+
+
+def _add(into: "dict[Any, int]", key: "Any", n: int) -> None:
+    into[key] = into.get(key, 0) + n
+
+
+def parse_numa_maps(text: str, page_size: int | None = None) -> NodePages:
+    """Count the ``N<node>=<pages>`` fields of numa_maps text, scaled to base pages (huge pages count
+    as many): per node in all, in anonymous, file-backed and hugetlbfs mappings apart, in shared or
+    file-backed mappings, and per memory policy (see :class:`NodePages`)."""
+    page = page_size or os.sysconf("SC_PAGE_SIZE")
+    total: dict[int, int] = {}
+    shared: dict[int, int] = {}
+    kinds: dict[str, dict[int, int]] = {"anon": {}, "file": {}, "huge": {}}
+    policies: dict[str, int] = {}
+    for line in text.splitlines():
+        words = line.split(" ")
+        k = 1
+        while k < len(words) and not _is_field(words[k]):
+            k += 1
+        scale = 1
+        is_file = is_huge = False
+        is_shared = False
+        counts: list[tuple[int, int]] = []
+        for word in words[k:]:
+            key, eq, value = word.partition("=")
+            if not eq:
+                if key == "huge":
+                    is_huge = True
+                continue
+            if key == "file":
+                is_file = is_shared = True
+                continue
+            if not value.isdigit():
+                continue
+            if key[:1] == "N" and key[1:].isdigit():
+                counts.append((int(key[1:]), int(value)))
+            elif key == "kernelpagesize_kB":
+                scale = max(1, int(value) * 1024 // page)
+            elif key == "mapmax" and int(value) > 1:
+                is_shared = True
+        if not counts:
+            continue
+        kind = kinds["huge" if is_huge or scale > 1 else "file" if is_file else "anon"]
+        pages = 0
+        for node, count in counts:
+            n = count * scale
+            pages += n
+            _add(total, node, n)
+            _add(kind, node, n)
+            if is_shared:
+                _add(shared, node, n)
+        _add(policies, " ".join(words[1:k]) or "?", pages)
+    return NodePages(total=total, shared=shared, anon=kinds["anon"], file=kinds["file"], huge=kinds["huge"],
+                     policies=policies)
+
+
+def _pid_ok(pid: object) -> bool:
+    return (pid == "self" or (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0)
+            or (isinstance(pid, str) and pid.isascii() and pid.isdigit()))
+
+
+def numa_maps_text(pid: int | str = "self", tid: int | None = None) -> str | None:
+    """The whole ``/proc/PID/numa_maps`` (of thread ``tid``: ``/proc/PID/task/TID/numa_maps``), or None when
+    it cannot be read (no such process, no permission, a kernel without NUMA) or is too large."""
+    if not _pid_ok(pid) or (tid is not None and not _pid_ok(tid)):
+        return None
+    rel = f"proc/{pid}/numa_maps" if tid is None else f"proc/{pid}/task/{tid}/numa_maps"
+    try:
+        text = live.reader().read(rel, limit=NUMA_MAPS_MAX + 1)
+    except Exception:  # noqa: BLE001 - not a regular file, or a read error: not counted
+        return None
+    if text is None or len(text) > NUMA_MAPS_MAX:
+        return None
+    return text
+
+
+def node_pages(pid: int | str = "self") -> NodePages | None:
+    """Count a process's pages per node; None when numa_maps cannot be read (no NUMA, no permission)."""
+    text = numa_maps_text(pid)
+    return None if text is None else parse_numa_maps(text)
+
+
+# ----------------------------------------------------------------------------- processes
+def start_time(pid: int) -> int:
+    """Process start time in clock ticks (field 22 of /proc/PID/stat), 0 if gone; guards against pid reuse."""
+    text = live.reader().read(f"proc/{int(pid)}/stat")
+    if not text:
+        return 0
+    fields = text[text.rfind(")") + 2:].split()
+    if not fields or fields[0] in ("Z", "X"):  # exited, not yet reaped
+        return 0
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return 0
+
+
+def process_exists(pid: int) -> bool:
+    """Whether ``/proc/PID`` is there (a zombie counts: it has not been reaped)."""
+    return _pid_ok(pid) and live.reader().isdir(f"proc/{pid}")
+
+
+def has_numa_maps(pid: int | str = "self") -> bool:
+    """Whether ``/proc/PID/numa_maps`` exists (kernels built without NUMA have none), readable or not."""
+    return _pid_ok(pid) and live.reader().exists(f"proc/{pid}/numa_maps")
+
+
+def status_fields(pid: int | str = "self", tid: int | None = None) -> dict[str, str] | None:
+    """``/proc/PID/status`` (of thread ``tid``) as name -> value, or None when it cannot be read."""
+    if not _pid_ok(pid) or (tid is not None and not _pid_ok(tid)):
+        return None
+    text = live.reader().read(f"proc/{pid}/status" if tid is None else f"proc/{pid}/task/{tid}/status")
+    if text is None:
+        return None
+    from ._fs import key_values
+
+    return key_values(text)
+
+
+class ProcessTasks(Value):
+    """The threads of a process as ``/proc/PID/task`` shows them: per thread its name and the CPUs it
+    may run on (``Cpus_allowed_list``). Threads that exit while being read are left out."""
+
+    __slots__ = ("pid", "names", "cpus")
+    pid: int
+    names: dict[int, str]
+    cpus: dict[int, frozenset[int]]
+
+    def __init__(self, pid: int, names: dict[int, str], cpus: dict[int, frozenset[int]]) -> None:
+        object.__setattr__(self, "pid", pid)
+        object.__setattr__(self, "names", dict(names))
+        object.__setattr__(self, "cpus", dict(cpus))
+
+    def __hash__(self) -> int:
+        raise TypeError("unhashable type: 'ProcessTasks'")
+
+
+def process_tasks(pid: int) -> ProcessTasks | None:
+    """Every thread of ``pid`` with its name and allowed CPUs; None when ``/proc/PID/task`` cannot be listed."""
+    if not _pid_ok(pid):
+        return None
+    fs = live.reader()
+    tids = fs.numbered(f"proc/{pid}/task", "")
+    if not tids:
+        return None
+    names: dict[int, str] = {}
+    cpus: dict[int, frozenset[int]] = {}
+    for tid in tids:
+        fields = status_fields(pid, tid)
+        allowed = None if fields is None else fields.get("Cpus_allowed_list")
+        if allowed is None:
+            continue          # exited meanwhile
+        try:
+            cpus[tid] = parse_cpulist(allowed, what=f"/proc/{pid}/task/{tid}/status Cpus_allowed_list")
+        except ValueError:
+            continue
+        names[tid] = fields.get("Name", "?") if fields else "?"
+    return ProcessTasks(int(pid), names, cpus)
+
+
+def process_children(pid: int) -> list[int]:
+    """The children of ``pid``: ``/proc/PID/task/*/children`` (``CONFIG_PROC_CHILDREN``), else every
+    process whose ``/proc/N/stat`` names ``pid`` as its parent."""
+    if not _pid_ok(pid):
+        return []
+    fs = live.reader()
+    out: set[int] = set()
+    found_file = False
+    for tid in fs.numbered(f"proc/{pid}/task", ""):
+        text = fs.read(f"proc/{pid}/task/{tid}/children")
+        if text is None:
+            continue
+        found_file = True
+        out.update(int(w) for w in text.split() if w.isdigit())
+    if not found_file and process_exists(pid):
+        for other in fs.numbered("proc", ""):
+            stat = fs.read(f"proc/{other}/stat")
+            fields = stat[stat.rfind(")") + 2:].split() if stat else []
+            if len(fields) > 1 and fields[1] == str(pid):
+                out.add(other)
+    return sorted(out)
+
+
+#: Largest environment read from /proc/PID/environ (Linux caps a process's arguments and environment
+#: at a quarter of its stack limit; beyond this the variable is not looked for).
+ENVIRON_MAX = 4 << 20
+
+
+def environ_value(pid: int, name: str) -> str | None:
+    """The value of variable ``name`` in the environment ``pid`` was exec'd with (``/proc/PID/environ``),
+    or None when it is not there or cannot be read (another user's process, a kernel thread).
+
+    The file holds NUL-separated ``NAME=value`` entries, so it is read here as bytes (FsReader's text
+    ends at the first NUL): non-blocking, a regular file only, at most :data:`ENVIRON_MAX` bytes.
+    """
+    if not _pid_ok(pid) or not name or "=" in name or "\0" in name:
+        return None
+    import stat
+
+    try:
+        fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, size = [], 0
+        while size <= ENVIRON_MAX:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if size > ENVIRON_MAX:
+        return None
+    key = name.encode() + b"="
+    for entry in b"".join(chunks).split(b"\0"):
+        if entry.startswith(key):
+            return entry[len(key):].decode("utf-8", errors="replace")
+    return None
