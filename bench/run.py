@@ -194,9 +194,13 @@ def _import_us(module: str, env: dict) -> float | None:
     return None
 
 
+#: The ``--extras`` folder (psutil, py-libnuma), also on the path of the interpreters the benchmarks start.
+_EXTRAS: list[str] = []
+
+
 def _env() -> dict:
     env = dict(os.environ)
-    extra = [p for p in sys.path if p.endswith("bench-extras")] + [os.path.join(REPO, "src")]
+    extra = _EXTRAS + [os.path.join(REPO, "src")]
     env["PYTHONPATH"] = os.pathsep.join(extra + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     for var in ("NUMABIND_BACKEND", "NUMABIND_STRICT", "NUMABIND_FSROOT", "PYTHONDONTWRITEBYTECODE"):
         env.pop(var, None)     # the bytecode cache must be written (warm), as on any install
@@ -378,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extras", default=None, help="a folder with psutil / py-libnuma to compare with")
     args = ap.parse_args(argv)
     if args.extras:
-        sys.path.insert(0, os.path.abspath(args.extras))
+        _EXTRAS[:] = [os.path.abspath(args.extras)]
+        sys.path.insert(0, _EXTRAS[0])
     wanted = [p.strip().upper() for p in args.only.split(",") if p.strip()] or list(PARTS)
     wanted = ["P1" if p == "P2" else p for p in wanted]
     unknown = [p for p in wanted if p not in PARTS]

@@ -43,3 +43,15 @@ def test_parts_run_alone(argv):
     proc = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ratio" in proc.stdout or "bound/unbound" in proc.stdout, proc.stdout
+
+
+def test_extras_reach_the_interpreters_the_benchmarks_start(tmp_path):
+    """``--extras DIR`` (any folder name) is on the path of P6's fresh interpreters too, not only of the runner."""
+    extras = tmp_path / "my extras"
+    (extras / "psutil").mkdir(parents=True)
+    (extras / "psutil" / "__init__.py").write_text("version_info = (0, 0, 0)\n")
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json", "--only", "P6", "--extras", str(extras)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = json.loads(proc.stdout)["rows"]
+    assert not row.get("skipped") and row["ratio"] > 0, row
