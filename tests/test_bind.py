@@ -1150,10 +1150,11 @@ def test_environ_copy_is_dict_of_os_environ_even_with_undecodable_bytes(monkeypa
 
 
 def test_environ_copy_of_a_replaced_environ(monkeypatch):
-    from numabind._base import environ_copy
+    from numabind._base import environ_copy, environ_get
 
     monkeypatch.setattr(os, "environ", {"ONLY": "this"})
     assert environ_copy() == {"ONLY": "this"}
+    assert environ_get("ONLY") == "this" and environ_get("PATH") is None
 
 
 def test_bound_environ_is_the_environment_with_the_marker_numabind_stat_reads():

@@ -108,7 +108,7 @@ def _rebuild(cls: type, values: tuple[object, ...]) -> object:
 if TYPE_CHECKING:  # pragma: no cover
     Strictness = Union[bool, Literal["partial"]]
 else:
-    Strictness = object   # used in annotations only (strings at run time)
+    Strictness = object   # a stand-in for annotations: where they are evaluated, this one reads as object
 
 #: Spellings of NUMABIND_STRICT that mean "raise instead of degrading".
 STRICT_TRUE = ("1", "true", "yes", "on")
@@ -123,6 +123,15 @@ _POSIX = os.name == "posix"
 _KEYS: dict[str, bytes] = {}
 
 
+def _environ_bytes() -> "dict[bytes, bytes] | None":
+    """The bytes ``os.environ`` keeps its items in, or None when ``os.environ`` was replaced by another
+    mapping (or off POSIX): then only that mapping's own methods answer."""
+    data = getattr(os.environ, "_data", None)
+    if type(os.environ) is not _ENVIRON_TYPE or not _POSIX or type(data) is not dict:
+        return None
+    return data
+
+
 def environ_get(name: str) -> str | None:
     """``os.environ.get(name)``, read straight from the mapping's own bytes.
 
@@ -131,10 +140,9 @@ def environ_get(name: str) -> str | None:
     is the same: ``os.environ`` keeps its items encoded with the file-system encoding. When
     ``os.environ`` was replaced by another mapping (or off POSIX), its own ``get`` answers.
     """
-    env = os.environ
-    data = getattr(env, "_data", None)
-    if type(env) is not _ENVIRON_TYPE or not _POSIX or type(data) is not dict:
-        return env.get(name)
+    data = _environ_bytes()
+    if data is None:
+        return os.environ.get(name)
     key = _KEYS.get(name)
     if key is None:
         key = _KEYS[name] = os.fsencode(name)
@@ -151,10 +159,9 @@ def environ_copy() -> dict[str, str]:
     encoding and error handler, which :func:`os.fsdecode` undoes. When ``os.environ`` was replaced by
     another mapping (or off POSIX), its own items are copied.
     """
-    env = os.environ
-    data = getattr(env, "_data", None)
-    if type(env) is not _ENVIRON_TYPE or not _POSIX or type(data) is not dict:
-        return dict(env)
+    data = _environ_bytes()
+    if data is None:
+        return dict(os.environ)
     enc, err = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
     return {k.decode(enc, err): v.decode(enc, err) for k, v in data.items()}
 
