@@ -7,6 +7,7 @@
 #include <sys/types.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -152,11 +153,12 @@ struct nb_dirent64 {             /* the kernel's struct linux_dirent64 */
     char d_name[];
 };
 
-/* The cached /proc/self/task descriptor: valid only for `task_pid`, and only while fstat still shows
- * the directory it was opened on (a descriptor closed behind our back and reused is never trusted). */
+/* The cached /proc/self/task descriptor: trusted only while fstat still shows the directory it was opened
+ * on (a descriptor closed behind our back and reused is never read), and only while its listing holds the
+ * calling thread (a child forked without the atfork handler, by a raw clone or glibc's _Fork, inherits the
+ * descriptor of its parent's directory, which lists the parent's threads, never the child's). */
 static pthread_mutex_t task_lock = PTHREAD_MUTEX_INITIALIZER;
 static int task_fd = -1;
-static pid_t task_pid;
 static dev_t task_dev;
 static ino_t task_ino;
 static int atfork_done;
@@ -217,6 +219,8 @@ static long task_read(int fd, int first, int *tids, size_t cap)
 
 long nb_task_list(int first, int *tids, size_t cap)
 {
+    if (first <= 0)
+        first = (int)syscall(SYS_gettid);
     if (pthread_mutex_trylock(&task_lock) != 0) {
         /* another thread is listing right now: use a descriptor of our own for this call */
         int fd = task_open();
@@ -230,28 +234,32 @@ long nb_task_list(int first, int *tids, size_t cap)
         pthread_atfork(NULL, NULL, task_after_fork_child);
         atfork_done = 1;
     }
-    pid_t pid = getpid();
     struct stat st;
-    if (task_fd >= 0 && (task_pid != pid || fstat(task_fd, &st) != 0 ||
-                         st.st_dev != task_dev || st.st_ino != task_ino)) {
-        if (task_pid != pid && fstat(task_fd, &st) == 0 && st.st_dev == task_dev && st.st_ino == task_ino)
-            close(task_fd);                     /* ours, but another process's directory */
+    if (task_fd >= 0 && (fstat(task_fd, &st) != 0 || st.st_dev != task_dev || st.st_ino != task_ino))
+        task_fd = -1;                           /* no longer ours: not ours to close either */
+    if (task_fd >= 0) {
+        long r = task_read(task_fd, first, tids, cap);
+        /* With room for every thread, the caller not listed first means another process's directory
+         * (when it is listed, task_read put it first). A listing too long for cap cannot tell: the
+         * caller calls again with more room, and that call checks. */
+        if (r > (long)cap || (r > 0 && tids[0] == first)) {
+            pthread_mutex_unlock(&task_lock);
+            return r;
+        }
+        close(task_fd);
         task_fd = -1;
     }
-    if (task_fd < 0) {
-        int fd = task_open();
-        if (fd < 0 || fstat(fd, &st) != 0) {
-            long e = -(long)errno;
-            if (fd >= 0)
-                close(fd);
-            pthread_mutex_unlock(&task_lock);
-            return e;
-        }
-        task_fd = fd;
-        task_pid = pid;
-        task_dev = st.st_dev;
-        task_ino = st.st_ino;
+    int fd = task_open();
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        long e = -(long)errno;
+        if (fd >= 0)
+            close(fd);
+        pthread_mutex_unlock(&task_lock);
+        return e;
     }
+    task_fd = fd;
+    task_dev = st.st_dev;
+    task_ino = st.st_ino;
     long r = task_read(task_fd, first, tids, cap);
     pthread_mutex_unlock(&task_lock);
     return r;
@@ -403,11 +411,13 @@ static int same_nodes(const unsigned long *got, const unsigned long *want, size_
 
 static long bind_all(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_aff_fn geta,
                      int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                     const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints, unsigned long *masks)
+                     const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints)
 {
-    if (!ints || !masks || words == 0 || cap == 0 || node_words == 0 || maxnode > 64 * node_words + 1)
+    if (!ints || (uintptr_t)ints % _Alignof(unsigned long) || words == 0 || cap == 0 || node_words == 0 ||
+        maxnode > 64 * node_words + 1 || cap > (size_t)1 << 24)
         return -EINVAL;
     int *tids = ints + NB_BIND_HEADER, *status = tids + cap;
+    unsigned long *masks = (unsigned long *)(ints + ((NB_BIND_HEADER + 2 * cap + 1) & ~(size_t)1));
     unsigned long *old_mask = masks, *now_mask = masks + node_words;
     unsigned long *before = now_mask + node_words, *after = before + cap * words;
     int me = (int)syscall(SYS_gettid);
@@ -463,16 +473,16 @@ static long bind_all(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_af
 }
 
 long nb_sys_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                 const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints, unsigned long *masks)
+                 const unsigned long *cpumask, size_t words, int flags, size_t cap, int *out)
 {
     return bind_all(nb_sys_get_mempolicy, nb_sys_set_mempolicy, sys_set, sys_get, mode, nodemask, maxnode,
-                    node_words, need_old, cpumask, words, flags, cap, ints, masks);
+                    node_words, need_old, cpumask, words, flags, cap, out);
 }
 
 long nb_numa_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                  const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints, unsigned long *masks)
+                  const unsigned long *cpumask, size_t words, int flags, size_t cap, int *out)
 {
     NEED_NUMA();
     return bind_all(nb_numa_get_mempolicy, nb_numa_set_mempolicy, numa_set, numa_get, mode, nodemask, maxnode,
-                    node_words, need_old, cpumask, words, flags, cap, ints, masks);
+                    node_words, need_old, cpumask, words, flags, cap, out);
 }

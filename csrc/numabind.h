@@ -23,9 +23,10 @@ long nb_gettid(void);
 
 /* ---- the running process: threads, and affinity of many threads in one call ---- */
 /* Thread ids of this process (one getdents64 pass over a cached /proc/self/task descriptor, re-read from
- * its start on every call).  `first` (e.g. the caller's tid), when listed, is put at index 0.  Returns the
- * number of threads; when that is more than `cap`, only `cap` were written and the caller retries with a
- * larger buffer (listing has no side effect).  -errno on failure. */
+ * its start on every call).  `first` is the calling thread's id (0: looked up here); when listed it is put at
+ * index 0, and a cached descriptor whose listing lacks it is another process's (a child forked without the
+ * atfork handler): it is reopened.  Returns the number of threads; when that is more than `cap`, only `cap`
+ * were written and the caller retries with a larger buffer (listing has no side effect).  -errno on failure. */
 long nb_task_list(int first, int *tids, size_t cap);
 
 /* Per-thread outcome of nb_*_affinity_many. */
@@ -69,8 +70,10 @@ long nb_numa_affinity_many(const int *tids, size_t n, const unsigned long *mask,
  * nb_affinity_flags, plus NB_ONLY_CALLER: the calling thread alone, nothing listed).
  * mode < 0 sets no policy and only reads the current one into the "now" slots.  When the set is
  * refused, or need_old and the old policy is unreadable, it stops before the walk (NB_BIND_WALKED 0).
- * ints[]: the header below, then cap thread ids, then cap statuses.  masks[]: the old node mask and the
- * node mask now (node_words each), then cap `before` and cap `after` CPU masks (words each).
+ * out[] holds everything, in one buffer aligned for unsigned long: the header below, then cap thread ids,
+ * then cap statuses; then, from the first even index after those (NB_BIND_HEADER + 2 * cap, rounded up),
+ * unsigned longs: the old node mask and the node mask now (node_words each), then cap `before` and cap
+ * `after` CPU masks (words each).  cap is at most 2^24.
  * Returns the number of threads; more than cap: nothing was done, call again with a larger cap.
  * -errno when the threads cannot be listed (nothing was done) or an argument is invalid. */
 enum nb_bind_slot {
@@ -86,9 +89,9 @@ enum nb_bind_slot {
 };
 enum { NB_ONLY_CALLER = 8 };
 long nb_sys_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                 const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints, unsigned long *masks);
+                 const unsigned long *cpumask, size_t words, int flags, size_t cap, int *out);
 long nb_numa_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                  const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints, unsigned long *masks);
+                  const unsigned long *cpumask, size_t words, int flags, size_t cap, int *out);
 
 /* ---- libnuma, loaded at run time (the "libnuma" backend) ----------------- */
 /* Loads `soname` (e.g. "libnuma.so.1"); 0 on success, else -1 with a message in errbuf. */

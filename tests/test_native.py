@@ -298,6 +298,32 @@ def test_task_list_in_a_forked_child_lists_the_child():
     assert out[0] == "1" and out[1] == out[2] == str(pid), out
 
 
+
+def test_task_list_in_a_child_forked_without_atfork_handlers_lists_the_child():
+    """glibc's _Fork runs no atfork handler: the child keeps the parent's cached descriptor, whose listing
+    lacks the child's thread, so it is reopened (binding the parent's threads from the child would be wrong)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "_Fork"):
+        pytest.skip("this C library has no _Fork (glibc 2.34 and newer have it)")
+    buf = ffi.new("int[]", 64)
+    me = threading.get_native_id()
+    with Parked(2):
+        assert lib.nb_task_list(me, buf, 64) >= 3        # cache the parent's descriptor, with 3 threads listed
+        r, w = os.pipe()
+        pid = libc._Fork()
+        if pid == 0:
+            n = lib.nb_task_list(lib.nb_gettid(), buf, 64)
+            os.write(w, f"{n} {buf[0]} {lib.nb_gettid()}".encode())
+            os._exit(0)
+    assert pid > 0, ctypes.get_errno()
+    os.close(w)
+    out = os.read(r, 100).decode().split()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert out[0] == "1" and out[1] == out[2] == str(pid), out
+
 @pytest.mark.parametrize("prefix", PREFIXES)
 def test_affinity_many_sets_reads_back_and_reports_each_thread(prefix):
     with Parked(2, pins=[None, {CPU_A}]) as parked:
@@ -355,9 +381,10 @@ def _bind(prefix: str, mode: int, node_ids, cpu_ids, flags: int = 0, cap: int = 
     cpus = ffi.NULL if cpu_ids is None else ffi.new("unsigned long[]", [sum(1 << c for c in cpu_ids if c // 64 == w)
                                                                         for w in range(words)])
     head = lib.NB_BIND_HEADER
-    ints = ffi.new("int[]", head + 2 * cap)
-    masks = ffi.new("unsigned long[]", 2 + 2 * cap * words)
-    rc = fn(prefix, "bind")(mode, nodes, MAXNODE, 1, need_old, cpus, words, flags, cap, ints, masks)
+    at = head + 2 * cap + (head + 2 * cap) % 2          # the masks start at the next even int
+    ints = ffi.new("int[]", at + 2 * (2 + 2 * cap * words))
+    masks = ffi.cast("unsigned long *", ints + at)
+    rc = fn(prefix, "bind")(mode, nodes, MAXNODE, 1, need_old, cpus, words, flags, cap, ints)
     n = max(0, min(rc, cap))
     return (rc, list(ints[0:head]), list(ints[head:head + n]), list(ints[head + cap:head + cap + n]),
             (bits(masks), bits(masks + 1)),
@@ -433,6 +460,9 @@ def test_bind_that_reads_back_other_cpus_is_not_clean(prefix):
         assert head[lib.NB_BIND_WALKED] == 1 and status[0] == lib.NB_BOUND and after[0] == {CPU_A}
         assert head[lib.NB_BIND_CLEAN] == 0
         assert fn(prefix, "bind")(MPOL_BIND, nodemask(N), MAXNODE, 1, 0, ffi.NULL, 0, 0, 4,
-                                  ffi.new("int[]", 20), ffi.new("unsigned long[]", 4)) == -errno.EINVAL  # no words
+                                  ffi.new("int[]", 28)) == -errno.EINVAL                # no words
+        misaligned = ffi.new("int[]", 29) + 1
+        assert fn(prefix, "bind")(MPOL_BIND, nodemask(N), MAXNODE, 1, 0, ffi.NULL, 1, 0, 4,
+                                  misaligned) == -errno.EINVAL                          # masks would be unaligned
     finally:
         os.sched_setaffinity(0, before_me)

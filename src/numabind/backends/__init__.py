@@ -40,6 +40,7 @@ __all__ = [
     "backend_info",
     "BACKEND_NAMES",
     "BindCall",
+    "backend_for",
     "get_backend",
     "LIBNUMA_SONAME",
     "LibnumaBackend",
@@ -215,22 +216,29 @@ class BindCall:
     only when asked: a clean bind never needs them.
     """
 
-    __slots__ = ("clean", "processed", "exited", "_walk", "_swap", "_now")
+    __slots__ = ()
 
-    def __init__(self, clean: bool, walk: AffinityWalk | None, exited: int, swap: MemPolicySwap | None = None,
-                 now: tuple[str, frozenset[int]] | BindError | None = None) -> None:
-        self.clean, self.exited, self._walk, self._swap, self._now = clean, exited, walk, swap, now
-        self.processed = 0 if walk is None else walk.processed
+    @property
+    def clean(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def processed(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def exited(self) -> int:
+        raise NotImplementedError
 
     @property
     def walk(self) -> AffinityWalk | None:
-        return self._walk
+        raise NotImplementedError
 
     def swap(self) -> MemPolicySwap | None:
-        return self._swap
+        raise NotImplementedError
 
     def now(self) -> tuple[str, frozenset[int]] | BindError | None:
-        return self._now
+        raise NotImplementedError
 
 
 class Backend(ABC):
@@ -415,6 +423,12 @@ def load_native() -> "Any":
 _NOW_MODE, _ERRS, _WALKED, _PROCESSED, _EXITED, _CLEAN, _HEADER = 2, 3, 6, 7, 8, 9, 10
 
 
+def _bind_masks_at(cap: int) -> int:
+    """Where nb_*_bind's masks start in its buffer, in ints: the first even index after the header,
+    ``cap`` thread ids and ``cap`` statuses."""
+    return (_HEADER + 2 * cap + 1) & ~1
+
+
 def _swap_of(ints: "Any", at: int, masks: "Any", words: int, policy: str, nodes: frozenset[int]) -> MemPolicySwap:
     """The MemPolicySwap of a swap_mempolicy's slots: old mode, mode now, the three errors from ``ints[at]``;
     the old and the current node masks (``words`` each) at the start of ``masks``."""
@@ -435,41 +449,64 @@ def _swap_of(ints: "Any", at: int, masks: "Any", words: int, policy: str, nodes:
 
 
 class _NativeBindCall(BindCall):
-    """A BindCall over nb_*_bind's arrays: the walk and the memory policies are built only when asked for."""
+    """A BindCall over nb_*_bind's one buffer: the walk and the memory policies are built only when asked for.
 
-    __slots__ = ("_raw",)
+    Built without ``__init__`` (a bind's cost is counted in microseconds): ``_raw`` is (the buffer, its
+    thread capacity, node mask words, CPU mask words, the policy asked for, its nodes, the ffi).
+    """
 
-    def __init__(self, ints: "Any", masks: "Any", cap: int, nw: int, cw: int, policy: str | None,
-                 nodes: frozenset[int]) -> None:
-        self.clean, self.processed, self.exited = ints[_CLEAN] == 1, ints[_PROCESSED], ints[_EXITED]
-        self._walk = None
-        self._raw = (ints, masks, cap, nw, cw, policy, nodes)
+    __slots__ = ("_raw", "_walk")
+    _raw: "tuple[Any, ...]"
+    _walk: AffinityWalk | None    # unset until the walk is first asked for
+
+    @property
+    def clean(self) -> bool:
+        return self._raw[0][_CLEAN] == 1   # type: ignore[no-any-return]
+
+    @property
+    def processed(self) -> int:
+        return self._raw[0][_PROCESSED]   # type: ignore[no-any-return]
+
+    @property
+    def exited(self) -> int:
+        return self._raw[0][_EXITED]   # type: ignore[no-any-return]
+
+    def _masks(self) -> "Any":
+        ints, cap, ffi = self._raw[0], self._raw[1], self._raw[6]
+        return ffi.cast("unsigned long *", ints + _bind_masks_at(cap))
 
     @property
     def walk(self) -> AffinityWalk | None:
-        walk = self._walk
-        if walk is None:
-            ints, masks, cap, nw, cw, _, _ = self._raw
-            if not ints[_WALKED]:
-                return None
-            first = 2 * nw
-            walk = self._walk = AffinityWalk(ints + _HEADER, ints + _HEADER + cap, ints[_PROCESSED], masks + first,
-                                             masks + first + cap * cw, cw, (ints, masks))
+        try:
+            return self._walk
+        except AttributeError:
+            pass
+        ints, cap, nw, cw = self._raw[0:4]
+        walk = None
+        if ints[_WALKED]:
+            masks = self._masks() + 2 * nw
+            walk = AffinityWalk(ints + _HEADER, ints + _HEADER + cap, ints[_PROCESSED], masks, masks + cap * cw, cw,
+                                (ints,))
+        self._walk = walk
         return walk
 
     def swap(self) -> MemPolicySwap | None:
-        ints, masks, _, nw, _, policy, nodes = self._raw
+        ints, _, nw, _, policy, nodes, _ = self._raw
         if policy is None:
             return None
-        return _swap_of(ints, 1, masks, nw, policy, nodes)
+        return _swap_of(ints, 1, self._masks(), nw, policy, nodes)
 
     def now(self) -> tuple[str, frozenset[int]] | BindError | None:
-        ints, masks, _, nw, _, policy, _ = self._raw
+        ints, _, nw, _, policy, _, _ = self._raw
         if policy is not None:
             return None
         if ints[_ERRS + 2] < 0:
             return BindError(-ints[_ERRS + 2], "get_mempolicy", "calling thread")
-        return policy_of(ints[_NOW_MODE], decode(masks[nw:2 * nw]))
+        return policy_of(ints[_NOW_MODE], decode(self._masks()[nw:2 * nw]))
+
+
+_new_call = object.__new__
+_set_raw = _NativeBindCall.__dict__["_raw"].__set__
 
 
 def _fit(bits: int, ids: frozenset[int]) -> int:
@@ -495,7 +532,8 @@ class NativeBackend(Backend):
         self._node_masks: dict[frozenset[int], tuple[Any, int]] = {}
         self._cap = 8        # threads apply_all makes room for: the last count, with some slack
         self._int_array = self.ffi.typeof("int[]")
-        self._word_array = self.ffi.typeof("unsigned long[]")
+        self._new = self.ffi.new
+        self._args: dict[tuple[str | None, frozenset[int], frozenset[int] | None], tuple[Any, ...]] = {}
 
     # -- helpers ----------------------------------------------------------
     def _mask(self, cache: "dict[frozenset[int], tuple[Any, int]]", ids: frozenset[int],
@@ -598,33 +636,46 @@ class NativeBackend(Backend):
                                    masks + words, ints + 2)
         return _swap_of(ints, 0, masks, words, policy, nodes)
 
+    def _bind_args(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None) -> "tuple[Any, ...]":
+        """nb_*_bind's arguments for a policy, nodes and CPUs: mode, node mask, maxnode, node words, CPU mask,
+        CPU words; kept per (policy, nodes, CPUs), since a plan is bound with the same ones every time."""
+        key = (policy, nodes, cpus)
+        args = self._args.get(key)
+        if args is None:
+            ffi = self.ffi
+            if policy is not None and nodes:
+                nmask, nbits = self._node_mask(nodes)
+            else:
+                nmask, nbits = ffi.NULL, live.node_mask_bits()
+            if cpus is None:
+                cmask, cbits = ffi.NULL, live.cpu_mask_bits()
+            else:
+                cmask, cbits = self._mask(self._cpu_masks, cpus, live.cpu_mask_bits())
+            args = (-1 if policy is None else MPOL_MODES[policy], nmask, nbits + 1, nbits // 64, cmask, cbits // 64)
+            if len(self._args) >= self._MASKS_KEPT:
+                self._args.clear()
+            self._args[key] = args
+        return args
+
     def apply_all(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None, flags: int,
                   need_old: bool) -> BindCall:
-        ffi = self.ffi
-        if policy is not None and nodes:
-            nmask, nbits = self._node_masks.get(nodes) or self._node_mask(nodes)
-        else:
-            nmask, nbits = ffi.NULL, live.node_mask_bits()
-        if cpus is None:
-            cmask, cbits = ffi.NULL, live.cpu_mask_bits()
-        else:
-            cmask, cbits = self._cpu_masks.get(cpus) or self._mask(self._cpu_masks, cpus, live.cpu_mask_bits())
-        nw, cw = nbits // 64, cbits // 64
-        mode = -1 if policy is None else MPOL_MODES[policy]
-        cap = 1 if flags & WALK_ONLY_CALLER else self._cap
-        new, int_array, word_array = ffi.new, self._int_array, self._word_array
-        while True:
-            ints = new(int_array, _HEADER + 2 * cap)              # the header, tids, statuses
-            masks = new(word_array, 2 * nw + 2 * cap * cw)        # old and current nodes, before, after
-            n = self._bind(mode, nmask, nbits + 1, nw, need_old, cmask, cw, flags, cap, ints, masks)
+        mode, nmask, maxnode, nw, cmask, cw = self._args.get((policy, nodes, cpus)) or \
+            self._bind_args(policy, nodes, cpus)
+        only_caller = flags & WALK_ONLY_CALLER
+        cap = 1 if only_caller else self._cap
+        while True:   # one buffer: header, tids, statuses, then the old and current nodes, CPUs before and after
+            ints = self._new(self._int_array, _bind_masks_at(cap) + 4 * nw + 4 * cap * cw)
+            n = self._bind(mode, nmask, maxnode, nw, need_old, cmask, cw, flags, cap, ints)
+            if 0 <= n <= cap:
+                break
             if n < 0:
                 raise OSError(-n, f"cannot list /proc/self/task: {os.strerror(-n)}")
-            if n <= cap:
-                break
             cap = n + n // 2 + 8
-        if not flags & WALK_ONLY_CALLER:
+        if not only_caller:
             self._cap = n + n // 2 + 8
-        return _NativeBindCall(ints, masks, cap, nw, cw, policy, nodes)
+        call = _new_call(_NativeBindCall)
+        _set_raw(call, (ints, cap, nw, cw, policy, nodes, self.ffi))
+        return call
 
     def migrate_pages(self, pid: int, from_nodes: frozenset[int], to_nodes: frozenset[int]) -> int:
         old, bits = self._node_mask(from_nodes)
@@ -729,12 +780,17 @@ def _load(name: str) -> Backend | None:
 
 def get_backend(name: str | None = None) -> tuple[Backend, str]:
     """(backend, why it was chosen). ``name`` or ``$NUMABIND_BACKEND`` forces one."""
-    forced = name or environ_get("NUMABIND_BACKEND") or None
-    key = forced if name is None else "=" + name
+    return backend_for(name, None if name else environ_get("NUMABIND_BACKEND") or None)
+
+
+def backend_for(name: str | None, from_env: str | None) -> tuple[Backend, str]:
+    """:func:`get_backend` for a caller that read ``$NUMABIND_BACKEND`` already (``from_env``: its value,
+    None when unset or empty; not used when ``name`` is given)."""
+    key = from_env if not name else "=" + name
     hit = _chosen.get(key)
     if hit is not None:
         return hit
-    out = _choose(name, forced)
+    out = _choose(name or None, name or from_env)
     _chosen[key] = out
     return out
 
