@@ -22,6 +22,7 @@ import functools
 import logging
 import multiprocessing
 import os
+import pickle
 import threading
 
 import pytest
@@ -673,6 +674,27 @@ def test_numabind_strict_unknown_value_is_an_error(value, monkeypatch):
         numabind.bind_current(Plan(cpus=frozenset(os.sched_getaffinity(0))))
 
 
+def test_the_settings_a_bind_reads_follow_the_environment_call_by_call(monkeypatch, all_cpus):
+    """bind_current parses NUMABIND_STRICT and NUMABIND_BACKEND once per value, but reads them on every call:
+    a change, a bad value (every time, never remembered) and a replaced os.environ are all seen."""
+    plan = Plan(cpus={A})
+    monkeypatch.setenv("NUMABIND_BACKEND", "syscall")
+    assert numabind.bind_current(plan).backend == "syscall"
+    monkeypatch.setenv("NUMABIND_BACKEND", "none")
+    assert numabind.bind_current(plan).backend == "none"
+    monkeypatch.delenv("NUMABIND_BACKEND")
+    for _ in range(2):
+        monkeypatch.setenv("NUMABIND_STRICT", "bogus")
+        with pytest.raises(numabind.NumabindError, match="NUMABIND_STRICT='bogus' is not understood"):
+            numabind.bind_current(plan)
+        assert numabind.bind_current(plan, strict=False).ok     # given explicitly: the variable is not read
+    monkeypatch.setattr(os, "environ", {"NUMABIND_BACKEND": "syscall", "NUMABIND_STRICT": "1"})
+    assert numabind.bind_current(plan).backend == "syscall"
+    monkeypatch.setattr(os, "environ", {"NUMABIND_STRICT": "maybe"})
+    with pytest.raises(numabind.NumabindError, match="NUMABIND_STRICT='maybe'"):
+        numabind.bind_current(plan)
+
+
 # --------------------------------------------------------------------------- issue 15: loud and atomic
 CPU = CPU_B
 
@@ -1116,6 +1138,13 @@ def test_a_clean_report_is_a_full_report(backend, all_cpus):
     assert numabind.BindReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
     with pytest.raises(Exception):
         report.applied = plan
+    # the slots a clean bind leaves unset read as their defaults, and the report travels like a full one
+    assert (report.warnings, report.notes, report.pages_migrated, report.pages_not_migrated, report.locality) == \
+        ((), (), None, None, None)
+    again = pickle.loads(pickle.dumps(report))
+    assert again == report and again.threads == report.threads and "warnings=()" in repr(report)
+    with pytest.raises(AttributeError, match="no_such_field"):
+        report.no_such_field  # noqa: B018
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

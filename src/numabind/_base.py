@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from .errors import NumabindError
 
 __all__ = ["DEBUG", "ERROR", "INFO", "WARNING", "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
-           "Value", "environ_copy", "environ_get", "getLogger", "real_logger", "strict_from_env"]
+           "Value", "bind_settings", "environ_copy", "environ_get", "getLogger", "real_logger", "strict_from_env"]
 
 
 # ----------------------------------------------------------------------------- frozen values
@@ -123,13 +123,23 @@ _POSIX = os.name == "posix"
 _KEYS: dict[str, bytes] = {}
 
 
+def _own_bytes(environ: object) -> "dict[bytes, bytes] | None":
+    data = getattr(environ, "_data", None)
+    if type(environ) is not _ENVIRON_TYPE or not _POSIX or type(data) is not dict:
+        return None
+    return data
+
+
+_ENVIRON = os.environ
+_ENVIRON_DATA = _own_bytes(_ENVIRON)   # os._Environ never rebinds its _data: one check at import
+
+
 def _environ_bytes() -> "dict[bytes, bytes] | None":
     """The bytes ``os.environ`` keeps its items in, or None when ``os.environ`` was replaced by another
     mapping (or off POSIX): then only that mapping's own methods answer."""
-    data = getattr(os.environ, "_data", None)
-    if type(os.environ) is not _ENVIRON_TYPE or not _POSIX or type(data) is not dict:
-        return None
-    return data
+    if os.environ is _ENVIRON:
+        return _ENVIRON_DATA
+    return _own_bytes(os.environ)
 
 
 def environ_get(name: str) -> str | None:
@@ -187,6 +197,26 @@ def strict_from_env(env: "Mapping[str, str] | None" = None) -> "Strictness":
         f"degrading), partial (degrade, but raise when nothing of the plan could be applied) or "
         f"{', '.join(v for v in STRICT_FALSE if v)} or unset (degrade with warnings)"
     )
+
+
+_SETTINGS: "dict[tuple[bytes | None, bytes | None], tuple[Strictness, str | None]]" = {}
+
+
+def bind_settings() -> "tuple[Strictness, str | None]":
+    """``NUMABIND_STRICT`` as :func:`strict_from_env` parses it, and ``NUMABIND_BACKEND`` (None when unset or
+    empty): the two settings a ``bind_current`` with neither given reads on every call, in one look at the
+    environment, each pair of values parsed once (a bad ``NUMABIND_STRICT`` raises every time)."""
+    data = _ENVIRON_DATA if os.environ is _ENVIRON else _environ_bytes()
+    if data is None:
+        return strict_from_env(), os.environ.get("NUMABIND_BACKEND") or None
+    raw = (data.get(b"NUMABIND_STRICT"), data.get(b"NUMABIND_BACKEND"))
+    found = _SETTINGS.get(raw)
+    if found is None:
+        found = (strict_from_env(), environ_get("NUMABIND_BACKEND") or None)
+        if len(_SETTINGS) >= 16:
+            _SETTINGS.clear()
+        _SETTINGS[raw] = found
+    return found
 
 
 # ----------------------------------------------------------------------------- logging

@@ -22,21 +22,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from . import _proc, live
 from ._base import getLogger
-from .backends import (
-    WALK_BOUND,
-    WALK_CHECK_FIRST,
-    WALK_DIFFERS,
-    WALK_LEFT_ALONE,
-    WALK_MATCHING,
-    WALK_STOP_ON_ERROR,
-    AffinityWalk,
-)
-from .bind import _plannable, _read_plan, _walk_all, _write_weights
+from .backends import WALK_BOUND, WALK_DIFFERS, WALK_LEFT_ALONE, AffinityWalk
+from .bind import _WALK_FLAGS, _plannable, _read_plan, _walk_all, _write_weights
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
 from .plan import format_weights, narrow_cpus, narrow_nodes
 
-__all__ = ["Transaction", "undo_walk", "walk_flags"]
+__all__ = ["Transaction", "undo_walk"]
 
 log = getLogger("numabind.bind")   # its warnings are bind_current's
 
@@ -285,7 +277,7 @@ class Transaction:
             tids = [me] if threads == "current" else live.thread_ids(me)
             if not tids or tids[0] != me:   # /proc/self/task lists every thread; the caller first, always
                 tids = [me, *(t for t in tids if t != me)]
-            walk = be.affinity_many(tids, cpus, walk_flags(threads, self.strict))
+            walk = be.affinity_many(tids, cpus, _WALK_FLAGS[threads, self.strict is True])
         if cpus is None:
             return walk
         self.undo.append(lambda: undo_walk(be, walk))
@@ -449,13 +441,6 @@ class Transaction:
             self.notes.append(f"{shared} pages in shared or file-backed mappings stayed on nodes {src} "
                               f"(other processes map them; moving them needs CAP_SYS_NICE)")
         return left
-
-
-def walk_flags(threads: str, strict: Strictness) -> int:
-    flags = WALK_MATCHING if threads == "matching" else 0
-    if strict is True:
-        flags |= WALK_STOP_ON_ERROR | WALK_CHECK_FIRST
-    return flags
 
 
 

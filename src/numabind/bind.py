@@ -23,13 +23,14 @@ interleave over the same nodes (a warning naming the kernel's lack; strict raise
 """
 
 import os
+import sys
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
     from typing import Any
 
 from . import live
-from ._base import INFO, Strictness, Value, environ_copy, getLogger, strict_from_env
+from ._base import INFO, Strictness, Value, bind_settings, environ_copy, getLogger, strict_from_env
 from .backends import (
     WALK_BOUND,
     WALK_CHECK_FIRST,
@@ -43,6 +44,7 @@ from .backends import (
     Backend,
     BindCall,
     MemPolicyState,
+    backend_for,
     get_backend,
 )
 from .cpulist import format_cpulist
@@ -199,6 +201,17 @@ class BindReport(Value):
         s(self, "pages_migrated", pages_migrated)
         s(self, "locality", locality)
 
+    #: What a slot holds when it was never set: a clean bind's report (``_clean_report``) sets only the slots that
+    #: differ from these, since every slot set costs a noticeable part of a bind.
+    _UNSET = {"_threads": None, "warnings": (), "notes": (), "pages_not_migrated": None, "pages_migrated": None,
+              "locality": None}
+
+    def __getattr__(self, name: str) -> "Any":   # only called for a slot that was never set
+        try:
+            return BindReport._UNSET[name]
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
+
     def __hash__(self) -> int:   # a Locality holds dicts
         return hash((self.requested, self.applied, self.backend, self.warnings, self.notes))
 
@@ -289,26 +302,16 @@ class BindReport(Value):
                    pages_not_migrated=count("pages_not_migrated"), locality=locality)
 
 
-_REPORT_SLOTS = {name: BindReport.__dict__[name].__set__ for name in BindReport.__slots__}
-
-
-def _clean(requested: Plan, applied: Plan, backend: str, reason: str, notes: tuple[str, ...],
-           one: BindCall) -> BindReport:
-    """A BindReport of a bind that needed no warning, built without ``__init__``'s checks and copies."""
-    report = object.__new__(BindReport)
-    s = _REPORT_SLOTS
-    s["requested"](report, requested)
-    s["applied"](report, applied)
-    s["backend"](report, backend)
-    s["backend_reason"](report, reason)
-    s["_threads"](report, None)
-    s["_walk"](report, one)
-    s["warnings"](report, ())
-    s["notes"](report, notes)
-    s["pages_not_migrated"](report, None)
-    s["pages_migrated"](report, None)
-    s["locality"](report, None)
-    return report
+# A clean bind's report is built without ``__init__``'s checks and copies, by the slots' own setters; the slots
+# left unset read as BindReport._UNSET says (no warnings, no pages counted, threads not decoded yet).
+_new_report = object.__new__
+_modules = sys.modules
+_set_requested = BindReport.__dict__["requested"].__set__
+_set_applied = BindReport.__dict__["applied"].__set__
+_set_backend = BindReport.__dict__["backend"].__set__
+_set_backend_reason = BindReport.__dict__["backend_reason"].__set__
+_set_walk = BindReport.__dict__["_walk"].__set__
+_set_notes = BindReport.__dict__["notes"].__set__
 
 
 def _plannable(policy: str | None) -> str | None:
@@ -431,16 +434,33 @@ def _clean_report(plan: Plan, be: Backend, why: str, threads: str, one: BindCall
             applied = _read_plan(cpus, plan.mem_policy, plan.mem_nodes or None)
             if plan.cpus is not None:
                 _last_applied = (plan, applied)
-        others = one.processed - 1 - one.exited
+        others = one.processed - 1
+        if others > 0:
+            others -= one.exited
         if others > 0:
             notes = (f"the memory policy was set on the calling thread only; {others} other thread(s) keep "
                      f"theirs and allocate from the local node of the CPUs they run on (use migrate=True to move "
                      f"pages they already touched)",)
-    if log.isEnabledFor(INFO):
+    if "logging" in _modules and log.isEnabledFor(INFO):   # no record is seen before logging is imported (_base)
         who = (f"thread {one.walk.tids[0]} of pid {os.getpid()}"   # type: ignore[union-attr]
                if threads == "current" else f"pid {os.getpid()}")
         log.info("%s bound via %s: %s", who, be.name, applied.describe())
-    return _clean(plan, applied, be.name, why, notes, one)
+    report = _new_report(BindReport)
+    _set_requested(report, plan)
+    _set_applied(report, applied)
+    _set_backend(report, be.name)
+    _set_backend_reason(report, why)
+    _set_walk(report, one)
+    if notes:
+        _set_notes(report, notes)
+    return report
+
+
+_NO_IDS: frozenset[int] = frozenset()
+#: The walk's flags per (threads, strict is True): strict stops at the first refusal and checks the caller first.
+_WALK_FLAGS = {(threads, strict): (WALK_MATCHING if threads == "matching" else WALK_ONLY_CALLER if threads == "current"
+                                   else 0) | (WALK_STOP_ON_ERROR | WALK_CHECK_FIRST if strict else 0)
+               for threads in THREAD_MODES for strict in (False, True)}
 
 
 def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str = "matching",
@@ -478,17 +498,23 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
     Usable as a multiprocessing initializer:
     ``Pool(initializer=numabind.bind_current, initargs=(plan,))``.
     """
-    check_plan(plan, "bind_current")
-    _check_threads(threads)
-    strict = strict_default(strict)
-    be, why = get_backend(backend)
-    weights = bool(plan.weights and set_weights)
+    # the checks, settings and fast path below are spelled out for speed: a bind takes microseconds
+    if type(plan) is not Plan:
+        check_plan(plan, "bind_current")
+    if threads not in THREAD_MODES:
+        _check_threads(threads)
+    if strict is None and backend is None:
+        strict, from_env = bind_settings()
+        be, why = backend_for(None, from_env)
+    else:
+        strict = strict_default(strict)
+        be, why = get_backend(backend)
+    weights = set_weights and bool(plan.weights)
     one = None
     if be.in_process_memory and not weights:
         # the memory policy, the thread list and every thread's CPUs set and read back in one call
-        flags = (WALK_MATCHING if threads == "matching" else WALK_ONLY_CALLER if threads == "current" else 0) | \
-            (WALK_STOP_ON_ERROR | WALK_CHECK_FIRST if strict is True else 0)
-        one = be.apply_all(plan.mem_policy, plan.mem_nodes or frozenset(), plan.cpus, flags, strict is True)
+        one = be.apply_all(plan.mem_policy, plan.mem_nodes or _NO_IDS, plan.cpus, _WALK_FLAGS[threads, strict is True],
+                           strict is True)
         if one is not None and one.clean and not plan.migrate and plan.mem_policy != "weighted-interleave":
             report = _clean_report(plan, be, why, threads, one)
             if report is not None:
