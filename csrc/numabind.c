@@ -143,6 +143,43 @@ long nb_numa_sched_getaffinity(int tid, unsigned long nbits, unsigned long *mask
     RET(p_sched_getaffinity(tid, &bm));
 }
 
+/* ---- small files ---------------------------------------------------------- */
+long nb_read_file(const char *path, char *buf, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -(long)errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        long e = -(long)errno;
+        close(fd);
+        return e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return NB_NOT_REGULAR - (long)((st.st_mode & S_IFMT) >> 12);
+    }
+    size_t size = 0;
+    while (size < cap) {
+        size_t want = cap - size < 65536 ? cap - size : 65536;
+        ssize_t got = read(fd, buf + size, want);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            long e = -(long)errno;
+            close(fd);
+            return e;
+        }
+        if (got == 0)
+            break;
+        size += (size_t)got;
+        if ((size_t)got < want && st.st_size > 0)
+            break;
+    }
+    close(fd);
+    return (long)size;
+}
+
 /* ---- the running process ------------------------------------------------- */
 
 struct nb_dirent64 {             /* the kernel's struct linux_dirent64 */

@@ -21,6 +21,15 @@ long nb_sys_sched_setaffinity(int tid, size_t size, const unsigned long *mask);
 long nb_sys_sched_getaffinity(int tid, size_t size, unsigned long *mask);
 long nb_gettid(void);
 
+/* ---- small files (numabind._fs: sysfs and procfs) ------------------------- */
+/* Reads the file at `path`, opened O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, into buf: at most cap bytes,
+ * until the end of the file, or until a short read of a file that has a size (a sysfs attribute, a file on
+ * disk; procfs files, of size 0, are read until read() returns nothing).  Returns the bytes read (cap: maybe
+ * more to read); -errno when it cannot be opened, stat'ed or read; NB_NOT_REGULAR - (st_mode >> 12) when it
+ * is not a regular file (a FIFO, a device, a directory: nothing is read). */
+enum { NB_NOT_REGULAR = -100000 };
+long nb_read_file(const char *path, char *buf, size_t cap);
+
 /* ---- the running process: threads, and affinity of many threads in one call ---- */
 /* Thread ids of this process (one getdents64 pass over a cached /proc/self/task descriptor, re-read from
  * its start on every call).  `first` is the calling thread's id (0: looked up here); when listed it is put at

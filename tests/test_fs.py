@@ -110,7 +110,39 @@ def test_key_values_of_real_files(text, expected):
     assert key_values(text) == expected
 
 
-def test_read_stops_at_the_first_nul(tmp_path):
+@pytest.fixture(params=["core", "os.read"])
+def read_by(request, monkeypatch):
+    """Run a read test both ways: by the compiled core's nb_read_file (files up to SMALL_READ bytes), and
+    by os.read (larger files, or no compiled core)."""
+    if request.param == "os.read":
+        monkeypatch.setattr(_fs, "_core", None)
+        monkeypatch.setattr(_fs, "_core_tried", True)
+    else:
+        assert _fs._load_core() is not None, "the compiled core is not built"
+    return request.param
+
+
+def test_small_files_are_read_by_the_core_and_large_ones_whole(tmp_path, monkeypatch):
+    core = _fs._load_core()
+    assert core is not None
+    calls = []
+
+    def counted(path, buf, cap):
+        calls.append(path)
+        return core[1](path, buf, cap)
+
+    monkeypatch.setattr(_fs, "_core", (core[0], counted, core[2]))
+    r = FsReader(tmp_path)
+    for size in (0, 1, _fs.SMALL_READ - 1, _fs.SMALL_READ, _fs.SMALL_READ + 1, 3 * _fs.SMALL_READ):
+        body = "".join(str(i % 10) for i in range(size))
+        (tmp_path / f"f{size}").write_text(body)
+        calls.clear()
+        assert r.read(f"f{size}") == body, size
+        assert calls == [os.fsencode(tmp_path / f"f{size}")]      # the core was asked first, every time
+    assert r.read("f1", limit=1) == "0" and len(calls) == 1       # a prefix is read by os.read
+
+
+def test_read_stops_at_the_first_nul(tmp_path, read_by):
     (tmp_path / "f").write_bytes(b"0-3\n\0\0\0garbage")
     r = FsReader(tmp_path)
     assert r.read("f") == "0-3\n"
@@ -119,7 +151,7 @@ def test_read_stops_at_the_first_nul(tmp_path):
     assert r.read("g") == ""
 
 
-def test_read_int_is_ascii_only(tmp_path):
+def test_read_int_is_ascii_only(tmp_path, read_by):
     r = FsReader(tmp_path)
     for name, text, value in [("a", "12\n", 12), ("b", "-1\n", -1), ("c", "0x1f\n", 31),
                               ("d", "²\n", None), ("e", "0x\n", None), ("f", "5" * 5000, None),
@@ -128,43 +160,45 @@ def test_read_int_is_ascii_only(tmp_path):
         assert r.read_int(name) == value, name
 
 
-def test_fifo_is_refused_without_blocking(tmp_path):
+def test_fifo_is_refused_without_blocking(tmp_path, read_by):
     os.mkfifo(tmp_path / "fifo")
     r = FsReader(tmp_path)
     with pytest.raises(NumabindError, match="is a FIFO, not a regular file"):
         r.read("fifo")
 
 
-def test_link_to_a_device_is_refused(tmp_path):
+def test_link_to_a_device_is_refused(tmp_path, read_by):
     os.symlink("/dev/zero", tmp_path / "zero")
     with pytest.raises(NumabindError, match=r"zero is a character device"):
         FsReader(tmp_path).read("zero")
 
 
-def test_a_directory_is_refused(tmp_path):
+def test_a_directory_is_refused(tmp_path, read_by):
     (tmp_path / "d").mkdir()
     with pytest.raises(NumabindError, match="is a directory"):
         FsReader(tmp_path).read("d")
 
 
-def test_reads_are_capped(tmp_path, monkeypatch):
+def test_reads_are_capped(tmp_path, monkeypatch, read_by):
     monkeypatch.setattr(_fs, "MAX_READ", 1000)
     (tmp_path / "big").write_bytes(b"1" * 5000)
+    (tmp_path / "over").write_bytes(b"1" * 1001)      # small enough for one read of the core, but over the cap
     (tmp_path / "ok").write_bytes(b"2" * 1000)
     r = FsReader(tmp_path)
-    with pytest.raises(NumabindError, match="larger than"):
-        r.read("big")
+    for name in ("big", "over"):
+        with pytest.raises(NumabindError, match="larger than"):
+            r.read(name)
     assert r.read("ok") == "2" * 1000
     assert r.read("big", limit=10) == "1" * 10        # a wanted prefix is not an error
 
 
-def test_read_of_a_long_file_is_whole(tmp_path):
+def test_read_of_a_long_file_is_whole(tmp_path, read_by):
     body = "".join(f"processor\t: {n}\nmodel name\t: X\n\n" for n in range(20000))
     (tmp_path / "cpuinfo").write_text(body)
     assert FsReader(tmp_path).read("cpuinfo") == body
 
 
-def test_missing_file_and_bad_names(tmp_path):
+def test_missing_file_and_bad_names(tmp_path, read_by):
     r = FsReader(tmp_path)
     assert r.read("nope") is None
     assert r.read("a\0b") is None
@@ -301,7 +335,7 @@ def test_unpacked_dump_is_removed_at_exit_but_not_by_a_forked_child(tmp_path):
 
 
 @pytest.mark.kernel
-def test_live_seq_files_are_read_to_their_end():
+def test_live_seq_files_are_read_to_their_end(read_by):
     """procfs seq_file reads stop at a record that does not fit the kernel's buffer, short of
     the end: a read of a procfs file larger than a page must not stop at the first one."""
     with open("/proc/kallsyms", "rb") as f:

@@ -17,6 +17,10 @@ than :data:`MAX_READ` bytes is an error too. Text ends at the first NUL byte
 import os
 import stat
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
 from .errors import NumabindError
 
 __all__ = ["FsReader", "resolve_root", "ascii_int", "key_values", "MAX_READ"]
@@ -111,6 +115,35 @@ def resolve_root(root: str | os.PathLike[str] | None = None) -> str:
 
 
 # -- the reader ------------------------------------------------------------------
+#: Files up to this size (bytes, less one) are read in one call of the compiled core: a sysfs attribute
+#: is at most a page.
+SMALL_READ = 4097
+NOT_REGULAR = -100000    # csrc/numabind.h's NB_NOT_REGULAR
+_CHARS = "char[]"
+_core: "tuple[Any, ...] | None" = None
+_core_tried = False
+
+
+def _load_core() -> "tuple[Any, ...] | None":
+    """(ffi.new, nb_read_file, ffi.string) of the compiled core, or None without one (os.read is used)."""
+    global _core, _core_tried
+    if not _core_tried:
+        try:
+            from . import _native as native
+        except ImportError:
+            native = None
+        module: "Any" = native
+        if module is not None and hasattr(module.lib, "nb_read_file"):
+            _core = (module.ffi.new, module.lib.nb_read_file, module.ffi.string)
+        _core_tried = True
+    return _core
+
+
+def _not_regular(path: str, mode: int) -> NumabindError:
+    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    return NumabindError(f"{path} is {kind}, not a regular file: a sysfs or procfs file (or a dump of one) "
+                         f"is always a regular file; check the root")
+
 
 
 class FsReader:
@@ -137,21 +170,31 @@ class FsReader:
         wanted); without it, a file over :data:`MAX_READ` bytes is an error.
         A path that is not a regular file raises NumabindError.
 
-        Raw ``os.read`` is used instead of text-mode ``open``: discovery reads
-        thousands of small sysfs files and the io stack costs more than the read.
+        Discovery reads thousands of small sysfs files, where Python's own calls cost more than the
+        reads: a file of up to :data:`SMALL_READ` bytes is read by the compiled core in one call (the
+        same opening flags, the same refusal of anything but a regular file), a larger one (or any,
+        without the core) with raw ``os.read``, never the text-mode io stack.
         """
-        try:
-            fd = os.open(self.path(rel), _OPEN_FLAGS)
+        path = self._prefix + rel.lstrip("/")
+        core = _core or _load_core()
+        if core and limit is None and "\0" not in path:
+            buf = core[0](_CHARS, SMALL_READ)
+            n = core[1](os.fsencode(path), buf, SMALL_READ)
+            if 0 <= n < SMALL_READ and n <= MAX_READ:
+                text: str = core[2](buf, n).decode("utf-8", errors="replace")   # ffi.string: ends at a NUL
+                return text
+            if n <= NOT_REGULAR:
+                raise _not_regular(path, (NOT_REGULAR - n) << 12)
+            if n < 0:
+                return None
+        try:   # a file too large for one small read, or no compiled core
+            fd = os.open(path, _OPEN_FLAGS)
         except (OSError, ValueError):
             return None
         try:
             st = os.fstat(fd)
-            mode = st.st_mode
-            if not stat.S_ISREG(mode):
-                kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-                raise NumabindError(
-                    f"{self.path(rel)} is {kind}, not a regular file: a sysfs or procfs "
-                    f"file (or a dump of one) is always a regular file; check the root")
+            if not stat.S_ISREG(st.st_mode):
+                raise _not_regular(path, st.st_mode)
             cap = MAX_READ + 1 if limit is None else limit
             chunks = []
             size = 0
