@@ -143,6 +143,15 @@ long nb_numa_sched_getaffinity(int tid, unsigned long nbits, unsigned long *mask
     RET(p_sched_getaffinity(tid, &bm));
 }
 
+/* ---- directories ---------------------------------------------------------- */
+struct nb_dirent64 {             /* the kernel's struct linux_dirent64 */
+    unsigned long long d_ino;
+    long long d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
 /* ---- small files ---------------------------------------------------------- */
 long nb_read_file(const char *path, char *buf, size_t cap)
 {
@@ -180,15 +189,46 @@ long nb_read_file(const char *path, char *buf, size_t cap)
     return (long)size;
 }
 
+long nb_list_numbered(const char *path, const char *prefix, int *ids, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return -(long)errno;
+    size_t plen = strlen(prefix), count = 0;
+    char buf[16384] __attribute__((aligned(8)));
+    for (;;) {
+        long nread = syscall(SYS_getdents64, fd, buf, sizeof buf);
+        if (nread < 0) {
+            long e = -(long)errno;
+            close(fd);
+            return e;
+        }
+        if (nread == 0)
+            break;
+        for (long pos = 0; pos < nread;) {
+            struct nb_dirent64 *d = (struct nb_dirent64 *)(buf + pos);
+            pos += d->d_reclen;
+            if (strncmp(d->d_name, prefix, plen) != 0)
+                continue;
+            const char *p = d->d_name + plen;
+            size_t digits = strspn(p, "0123456789");
+            if (digits == 0 || digits > 9 || p[digits] != '\0' || (p[0] == '0' && digits > 1))
+                continue;
+            if (count < cap) {
+                int id = 0;
+                for (size_t k = 0; k < digits; k++)
+                    id = id * 10 + (p[k] - '0');
+                ids[count] = id;
+            }
+            count++;
+        }
+    }
+    close(fd);
+    return (long)count;
+}
+
 /* ---- the running process ------------------------------------------------- */
 
-struct nb_dirent64 {             /* the kernel's struct linux_dirent64 */
-    unsigned long long d_ino;
-    long long d_off;
-    unsigned short d_reclen;
-    unsigned char d_type;
-    char d_name[];
-};
 
 /* The cached /proc/self/task descriptor: trusted only while fstat still shows the directory it was opened
  * on (a descriptor closed behind our back and reused is never read), and only while its listing holds the

@@ -30,6 +30,11 @@ long nb_gettid(void);
 enum { NB_NOT_REGULAR = -100000 };
 long nb_read_file(const char *path, char *buf, size_t cap);
 
+/* The ids N of the entries named `prefix`N of the directory at `path` (N: 1 to 9 ASCII digits, no leading zero
+ * but "0" itself), in the directory's order.  Returns how many there are (when more than cap, only cap were
+ * written: call again with more room); -errno when the directory cannot be opened or read. */
+long nb_list_numbered(const char *path, const char *prefix, int *ids, size_t cap);
+
 /* ---- the running process: threads, and affinity of many threads in one call ---- */
 /* Thread ids of this process (one getdents64 pass over a cached /proc/self/task descriptor, re-read from
  * its start on every call).  `first` is the calling thread's id (0: looked up here); when listed it is put at

@@ -131,7 +131,7 @@ def test_small_files_are_read_by_the_core_and_large_ones_whole(tmp_path, monkeyp
         calls.append(path)
         return core[1](path, buf, cap)
 
-    monkeypatch.setattr(_fs, "_core", (core[0], counted, core[2]))
+    monkeypatch.setattr(_fs, "_core", (core[0], counted, *core[2:]))
     r = FsReader(tmp_path)
     for size in (0, 1, _fs.SMALL_READ - 1, _fs.SMALL_READ, _fs.SMALL_READ + 1, 3 * _fs.SMALL_READ):
         body = "".join(str(i % 10) for i in range(size))
@@ -205,11 +205,20 @@ def test_missing_file_and_bad_names(tmp_path, read_by):
     assert r.listdir("nope") == [] and r.listdir("a\0b") == []
 
 
-def test_numbered_takes_ascii_ids_only(tmp_path):
-    for name in ("node0", "node12", "node²", "node٣", "node01", "nodex", "node", "cpulist",
-                 "node-1", "node" + "9" * 30):
+def test_numbered_takes_ascii_ids_only(tmp_path, read_by):
+    for name in ("node0", "node12", "node²", "node٣", "node01", "node00", "nodex", "node", "cpulist",
+                 "node-1", "node" + "9" * 30, "node123456789", "node1234567890", "node7 ", "xnode3"):
         (tmp_path / name).mkdir()
-    assert FsReader(tmp_path).numbered(".", "node") == [0, 12]
+    os.mkdir(os.path.join(os.fsencode(tmp_path), b"node\xff4"))      # not UTF-8
+    r = FsReader(tmp_path)
+    assert r.numbered(".", "node") == [0, 12, 123456789]
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(300):                        # more than one buffer's worth
+        (many / f"cpu{i}").write_text("")
+    assert r.numbered("many", "cpu") == list(range(300))
+    (tmp_path / "file").write_text("node1")
+    assert r.numbered("file", "node") == [] and r.numbered("missing", "node") == [] and r.numbered("a\0b", "x") == []
 
 
 # -- roots -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ than :data:`MAX_READ` bytes is an error too. Text ends at the first NUL byte
 
 import os
 import stat
+import sys
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,12 +121,15 @@ def resolve_root(root: str | os.PathLike[str] | None = None) -> str:
 SMALL_READ = 4097
 NOT_REGULAR = -100000    # csrc/numabind.h's NB_NOT_REGULAR
 _CHARS = "char[]"
+_INTS = "int[]"
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 _core: "tuple[Any, ...] | None" = None
 _core_tried = False
 
 
 def _load_core() -> "tuple[Any, ...] | None":
-    """(ffi.new, nb_read_file, ffi.string) of the compiled core, or None without one (os.read is used)."""
+    """(ffi.new, nb_read_file, ffi.string, nb_list_numbered) of the compiled core, or None without one (then
+    os.read and os.listdir are used)."""
     global _core, _core_tried
     if not _core_tried:
         try:
@@ -133,8 +137,8 @@ def _load_core() -> "tuple[Any, ...] | None":
         except ImportError:
             native = None
         module: "Any" = native
-        if module is not None and hasattr(module.lib, "nb_read_file"):
-            _core = (module.ffi.new, module.lib.nb_read_file, module.ffi.string)
+        if module is not None and hasattr(module.lib, "nb_list_numbered"):
+            _core = (module.ffi.new, module.lib.nb_read_file, module.ffi.string, module.lib.nb_list_numbered)
         _core_tried = True
     return _core
 
@@ -179,7 +183,7 @@ class FsReader:
         core = _core or _load_core()
         if core and limit is None and "\0" not in path:
             buf = core[0](_CHARS, SMALL_READ)
-            n = core[1](os.fsencode(path), buf, SMALL_READ)
+            n = core[1](path.encode(_FS_ENCODING, _FS_ERRORS), buf, SMALL_READ)   # os.fsencode, without its checks
             if 0 <= n < SMALL_READ and n <= MAX_READ:
                 text: str = core[2](buf, n).decode("utf-8", errors="replace")   # ffi.string: ends at a NUL
                 return text
@@ -247,9 +251,20 @@ class FsReader:
             return []
 
     def numbered(self, rel: str, prefix: str) -> list[int]:
-        """Sorted ids N of the entries ``<prefix>N`` of directory ``rel`` (ASCII digits only)."""
+        """Sorted ids N of the entries ``<prefix>N`` of directory ``rel`` (ASCII digits only), listed by the
+        compiled core when there is one (no string is made of the names that do not match)."""
+        path = self._prefix + rel.lstrip("/")
+        core = _core or _load_core()
+        if core and "\0" not in path and "\0" not in prefix:
+            cap = 64
+            while True:
+                ids = core[0](_INTS, cap)
+                n = core[3](path.encode(_FS_ENCODING, _FS_ERRORS), prefix.encode(_FS_ENCODING, _FS_ERRORS), ids, cap)
+                if n <= cap:
+                    return sorted(ids[0:n]) if n > 0 else []
+                cap = n
         try:
-            names = os.listdir(self.path(rel))
+            names = os.listdir(path)
         except (OSError, ValueError):
             return []
         n = len(prefix)

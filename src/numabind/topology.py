@@ -329,12 +329,23 @@ class _Sets:
     """Reads CPU sets from list files or hex masks, parsing each distinct text once
     (the same text recurs per core, per cache and per node)."""
 
-    __slots__ = ("reader", "_lists", "_masks")
+    __slots__ = ("reader", "_lists", "_masks", "_sizes")
 
     def __init__(self, reader: FsReader) -> None:
         self.reader = reader
         self._lists: dict[str, frozenset[int]] = {}
         self._masks: dict[str, frozenset[int]] = {}
+        self._sizes: dict[str, int | None] = {}
+
+    def size_file(self, rel: str) -> int | None:
+        """A cache ``size`` file in bytes (:func:`_parse_size`), each distinct text parsed once."""
+        text = self.reader.read_strip(rel)
+        if not text:
+            return None
+        sizes = self._sizes
+        if text not in sizes:
+            sizes[text] = _parse_size(self.reader, rel, text)
+        return sizes[text]
 
     def list_file(self, rel: str, what: str = "cpulist") -> frozenset[int] | None:
         text = self.reader.read(rel)
@@ -368,11 +379,8 @@ class _Sets:
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-def _read_size(reader: FsReader, rel: str) -> int | None:
-    """A cache ``size`` file (the kernel writes ``48K``) in bytes; None when missing or malformed."""
-    text = reader.read_strip(rel)
-    if not text:
-        return None
+def _parse_size(reader: FsReader, rel: str, text: str) -> int | None:
+    """The text of a cache ``size`` file (the kernel writes ``48K``) in bytes; None when malformed."""
     unit = text[-1:].upper() if text[-1:].isalpha() else ""
     digits = text[:-1] if unit else text
     value = ascii_int(digits, max_digits=12) if unit in _SIZE_UNITS else None
@@ -656,7 +664,7 @@ def _discover_cpu_details(
                 level, ctype = level_read, type_read
                 layout.setdefault(index, (level, ctype, private))
             if members:
-                caches.add(Cache(level, ctype, members, _read_size(reader, f"{idir}/size")))
+                caches.add(Cache(level, ctype, members, sets.size_file(f"{idir}/size")))
                 owners = instance_of.setdefault((level, ctype), {})
                 for cpu in members:
                     owners.setdefault(cpu, members)

@@ -638,7 +638,8 @@ class NativeBackend(Backend):
 
     def _bind_args(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None) -> "tuple[Any, ...]":
         """nb_*_bind's arguments for a policy, nodes and CPUs: mode, node mask, maxnode, node words, CPU mask,
-        CPU words; kept per (policy, nodes, CPUs), since a plan is bound with the same ones every time."""
+        CPU words, then its buffer's size (ints) as a + b * (thread capacity); kept per (policy, nodes, CPUs),
+        since a plan is bound with the same ones every time."""
         key = (policy, nodes, cpus)
         args = self._args.get(key)
         if args is None:
@@ -651,7 +652,9 @@ class NativeBackend(Backend):
                 cmask, cbits = ffi.NULL, live.cpu_mask_bits()
             else:
                 cmask, cbits = self._mask(self._cpu_masks, cpus, live.cpu_mask_bits())
-            args = (-1 if policy is None else MPOL_MODES[policy], nmask, nbits + 1, nbits // 64, cmask, cbits // 64)
+            nw, cw = nbits // 64, cbits // 64   # the masks: old and current nodes, then CPUs before and after
+            args = (-1 if policy is None else MPOL_MODES[policy], nmask, nbits + 1, nw, cmask, cw,
+                    _bind_masks_at(0) + 4 * nw, _bind_masks_at(1) - _bind_masks_at(0) + 4 * cw)
             if len(self._args) >= self._MASKS_KEPT:
                 self._args.clear()
             self._args[key] = args
@@ -659,12 +662,12 @@ class NativeBackend(Backend):
 
     def apply_all(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None, flags: int,
                   need_old: bool) -> BindCall:
-        mode, nmask, maxnode, nw, cmask, cw = self._args.get((policy, nodes, cpus)) or \
+        mode, nmask, maxnode, nw, cmask, cw, size, per_thread = self._args.get((policy, nodes, cpus)) or \
             self._bind_args(policy, nodes, cpus)
         only_caller = flags & WALK_ONLY_CALLER
         cap = 1 if only_caller else self._cap
         while True:   # one buffer: header, tids, statuses, then the old and current nodes, CPUs before and after
-            ints = self._new(self._int_array, _bind_masks_at(cap) + 4 * nw + 4 * cap * cw)
+            ints = self._new(self._int_array, size + cap * per_thread)
             n = self._bind(mode, nmask, maxnode, nw, need_old, cmask, cw, flags, cap, ints)
             if 0 <= n <= cap:
                 break
