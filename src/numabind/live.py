@@ -144,7 +144,9 @@ _tid_buffer: "list[Any]" = []
 
 
 def thread_ids(first: int = 0) -> list[int]:
-    """Thread ids of this process (threads may exit at any moment); ``first``, when listed, comes first."""
+    """Thread ids of this process (threads may exit at any moment), the calling thread first: ``first`` is its
+    id (0: looked up here)."""
+    first = first or gettid()
     native = _native()
     if native is not None:
         ffi, lib = native.ffi, native.lib
