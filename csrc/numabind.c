@@ -228,8 +228,6 @@ long nb_list_numbered(const char *path, const char *prefix, int *ids, size_t cap
 }
 
 /* ---- the running process ------------------------------------------------- */
-
-
 /* The cached /proc/self/task descriptor: trusted only while fstat still shows the directory it was opened
  * on (a descriptor closed behind our back and reused is never read), and only while its listing holds the
  * calling thread (a child forked without the atfork handler, by a raw clone or glibc's _Fork, inherits the
