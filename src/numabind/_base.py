@@ -206,7 +206,7 @@ def bind_settings() -> "tuple[Strictness, str | None]":
     """``NUMABIND_STRICT`` as :func:`strict_from_env` parses it, and ``NUMABIND_BACKEND`` (None when unset or
     empty): the two settings a ``bind_current`` with neither given reads on every call, in one look at the
     environment, each pair of values parsed once (a bad ``NUMABIND_STRICT`` raises every time)."""
-    data = _ENVIRON_DATA if os.environ is _ENVIRON else _environ_bytes()
+    data = _environ_bytes()
     if data is None:
         return strict_from_env(), os.environ.get("NUMABIND_BACKEND") or None
     raw = (data.get(b"NUMABIND_STRICT"), data.get(b"NUMABIND_BACKEND"))

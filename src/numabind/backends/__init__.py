@@ -617,12 +617,8 @@ class NativeBackend(Backend):
         self._check(rc, "set_mempolicy", f"restoring {state.describe()} (mode word {state.mode:#x})")
 
     def get_mempolicy(self) -> tuple[str, frozenset[int]]:
-        mode = self.ffi.new("int *")
-        bits = live.node_mask_bits()
-        mask = self.ffi.new("unsigned long[]", bits // 64)
-        self._check(self._fn["get_mempolicy"](mode, mask, bits + 1, self.ffi.NULL, 0),
-                    "get_mempolicy", "calling thread")
-        return policy_of(mode[0], words_to_ids(mask))
+        state = self.save_mempolicy()
+        return policy_of(state.mode, state.nodes)
 
     def swap_mempolicy(self, policy: str, nodes: frozenset[int], need_old: bool = False) -> MemPolicySwap:
         if nodes:
