@@ -153,9 +153,10 @@ struct nb_dirent64 {             /* the kernel's struct linux_dirent64 */
 };
 
 /* ---- small files ---------------------------------------------------------- */
-long nb_read_file(const char *path, char *buf, size_t cap)
+/* nb_read_file's read of `path`, relative to the directory `dirfd` (AT_FDCWD: to the working directory). */
+static long read_at(int dirfd, const char *path, char *buf, size_t cap)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return -(long)errno;
     struct stat st;
@@ -189,9 +190,15 @@ long nb_read_file(const char *path, char *buf, size_t cap)
     return (long)size;
 }
 
-long nb_list_numbered(const char *path, const char *prefix, int *ids, size_t cap)
+long nb_read_file(const char *path, char *buf, size_t cap)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
+    return read_at(AT_FDCWD, path, buf, cap);
+}
+
+/* The entries `prefix`N of the directory `path` (relative to dirfd), as nb_list_numbered lists them. */
+static long list_at(int dirfd, const char *path, const char *prefix, int *ids, size_t cap)
+{
+    int fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return -(long)errno;
     size_t plen = strlen(prefix), count = 0;
@@ -225,6 +232,59 @@ long nb_list_numbered(const char *path, const char *prefix, int *ids, size_t cap
     }
     close(fd);
     return (long)count;
+}
+
+long nb_list_numbered(const char *path, const char *prefix, int *ids, size_t cap)
+{
+    return list_at(AT_FDCWD, path, prefix, ids, cap);
+}
+
+/* One file of nb_read_tree: read after the `*used` bytes of buf, its span written to span[0..1]. */
+static void tree_read(int dirfd, long opened, const char *name, char *buf, size_t cap, size_t slot, size_t *used,
+                      long *span)
+{
+    size_t room = cap - *used < slot ? cap - *used : slot;
+    long n = opened < 0 ? opened : room == 0 ? NB_RETRY : read_at(dirfd, name, buf + *used, room);
+    span[0] = (long)*used;
+    if (n >= 0 && (size_t)n == room) {
+        span[1] = NB_RETRY;                  /* filled its room: maybe more to read, so read it alone */
+    } else if (n >= 0) {
+        span[1] = (long)strnlen(buf + *used, (size_t)n);
+        *used += (size_t)n;
+    } else {
+        span[1] = n;
+    }
+}
+
+long nb_read_tree(const char *dir, const char *names, size_t count, const char *sub, const char *prefix,
+                  const char *each, size_t per, unsigned long long skip, int *ids, size_t idcap,
+                  char *buf, size_t cap, size_t slot, long *out, size_t files)
+{
+    int dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    long opened = dirfd < 0 ? -(long)errno : 0;
+    size_t used = 0, k = 0;
+    for (size_t i = 0; i < count && k < files; i++, k++, names += strlen(names) + 1)
+        tree_read(dirfd, opened, names, buf, cap, slot, &used, out + 1 + 2 * k);
+    long listed = opened < 0 ? opened : list_at(dirfd, sub, prefix, ids, idcap);
+    for (long i = 0; i < listed && (size_t)listed <= idcap && k < files; i++) {
+        if (ids[i] < 64 && (skip >> ids[i]) & 1)
+            continue;
+        const char *name = each;
+        for (size_t j = 0; j < per && k < files; j++, k++, name += strlen(name) + 1) {
+            char path[4096];
+            int len = snprintf(path, sizeof path, "%s/%s%d/%s", sub, prefix, ids[i], name);
+            if (len < 0 || (size_t)len >= sizeof path) {
+                out[1 + 2 * k] = (long)used;
+                out[2 + 2 * k] = NB_RETRY;   /* too long a path for here: read it alone */
+            } else {
+                tree_read(dirfd, opened, path, buf, cap, slot, &used, out + 1 + 2 * k);
+            }
+        }
+    }
+    if (dirfd >= 0)
+        close(dirfd);
+    out[0] = (long)used;
+    return listed;
 }
 
 /* ---- the running process ------------------------------------------------- */

@@ -35,6 +35,24 @@ long nb_read_file(const char *path, char *buf, size_t cap);
  * written: call again with more room); -errno when the directory cannot be opened or read. */
 long nb_list_numbered(const char *path, const char *prefix, int *ids, size_t cap);
 
+/* Files of the directory `dir` and of its numbered subdirectories, read with one opening of `dir` and nothing
+ * else in between, each as nb_read_file reads one (the same flags, the same refusals):
+ *  - first the `count` files `names` (each ended by a NUL, relative to dir);
+ *  - then the entries `prefix`N of the subdirectory `sub` are listed as nb_list_numbered lists them (their
+ *    ids written to ids, idcap at most), and for each N in that order, unless bit N of `skip` is set (N < 64),
+ *    the `per` files `each` of sub/prefixN.
+ * Each file's bytes follow the previous file's in buf (cap bytes in all), `slot` bytes at most. A file's
+ * length is counted up to its first NUL byte; instead of a length, a file gets what nb_read_file would return
+ * when that is an error (every file gets the directory's -errno when dir cannot be opened), or NB_RETRY when
+ * it filled the room it had (read it alone). No more than `files` files are read, and none below `sub` when
+ * it lists more than idcap entries. out[0] is the bytes of buf used, then file k's start is out[1 + 2k] and its
+ * length out[2 + 2k] (2 * files + 1 longs in all).  Returns what nb_list_numbered
+ * would return for dir/sub. */
+enum { NB_RETRY = -200000 };
+long nb_read_tree(const char *dir, const char *names, size_t count, const char *sub, const char *prefix,
+                  const char *each, size_t per, unsigned long long skip, int *ids, size_t idcap,
+                  char *buf, size_t cap, size_t slot, long *out, size_t files);
+
 /* ---- the running process: threads, and affinity of many threads in one call ---- */
 /* Thread ids of this process (one getdents64 pass over a cached /proc/self/task descriptor, re-read from
  * its start on every call).  `first` is the calling thread's id (0: looked up here); when listed it is put at

@@ -3,6 +3,7 @@ bounded reads that never hang, NUL padding, ASCII-only integers, the one ``key: 
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import subprocess
@@ -110,15 +111,29 @@ def test_key_values_of_real_files(text, expected):
     assert key_values(text) == expected
 
 
-@pytest.fixture(params=["core", "os.read"])
+@pytest.fixture(params=["core", "os.read", "prefetch"])
 def read_by(request, monkeypatch):
-    """Run a read test both ways: by the compiled core's nb_read_file (files up to SMALL_READ bytes), and
-    by os.read (larger files, or no compiled core)."""
+    """Run a read test three ways: by the compiled core's nb_read_file (files up to SMALL_READ bytes), by
+    os.read (larger files, or no compiled core), and by a prefetch of the file (nb_read_tree) before each
+    read, which must then answer from what was prefetched (once) just as a read of its own would."""
     if request.param == "os.read":
         monkeypatch.setattr(_fs, "_core", None)
         monkeypatch.setattr(_fs, "_core_tried", True)
-    else:
-        assert _fs._load_core() is not None, "the compiled core is not built"
+        return request.param
+    assert _fs._load_core() is not None, "the compiled core is not built"
+    if request.param == "prefetch":
+        plain = FsReader.read
+
+        def read(self, rel, limit=None):
+            base, _, name = rel.rpartition("/")
+            self.prefetch_numbered(base, [name], "none", "x", ())
+            key = self.path(rel)
+            held = self._pre is not None and key in self._pre
+            text = plain(self, rel, limit)
+            assert not held or limit is not None or key not in self._pre   # answered from the prefetch
+            return text
+
+        monkeypatch.setattr(FsReader, "read", read)
     return request.param
 
 
@@ -219,6 +234,157 @@ def test_numbered_takes_ascii_ids_only(tmp_path, read_by):
     assert r.numbered("many", "cpu") == list(range(300))
     (tmp_path / "file").write_text("node1")
     assert r.numbered("file", "node") == [] and r.numbered("missing", "node") == [] and r.numbered("a\0b", "x") == []
+
+
+# -- prefetching the files of a directory and of its numbered subdirectories (one call of the core) ------
+
+
+def _tree(root: Path) -> None:
+    """d/{f1, f2 (a NUL inside), big, fifo, utf8, latin1}, d/cache/index{0,1,7}/s, d/cache/other."""
+    d = root / "d"
+    for k in (0, 1, 7):
+        (d / "cache" / f"index{k}").mkdir(parents=True)
+        (d / "cache" / f"index{k}" / "s").write_text(f"s{k}\n")
+    (d / "cache" / "other").mkdir()
+    (d / "f1").write_text("a\n")
+    (d / "f2").write_bytes(b"x\n\0yz")
+    (d / "big").write_text("9" * (_fs.SMALL_READ + 10))
+    (d / "utf8").write_text("Ünified ²\n")
+    (d / "latin1").write_bytes(b"caf\xe9\n")
+    os.mkfifo(d / "fifo")
+
+
+NAMES = ["f1", "f2", "big", "utf8", "latin1", "missing", "fifo"]
+
+
+def test_prefetch_lists_like_numbered_and_answers_each_read_once(tmp_path):
+    _tree(tmp_path)
+    plain, r = FsReader(tmp_path), FsReader(tmp_path)
+    expected = {name: plain.read(f"d/{name}") for name in NAMES if name != "fifo"}
+    assert r.prefetch_numbered("d", NAMES, "cache", "index", ["s", "t"], skip=1 << 1) == [0, 1, 7] \
+        == plain.numbered("d/cache", "index")
+    held = set(r._pre)
+    for name in NAMES:                      # every file changes on disk after the prefetch
+        if name != "fifo":
+            (tmp_path / "d" / name).write_text("changed\n")
+    for k in (0, 1, 7):
+        (tmp_path / f"d/cache/index{k}/s").write_text("changed\n")
+    for name in ("f1", "f2", "utf8", "latin1", "missing"):
+        assert r.read(f"d/{name}") == expected[name], name          # what was read then, as read() reads it
+        assert r.read(f"d/{name}") == "changed\n", name            # once: the next read is the file's own
+    assert r.read("d/big") == "changed\n"                         # larger than one small read: left to read()
+    with pytest.raises(NumabindError, match="fifo is a FIFO, not a regular file"):
+        r.read("d/fifo")
+    assert (r.read("d/cache/index0/s"), r.read("d/cache/index7/s")) == ("s0\n", "s7\n")
+    assert str(tmp_path / "d/cache/index1/s") not in held               # bit 1 of skip: not read
+    assert str(tmp_path / "d/cache/index0/t") in held                   # missing, and said so once
+    assert r.read("d/cache/index1/s") == "changed\n"
+
+
+def test_prefetched_files_of_the_subdirectories_in_order(tmp_path):
+    _tree(tmp_path)
+    r = FsReader(tmp_path)
+    r.prefetch_numbered("d", [], "cache", "index", ["s"])
+    for k in (0, 1, 7):
+        (tmp_path / f"d/cache/index{k}/s").write_text("changed\n")
+    assert [r.read(f"d/cache/index{k}/s") for k in (7, 0, 1)] == ["s7\n", "s0\n", "s1\n"]
+    assert r._pre == {}
+
+
+def test_prefetch_is_dropped_by_forget_and_by_the_next_prefetch(tmp_path):
+    _tree(tmp_path)
+    r = FsReader(tmp_path)
+    r.prefetch_numbered("d", ["f1"], "cache", "index", [])
+    r.prefetch_numbered("d", ["f2"], "cache", "index", [])
+    (tmp_path / "d/f1").write_text("new\n")
+    (tmp_path / "d/f2").write_text("new\n")
+    assert r.read("d/f1") == "new\n"                    # dropped by the second prefetch
+    r.forget()
+    assert r.read("d/f2") == "new\n"                    # dropped by forget()
+
+
+def test_prefetch_of_a_root_directory_and_of_a_missing_one(tmp_path):
+    _tree(tmp_path)
+    r = FsReader(tmp_path / "d")
+    assert r.prefetch_numbered("", ["f1"], "cache", "index", ["s"]) == [0, 1, 7]
+    assert r._pre is not None and r._pre[str(tmp_path / "d/f1")] == "a\n"
+    assert r.prefetch_numbered("nope", ["f1"], "cache", "index", ["s"]) == []
+    assert r.read("nope/f1") is None
+    live = FsReader("/")
+    assert live.prefetch_numbered("proc/self", ["comm"], "task", "", ["comm"]) == sorted(
+        int(t) for t in os.listdir("/proc/self/task"))
+    assert live._pre is not None and "/proc/self/comm" in live._pre
+
+
+def test_prefetch_respects_the_read_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(_fs, "MAX_READ", 1000)
+    d = tmp_path / "d"
+    (d / "cache").mkdir(parents=True)
+    (d / "over").write_bytes(b"1" * 1001 + b"\0")    # one read of the core, the text short, the file over the cap
+    (d / "ok").write_bytes(b"2" * 1000)
+    r = FsReader(tmp_path)
+    r.prefetch_numbered("d", ["over", "ok"], "cache", "index", [])
+    with pytest.raises(NumabindError, match="larger than"):
+        r.read("d/over")
+    assert r.read("d/ok") == "2" * 1000
+
+
+def test_prefetch_beyond_one_call_is_left_to_read(tmp_path):
+    d = tmp_path / "d"
+    for k in range(_fs.BATCH_IDS + 36):                 # more entries than one call lists
+        (d / "sub" / f"e{k}").mkdir(parents=True)
+        (d / "sub" / f"e{k}" / "v").write_text(f"{k}\n")
+    r = FsReader(tmp_path)
+    assert r.prefetch_numbered("d", [], "sub", "e", ["v"]) == list(range(_fs.BATCH_IDS + 36))
+    assert r._pre == {}                                  # none of theirs read, all still readable
+    assert [r.read(f"d/sub/e{k}/v") for k in range(3)] == ["0\n", "1\n", "2\n"]
+    for k in range(3):
+        (d / "few" / f"e{k}").mkdir(parents=True)
+        (d / "few" / f"e{k}" / "v").write_text(f"{k}\n")
+    wide = [f"n{k}" for k in range(_fs.BATCH_FILES - 1)]
+    assert r.prefetch_numbered("d", wide, "few", "e", ["v", "w"]) == [0, 1, 2]   # more files than one call reads
+    assert len(r._pre) == _fs.BATCH_FILES and sum(key.endswith("/v") for key in r._pre) == 1
+    for k in range(3):
+        (d / "few" / f"e{k}" / "v").write_text("new\n")
+    first = [r.read(f"d/few/e{k}/v") for k in range(3)]     # the one read in the call (the listing's first)
+    assert first.count("new\n") == 2 and set(first) - {"new\n"} <= {"0\n", "1\n", "2\n"}
+    assert [r.read(f"d/few/e{k}/v") for k in range(3)] == ["new\n"] * 3
+
+
+def test_prefetch_without_the_core_or_with_a_nul_only_lists(tmp_path, monkeypatch):
+    _tree(tmp_path)
+    r = FsReader(tmp_path)
+    assert r.prefetch_numbered("d", ["f1", "a\0b"], "cache", "index", ["s"]) == [0, 1, 7]
+    assert r._pre is None
+    monkeypatch.setattr(_fs, "_core", None)
+    monkeypatch.setattr(_fs, "_core_tried", True)
+    assert r.prefetch_numbered("d", ["f1"], "cache", "index", ["s"]) == [0, 1, 7]
+    assert r._pre is None and r.read("d/f1") == "a\n"
+
+
+def test_read_tree_in_the_core(tmp_path):
+    """nb_read_tree's own contract: spans, codes, the listing, skip, the caps on files and on entries."""
+    from numabind import _native
+
+    ffi, lib = _native.ffi, _native.lib
+    _tree(tmp_path)
+    buf, out, ids = ffi.new("char[]", 64), ffi.new("long[]", 2 * 8 + 1), ffi.new("int[]", 8)
+    listed = lib.nb_read_tree(os.fsencode(tmp_path / "d"), b"f1\0f2\0missing\0fifo\0big\0", 5, b"cache", b"index",
+                              b"s\0", 1, 1 << 1, ids, 8, buf, 64, 32, out, 8)
+    assert listed == 3 and sorted(ids[0:3]) == [0, 1, 7]
+    spans = [(out[1 + 2 * k], out[2 + 2 * k]) for k in range(7)]
+    assert out[0] == 2 + 5 + 3 + 3 and spans[:2] == [(0, 2), (2, 2)]       # f2: 5 bytes read, 2 up to its NUL
+    assert spans[2] == (7, -errno.ENOENT) and spans[3] == (7, _fs.NOT_REGULAR - 1)   # S_IFIFO >> 12 == 1
+    assert spans[4] == (7, _fs.RETRY)                                       # filled its 32 bytes: read it alone
+    order = [i for i in ids[0:3] if i != 1]
+    assert [ffi.string(buf + start, n) for start, n in spans[5:7]] == [f"s{k}\n".encode() for k in order]
+    assert lib.nb_read_tree(os.fsencode(tmp_path / "d"), b"f1\0", 1, b"cache", b"index", b"s\0", 1, 0, ids, 2,
+                            buf, 64, 32, out, 8) == 3                       # more entries than ids: none read below
+    assert out[0] == 2
+    assert lib.nb_read_tree(os.fsencode(tmp_path / "d"), b"f1\0f2\0", 2, b"cache", b"index", b"s\0", 1, 0, ids, 8,
+                            buf, 64, 32, out, 3) == 3 and out[0] == 2 + 5 + 3  # three files at most
+    assert lib.nb_read_tree(os.fsencode(tmp_path / "nope"), b"f1\0", 1, b"cache", b"index", b"s\0", 1, 0, ids, 8,
+                            buf, 64, 32, out, 8) == -errno.ENOENT and out[2] == -errno.ENOENT
 
 
 # -- roots -----------------------------------------------------------------------------

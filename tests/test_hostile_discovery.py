@@ -179,6 +179,11 @@ def test_hostile_tree_returns_or_raises_numabind_error(case):
     ("proc/self/status", "dev/urandom"),
     ("proc/self/cgroup", "fifo"),
     ("proc/mounts", "dev/zero"),
+    # read by one call per core (nb_read_tree), refused when discovery reads them
+    ("sys/devices/system/cpu/cpu0/topology/core_id", "fifo"),
+    ("sys/devices/system/cpu/cpu2/topology/thread_siblings_list", "dev/zero"),
+    ("sys/devices/system/cpu/cpu0/cache/index0/shared_cpu_list", "dev/urandom"),
+    ("sys/devices/system/cpu/cpu2/cache/index2/size", "fifo"),
 ])
 def test_fifo_or_device_where_a_file_belongs_is_an_error_naming_it(tmp_path, rel, how):
     FACTORIES["two_sockets"](tmp_path)

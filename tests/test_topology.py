@@ -1125,3 +1125,59 @@ def test_live_weights_match_sysfs():
                  if f.startswith("node") and f[4:].isdigit()}
         assert dict(w.weights) == files
         assert discover().interleave_weights == w
+
+
+# -- the compiled core reads a core's files in one call; without it, one by one: the same machine either way
+_DUMPS = sorted((os.path.dirname(__file__) + "/dumps/" + f) for f in os.listdir(os.path.dirname(__file__) + "/dumps")
+                if f.endswith(".tar.bz2"))
+
+
+def _seen(topo: Topology) -> tuple:
+    """All of a topology, cache sizes included (Cache equality leaves them out)."""
+    return topo, [(c.level, c.type, c.cpus, c.size_bytes) for c in topo.caches], topo.to_dict()
+
+
+@pytest.mark.parametrize("shape", [one_node, two_sockets, snc, hybrid, arm_clusters, multi_die, old_kernel, padded,
+                                   offline_cpus, sparse_nodes, power_cpuinfo, many_nodes, cgroup_restricted,
+                                   *_DUMPS], ids=lambda s: getattr(s, "__name__", None) or os.path.basename(s))
+def test_discovery_is_the_same_with_and_without_the_compiled_core(tmp_path, monkeypatch, shape):
+    from numabind import _fs
+
+    if callable(shape):
+        shape(tmp_path)
+        root = str(tmp_path)
+    else:
+        root = shape
+    assert _fs._load_core() is not None, "the compiled core is not built"
+    with_core = _seen(discover(root))
+    monkeypatch.setattr(_fs, "_core", None)
+    monkeypatch.setattr(_fs, "_core_tried", True)
+    assert _seen(discover(root)) == with_core
+
+
+def test_discovery_reads_each_core_in_one_call(tmp_path, monkeypatch):
+    """One call of the compiled core per core lists its cache indexes and reads its topology and cache files;
+    what is read alone is the rest (nodes, package ids, an index's level and type where its layout is new)."""
+    from numabind import _fs
+
+    snc(tmp_path, sockets=2, nodes_per_socket=2, cores_per_node=4, smt=True)   # 16 cores, 32 CPUs
+    core = _fs._load_core()
+    assert core is not None
+    alone, trees = [], []
+
+    def read_file(path, buf, cap):
+        alone.append(os.fsdecode(path))
+        return core[1](path, buf, cap)
+
+    def read_tree(where, *args):
+        trees.append(os.fsdecode(where))
+        return core[4](where, *args)
+
+    monkeypatch.setattr(_fs, "_core", (core[0], read_file, core[2], core[3], read_tree, *core[5:]))
+    reader = RecordingReader(tmp_path)
+    topo = discover_from(reader)
+    assert len(trees) == 16 == len({c.siblings for c in topo.cpus.values()})
+    per_core = [r for r in reader.reads if r.endswith(("/core_id", "/thread_siblings_list", "/shared_cpu_list", "/size"))
+                and "/cpu" in r]
+    assert per_core and not [p for p in alone if p.endswith(("/core_id", "/thread_siblings_list",
+                                                             "/shared_cpu_list", "/size"))]

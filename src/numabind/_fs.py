@@ -20,7 +20,7 @@ import sys
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
+    from typing import Any, Sequence
 
 from .errors import NumabindError
 
@@ -120,16 +120,29 @@ def resolve_root(root: str | os.PathLike[str] | None = None) -> str:
 #: is at most a page.
 SMALL_READ = 4097
 NOT_REGULAR = -100000    # csrc/numabind.h's NB_NOT_REGULAR
+RETRY = -200000          # csrc/numabind.h's NB_RETRY
+#: Room (bytes) of one :meth:`FsReader.prefetch_numbered`, and the most files and ids it takes: the files of
+#: one core are a few hundred bytes, a dozen files, four or five cache indexes.
+BATCH_READ = 16384
+BATCH_FILES = 64
+BATCH_IDS = 64
 _CHARS = "char[]"
 _INTS = "int[]"
+_LONGS = "long[]"
+_MISS = object()
+#: Buffers handed back after a read, for the next one (a list's pop and append are atomic: each thread
+#: takes its own): one file's bytes; a prefetch's bytes and spans; a listing's ids.
+_small_bufs: "list[Any]" = []
+_batch_bufs: "list[Any]" = []
+_id_bufs: "list[Any]" = []
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 _core: "tuple[Any, ...] | None" = None
 _core_tried = False
 
 
 def _load_core() -> "tuple[Any, ...] | None":
-    """(ffi.new, nb_read_file, ffi.string, nb_list_numbered) of the compiled core, or None without one (then
-    os.read and os.listdir are used)."""
+    """(ffi.new, nb_read_file, ffi.string, nb_list_numbered, nb_read_tree, ffi.buffer, ffi.unpack) of the
+    compiled core, or None without one (then os.read and os.listdir are used)."""
     global _core, _core_tried
     if not _core_tried:
         try:
@@ -137,8 +150,9 @@ def _load_core() -> "tuple[Any, ...] | None":
         except ImportError:
             native = None
         module: "Any" = native
-        if module is not None and hasattr(module.lib, "nb_list_numbered"):
-            _core = (module.ffi.new, module.lib.nb_read_file, module.ffi.string, module.lib.nb_list_numbered)
+        if module is not None and hasattr(module.lib, "nb_read_tree"):
+            _core = (module.ffi.new, module.lib.nb_read_file, module.ffi.string, module.lib.nb_list_numbered,
+                     module.lib.nb_read_tree, module.ffi.buffer, module.ffi.unpack)
         _core_tried = True
     return _core
 
@@ -157,12 +171,13 @@ class FsReader:
     directory actually read.
     """
 
-    __slots__ = ("root", "is_live", "origin", "_prefix")
+    __slots__ = ("root", "is_live", "origin", "_prefix", "_pre")
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root, self.origin = _resolve(root)
         self.is_live = self.root == "/"
         self._prefix = self.root.rstrip("/") + "/"
+        self._pre: "dict[str, Any] | None" = None
 
     def path(self, rel: str) -> str:
         return self._prefix + rel.lstrip("/")
@@ -180,17 +195,24 @@ class FsReader:
         without the core) with raw ``os.read``, never the text-mode io stack.
         """
         path = self._prefix + rel.lstrip("/")
+        pre = self._pre
+        if pre and limit is None:
+            got = pre.pop(path, _MISS)
+            if got.__class__ is str:
+                return got
+            if got is not _MISS:
+                return self._failed(path, got)
         core = _core or _load_core()
         if core and limit is None and "\0" not in path:
-            buf = core[0](_CHARS, SMALL_READ)
+            buf = _small_bufs.pop() if _small_bufs else core[0](_CHARS, SMALL_READ)
             n = core[1](path.encode(_FS_ENCODING, _FS_ERRORS), buf, SMALL_READ)   # os.fsencode, without its checks
             if 0 <= n < SMALL_READ and n <= MAX_READ:
                 text: str = core[2](buf, n).decode("utf-8", errors="replace")   # ffi.string: ends at a NUL
+                _small_bufs.append(buf)
                 return text
-            if n <= NOT_REGULAR:
-                raise _not_regular(path, (NOT_REGULAR - n) << 12)
+            _small_bufs.append(buf)
             if n < 0:
-                return None
+                return self._failed(path, n)
         try:   # a file too large for one small read, or no compiled core
             fd = os.open(path, _OPEN_FLAGS)
         except (OSError, ValueError):
@@ -227,6 +249,74 @@ class FsReader:
             data = data[:nul]
         return data.decode("utf-8", errors="replace")
 
+    @staticmethod
+    def _failed(path: str, code: int) -> None:
+        """What a read that the core answered with ``code`` (< 0) gives: NumabindError for anything but a
+        regular file, else None (missing, unreadable)."""
+        if code <= NOT_REGULAR:
+            raise _not_regular(path, (NOT_REGULAR - code) << 12)
+        return None
+
+    def prefetch_numbered(self, base: str, names: "Sequence[str]", sub: str, prefix: str,
+                          each: "Sequence[str]", skip: int = 0) -> list[int]:
+        """:meth:`numbered` of ``base/sub``, reading on the way, in one call of the compiled core (one opening
+        of ``base``), the files ``base/NAME`` of ``names`` and, for each id N listed whose bit in ``skip`` is
+        clear (N < 64), the files ``base/sub/<prefix>N/NAME`` of ``each``. The next :meth:`read` of each of
+        those files, and only that one, answers with what was read here: the same text, None or
+        NumabindError (nothing is read from a file that is not a regular one). A file larger than one small
+        read is left to :meth:`read`.
+
+        Discovery prefetches the files of a core it is about to read (some it may then not need). What a
+        prefetch left unread is dropped by the next prefetch and by :meth:`forget`, so a long-lived reader
+        never answers with old text. Without the compiled core only the listing is made."""
+        core = _core or _load_core()
+        inside = base.strip("/")
+        head = self._prefix + inside + "/" if inside else self._prefix        # what a read's path starts with
+        joined, per = "\0".join(names), "\0".join(each)
+        count = len(names)
+        if (not core or count > BATCH_FILES or "\0" in head or "\0" in sub or "\0" in prefix
+                or joined.count("\0") != max(count - 1, 0)
+                or per.count("\0") != max(len(each) - 1, 0)):   # a name holding a NUL
+            self._pre = None
+            return self.numbered(f"{base}/{sub}", prefix)
+        bufs = _batch_bufs.pop() if _batch_bufs else (
+            core[0](_CHARS, BATCH_READ), core[0](_LONGS, 2 * BATCH_FILES + 1), core[0](_INTS, BATCH_IDS))
+        enc = _FS_ENCODING, _FS_ERRORS
+        listed = core[4]((head[:-1] or "/").encode(*enc), (joined + "\0").encode(*enc), count, sub.encode(*enc),
+                         prefix.encode(*enc), (per + "\0").encode(*enc), len(each), skip, bufs[2], BATCH_IDS,
+                         bufs[0], BATCH_READ, SMALL_READ, bufs[1], BATCH_FILES)
+        ids = core[6](bufs[2], listed) if 0 < listed <= BATCH_IDS else []
+        keys = [head + name for name in names]
+        for n in ids:
+            if not (n < 64 and skip >> n & 1):
+                below = f"{head}{sub}/{prefix}{n}/"
+                keys += [below + name for name in each]
+        del keys[BATCH_FILES:]
+        spans = core[6](bufs[1], 1 + 2 * len(keys))   # the bytes used, then [start, length or code] per file
+        spans.append(spans[0])                        # where the file after the last would start
+        data = core[5](bufs[0], spans[0])[:]
+        _batch_bufs.append(bufs)
+        text = data.decode("ascii") if data.isascii() else None   # then a byte offset is a character's
+        pre: "dict[str, Any]" = {}
+        i = 1
+        for key in keys:
+            start, n = spans[i], spans[i + 1]
+            i += 2
+            if n >= 0:
+                if spans[i] - start <= MAX_READ:      # the bytes read (the text ends at a NUL); else read() refuses it
+                    pre[key] = text[start:start + n] if text is not None else data[start:start + n].decode("utf-8", "replace")
+            elif n != RETRY:
+                pre[key] = n
+        self._pre = pre
+        if listed > BATCH_IDS:
+            return self.numbered(f"{base}/{sub}", prefix)
+        ids.sort()
+        return ids
+
+    def forget(self) -> None:
+        """Drops what :meth:`prefetch_numbered` read and no :meth:`read` asked for yet."""
+        self._pre = None
+
     def read_strip(self, rel: str) -> str | None:
         text = self.read(rel)
         return None if text is None else text.strip()
@@ -256,13 +346,17 @@ class FsReader:
         path = self._prefix + rel.lstrip("/")
         core = _core or _load_core()
         if core and "\0" not in path and "\0" not in prefix:
-            cap = 64
+            ids = _id_bufs.pop() if _id_bufs else core[0](_INTS, 64)
+            cap = len(ids)
             while True:
-                ids = core[0](_INTS, cap)
                 n = core[3](path.encode(_FS_ENCODING, _FS_ERRORS), prefix.encode(_FS_ENCODING, _FS_ERRORS), ids, cap)
                 if n <= cap:
-                    return sorted(ids[0:n]) if n > 0 else []
+                    found = sorted(core[6](ids, n)) if n > 0 else []
+                    if cap == 64:
+                        _id_bufs.append(ids)
+                    return found
                 cap = n
+                ids = core[0](_INTS, cap)
         try:
             names = os.listdir(path)
         except (OSError, ValueError):

@@ -64,7 +64,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ._fs import FsReader, ascii_int, key_values
 from ._util import FrozenMap
@@ -576,6 +576,25 @@ def read_interleave_weights(reader: FsReader) -> InterleaveWeights | None:
     return InterleaveWeights(FrozenMap(weights), auto, name)
 
 
+_NO_OWNERS: Mapping[int, frozenset[int]] = {}
+_T = TypeVar("_T")
+_new = object.__new__
+_set_fields = object.__setattr__
+
+
+def _made(cls: type[_T], fields: dict[str, Any]) -> _T:
+    """An instance of the frozen dataclass ``cls`` holding ``fields`` (every one of its fields), made without
+    its ``__init__``, which sets each field through ``object.__setattr__``: discovery makes a Cpu per CPU and
+    a Cache per cache instance, thousands on a large machine. Equal, hashable and picklable as if made by
+    ``cls(**fields)``."""
+    obj = _new(cls)
+    _set_fields(obj, "__dict__", fields)
+    return obj
+
+_CORE_FILES = ("topology/thread_siblings_list", "topology/core_id")
+_CACHE_FILES = ("shared_cpu_list", "size")
+
+
 def _discover_cpu_details(
     reader: FsReader, sets: _Sets, online_cpus: frozenset[int], node_of: Mapping[int, int]
 ) -> tuple[dict[int, Cpu], tuple[Cache, ...]]:
@@ -608,10 +627,19 @@ def _discover_cpu_details(
     for cid in sorted(online_cpus):
         base = f"{_CPU_DIR}/cpu{cid}"
         info = known.get(cid)
+        indexes = None
         if info is None:
+            # A new core: its cache indexes are listed, and the files below (the topology, each index not
+            # yet covered) read, in one call of the compiled core; each is still read where it was.
+            skip = 0                          # the indexes whose instance holding this CPU was read already
+            for k, seen in covered.items():
+                if cid in seen and k < 64:
+                    skip |= 1 << k
+            indexes = reader.prefetch_numbered(base, _CORE_FILES, "cache", "index", _CACHE_FILES, skip)
             topo = f"{base}/topology"
-            siblings = sets.first(topo, "thread_siblings_list", "thread_siblings",
-                                  "core_cpus_list", "core_cpus")
+            siblings = sets.list_file(f"{topo}/thread_siblings_list")
+            if siblings is None:
+                siblings = sets.first(topo, "thread_siblings", "core_cpus_list", "core_cpus")
             siblings = frozenset({cid}) if siblings is None else (siblings & online_cpus) | {cid}
             core = _read_int(reader, f"{topo}/core_id")
             package = package_of.get(cid)
@@ -625,20 +653,36 @@ def _discover_cpu_details(
             info = (package, -1 if core is None else core, siblings)
             for sib in siblings:
                 known.setdefault(sib, info)
-        cpus[cid] = Cpu(cid, node_of.get(cid), info[0], info[1], info[2])
+        cpus[cid] = _made(Cpu, {"id": cid, "node": node_of.get(cid), "package": info[0], "core": info[1],
+                                "siblings": info[2]})
 
-        listed = next((indexes_of[s] for s in info[2] if s in indexes_of), None)
-        if listed is not None and all(cid in covered[k] for k in listed):
-            continue
-        indexes = reader.numbered(f"{base}/cache", "index")
+        listed = None
+        for sib in info[2]:
+            listed = indexes_of.get(sib)
+            if listed is not None:
+                break
+        if listed is not None:
+            for k in listed:
+                if cid not in covered[k]:
+                    break
+            else:
+                continue                      # a sibling's indexes cover this CPU: nothing to list
+        if indexes is None:
+            indexes = reader.numbered(f"{base}/cache", "index")
         indexes_of[cid] = indexes
         layout = layouts.setdefault((info[0], tuple(indexes)), {})
         for index in indexes:
-            seen = covered.setdefault(index, set())
-            if cid in seen:
+            found = covered.get(index)
+            if found is None:
+                seen = covered[index] = set()
+            elif cid in found:
                 continue
+            else:
+                seen = found
             idir = f"{base}/cache/index{index}"
-            shared = sets.first(idir, "shared_cpu_list", "shared_cpu_map")
+            shared = sets.list_file(f"{idir}/shared_cpu_list")
+            if shared is None:
+                shared = sets.mask_file(f"{idir}/shared_cpu_map")
             if shared is None:
                 shared = frozenset({cid})
             elif not shared:
@@ -650,7 +694,7 @@ def _discover_cpu_details(
             kind = layout.get(index)
             if kind is not None and kind[2] == private:
                 level, ctype = kind[0], kind[1]
-                others = instance_of.get((level, ctype), {})
+                others = instance_of.get((level, ctype), _NO_OWNERS)
                 for cpu in members:
                     other = others.get(cpu)
                     if other is not None and other is not members and other != members:
@@ -664,7 +708,8 @@ def _discover_cpu_details(
                 level, ctype = level_read, type_read
                 layout.setdefault(index, (level, ctype, private))
             if members:
-                caches.add(Cache(level, ctype, members, sets.size_file(f"{idir}/size")))
+                caches.add(_made(Cache, {"level": level, "type": ctype, "cpus": members,
+                                         "size_bytes": sets.size_file(f"{idir}/size")}))
                 owners = instance_of.setdefault((level, ctype), {})
                 for cpu in members:
                     owners.setdefault(cpu, members)
@@ -890,7 +935,10 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
             f"no online CPU found under {reader.origin!r}: {_CPU_DIR}/online, the cpuN "
             f"directories and the nodes' CPU lists are all missing or empty")
     node_of = {cpu: node.id for node in nodes.values() for cpu in node.cpus}
-    cpus, caches = _discover_cpu_details(reader, sets, online_cpus, node_of)
+    try:
+        cpus, caches = _discover_cpu_details(reader, sets, online_cpus, node_of)
+    finally:
+        reader.forget()
     allowed_cpus, allowed_nodes, source = _discover_allowed(
         reader, online_cpus, frozenset(nodes)
     )
