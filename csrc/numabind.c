@@ -291,11 +291,14 @@ long nb_read_tree(const char *dir, const char *names, size_t count, const char *
 /* The cached /proc/self/task descriptor: trusted only while fstat still shows the directory it was opened
  * on (a descriptor closed behind our back and reused is never read), and only while its listing holds the
  * calling thread (a child forked without the atfork handler, by a raw clone or glibc's _Fork, inherits the
- * descriptor of its parent's directory, which lists the parent's threads, never the child's). */
+ * descriptor of its parent's directory, which lists the parent's threads, never the child's). Its link count
+ * stands for a listing only in the process that opened it. */
 static pthread_mutex_t task_lock = PTHREAD_MUTEX_INITIALIZER;
 static int task_fd = -1;
 static dev_t task_dev;
 static ino_t task_ino;
+static pid_t task_pid;        /* the process that opened task_fd */
+static int task_links_ok;     /* when opened, its link count was 2 + the threads it listed */
 static int atfork_done;
 
 static void task_after_fork_child(void)
@@ -373,6 +376,15 @@ long nb_task_list(int first, int *tids, size_t cap)
     if (task_fd >= 0 && (fstat(task_fd, &st) != 0 || st.st_dev != task_dev || st.st_ino != task_ino))
         task_fd = -1;                           /* no longer ours: not ours to close either */
     if (task_fd >= 0) {
+        /* procfs counts a task directory's links as 2 + its threads (gVisor too). One thread in the directory
+         * of this very process (getpid, not the cached descriptor's opener after a fork without the handler)
+         * is the caller alone, and none can appear while it is here: nothing to list. */
+        if (task_links_ok && st.st_nlink == 3 && (pid_t)syscall(SYS_getpid) == task_pid) {
+            if (cap > 0)
+                tids[0] = first;
+            pthread_mutex_unlock(&task_lock);
+            return 1;
+        }
         long r = task_read(task_fd, first, tids, cap);
         /* With room for every thread, the caller not listed first means another process's directory
          * (when it is listed, task_read put it first). A listing too long for cap cannot tell: the
@@ -395,7 +407,11 @@ long nb_task_list(int first, int *tids, size_t cap)
     task_fd = fd;
     task_dev = st.st_dev;
     task_ino = st.st_ino;
+    task_pid = (pid_t)syscall(SYS_getpid);
     long r = task_read(task_fd, first, tids, cap);
+    /* Trusted as a thread count only once it agreed with a listing (a thread starting or ending in between
+     * leaves it untrusted: the listing is then always made). */
+    task_links_ok = r >= 1 && (unsigned long)st.st_nlink == 2 + (unsigned long)r;
     pthread_mutex_unlock(&task_lock);
     return r;
 }

@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from numabind import _native
-from tests.kernel import CPU_A, CPU_B, MEM_NODE, MISSING_NODE, NO_SUCH_TID, OUTSIDE_CPU, Parked, run_python
+from tests.kernel import CPU_A, CPU_B, MEM_NODE, MISSING_NODE, NO_SUCH_TID, OUTSIDE_CPU, Parked, run_json, run_python
 
 pytestmark = pytest.mark.kernel
 
@@ -323,6 +323,72 @@ def test_task_list_in_a_child_forked_without_atfork_handlers_lists_the_child():
     os.close(r)
     os.waitpid(pid, 0)
     assert out[0] == "1" and out[1] == out[2] == str(pid), out
+
+def test_task_list_of_a_lone_thread_follows_threads_starting_and_ending():
+    """A process whose task directory counts one thread lists nothing: the caller is that thread. The count
+    is read on every call, so a thread that starts (or ends) is listed (or not) at once."""
+    out = run_json("""
+        import json, os, threading
+        from numabind import _native
+        ffi, lib = _native.ffi, _native.lib
+        buf = ffi.new("int[]", 64)
+        me = threading.get_native_id()
+        def listed():
+            n = lib.nb_task_list(me, buf, 64)
+            return list(buf[0:n])
+        steps = [listed(), listed()]                  # opened (and listed), then the count alone
+        go = threading.Event()
+        t = threading.Thread(target=go.wait)
+        t.start()
+        steps.append(listed())
+        steps.append(sorted(int(x) for x in os.listdir("/proc/self/task")))
+        go.set()
+        t.join()
+        while len(os.listdir("/proc/self/task")) > 1:   # join() returns before the thread has quite gone
+            pass
+        steps += [listed(), listed()]
+        print(json.dumps({"me": me, "other": t.native_id, "steps": steps}))
+    """)
+    me, other, steps = out["me"], out["other"], out["steps"]
+    assert steps[0] == steps[1] == [me]
+    assert steps[2][0] == me and sorted(steps[2]) == steps[3] == sorted([me, other])
+    assert steps[4] == steps[5] == [me]
+
+
+def test_task_list_in_a_child_of_a_lone_thread_forked_without_atfork_handlers_lists_its_threads():
+    """After glibc's _Fork the cached descriptor is the parent's, whose directory counts one thread; the
+    child's own threads must still be listed: the count is trusted only in the process that opened it."""
+    out = run_python("""
+        import ctypes, os, sys
+        from numabind import _native
+        ffi, lib = _native.ffi, _native.lib
+        libc = ctypes.CDLL(None, use_errno=True)
+        if not hasattr(libc, "_Fork"):
+            print("no _Fork"); sys.exit(0)
+        buf = ffi.new("int[]", 64)
+        assert lib.nb_task_list(0, buf, 64) == 1 and lib.nb_task_list(0, buf, 64) == 1   # a lone thread
+        r, w = os.pipe()
+        pid = libc._Fork()
+        if pid == 0:
+            # a second thread in the child, started by C (the child's Python has not been told it forked)
+            tid = ctypes.c_ulong()
+            sleep = ctypes.cast(libc.sleep, ctypes.c_void_p)
+            assert libc.pthread_create(ctypes.byref(tid), None, sleep, ctypes.c_void_p(30)) == 0
+            while len(os.listdir("/proc/self/task")) < 2:
+                pass
+            n = lib.nb_task_list(0, buf, 64)
+            os.write(w, " ".join(map(str, [n, lib.nb_gettid()] + list(buf[0:max(n, 0)]))).encode())
+            os._exit(0)
+        os.close(w)
+        print(os.read(r, 200).decode())
+        os.waitpid(pid, 0)
+    """)
+    assert out.returncode == 0, out.stderr
+    if out.stdout.strip() == "no _Fork":
+        pytest.skip("this C library has no _Fork (glibc 2.34 and newer have it)")
+    n, child, *listed = map(int, out.stdout.split())
+    assert n == 2 and listed[0] == child and len(set(listed)) == 2, out.stdout
+
 
 @pytest.mark.parametrize("prefix", PREFIXES)
 def test_affinity_many_sets_reads_back_and_reports_each_thread(prefix):
