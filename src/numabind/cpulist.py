@@ -56,20 +56,28 @@ def _match_group(group: str) -> tuple[str, str | None, str | None, str | None] |
     return lo, hi, used, size
 
 
+_MAX_ID_DIGITS = len(str(MAX_ID))
+
+
 def _check_id(digits: str, text: str, what: str) -> int:
     """``digits`` (ASCII, from the grammar) as an int, refusing anything above MAX_ID.
 
     The length is checked before ``int()`` so that a number of thousands of
     digits is a PlanError too, not Python's int-conversion limit error.
     """
-    significant = digits.lstrip("0") or "0"
-    if len(significant) > len(str(MAX_ID)) or int(significant) > MAX_ID:
-        shown = digits if len(digits) <= 20 else f"{digits[:20]}... ({len(digits)} digits)"
-        raise PlanError(
-            f"{what} {text[:200]!r}: number {shown} is larger than numabind's cap of {MAX_ID} "
-            f"(no kernel has that many CPUs or nodes); check the list for a typo"
-        )
-    return int(significant)
+    if len(digits) <= _MAX_ID_DIGITS:
+        value = int(digits)
+        if value <= MAX_ID:
+            return value
+    else:
+        significant = digits.lstrip("0") or "0"     # leading zeros do not count against the length
+        if len(significant) <= _MAX_ID_DIGITS and int(significant) <= MAX_ID:
+            return int(significant)
+    shown = digits if len(digits) <= 20 else f"{digits[:20]}... ({len(digits)} digits)"
+    raise PlanError(
+        f"{what} {text[:200]!r}: number {shown} is larger than numabind's cap of {MAX_ID} "
+        f"(no kernel has that many CPUs or nodes); check the list for a typo"
+    )
 
 
 def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
