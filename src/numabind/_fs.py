@@ -194,14 +194,14 @@ class FsReader:
         same opening flags, the same refusal of anything but a regular file), a larger one (or any,
         without the core) with raw ``os.read``, never the text-mode io stack.
         """
-        path = self._prefix + rel.lstrip("/")
         pre = self._pre
         if pre and limit is None:
-            got = pre.pop(path, _MISS)
+            got = pre.pop(rel, _MISS)
             if got.__class__ is str:
                 return got
             if got is not _MISS:
-                return self._failed(path, got)
+                return self._failed(self._prefix + rel, got)
+        path = self._prefix + rel.lstrip("/")
         core = _core or _load_core()
         if core and limit is None and "\0" not in path:
             buf = _small_bufs.pop() if _small_bufs else core[0](_CHARS, SMALL_READ)
@@ -271,10 +271,10 @@ class FsReader:
         never answers with old text. Without the compiled core only the listing is made."""
         core = _core or _load_core()
         inside = base.strip("/")
-        head = self._prefix + inside + "/" if inside else self._prefix        # what a read's path starts with
+        head = inside + "/" if inside else ""         # the prefetched files' names, as read() is asked for them
         joined, per = "\0".join(names), "\0".join(each)
         count = len(names)
-        if (not core or count > BATCH_FILES or "\0" in head or "\0" in sub or "\0" in prefix
+        if (not core or count > BATCH_FILES or "\0" in self._prefix + head or "\0" in sub or "\0" in prefix
                 or joined.count("\0") != max(count - 1, 0)
                 or per.count("\0") != max(len(each) - 1, 0)):   # a name holding a NUL
             self._pre = None
@@ -282,7 +282,7 @@ class FsReader:
         bufs = _batch_bufs.pop() if _batch_bufs else (
             core[0](_CHARS, BATCH_READ), core[0](_LONGS, 2 * BATCH_FILES + 1), core[0](_INTS, BATCH_IDS))
         enc = _FS_ENCODING, _FS_ERRORS
-        listed = core[4]((head[:-1] or "/").encode(*enc), (joined + "\0").encode(*enc), count, sub.encode(*enc),
+        listed = core[4]((self._prefix + inside).encode(*enc), (joined + "\0").encode(*enc), count, sub.encode(*enc),
                          prefix.encode(*enc), (per + "\0").encode(*enc), len(each), skip, bufs[2], BATCH_IDS,
                          bufs[0], BATCH_READ, SMALL_READ, bufs[1], BATCH_FILES)
         ids = core[6](bufs[2], listed) if 0 < listed <= BATCH_IDS else []
