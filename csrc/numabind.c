@@ -377,9 +377,11 @@ long nb_task_list(int first, int *tids, size_t cap)
         task_fd = -1;                           /* no longer ours: not ours to close either */
     if (task_fd >= 0) {
         /* procfs counts a task directory's links as 2 + its threads (gVisor too). One thread in the directory
-         * of this very process (getpid, not the cached descriptor's opener after a fork without the handler)
-         * is the caller alone, and none can appear while it is here: nothing to list. */
-        if (task_links_ok && st.st_nlink == 3 && (pid_t)syscall(SYS_getpid) == task_pid) {
+         * of this very process is the caller alone, and none can appear while it is here: nothing to list.
+         * "This very process": the caller's id is the pid that opened the descriptor, so the caller is that
+         * process's main thread (a child forked without the atfork handler has another id; were the opener
+         * gone and its id reused, its directory would count no thread). */
+        if (task_links_ok && st.st_nlink == 3 && first == task_pid) {
             if (cap > 0)
                 tids[0] = first;
             pthread_mutex_unlock(&task_lock);

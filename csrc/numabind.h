@@ -55,8 +55,8 @@ long nb_read_tree(const char *dir, const char *names, size_t count, const char *
 
 /* ---- the running process: threads, and affinity of many threads in one call ---- */
 /* Thread ids of this process (one getdents64 pass over a cached /proc/self/task descriptor, re-read from
- * its start on every call; none when the directory's link count says the caller is the only thread, a count
- * trusted once it agreed with a listing).  `first` is the calling thread's id (0: looked up here); when listed it is put at
+ * its start on every call; none when the directory's link count says the only thread is the caller, the
+ * main thread of the process that opened it, a count trusted once it agreed with a listing).  `first` is the calling thread's id (0: looked up here); when listed it is put at
  * index 0, and a cached descriptor whose listing lacks it is another process's (a child forked without the
  * atfork handler): it is reopened.  Returns the number of threads; when that is more than `cap`, only `cap`
  * were written and the caller retries with a larger buffer (listing has no side effect).  -errno on failure. */
