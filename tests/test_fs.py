@@ -356,6 +356,9 @@ def test_prefetch_without_the_core_or_with_a_nul_only_lists(tmp_path, monkeypatc
     r = FsReader(tmp_path)
     assert r.prefetch_numbered("d", ["f1", "a\0b"], "cache", "index", ["s"]) == [0, 1, 7]
     assert r._pre is None
+    r.prefetch_numbered("d", ["f1"], "cache", "index", ["s"])
+    assert r.prefetch_numbered("d", ["f1"], "cache", "index", ["s\0"]) == [0, 1, 7] and r._pre is None
+    assert r.prefetch_numbered("d", ["f1"], "cache\0", "index", ["s"]) == [] and r._pre is None
     monkeypatch.setattr(_fs, "_core", None)
     monkeypatch.setattr(_fs, "_core_tried", True)
     assert r.prefetch_numbered("d", ["f1"], "cache", "index", ["s"]) == [0, 1, 7]

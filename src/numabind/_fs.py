@@ -164,6 +164,26 @@ def _not_regular(path: str, mode: int) -> NumabindError:
 
 
 
+_names_seen: "dict[tuple[Any, ...], tuple[bytes, bytes, bytes, bytes] | None]" = {}
+
+
+def _encoded_names(names: "Sequence[str]", sub: str, prefix: str,
+                   each: "Sequence[str]") -> "tuple[bytes, bytes, bytes, bytes] | None":
+    """The names of a :meth:`FsReader.prefetch_numbered` as the core takes them (each list's names ended by
+    NULs), or None when one holds a NUL; kept for the tuples discovery passes on every call."""
+    key = (tuple(names), sub, prefix, tuple(each))
+    found = _names_seen.get(key, _MISS)
+    if found is _MISS:
+        parts = (*names, sub, prefix, *each)
+        found = None if any("\0" in part for part in parts) else (
+            "".join(name + "\0" for name in names).encode(_FS_ENCODING, _FS_ERRORS),
+            sub.encode(_FS_ENCODING, _FS_ERRORS), prefix.encode(_FS_ENCODING, _FS_ERRORS),
+            "".join(name + "\0" for name in each).encode(_FS_ENCODING, _FS_ERRORS))
+        if len(_names_seen) < 64:
+            _names_seen[key] = found
+    return found  # type: ignore[return-value]
+
+
 class FsReader:
     """Reads files below ``root``; missing or unreadable files read as ``None``.
 
@@ -272,19 +292,16 @@ class FsReader:
         core = _core or _load_core()
         inside = base.strip("/")
         head = inside + "/" if inside else ""         # the prefetched files' names, as read() is asked for them
-        joined, per = "\0".join(names), "\0".join(each)
-        count = len(names)
-        if (not core or count > BATCH_FILES or "\0" in self._prefix + head or "\0" in sub or "\0" in prefix
-                or joined.count("\0") != max(count - 1, 0)
-                or per.count("\0") != max(len(each) - 1, 0)):   # a name holding a NUL
+        where = self._prefix + inside
+        names_b = _encoded_names(names, sub, prefix, each)    # None: a name holding a NUL
+        if not core or names_b is None or len(names) > BATCH_FILES or "\0" in where:
             self._pre = None
             return self.numbered(f"{base}/{sub}", prefix)
         bufs = _batch_bufs.pop() if _batch_bufs else (
             core[0](_CHARS, BATCH_READ), core[0](_LONGS, 2 * BATCH_FILES + 1), core[0](_INTS, BATCH_IDS))
-        enc = _FS_ENCODING, _FS_ERRORS
-        listed = core[4]((self._prefix + inside).encode(*enc), (joined + "\0").encode(*enc), count, sub.encode(*enc),
-                         prefix.encode(*enc), (per + "\0").encode(*enc), len(each), skip, bufs[2], BATCH_IDS,
-                         bufs[0], BATCH_READ, SMALL_READ, bufs[1], BATCH_FILES)
+        listed = core[4](where.encode(_FS_ENCODING, _FS_ERRORS), names_b[0], len(names), names_b[1], names_b[2],
+                         names_b[3], len(each), skip, bufs[2], BATCH_IDS, bufs[0], BATCH_READ, SMALL_READ, bufs[1],
+                         BATCH_FILES)
         ids = core[6](bufs[2], listed) if 0 < listed <= BATCH_IDS else []
         keys = [head + name for name in names]
         for n in ids:
