@@ -303,11 +303,15 @@ class FsReader:
                          names_b[3], len(each), skip, bufs[2], BATCH_IDS, bufs[0], BATCH_READ, SMALL_READ, bufs[1],
                          BATCH_FILES)
         ids = core[6](bufs[2], listed) if 0 < listed <= BATCH_IDS else []
-        keys = [head + name for name in names]
+        keys: list[str] = []
+        add = keys.append
+        for name in names:
+            add(head + name)
         for n in ids:
-            if not (n < 64 and skip >> n & 1):
+            if n >= 64 or not skip >> n & 1:
                 below = f"{head}{sub}/{prefix}{n}/"
-                keys += [below + name for name in each]
+                for name in each:
+                    add(below + name)
         del keys[BATCH_FILES:]
         spans = core[6](bufs[1], 1 + 2 * len(keys))   # the bytes used, then [start, length or code] per file
         spans.append(spans[0])                        # where the file after the last would start

@@ -95,10 +95,10 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
     body = text.strip()
     if not body:
         return frozenset()
-    lo, dash, hi = body.partition("-")
-    if (dash and len(lo) <= _MAX_ID_DIGITS and len(hi) <= _MAX_ID_DIGITS and _ascii_digits(lo)
-            and _ascii_digits(hi) and int(lo) <= int(hi) <= MAX_ID):
-        return frozenset(range(int(lo), int(hi) + 1))     # one plain range: what most sysfs lists hold
+    first, dash, last = body.partition("-")
+    if (dash and len(first) <= _MAX_ID_DIGITS and len(last) <= _MAX_ID_DIGITS and _ascii_digits(first)
+            and _ascii_digits(last) and int(first) <= int(last) <= MAX_ID):
+        return frozenset(range(int(first), int(last) + 1))   # one plain range: what most sysfs lists hold
     out: set[int] = set()
     for group in body.split(","):
         if len(group) <= _MAX_ID_DIGITS and _ascii_digits(group) and int(group) <= MAX_ID:
