@@ -163,7 +163,6 @@ def _not_regular(path: str, mode: int) -> NumabindError:
                          f"is always a regular file; check the root")
 
 
-
 _names_seen: "dict[tuple[Any, ...], tuple[bytes, bytes, bytes, bytes] | None]" = {}
 
 

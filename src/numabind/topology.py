@@ -591,6 +591,7 @@ def _made(cls: type[_T], fields: dict[str, Any]) -> _T:
     _set_fields(obj, "__dict__", fields)
     return obj
 
+
 _CORE_FILES = ("topology/thread_siblings_list", "topology/core_id")
 _CACHE_FILES = ("shared_cpu_list", "size")
 
