@@ -46,8 +46,7 @@ long nb_list_numbered(const char *path, const char *prefix, int *ids, size_t cap
  * when that is an error (every file gets the directory's -errno when dir cannot be opened), or NB_RETRY when
  * it filled the room it had (read it alone). No more than `files` files are read, and none below `sub` when
  * it lists more than idcap entries. out[0] is the bytes of buf used, then file k's start is out[1 + 2k] and its
- * length out[2 + 2k] (2 * files + 1 longs in all).  Returns what nb_list_numbered
- * would return for dir/sub. */
+ * length out[2 + 2k] (2 * files + 1 longs in all).  Returns what nb_list_numbered would return for dir/sub. */
 enum { NB_RETRY = -200000 };
 long nb_read_tree(const char *dir, const char *names, size_t count, const char *sub, const char *prefix,
                   const char *each, size_t per, unsigned long long skip, int *ids, size_t idcap,
@@ -56,8 +55,8 @@ long nb_read_tree(const char *dir, const char *names, size_t count, const char *
 /* ---- the running process: threads, and affinity of many threads in one call ---- */
 /* Thread ids of this process (one getdents64 pass over a cached /proc/self/task descriptor, re-read from
  * its start on every call; none when the directory's link count says the only thread is the caller, the
- * main thread of the process that opened it, a count trusted once it agreed with a listing).  `first` is the calling thread's id (0: looked up here); when listed it is put at
- * index 0, and a cached descriptor whose listing lacks it is another process's (a child forked without the
+ * main thread of the process that opened it, a count trusted once it agreed with a listing).  `first` is
+ * the calling thread's id (0: looked up here); when listed it is put at index 0, and a cached descriptor whose listing lacks it is another process's (a child forked without the
  * atfork handler): it is reopened.  Returns the number of threads; when that is more than `cap`, only `cap`
  * were written and the caller retries with a larger buffer (listing has no side effect).  -errno on failure. */
 long nb_task_list(int first, int *tids, size_t cap);

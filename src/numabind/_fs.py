@@ -171,16 +171,15 @@ def _encoded_names(names: "Sequence[str]", sub: str, prefix: str,
     """The names of a :meth:`FsReader.prefetch_numbered` as the core takes them (each list's names ended by
     NULs), or None when one holds a NUL; kept for the tuples discovery passes on every call."""
     key = (tuple(names), sub, prefix, tuple(each))
-    found = _names_seen.get(key, _MISS)
-    if found is _MISS:
-        parts = (*names, sub, prefix, *each)
-        found = None if any("\0" in part for part in parts) else (
-            "".join(name + "\0" for name in names).encode(_FS_ENCODING, _FS_ERRORS),
-            sub.encode(_FS_ENCODING, _FS_ERRORS), prefix.encode(_FS_ENCODING, _FS_ERRORS),
-            "".join(name + "\0" for name in each).encode(_FS_ENCODING, _FS_ERRORS))
-        if len(_names_seen) < 64:
-            _names_seen[key] = found
-    return found  # type: ignore[return-value]
+    if key in _names_seen:
+        return _names_seen[key]
+    found = None if any("\0" in part for part in (*names, sub, prefix, *each)) else (
+        "".join(name + "\0" for name in names).encode(_FS_ENCODING, _FS_ERRORS),
+        sub.encode(_FS_ENCODING, _FS_ERRORS), prefix.encode(_FS_ENCODING, _FS_ERRORS),
+        "".join(name + "\0" for name in each).encode(_FS_ENCODING, _FS_ERRORS))
+    if len(_names_seen) < 64:
+        _names_seen[key] = found
+    return found
 
 
 class FsReader:
@@ -324,7 +323,8 @@ class FsReader:
             i += 2
             if n >= 0:
                 if spans[i] - start <= MAX_READ:      # the bytes read (the text ends at a NUL); else read() refuses it
-                    pre[key] = text[start:start + n] if text is not None else data[start:start + n].decode("utf-8", "replace")
+                    pre[key] = (text[start:start + n] if text is not None
+                                else data[start:start + n].decode("utf-8", "replace"))
             elif n != RETRY:
                 pre[key] = n
         self._pre = pre

@@ -59,20 +59,28 @@ def _match_group(group: str) -> tuple[str, str | None, str | None, str | None] |
 _MAX_ID_DIGITS = len(str(MAX_ID))
 
 
+def _short_id(digits: str) -> int | None:
+    """``digits`` as an id when they are at most as many ASCII digits as MAX_ID has and not above it, else None
+    (then the full grammar decides)."""
+    if len(digits) <= _MAX_ID_DIGITS and _ascii_digits(digits):
+        value = int(digits)
+        if value <= MAX_ID:
+            return value
+    return None
+
+
 def _check_id(digits: str, text: str, what: str) -> int:
     """``digits`` (ASCII, from the grammar) as an int, refusing anything above MAX_ID.
 
     The length is checked before ``int()`` so that a number of thousands of
     digits is a PlanError too, not Python's int-conversion limit error.
     """
-    if len(digits) <= _MAX_ID_DIGITS:
-        value = int(digits)
-        if value <= MAX_ID:
-            return value
-    else:
-        significant = digits.lstrip("0") or "0"     # leading zeros do not count against the length
-        if len(significant) <= _MAX_ID_DIGITS and int(significant) <= MAX_ID:
-            return int(significant)
+    value = _short_id(digits)
+    if value is not None:
+        return value
+    significant = digits.lstrip("0") or "0"     # leading zeros do not count against the length
+    if len(significant) <= _MAX_ID_DIGITS and int(significant) <= MAX_ID:
+        return int(significant)
     shown = digits if len(digits) <= 20 else f"{digits[:20]}... ({len(digits)} digits)"
     raise PlanError(
         f"{what} {text[:200]!r}: number {shown} is larger than numabind's cap of {MAX_ID} "
@@ -96,13 +104,15 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
     if not body:
         return frozenset()
     first, dash, last = body.partition("-")
-    if (dash and len(first) <= _MAX_ID_DIGITS and len(last) <= _MAX_ID_DIGITS and _ascii_digits(first)
-            and _ascii_digits(last) and int(first) <= int(last) <= MAX_ID):
-        return frozenset(range(int(first), int(last) + 1))   # one plain range: what most sysfs lists hold
+    if dash:
+        lo, hi = _short_id(first), _short_id(last)
+        if lo is not None and hi is not None and lo <= hi:
+            return frozenset(range(lo, hi + 1))           # one plain range: what most sysfs lists hold
     out: set[int] = set()
     for group in body.split(","):
-        if len(group) <= _MAX_ID_DIGITS and _ascii_digits(group) and int(group) <= MAX_ID:
-            out.add(int(group))                           # one id: the rest of the grammar is not needed
+        single = _short_id(group)
+        if single is not None:
+            out.add(single)                               # one id: the rest of the grammar is not needed
             continue
         m = _match_group(group)
         if m is None:
