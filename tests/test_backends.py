@@ -493,18 +493,19 @@ except numabind.NumabindError as e:
     forced = str(e)
 print(json.dumps({"info": info, "backend": r.backend, "reason": r.backend_reason, "ok": r.ok,
                   "cpus": sorted(os.sched_getaffinity(0)), "policy": [p, sorted(n)], "forced": forced}))
-''', env={"_NUMABIND_LIBNUMA": "libdoesnotexist.so.1"})
+''', env={"_NUMABIND_LIBNUMA": "/nonexistent-numabind/libnuma.so.1"})
     info = out["info"]
     assert info["selected"] == "syscall"
     assert info["available"]["libnuma"] is False and info["available"]["syscall"] is True
-    assert "cannot load libdoesnotexist.so.1" in info["unavailable"]["libnuma"]
-    assert "libnuma unavailable" in info["reason"] and "libdoesnotexist.so.1" in info["reason"]
+    assert "cannot load /nonexistent-numabind/libnuma.so.1" in info["unavailable"]["libnuma"]
+    assert "libnuma unavailable" in info["reason"] and "/nonexistent-numabind/libnuma.so.1" in info["reason"]
     assert out["backend"] == "syscall" and "libnuma unavailable" in out["reason"]
     assert out["ok"] and out["cpus"] == [CPU_A] and out["policy"] == ["bind", [MEM_NODE]]
     assert out["forced"] and "'libnuma' was forced but cannot be used" in out["forced"]
 
 
-@pytest.mark.parametrize("value", ["/tmp/evil.so", "../libnuma.so.1", "libnuma.so.1; id", "libx.so\n", ""])
+@pytest.mark.parametrize("value", ["/tmp/evil.so", "../libnuma.so.1", "libnuma.so.1; id", "libx.so\n", "",
+                                   "libc.so.6", "libevil.so.1", "/usr/lib/../tmp/libnuma.so.1"])
 def test_hostile_libnuma_soname_is_refused_not_loaded(value):
     out = run_json(CHILD + '''
 import json, numabind
@@ -512,7 +513,66 @@ info = numabind.backend_info()
 print(json.dumps({"selected": info["selected"], "why": info["unavailable"].get("libnuma", "")}))
 ''', env={"_NUMABIND_LIBNUMA": value})
     assert out["selected"] == "syscall"
-    assert "is not a bare shared-library name" in out["why"] and "refusing to load" in out["why"]
+    assert "refusing to load" in out["why"] and "_NUMABIND_LIBNUMA" in out["why"]
+
+
+def _libnuma_path():
+    import ctypes.util
+
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib64"):
+        path = os.path.join(d, "libnuma.so.1")
+        if os.path.isfile(path):
+            return os.path.realpath(path)
+    pytest.skip(f"no libnuma.so.1 in the usual directories ({ctypes.util.find_library('numa')})")
+
+
+def test_libnuma_path_only_where_no_other_user_can_write(tmp_path):
+    from numabind.backends import _libnuma_to_load
+
+    real = _libnuma_path()
+    assert _libnuma_to_load(real) == (real, "")
+    assert _libnuma_to_load("libnuma.so") == ("libnuma.so", "")
+    # a copy in a directory its group or others may write: refused, whoever owns it
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    lib = shared / "libnuma.so.1"
+    lib.write_bytes(b"not a library")
+    shared.chmod(0o777)
+    target, why = _libnuma_to_load(str(lib))
+    assert target is None and str(shared) in why and "writable by its group or others" in why
+    # the same through a symlink from a safe place: the real path is what is checked
+    shared.chmod(0o755)
+    lib.chmod(0o666)
+    link = tmp_path / "link.so"
+    link.symlink_to(lib)
+    target, why = _libnuma_to_load(str(link))
+    assert target is None and str(lib) in why
+    # not a regular file
+    target, why = _libnuma_to_load(str(shared))
+    assert target is None and "not a regular file" in why
+
+
+def test_libnuma_path_of_another_user_is_refused(tmp_path):
+    from numabind.backends import _libnuma_to_load
+
+    if os.geteuid() != 0:
+        pytest.skip("making a file of another user needs root")
+    d = tmp_path / "theirs"
+    d.mkdir(mode=0o755)
+    lib = d / "libnuma.so.1"
+    lib.write_bytes(b"x")
+    os.chown(lib, 65534, 65534)
+    target, why = _libnuma_to_load(str(lib))
+    assert target is None and "belongs to uid 65534" in why
+
+
+def test_libnuma_by_path_is_loaded():
+    out = run_json(CHILD + '''
+import json, numabind
+info = numabind.backend_info()
+print(json.dumps({"available": info["available"]["libnuma"], "why": info["unavailable"].get("libnuma", "")}))
+''', env={"_NUMABIND_LIBNUMA": _libnuma_path()})
+    assert out["available"] is True, out["why"]
 
 
 @kernel
@@ -520,9 +580,9 @@ def test_libnuma_forced_when_absent_is_an_error():
     cp = run_python(CHILD + '''
 import numabind
 numabind.bind_current(numabind.Plan(cpus={A}))
-''', env={"_NUMABIND_LIBNUMA": "libdoesnotexist.so.1", "NUMABIND_BACKEND": "libnuma"})
+''', env={"_NUMABIND_LIBNUMA": "/nonexistent-numabind/libnuma.so.1", "NUMABIND_BACKEND": "libnuma"})
     assert cp.returncode != 0
-    assert "NumabindError" in cp.stderr and "libdoesnotexist.so.1" in cp.stderr
+    assert "NumabindError" in cp.stderr and "/nonexistent-numabind/libnuma.so.1" in cp.stderr
 
 
 @kernel

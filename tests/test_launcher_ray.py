@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import types
 
 import pytest
 
-from numabind.errors import PlanError
+from numabind.errors import BindError, NumabindError, PlanError
 from numabind.integrations import ray as numa_ray
 from tests.launchers import host_gpu_machine, usable_cpus
 from tests.kernel import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
@@ -98,6 +99,37 @@ def test_worker_binder_follows_ray_assignments_and_restores_the_birth_binding(ma
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     binder.update()
     assert os.sched_getaffinity(0) == birth
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("error", [NumabindError("refused"), BindError(1, "sched_setaffinity refused"),
+                                   OSError(5, "I/O error")], ids=["NumabindError", "BindError", "OSError"])
+@pytest.mark.parametrize("gpus", [[], ["0"]], ids=["no-gpu-now", "gpu"])
+def test_lenient_worker_binder_lets_nothing_escape_into_ray(machine, monkeypatch, caplog, error, gpus, strict):
+    """Issue 25 #13: both branches (no GPU now: put the birth binding back; GPUs: bind to them) keep a
+    failure inside the hook when lenient (a WARNING, no report), and raise it when strict."""
+    import numabind.bind as bind_mod
+
+    ids = ["1"]
+    monkeypatch.setattr(numa_ray, "_ray", lambda: types.SimpleNamespace(get_gpu_ids=lambda: ids))
+    monkeypatch.setenv("NUMABIND_FSROOT", machine.root)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    binder = numa_ray._WorkerBinder("node", None, strict=strict)
+    binder.bound = ("1",)              # bound before: the next assignment differs
+    ids[:] = gpus
+
+    def refuse(plan, strict=None, **kw):
+        raise error
+
+    monkeypatch.setattr(bind_mod, "bind_current", refuse)
+    with caplog.at_level(logging.WARNING, logger="numabind"):
+        if strict:
+            with pytest.raises(type(error)):
+                binder.update()
+            return
+        binder.update()
+    assert binder.report is None and binder.bound == (tuple(gpus) or None)
+    assert any(r.levelno == logging.WARNING and str(error) in r.getMessage() for r in caplog.records)
 
 
 def test_plan_for_worker_uses_the_visible_gpus(machine, monkeypatch):

@@ -694,20 +694,44 @@ class SyscallBackend(NativeBackend):
     prefix = "nb_sys_"
 
 
-#: The soname opened; ``_NUMABIND_LIBNUMA`` overrides it (tests use it to
-#: simulate a machine without libnuma). Only a bare library file name is
-#: accepted: a path would let the environment choose code to load.
+#: The soname opened; ``_NUMABIND_LIBNUMA`` overrides it (tests use it to simulate a machine without
+#: libnuma, users to pick one libnuma): only libnuma's own names, or an absolute path no other user can
+#: write (:func:`_libnuma_to_load`), since the environment must not choose code to load.
 LIBNUMA_SONAME = "libnuma.so.1"
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+-")
 
 
-def _bare_soname(name: str) -> bool:
-    """``lib<name>.so`` with optional ``.<digits>`` version parts, nothing else (no path, no space)."""
+def _libnuma_to_load(name: str) -> tuple[str | None, str]:
+    """What ``_NUMABIND_LIBNUMA=name`` makes numabind load: (the name or path for dlopen, "") or (None,
+    why it is refused). Accepted are libnuma's own names (``libnuma.so`` with optional ``.<digits>``
+    parts, found by the dynamic loader) and an absolute path whose real path (symlinks resolved; that
+    path is the one loaded), like every directory above it, belongs to root or to this user and is not
+    writable by its group or others, so that no other user can put a library there; a file that does
+    not exist yet is not refused here (loading it fails)."""
     stem, dot_so, version = name.partition(".so")
-    if not (dot_so and stem.startswith("lib") and len(stem) > 3 and all(c in _NAME_CHARS for c in stem[3:])):
-        return False
-    return version == "" or (version.startswith(".") and all(p.isascii() and p.isdigit()
-                                                             for p in version[1:].split(".")))
+    if stem == "libnuma" and dot_so and (version == "" or (
+            version.startswith(".") and all(p.isascii() and p.isdigit() for p in version[1:].split(".")))):
+        return name, ""
+    if not name.startswith("/") or "\0" in name or any(p in (".", "..") for p in name.split("/")):
+        return None, "is neither one of libnuma's names (like 'libnuma.so.1') nor a plain absolute path"
+    import stat as _stat   # only when the variable names a path: off the import path of numabind run
+
+    uid = os.geteuid()
+    real = path = os.path.realpath(name)
+    while True:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            st = None            # missing: only whoever may write the directory above can create it
+        if st is not None:
+            if path == real and not _stat.S_ISREG(st.st_mode):
+                return None, f"names {real}, which is not a regular file"
+            if st.st_uid not in (0, uid):
+                return None, f"names {real}, and {path} belongs to uid {st.st_uid}, neither root nor this user"
+            if st.st_mode & 0o022:
+                return None, f"names {real}, and {path} is writable by its group or others"
+        if path == "/":
+            return real, ""
+        path = os.path.dirname(path)
 
 
 class LibnumaBackend(NativeBackend):
@@ -717,11 +741,13 @@ class LibnumaBackend(NativeBackend):
     def __init__(self) -> None:
         super().__init__()
         soname = os.environ.get("_NUMABIND_LIBNUMA", LIBNUMA_SONAME)
-        if not _bare_soname(soname):
+        target, refusal = _libnuma_to_load(soname)
+        if target is None:
             raise NumabindError(
-                f"_NUMABIND_LIBNUMA={soname[:100]!r} is not a bare shared-library name like "
-                f"'libnuma.so.1'; refusing to load it (unset the variable)"
+                f"_NUMABIND_LIBNUMA={soname[:100]!r} {refusal[:300]}; refusing to load it (unset the variable, "
+                f"or name libnuma or an absolute path that only root or you can write)"
             )
+        soname = target
         err = self.ffi.new("char[]", 512)
         if self.lib.nb_numa_load(soname.encode(), err, 512) != 0:
             raise NumabindError(f"cannot load {soname}: {self.ffi.string(err).decode(errors='replace')}")

@@ -153,22 +153,24 @@ class _WorkerBinder:
         with self.lock:
             if ids == (self.bound or ()):
                 return
-            if not ids:
-                self.report = bind_current(self.birth, strict=False)
-                log.info("Ray worker %d: no GPU now; birth binding put back (%s)", os.getpid(),
-                         self.report.applied.describe())
-                self.bound = None
-                return
+            # lenient: nothing escapes into Ray's set_visible_accelerator_ids (a BindError is also an OSError)
             try:
-                plan = plan_for_worker(self.mode, self.policy, gpu_ids=ids, within=self.birth_cpus,
-                                       strict=self.strict)
-                self.report = bind_current(plan, strict=self.strict)
-            except NumabindError as exc:
+                if not ids:
+                    self.report = bind_current(self.birth, strict=self.strict)
+                    log.info("Ray worker %d: no GPU now; birth binding put back (%s)", os.getpid(),
+                             self.report.applied.describe())
+                else:
+                    plan = plan_for_worker(self.mode, self.policy, gpu_ids=ids, within=self.birth_cpus,
+                                           strict=self.strict)
+                    self.report = bind_current(plan, strict=self.strict)
+            except (NumabindError, OSError) as exc:
                 if self.strict:
                     raise
-                log.warning("Ray worker %d with GPU ids %s left unbound: %s", os.getpid(), ",".join(ids), exc)
+                what = f"with GPU ids {','.join(ids)} left unbound" if ids else \
+                    "with no GPU now: its birth binding could not be put back"
+                log.warning("Ray worker %d %s: %s", os.getpid(), what, exc)
                 self.report = None
-            self.bound = ids
+            self.bound = ids or None
 
 
 _binder: _WorkerBinder | None = None
