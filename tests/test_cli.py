@@ -21,7 +21,8 @@ from numabind.cli import main
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import two_sockets
 from tests.kernel import BLOCK_NATIVE, GPU_ENV, child_env  # noqa: F401
-from tests.kernel import MEM_NODE, ROOT, numactl_show, restore_process  # noqa: F401  (autouse: state put back)
+from tests.kernel import ALLOWED, CPU_A, CPU_B, MEM_NODE, ROOT, numactl_show, restore_process  # noqa: F401
+# (restore_process is autouse: state put back; CPU_A/CPU_B/MEM_NODE: no test assumes this host's ids)
 
 kernel = pytest.mark.kernel
 
@@ -72,14 +73,15 @@ def test_main_job_on_this_host():
                 "== backends =="]
     assert [out.index(s) for s in sections] == sorted(out.index(s) for s in sections)
     topo = discover()
-    cpus = numabind.format_cpulist(topo.nodes[0].cpus)
+    # the plan for a node: its CPUs that this process may use now
+    cpus = numabind.format_cpulist(topo.nodes[MEM_NODE].cpus & frozenset(ALLOWED))
     assert f"online cpus: {numabind.format_cpulist(topo.online_cpus)}" in out
     gpus = out.split("== GPUs ==")[1].split("== plans ==")[0]
     assert "none found" in gpus
     plans = out.split("== plans ==")[1].split("== current binding")[0]
     assert "Plans per NUMA node" in plans
-    row = next(line for line in plans.splitlines() if line.startswith("0 "))
-    assert f"cpus {cpus}, memory bind 0" in row and f"--physcpubind={cpus} --membind=0" in row
+    row = next(line for line in plans.splitlines() if line.startswith(f"{MEM_NODE} "))
+    assert f"cpus {cpus}, memory bind {MEM_NODE}" in row and f"--physcpubind={cpus} --membind={MEM_NODE}" in row
     binding = show_fields(out.split("== current binding of this process ==")[1].split("== backends ==")[0])
     assert binding["cpus"] == numabind.format_cpulist(os.sched_getaffinity(0))
     assert binding["policy"] == "default"
@@ -332,10 +334,10 @@ def test_plan_json_exit_1_when_a_gpu_cannot_be_placed(capsys, tmp_path):
 @kernel
 def test_run_done_when_command():
     """The issue's acceptance line, verbatim."""
-    cp = numabind_cli("run", "--physcpubind=1", "--membind=0", "--", "grep", "-E", "Cpus_allowed_list",
-                      "/proc/self/status")
+    cp = numabind_cli("run", f"--physcpubind={CPU_B}", f"--membind={MEM_NODE}", "--", "grep", "-E",
+                      "Cpus_allowed_list", "/proc/self/status")
     assert cp.returncode == 0, cp.stderr
-    assert cp.stdout.split() == ["Cpus_allowed_list:", "1"]
+    assert cp.stdout.split() == ["Cpus_allowed_list:", str(CPU_B)]
 
 
 @kernel
@@ -343,10 +345,11 @@ def test_run_console_script():
     beside = os.path.join(os.path.dirname(sys.executable), "numabind")
     exe = beside if os.access(beside, os.X_OK) else shutil.which("numabind")
     assert exe is not None, "pip install provides the numabind console script"
-    cp = subprocess.run([exe, "run", "--physcpubind=1", "--membind=0", "--", "grep", "-E", "Cpus_allowed_list",
-                         "/proc/self/status"], capture_output=True, text=True, env=child_env(), timeout=60)
+    cp = subprocess.run([exe, "run", f"--physcpubind={CPU_B}", f"--membind={MEM_NODE}", "--", "grep", "-E",
+                         "Cpus_allowed_list", "/proc/self/status"], capture_output=True, text=True, env=child_env(),
+                        timeout=60)
     assert cp.returncode == 0, cp.stderr
-    assert cp.stdout.split() == ["Cpus_allowed_list:", "1"]
+    assert cp.stdout.split() == ["Cpus_allowed_list:", str(CPU_B)]
 
 
 #: What ``numabind run``'s fast path loads besides what ``python -c pass`` has: the modules a bind needs
@@ -386,42 +389,47 @@ def test_run_with_each_backend_binds_cpus_and_memory(backend, how):
         args += ["--backend", backend]
     else:
         env["NUMABIND_BACKEND"] = backend
-    cp = numabind_cli(*args, "--physcpubind=1", "--membind=0", "--", "numactl", "--show", env=env)
+    cp = numabind_cli(*args, f"--physcpubind={CPU_B}", f"--membind={MEM_NODE}", "--", "numactl", "--show", env=env)
     assert cp.returncode == 0, cp.stderr
     fields = show_fields(cp.stdout)
-    assert fields["physcpubind"].split() == ["1"]
-    assert fields["policy"] == "bind" and fields["membind"].split() == ["0"]
+    assert fields["physcpubind"].split() == [str(CPU_B)]
+    assert fields["policy"] == "bind" and fields["membind"].split() == [str(MEM_NODE)]
     assert cp.stderr == ""
 
 
 @kernel
 def test_run_with_the_none_backend_binds_cpus_and_warns_only_when_lenient(tmp_path):
-    cp = numabind_cli("run", "--backend", "none", "--lenient", "--physcpubind=1", "--membind=0", "--",
-                      "numactl", "--show")
+    cp = numabind_cli("run", "--backend", "none", "--lenient", f"--physcpubind={CPU_B}", f"--membind={MEM_NODE}",
+                      "--", "numactl", "--show")
     assert cp.returncode == 0, cp.stderr
     fields = show_fields(cp.stdout)
-    assert fields["physcpubind"].split() == ["1"] and fields["policy"] == "default"
+    assert fields["physcpubind"].split() == [str(CPU_B)] and fields["policy"] == "default"
     assert "WARNING" in cp.stderr and "set_mempolicy" in cp.stderr and "ENOTSUP" in cp.stderr
     command, marker = _marker_command(tmp_path)
     for strict in ([], ["--strict"]):   # scripts are safe by default: the memory binding was asked for
-        cp = numabind_cli("run", "--backend", "none", *strict, "--physcpubind=1", "--membind=0", "--", *command)
+        cp = numabind_cli("run", "--backend", "none", *strict, f"--physcpubind={CPU_B}", f"--membind={MEM_NODE}",
+                          "--", *command)
         assert cp.returncode == 1, (strict, cp.returncode, cp.stderr)
         assert "numabind: error:" in cp.stderr and "set_mempolicy" in cp.stderr
         assert not marker.exists()
-    both = numabind_cli("run", "--strict", "--lenient", "-C", "0", "--", *command)
+    both = numabind_cli("run", "--strict", "--lenient", "-C", str(CPU_A), "--", *command)
     assert both.returncode == 2 and "--strict and --lenient" in both.stderr
 
 
 @kernel
 @pytest.mark.parametrize("opts,expect", [
-    (["-C", "1", "-m", "0"], ("1", "bind")),
-    (["--cpus=0", "--interleave=0"], ("0", "interleave")),
-    (["--cpunodebind=0", "--preferred=0"], ("0 1", "preferred")),
-    (["--physcpubind=1", "--preferred-many=0"], ("1", "preferred-many")),
-    (["--physcpubind=0", "--localalloc"], ("0", "local")),
-    (["--membind=0"], ("0 1", "bind")),
+    (["-C", "{B}", "-m", "{N}"], ("{B}", "bind")),
+    (["--cpus={A}", "--interleave={N}"], ("{A}", "interleave")),
+    (["--cpunodebind={N}", "--preferred={N}"], ("{NODE}", "preferred")),
+    (["--physcpubind={B}", "--preferred-many={N}"], ("{B}", "preferred-many")),
+    (["--physcpubind={A}", "--localalloc"], ("{A}", "local")),
+    (["--membind={N}"], ("{ALL}", "bind")),
 ])
 def test_run_numactl_like_options(opts, expect):
+    ids = {"A": CPU_A, "B": CPU_B, "N": MEM_NODE, "ALL": " ".join(map(str, ALLOWED)),
+           "NODE": " ".join(map(str, sorted(discover().nodes[MEM_NODE].cpus & frozenset(ALLOWED))))}
+    opts = [o.format(**ids) for o in opts]
+    expect = (expect[0].format(**ids), expect[1])
     cp = numabind_cli("run", *opts, "--", "numactl", "--show")
     assert cp.returncode == 0, cp.stderr
     fields = show_fields(cp.stdout)
@@ -439,7 +447,7 @@ def test_run_verbose_prints_the_report():
 
 @kernel
 def test_run_with_libnuma_absent_uses_syscall():
-    cp = numabind_cli("-v", "run", "--physcpubind=1", "--membind=0", "--", "numactl", "--show",
+    cp = numabind_cli("-v", "run", f"--physcpubind={CPU_B}", f"--membind={MEM_NODE}", "--", "numactl", "--show",
                       env=child_env(_NUMABIND_LIBNUMA="/nonexistent-numabind/libnuma.so.1"))
     assert cp.returncode == 0, cp.stderr
     assert show_fields(cp.stdout)["policy"] == "bind"
@@ -452,12 +460,12 @@ def test_run_with_libnuma_absent_uses_syscall():
 def test_run_without_the_native_module_goes_through_numactl():
     code = BLOCK_NATIVE + (
         "import sys\nfrom numabind.cli import main\n"
-        "sys.exit(main(['run', '--physcpubind=1', '--membind=0', '--', 'numactl', '--show']))\n")
+        f"sys.exit(main(['run', '--physcpubind={CPU_B}', '--membind={MEM_NODE}', '--', 'numactl', '--show']))\n")
     cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(),
                         timeout=60, cwd=ROOT)
     assert cp.returncode == 0, cp.stderr
     fields = show_fields(cp.stdout)
-    assert fields["physcpubind"].split() == ["1"] and fields["policy"] == "bind"
+    assert fields["physcpubind"].split() == [str(CPU_B)] and fields["policy"] == "bind"
 
 
 @kernel
