@@ -45,15 +45,24 @@ def _ready(conn) -> None:
     conn.close()
 
 
-def _start_to_ready(ctx) -> float:
+def _start_to_ready(ctx, target=_ready, timeout: float = 120.0) -> float:
     r, w = ctx.Pipe(duplex=False)
     t0 = time.perf_counter()
-    p = ctx.Process(target=_ready, args=(w,))
+    p = ctx.Process(target=target, args=(w,))
     p.start()
-    r.recv()
+    w.close()   # the child holds the only write end now: if it dies before it reports, recv() sees EOF
+    try:
+        if not r.poll(timeout):
+            p.kill()
+            raise SystemExit(f"a child (pid {p.pid}) did not report within {timeout:g} s")
+        r.recv()
+    except EOFError:
+        p.join()
+        raise SystemExit(f"a child (pid {p.pid}) exited with status {p.exitcode} before it reported "
+                         f"(a wrapper or a binding that failed in the child?)") from None
+    finally:
+        r.close()
     t1 = time.perf_counter()
-    w.close()
-    r.close()
     p.join()
     if p.exitcode != 0:
         raise SystemExit(f"a child exited with status {p.exitcode}")

@@ -55,3 +55,22 @@ def test_extras_reach_the_interpreters_the_benchmarks_start(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (row,) = json.loads(proc.stdout)["rows"]
     assert not row.get("skipped") and row["ratio"] > 0, row
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_spawn_bench_stops_when_a_child_dies_before_it_reports(method):
+    """A child that dies before it reports (a wrapper that cannot bind, say) ends the benchmark with a message
+    naming it; the parent kept the pipe's write end open before, so recv() waited for ever."""
+    code = f"""
+import multiprocessing, os, sys
+sys.path.insert(0, "bench")
+import bench_spawn
+try:
+    bench_spawn._start_to_ready(multiprocessing.get_context({method!r}), target=os._exit)
+except SystemExit as e:
+    print("stopped:", e)
+"""
+    # os._exit(conn) fails in the child (a Connection is no exit status): it dies without sending
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "stopped: a child (pid" in proc.stdout and "before it reported" in proc.stdout, proc.stdout + proc.stderr
