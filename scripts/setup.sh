@@ -24,6 +24,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
+if [ "$with_tests" -eq 1 ] && ! getent passwd numabind-neighbour >/dev/null; then
+    # tests/test_hostile_users.py: a second, unprivileged local user races numabind's files (tests/hostile.py)
+    $SUDO useradd --system --no-create-home --shell /usr/sbin/nologin numabind-neighbour
+fi
 
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv

@@ -6,9 +6,29 @@ to in memory (:func:`numabind.birth_report`), where no other process can see it.
 writes a small record, ``<runtime dir>/<pid>.<start time>.json``, that :func:`numabind.locality` of
 that pid reads from any process of the same user (or root):
 
-* the runtime dir is ``$XDG_RUNTIME_DIR/numabind`` when ``XDG_RUNTIME_DIR`` names a directory this
-  process may write, else ``/dev/shm/numabind-<uid>``; it is created with mode 0700 and refused (no
-  record) when it is a symlink, another user's, or writable by its group or others;
+* the runtime dir is the first of these that is safe (a real directory owned by the user, not
+  writable by its group or others: :func:`open_private_dir`), each created with mode 0700 when missing:
+
+  1. ``$XDG_RUNTIME_DIR/numabind``, when ``XDG_RUNTIME_DIR`` names a directory this process may write;
+  2. ``/run/user/<uid>/numabind``, when ``/run/user/<uid>`` exists and is the user's (only the system
+     makes it, so no other user can have put anything there);
+  3. ``/dev/shm/numabind-<uid>``, then ``/tmp/numabind-<uid>``: shared, world-writable places where
+     another local user can squat the name first (a directory, a symlink or a FIFO of theirs). A
+     squatted name is refused, never followed or written into, and the next place is used (a WARNING
+     once per process);
+  4. ``<home>/.cache/numabind/run``, the home from the password database: no other user can create
+     a name there, so records survive a neighbour who squats both shared names.
+
+  Readers (:func:`read_record`) look in the same chain for the process's user (with the process's own
+  ``XDG_RUNTIME_DIR`` when they may read its environment), and accept a directory and a file only
+  when they belong to that user: a squatter's forged records are never read. A predictable name is
+  kept on purpose (rather than an unpredictable mkdtemp one): readers in other processes must find it;
+* the same verified directory holds the private directories of :class:`numabind.ChildBindings`
+  (``births-<pid>.<start>.<random>``), where children write their birth reports;
+* every file is created relative to a directory descriptor verified as above, with
+  ``O_EXCL|O_NOFOLLOW`` and an unpredictable temporary name, and read with ``O_NOFOLLOW|O_NONBLOCK``,
+  only when it is a regular file of the user, up to a size cap (:func:`write_private_file`,
+  :func:`read_private_file`): a planted symlink is never followed, a FIFO never blocks a reader;
 * the start time (``/proc/PID/stat``, :func:`numabind._proc.start_time`) in the name means a reused pid
   never matches a dead process's record; records whose process is gone are ignored, and each write
   removes a bounded number of them;
@@ -22,6 +42,7 @@ I/O); only the birth bindings above do.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -29,7 +50,9 @@ import stat
 from . import _proc
 from ._base import environ_get, getLogger
 
-__all__ = ["NO_RECORD_ENV", "read_record", "record_dir", "records_disabled", "write_record"]
+__all__ = ["NO_RECORD_ENV", "UnsafeDirError", "UnsafeFileError", "open_private_dir", "open_runtime_dir",
+           "read_private_file", "read_record", "record_dir", "record_dirs", "records_disabled",
+           "write_private_file", "write_record"]
 
 log = getLogger(__name__)
 
@@ -40,10 +63,17 @@ _RECORD_MAX = 64 << 10      # a record is a few hundred bytes; larger is not one
 _PRUNE_LOOK = 64            # names looked at per write, from a random place in the directory
 _PRUNE_MAX = 32             # stale records removed per write at most
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_RUN_USER = "/run/user"                 # /run/user/<uid>: made by the system for that user alone
+_SHARED_BASES = ("/dev/shm", "/tmp")    # world-writable: another user may squat numabind-<uid> there
+_warned: set[str] = set()               # candidates already warned about in this process
 
 
 class UnsafeDirError(OSError):
-    """The runtime directory is not one numabind may trust (a symlink, another user's, writable by others)."""
+    """A directory numabind may not trust (a symlink, another user's, writable by others), or none usable."""
+
+
+class UnsafeFileError(UnsafeDirError):
+    """A file in a private directory that is not one numabind wrote (a symlink, a FIFO, another user's, too large)."""
 
 
 def records_disabled() -> bool:
@@ -51,30 +81,169 @@ def records_disabled() -> bool:
     return (environ_get(NO_RECORD_ENV) or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def record_dir() -> str:
-    """The runtime directory this process writes its records to (see the module docstring)."""
+def _own_xdg() -> str | None:
     xdg = environ_get("XDG_RUNTIME_DIR")
     if xdg and os.path.isabs(xdg) and os.path.isdir(xdg) and os.access(xdg, os.W_OK | os.X_OK):
-        return os.path.join(xdg, "numabind")
-    return f"/dev/shm/numabind-{os.geteuid()}"
+        return xdg
+    return None
 
 
-def _open_dir(path: str, uid: int) -> int:
-    """A descriptor of directory ``path`` when it is safe: a real directory (not a symlink) owned by
-    ``uid``, not writable by group or others. OSError (UnsafeDirError) otherwise."""
-    fd = os.open(path, _DIR_FLAGS)     # O_NOFOLLOW: a symlink in its place is ELOOP, never followed
+def _home(uid: int) -> str | None:
+    """The home directory of ``uid`` in the password database (not ``$HOME``: readers of another
+    process must find the same place), or None."""
+    import pwd   # only when the chain gets this far
+
+    try:
+        home = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        return None
+    return home if os.path.isabs(home) else None
+
+
+def _run_user_is(uid: int) -> bool:
+    """True when ``/run/user/<uid>`` is a real directory of ``uid`` (the system makes it at login)."""
+    try:
+        st = os.lstat(f"{_RUN_USER}/{uid}")
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o022
+
+
+def record_dirs(uid: int | None = None, xdg: str | None = None) -> list[str]:
+    """Every place records of user ``uid`` (default: this process's) may be, in the order a writer
+    tries them (see the module docstring); ``xdg``: that process's ``XDG_RUNTIME_DIR``."""
+    if uid is None:
+        uid = os.geteuid()
+    out: list[str] = []
+    if xdg and os.path.isabs(xdg):
+        out.append(os.path.join(xdg, "numabind"))
+    out.append(f"{_RUN_USER}/{uid}/numabind")
+    out += [f"{base}/numabind-{uid}" for base in _SHARED_BASES]
+    home = _home(uid)
+    if home:
+        out.append(os.path.join(home, ".cache", "numabind", "run"))
+    return list(dict.fromkeys(out))
+
+
+def _write_candidates() -> list[str]:
+    """record_dirs of this process, less the places it may not create: an XDG_RUNTIME_DIR it cannot
+    write, a /run/user/<uid> that is missing or not its own."""
+    uid = os.geteuid()
+    skip = "" if _run_user_is(uid) else f"{_RUN_USER}/{uid}/numabind"
+    return [p for p in record_dirs(uid, _own_xdg()) if p != skip]
+
+
+def record_dir() -> str:
+    """The first place this process would write its records to (see the module docstring); where it
+    does write them is the first of :func:`record_dirs` that is safe (:func:`open_runtime_dir`)."""
+    return _write_candidates()[0]
+
+
+def open_private_dir(path: str, uid: int, dir_fd: int | None = None) -> int:
+    """A descriptor of directory ``path`` (relative to ``dir_fd`` when given) when it is safe: a real
+    directory (not a symlink, which is never followed) owned by ``uid``, not writable by its group or
+    others. OSError otherwise (UnsafeDirError when something else stands in its place)."""
+    try:
+        fd = os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeDirError(errno.ELOOP, f"{path} is a symbolic link, not a directory") from None
+        if e.errno == errno.ENOTDIR:
+            raise UnsafeDirError(errno.ENOTDIR, f"{path} is not a directory") from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISDIR(st.st_mode):
-            raise UnsafeDirError(f"{path} is not a directory")
+            raise UnsafeDirError(errno.ENOTDIR, f"{path} is not a directory")
         if st.st_uid != uid:
-            raise UnsafeDirError(f"{path} belongs to uid {st.st_uid}, not {uid}")
+            raise UnsafeDirError(errno.EPERM, f"{path} belongs to uid {st.st_uid}, not {uid}")
         if st.st_mode & 0o022:
-            raise UnsafeDirError(f"{path} is writable by its group or others (mode {stat.S_IMODE(st.st_mode):o})")
+            raise UnsafeDirError(errno.EPERM, f"{path} is writable by its group or others "
+                                              f"(mode {stat.S_IMODE(st.st_mode):o})")
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _make_dir(path: str, parents: bool) -> None:
+    """mkdir ``path`` with mode 0700 (its missing parents too when ``parents``); one that exists is
+    left for open_private_dir to judge."""
+    try:
+        if parents:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+
+
+def open_runtime_dir() -> tuple[str, int]:
+    """(path, descriptor) of this process's runtime directory: the first of :func:`record_dirs` that
+    is safe, created when missing. A candidate that is not safe (another user squatted its name) is
+    skipped for the next, with a WARNING once per process; UnsafeDirError when none is left."""
+    uid = os.geteuid()
+    home = _home(uid)
+    home_dir = os.path.join(home, ".cache", "numabind", "run") if home else None
+    candidates = _write_candidates()
+    why: list[str] = []
+    for path in candidates:
+        try:
+            _make_dir(path, parents=path == home_dir)
+            return path, open_private_dir(path, uid)
+        except OSError as e:
+            why.append(f"{path}: {e.strerror or e}")
+            if path not in _warned:
+                _warned.add(path)
+                log.warning("runtime directory %s is not usable (%s); numabind goes on with the next of %s",
+                            path, e.strerror or e, ", ".join(candidates))
+    raise UnsafeDirError(errno.EPERM, "no safe runtime directory: " + "; ".join(why))
+
+
+def write_private_file(dir_fd: int, name: str, data: bytes, stem: str) -> None:
+    """Write ``name`` in the directory ``dir_fd`` atomically: a new file ``.<stem>.<random>.tmp``
+    (``O_EXCL|O_NOFOLLOW``, mode 0600: nothing planted under that name is opened), then ``os.replace``."""
+    tmp = f".{stem}.{os.urandom(6).hex()}.tmp"
+    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view):]
+        finally:
+            os.close(out)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+def read_private_file(dir_fd: int, name: str, uid: int, limit: int) -> bytes | None:
+    """The bytes of file ``name`` in the directory ``dir_fd``, or None when there is none. Opened with
+    ``O_NOFOLLOW|O_NONBLOCK`` (a symlink is refused, a FIFO never blocks); UnsafeFileError unless it
+    is a regular file of ``uid`` of at most ``limit`` bytes; other OSErrors as they come."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeFileError(errno.ELOOP, f"{name} is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFileError(errno.EPERM, f"{name} is not a regular file (mode {st.st_mode:o})")
+        if st.st_uid != uid:
+            raise UnsafeFileError(errno.EPERM, f"{name} belongs to uid {st.st_uid}, not {uid}")
+        data = os.read(fd, limit + 1) if st.st_size <= limit else b""
+        if st.st_size > limit or len(data) > limit:
+            raise UnsafeFileError(errno.EFBIG, f"{name} is larger than {limit} bytes")
+    finally:
+        os.close(fd)
+    return data
 
 
 def _name(pid: int, start: int) -> str:
@@ -93,32 +262,12 @@ def write_record(pid: int, start_method: str, requested: str, applied: str | Non
         start = _proc.start_time(pid)
         if not start:
             raise OSError(f"process {pid} is gone (no start time in /proc/{pid}/stat)")
-        path = record_dir()
-        uid = os.geteuid()
-        try:
-            os.makedirs(path, mode=0o700, exist_ok=True)
-        except FileExistsError:   # a file or a dangling symlink in its place: _open_dir says which
-            pass
-        fd = _open_dir(path, uid)
+        _path, fd = open_runtime_dir()
         try:
             data = json.dumps({"numabind_record": _RECORD_VERSION, "pid": pid, "start_time": start,
                                "start_method": start_method, "requested": requested, "applied": applied},
                               sort_keys=True).encode()
-            tmp = f".{pid}.{start}.{os.urandom(6).hex()}.tmp"
-            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                          dir_fd=fd)
-            try:
-                try:
-                    os.write(out, data)
-                finally:
-                    os.close(out)
-                os.replace(tmp, _name(pid, start), src_dir_fd=fd, dst_dir_fd=fd)
-            except BaseException:
-                try:
-                    os.unlink(tmp, dir_fd=fd)
-                except OSError:
-                    pass
-                raise
+            write_private_file(fd, _name(pid, start), data, f"{pid}.{start}")
             _prune(fd, keep=(pid, start))
         finally:
             os.close(fd)
@@ -169,14 +318,13 @@ def _prune(fd: int, keep: tuple[int, int]) -> int:
 
 
 def _read_dirs(pid: int, uid: int) -> list[str]:
-    """Where the records of a process of user ``uid`` may be, most likely first."""
+    """Where the records of a process of user ``uid`` may be, most likely first: the chain of
+    :func:`record_dirs`, with this process's own XDG_RUNTIME_DIR and the process's."""
     out: list[str] = []
     if uid == os.geteuid():
-        out.append(record_dir())
+        out += _write_candidates()
     xdg = _proc.environ_value(pid, "XDG_RUNTIME_DIR")   # the process's own, when this one may read it
-    if xdg and os.path.isabs(xdg):
-        out.append(os.path.join(xdg, "numabind"))
-    out += [f"/run/user/{uid}/numabind", f"/dev/shm/numabind-{uid}"]
+    out += record_dirs(uid, xdg)
     return list(dict.fromkeys(out))
 
 
@@ -190,7 +338,7 @@ def read_record(pid: int, start: int) -> dict[str, object] | None:
     uid = int(uids[1])            # the effective uid: the one its files were created with
     for path in _read_dirs(pid, uid):
         try:
-            fd = _open_dir(path, uid)
+            fd = open_private_dir(path, uid)
         except OSError:
             continue
         try:
@@ -205,18 +353,11 @@ def read_record(pid: int, start: int) -> dict[str, object] | None:
 
 def _read_file(dir_fd: int, name: str, uid: int) -> dict[str, object] | None:
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        data = read_private_file(dir_fd, name, uid, _RECORD_MAX)
     except OSError:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_size > _RECORD_MAX:
-            return None
-        data = os.read(fd, _RECORD_MAX + 1)
-    except OSError:
+    if data is None:
         return None
-    finally:
-        os.close(fd)
     try:
         rec = json.loads(data)
     except ValueError:

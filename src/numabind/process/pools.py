@@ -35,6 +35,8 @@ class _SlotTable:
 
     def __init__(self, plans: Sequence[Plan], slots: int, strict: Strictness | None, backend: str | None) -> None:
         fd, self.path = tempfile.mkstemp(prefix="numabind-pool-", suffix=".json")
+        st = os.fstat(fd)
+        self.ident = (st.st_dev, st.st_ino)   # workers open exactly this file, not one planted at its name later
         os.write(fd, json.dumps([[0, 0]] * slots).encode())
         os.close(fd)
         self.texts = [p.to_text() for p in plans]
@@ -60,8 +62,12 @@ class _SlotTable:
         import fcntl
 
         me = (os.getpid(), _proc.start_time(os.getpid()))
-        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self.ident:
+                raise NumabindError(f"pool slot table {self.path} was replaced (removed when the pool's "
+                                    f"pool_plans() result was collected?); refusing another file at its name")
             fcntl.lockf(fd, fcntl.LOCK_EX)
             table = json.loads(os.pread(fd, 1 << 20, 0) or b"[]")
             if not isinstance(table, list) or len(table) < self.slots or \

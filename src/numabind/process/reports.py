@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 import weakref
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
+from .. import _proc, records
 from .._base import Value, getLogger
 from ..bind import BindReport
 from ..errors import BirthBindError, NumabindError, PlanError
@@ -66,21 +66,26 @@ def _record(pid: int, method: str, report: BindReport | None, error: str | None)
 
 
 def _write_report(directory: str | None, rec: dict[str, Any]) -> None:
-    """Child side: write ``<dir>/<pid>.json`` atomically; a failure only logs."""
+    """Child side: write ``<dir>/<pid>.json`` atomically; a failure only logs.
+
+    The directory is opened as the parent made it (this user's, mode 0700, not a symlink:
+    :func:`numabind.records.open_private_dir`) and the file is created in it with ``O_EXCL|O_NOFOLLOW``,
+    so a directory another user recreated after the parent removed it is refused, and nothing planted
+    in it is followed.
+    """
     if not directory:
         return
     pid = rec["pid"]
-    tmp = os.path.join(directory, f".{pid}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fd = records.open_private_dir(directory, os.geteuid())
         try:
-            os.write(fd, json.dumps(rec).encode())
+            records.write_private_file(fd, f"{pid}.json", json.dumps(rec).encode(), str(pid))
         finally:
             os.close(fd)
-        os.replace(tmp, os.path.join(directory, f"{pid}.json"))
+    except records.UnsafeDirError as e:
+        log.warning("birth report of pid %d not written: the report directory is not safe (%s)", pid, e)
     except OSError as e:  # the parent closed its ChildBindings meanwhile
         log.debug("cannot write the birth report of pid %d to %s: %s", pid, directory, e)
-
 
 
 _birth: ChildReport | None = None
@@ -107,9 +112,7 @@ def _with_record(report: ChildReport) -> ChildReport:
     bind = report.report
     if bind is None:
         return report
-    from ..records import write_record
-
-    why = write_record(report.pid, report.start_method, bind.requested.to_text(), bind.applied.to_text())
+    why = records.write_record(report.pid, report.start_method, bind.requested.to_text(), bind.applied.to_text())
     if why is None:
         return report
     return report.replace(report=bind.replace(notes=(*bind.notes, why)))
@@ -119,27 +122,39 @@ class ChildBindings:
     """The handle ``configure_subprocess`` yields: the plan, and the children's reports.
 
     A child that binds itself (fork, forkserver, ``spawn="in-child"``, the
-    numactl wrapper) writes its report into a private directory (mode 0700)
-    that lives until :meth:`close` or until this handle is garbage collected,
-    so reports can be read after the ``with`` block; a spawn child bound by
-    inheritance gets its report from the parent, kept in memory.
+    numactl wrapper) writes its report into a private directory (mode 0700,
+    ``births-<pid>.<start>.<random>`` in this user's runtime directory, see
+    :mod:`numabind.records`) that lives until :meth:`close` or until this
+    handle is garbage collected, so reports can be read after the ``with``
+    block; a spawn child bound by inheritance gets its report from the parent,
+    kept in memory. The directory is read through a descriptor held from its
+    creation on: only regular files of this user are read, never through a link.
     """
 
     def __init__(self, plan: Plan, mode: str, backend: str, report: bool) -> None:
         self.plan = plan
         self.mode = mode                  # "in-process" | "numactl-wrapper"
         self.backend = backend
-        self.directory = tempfile.mkdtemp(prefix="numabind-births-") if report else None
+        self.directory: str | None = None
+        self._fd = -1
         self.known: dict[int, ChildReport] = {}   # reports made in this process (spawn by inheritance)
-        self._finalizer = (weakref.finalize(self, _remove_dir, self.directory, os.getpid())
-                           if self.directory else None)
+        self._finalizer: weakref.finalize[Any, ChildBindings] | None = None
+        if report:
+            self.directory, self._fd = _make_report_dir()
+            self._finalizer = weakref.finalize(self, _remove_dir, self.directory, self._fd, os.getpid())
+
+    def _dir_fd(self) -> int:
+        if self._finalizer is None or not self._finalizer.alive:
+            raise NumabindError("this configure_subprocess was entered with report=False" if self._finalizer is None
+                                else f"the birth reports in {self.directory} were removed by close()")
+        return self._fd
 
     def reports(self) -> dict[int, ChildReport]:
         """Every report written so far, by pid."""
         out: dict[int, ChildReport] = dict(self.known)
         if not self.directory:
             return out
-        for name in os.listdir(self.directory):
+        for name in os.listdir(self._dir_fd()):
             if name.endswith(".json") and name[:-5].isdigit():
                 rep = self._read(int(name[:-5]))
                 if rep is not None:
@@ -147,18 +162,21 @@ class ChildBindings:
         return out
 
     def _read(self, pid: int) -> ChildReport | None:
-        path = os.path.join(self.directory or "", f"{pid}.json")
+        name = f"{pid}.json"
+        path = os.path.join(self.directory or "", name)
         try:
-            with open(path, "rb") as f:
-                data = f.read(_REPORT_MAX + 1)
-        except FileNotFoundError:
+            data = records.read_private_file(self._dir_fd(), name, os.geteuid(), _REPORT_MAX)
+        except OSError as e:
+            raise NumabindError(f"birth report {path} is not one a child wrote: {e.strerror or e}") from None
+        if data is None:
             return None
-        if len(data) > _REPORT_MAX:
-            raise NumabindError(f"birth report {path} is larger than {_REPORT_MAX} bytes")
         try:
-            return ChildReport.from_dict(json.loads(data))
+            rep = ChildReport.from_dict(json.loads(data))
         except (ValueError, PlanError) as e:
             raise NumabindError(f"birth report {path} is malformed: {e}") from None
+        if rep.pid != pid:
+            raise NumabindError(f"birth report {path} names pid {rep.pid}, not {pid}")
+        return rep
 
     def report(self, pid: int, timeout: float = 30.0) -> ChildReport:
         """The report of child ``pid``, waiting up to ``timeout`` seconds for it."""
@@ -185,7 +203,51 @@ class ChildBindings:
         return f"ChildBindings({self.plan}, mode={self.mode}, backend={self.backend})"
 
 
-def _remove_dir(path: str, owner: int) -> None:
-    if os.getpid() == owner:  # a forked child's copy of the handle must not delete it
-        shutil.rmtree(path, ignore_errors=True)
+_BIRTHS = "births-"
+_BIRTHS_PRUNE = 16      # stale report directories (of parents that are gone) removed per new one, at most
 
+
+def _make_report_dir() -> tuple[str, int]:
+    """(path, descriptor) of a new private directory for birth reports, in this user's runtime
+    directory (:func:`numabind.records.open_runtime_dir`); a few left by parents that are gone are removed."""
+    try:
+        base, run_fd = records.open_runtime_dir()
+    except OSError as e:
+        raise NumabindError(f"configure_subprocess: no private directory for the children's birth reports "
+                            f"({e.strerror or e}); make one of {', '.join(records.record_dirs())} this user's "
+                            f"(mode 0700), or pass report=False") from None
+    try:
+        _prune_report_dirs(base, run_fd)
+        me = os.getpid()
+        name = f"{_BIRTHS}{me}.{_proc.start_time(me)}.{os.urandom(6).hex()}"
+        os.mkdir(name, 0o700, dir_fd=run_fd)
+        return os.path.join(base, name), records.open_private_dir(name, os.geteuid(), dir_fd=run_fd)
+    except OSError as e:
+        raise NumabindError(f"configure_subprocess: cannot make a birth report directory in {base}: {e}; "
+                            f"pass report=False to go without reports") from None
+    finally:
+        os.close(run_fd)
+
+
+def _prune_report_dirs(base: str, run_fd: int) -> None:
+    """Remove up to _BIRTHS_PRUNE report directories whose parent process is gone (killed before its
+    handle was closed)."""
+    removed = 0
+    for name in os.listdir(run_fd):
+        if not name.startswith(_BIRTHS):
+            continue
+        parts = name[len(_BIRTHS):].split(".")
+        if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+            continue
+        if _proc.start_time(int(parts[0])) == int(parts[1]):
+            continue      # its parent lives
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        removed += 1
+        if removed >= _BIRTHS_PRUNE:
+            break
+
+
+def _remove_dir(path: str, fd: int, owner: int) -> None:
+    if os.getpid() == owner:  # a forked child's copy of the handle must not delete it
+        os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
