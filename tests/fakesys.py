@@ -68,6 +68,9 @@ __all__ = [
     "arm_clusters",
     "multi_die",
     "power_cpuinfo",
+    "grace_hopper",
+    "grace_blackwell",
+    "kunpeng920",
     "GIB_KB",
 ]
 
@@ -178,6 +181,8 @@ class FakeMachine:
         self.cgroup1: _Cpuset | None = None
         self.cpuset_fs: _Cpuset | None = None
         self.model_name: str | None = None
+        self.arm_cpu = (0x41, 0x3, 0xD0C, 1)           # arm64 cpuinfo: implementer, variant, part, revision
+        self.cache_sizes: dict[tuple[int, str], str] = {}   # (level, type) -> size file text (default _CACHE_SIZES)
         self.cppc_highest_perf: int | None = None
         self.memtotal_kb: int | None = None           # proc/meminfo; default: sum of nodes
         self.hugepages: dict[int, dict[int, int]] = {}  # node -> {page kB: count}
@@ -290,6 +295,12 @@ class FakeMachine:
 
     def set_model_name(self, name: str) -> FakeMachine:
         self.model_name = name
+        return self
+
+    def set_arm_cpu(self, implementer: int, part: int, variant: int = 0, revision: int = 0) -> FakeMachine:
+        """An arm64 ``proc/cpuinfo`` (no ``model name``) with these ``CPU implementer`` and ``CPU part``."""
+        self.arm_cpu = (implementer, variant, part, revision)
+        self.quirks.cpuinfo = "arm64"
         return self
 
     def set_cppc(self, highest_perf: int) -> FakeMachine:
@@ -427,7 +438,7 @@ class FakeMachine:
         out["proc/meminfo"] = (f"MemTotal:       {total} kB\nMemFree:        {total // 2} kB\n"
                                f"MemAvailable:   {total // 2} kB\n")
         self._process_files(out, online)
-        if self.model_name is not None:
+        if self.model_name is not None or self.quirks.cpuinfo == "arm64":
             out["proc/cpuinfo"] = self._cpuinfo(online)
         if self.cppc_highest_perf is not None:
             out[f"{CPU}/cpu0/acpi_cppc/highest_perf"] = f"{self.cppc_highest_perf}\n"
@@ -475,9 +486,11 @@ class FakeMachine:
                 blocks.append(f"processor\t: {n}\ncpu\t\t: {self.model_name}\n"
                               f"clock\t\t: 3800.000000MHz\nrevision\t: 2.3 (pvr 004e 1203)\n\n")
             elif kind == "arm64":
+                implementer, variant, part, revision = self.arm_cpu
                 blocks.append(f"processor\t: {n}\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\n"
-                              f"CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\n"
-                              f"CPU part\t: 0xd0c\nCPU revision\t: 1\n\n")
+                              f"CPU implementer\t: 0x{implementer:02x}\nCPU architecture: 8\n"
+                              f"CPU variant\t: 0x{variant:x}\nCPU part\t: 0x{part:03x}\n"
+                              f"CPU revision\t: {revision}\n\n")
             elif kind == "ia64":
                 blocks.append(f"processor  : {n}\nvendor     : GenuineIntel\nfamily     : 32\n"
                               f"model name : {self.model_name}\n\n")
@@ -557,7 +570,8 @@ class FakeMachine:
                 out[f"{idir}/type"] = f"{ctype}\n"
                 self._sets(out, idir, "shared_cpu_map", cpus & online, nr_cpu_ids,
                            "shared_cpu_list")
-                out[f"{idir}/size"] = _CACHE_SIZES.get((level, ctype), "32768K") + "\n"
+                size = self.cache_sizes.get((level, ctype)) or _CACHE_SIZES.get((level, ctype), "32768K")
+                out[f"{idir}/size"] = size + "\n"
 
     def _node_files(self, out: dict, links: dict, online: frozenset) -> None:
         q = self.quirks
@@ -1074,6 +1088,102 @@ def power_cpuinfo(root) -> FakeMachine:
     return m
 
 
+def _arm64_cores(m: FakeMachine, cpus: Iterable[int], package: int, cluster_cores: int | None,
+                 first_cluster: int) -> None:
+    """arm64 cores without SMT: core ids as the kernel numbers them from the PPTT (per package), L1d, L1i
+    and L2 private to each core; clusters of ``cluster_cores`` cores (ids from ``first_cluster``), else
+    each core its own cluster."""
+    for k, cpu in enumerate(cpus):
+        cluster = None if cluster_cores is None else first_cluster + k // cluster_cores
+        m.set_cpu_topology(cpu, package, k, cluster=cluster)
+        m.add_cache(1, "Data", {cpu}).add_cache(1, "Instruction", {cpu}).add_cache(2, "Unified", {cpu})
+
+
+def grace_hopper(root, l3: bool = True, cluster_cores: int | None = None) -> FakeMachine:
+    """NVIDIA GH200: one Grace (72 Neoverse V2 cores, CPUs 0-71, no SMT) on node 0 with 480 GiB; the
+    Hopper GPU's memory as node 1 (96 GiB, no CPUs) and nodes 2-9 empty (MIG's spare nodes); distance
+    80 between the CPU and the GPU memory. L1d/L1i 64 KiB and L2 1 MiB per core, and the 114 MiB L3 of
+    the whole chip unless ``l3=False`` (a PPTT that leaves the system-level cache out); clusters of
+    ``cluster_cores`` cores when given, else each core its own (no cluster level in the PPTT)."""
+    m = FakeMachine(root)
+    m.add_node(0, range(72), 480 * GIB_KB, {o: 80 for o in range(1, 10)})
+    m.add_node(1, (), 96 * GIB_KB, {o: 80 for o in range(10) if o != 1})
+    for nid in range(2, 10):
+        m.add_node(nid, (), 0, {o: 80 for o in range(10) if o != nid})
+    _arm64_cores(m, range(72), 0, cluster_cores, 0)
+    if l3:
+        m.add_cache(3, "Unified", range(72))
+    m.cache_sizes = {(1, "Data"): "64K", (1, "Instruction"): "64K", (2, "Unified"): "1024K",
+                     (3, "Unified"): "116736K"}
+    m.set_arm_cpu(0x41, 0xD4F)
+    m.write()
+    return m
+
+
+def grace_blackwell(root, l3: bool = True, cluster_cores: int | None = None) -> FakeMachine:
+    """NVIDIA GB200 (a compute tray: two Grace, four Blackwell GPUs): 2 packages of 72 Neoverse V2 cores
+    (no SMT), node 0 = CPUs 0-71 and node 1 = CPUs 72-143 (480 GiB each, distance 40), the GPUs' memory
+    as nodes 2-5 (186 GiB each, no CPUs; 2-3 near node 0, 4-5 near node 1). Caches as
+    :func:`grace_hopper`'s, per package; ``l3`` and ``cluster_cores`` likewise."""
+    m = FakeMachine(root)
+    near = {2: 0, 3: 0, 4: 1, 5: 1}
+    matrix = {0: {1: 40}, 1: {0: 40}}
+    for g, cpu_node in near.items():
+        for n in (0, 1):
+            matrix[n][g] = 80 if n == cpu_node else 120
+        matrix[g] = {o: (80 if o == cpu_node else 120 if o in (0, 1) else 200) for o in range(6) if o != g}
+    m.add_node(0, range(72), 480 * GIB_KB, matrix[0])
+    m.add_node(1, range(72, 144), 480 * GIB_KB, matrix[1])
+    for g in near:
+        m.add_node(g, (), 186 * GIB_KB, matrix[g])
+    for p in range(2):
+        _arm64_cores(m, range(72 * p, 72 * p + 72), p, cluster_cores,
+                     0 if cluster_cores is None else p * (72 // cluster_cores + 1))
+        if l3:
+            m.add_cache(3, "Unified", range(72 * p, 72 * p + 72))
+    m.cache_sizes = {(1, "Data"): "64K", (1, "Instruction"): "64K", (2, "Unified"): "1024K",
+                     (3, "Unified"): "116736K"}
+    m.set_arm_cpu(0x41, 0xD4F)
+    m.write()
+    return m
+
+
+def kunpeng920(root) -> FakeMachine:
+    """A 2-socket HiSilicon Kunpeng 920 (6426-like): 2 packages x 2 dies (one node each) x 32 cores, no
+    SMT (CPUs 0-127); clusters of 4 cores (the PPTT's CCLs), L1d/L1i 64 KiB and L2 512 KiB per core, a
+    32 MiB L3 per die; distances 12 within a package, 20-24 across (the firmware's SLIT)."""
+    m = FakeMachine(root)
+    matrix = {0: {0: 10, 1: 12, 2: 20, 3: 22}, 1: {0: 12, 1: 10, 2: 22, 3: 24},
+              2: {0: 20, 1: 22, 2: 10, 3: 12}, 3: {0: 22, 1: 24, 2: 12, 3: 10}}
+    for nid in range(4):
+        cpus = range(32 * nid, 32 * nid + 32)
+        m.add_node(nid, cpus, 128 * GIB_KB, matrix[nid])
+    for p in range(2):
+        _arm64_cores(m, range(64 * p, 64 * p + 64), p, 4, 16 * p)
+    for nid in range(4):
+        m.add_cache(3, "Unified", range(32 * nid, 32 * nid + 32))
+    m.cache_sizes = {(1, "Data"): "64K", (1, "Instruction"): "64K", (2, "Unified"): "512K",
+                     (3, "Unified"): "32768K"}
+    m.set_arm_cpu(0x48, 0xD01, variant=0x1)
+    m.write()
+    return m
+
+
+def grace_hopper_no_l3(root) -> FakeMachine:
+    """:func:`grace_hopper` whose firmware leaves the L3 out of the PPTT."""
+    return grace_hopper(root, l3=False)
+
+
+def grace_blackwell_no_l3(root) -> FakeMachine:
+    """:func:`grace_blackwell` whose firmware leaves the L3 out of the PPTT."""
+    return grace_blackwell(root, l3=False)
+
+
+def grace_blackwell_clusters(root) -> FakeMachine:
+    """:func:`grace_blackwell` without the L3, whose PPTT has clusters of 4 cores."""
+    return grace_blackwell(root, l3=False, cluster_cores=4)
+
+
 FACTORIES: dict[str, Callable[..., FakeMachine]] = {
     "one_node": one_node,
     "two_sockets": two_sockets,
@@ -1095,6 +1205,12 @@ FACTORIES: dict[str, Callable[..., FakeMachine]] = {
     "arm_clusters": arm_clusters,
     "multi_die": multi_die,
     "power_cpuinfo": power_cpuinfo,
+    "grace_hopper": grace_hopper,
+    "grace_hopper_no_l3": grace_hopper_no_l3,
+    "grace_blackwell": grace_blackwell,
+    "grace_blackwell_no_l3": grace_blackwell_no_l3,
+    "grace_blackwell_clusters": grace_blackwell_clusters,
+    "kunpeng920": kunpeng920,
 }
 
 #: The ready-made machines the hwloc oracle test reads with lstopo (every one).

@@ -3,9 +3,10 @@
 switched on and off).
 
 Compared: online CPUs, node ids, per-node CPUs and memory, distances, allowed CPUs and
-nodes, packages, cores, every cache (so the L3 groups). Where numabind follows the kernel
-and hwloc does not (see numabind.topology's docstring), the case is compared with what the
-machine description says instead, and the hwloc difference is asserted to be that one.
+nodes, packages, cores, every cache (so the L3 groups), the clusters larger than a core.
+Where numabind follows the kernel and hwloc does not (see numabind.topology's docstring), the
+case is compared with what the machine description says instead, and the hwloc difference is
+asserted to be that one.
 
 Skips only when lstopo is not installed (Debian package hwloc-nox; CI installs it).
 """
@@ -13,6 +14,7 @@ Skips only when lstopo is not installed (Debian package hwloc-nox; CI installs i
 from __future__ import annotations
 
 import tempfile
+import xml.etree.ElementTree as ET
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +24,7 @@ from numabind.cpulist import format_cpulist
 from numabind.topology import discover
 
 from .fakesys import GIB_KB, ORACLE_FACTORIES, FakeMachine
-from .lstopo import LSTOPO, differences, lstopo_view
+from .lstopo import LSTOPO, differences, hwloc_bitmap, lstopo_view
 
 pytestmark = pytest.mark.skipif(LSTOPO is None, reason="hwloc's lstopo-no-graphics is not "
                                 "installed (Debian package hwloc-nox)")
@@ -71,6 +73,27 @@ def spec_differences(topo, m: FakeMachine) -> list[str]:
     return out
 
 
+def cluster_differences(topo, view) -> list[str]:
+    """Where ``topo``'s clusters larger than a core disagree with hwloc's Cluster groups (made from
+    ``cluster_cpus``, numbered by ``cluster_id``). hwloc keeps no group with the CPUs of another object
+    (a cache, a package, a node), so a cluster of ours hwloc lacks must have such CPUs."""
+    tree = ET.fromstring(view.xml)
+    theirs = set()
+    others = set()
+    for obj in tree.iter("object"):
+        cpus = hwloc_bitmap(obj.get("cpuset"))
+        if obj.get("type") == "Group" and obj.get("subtype") == "Cluster":
+            theirs.add((int(obj.get("os_index", "-1")), cpus))
+        elif obj.get("type") not in ("PU", "Core"):
+            others.add(cpus)
+    ours = {(topo.cpus[min(g)].cluster, g) for g in topo.cluster_groups()}
+    out = [f"hwloc cluster {i} {format_cpulist(c)} is not one of numabind's" for i, c in sorted(
+        theirs - ours, key=lambda x: min(x[1]))]
+    out += [f"numabind cluster {i} {format_cpulist(c)} is neither hwloc's nor another object's CPUs"
+            for i, c in sorted(ours - theirs, key=lambda x: min(x[1])) if c not in others]
+    return out
+
+
 @pytest.mark.parametrize("name", sorted(ORACLE_FACTORIES))
 def test_ready_made_machine_agrees_with_lstopo(name, tmp_path):
     m = ORACLE_FACTORIES[name](tmp_path)
@@ -78,7 +101,7 @@ def test_ready_made_machine_agrees_with_lstopo(name, tmp_path):
     view = lstopo_view(tmp_path)
     known = KNOWN.get(name, {})
     diffs = differences(topo, view, distances=not known.get("distances"),
-                        allowed=not known.get("allowed"))
+                        allowed=not known.get("allowed")) + cluster_differences(topo, view)
     assert diffs == [], f"{name}: discover() and lstopo disagree:\n" + "\n".join(diffs)
     assert spec_differences(topo, m) == []
     if known:
@@ -228,6 +251,6 @@ def test_random_machine_agrees_with_lstopo(case):
         m.write()
         topo = discover(root)
         view = lstopo_view(root)
-    diffs = differences(topo, view, **compare)
+    diffs = differences(topo, view, **compare) + cluster_differences(topo, view)
     assert diffs == [], "discover() and lstopo disagree:\n" + "\n".join(diffs)
     assert spec_differences(topo, m) == []

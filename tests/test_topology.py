@@ -965,7 +965,7 @@ def test_hybrid_performance_and_efficiency_cores(tmp_path):
 def test_arm_clusters_without_model_name(tmp_path):
     arm_clusters(tmp_path)
     t = discover(tmp_path)
-    assert t.model_name is None
+    assert t.model_name == "ARM Neoverse N1 (AWS Graviton2, Ampere Altra)"   # from CPU implementer/part
     assert {c.cpus for c in t.caches if c.level == 2} == {L("0-3"), L("4-7"), L("8-11"),
                                                           L("12-15")}
     assert t.package_nodes() == {0: {0, 1}}
@@ -981,7 +981,8 @@ def test_dies(tmp_path):
 
 
 @pytest.mark.parametrize("fmt,expected", [
-    ("x86", "Fake CPU"), ("ia64", "Fake CPU"), ("power", "Fake CPU"), ("arm64", None)])
+    ("x86", "Fake CPU"), ("ia64", "Fake CPU"), ("power", "Fake CPU"),
+    ("arm64", "ARM Neoverse N1 (AWS Graviton2, Ampere Altra)")])
 def test_cpuinfo_formats(tmp_path, fmt, expected):
     m = one_node(tmp_path)
     m.set_model_name("Fake CPU").set_quirks(cpuinfo=fmt).write()

@@ -348,6 +348,12 @@ def _mode_exclusive(topology: Topology, p: _Placement, label: str, nodes: Sequen
     return out, frozenset({p.mem_node})
 
 
+def _within_a_core(topology: Topology, group: frozenset[int]) -> bool:
+    """Whether the CPU set ``group`` is no larger than one core (its CPUs are one core's threads)."""
+    first = topology.cpus.get(min(group))
+    return len(group) == 1 or (first is not None and group <= first.siblings)
+
+
 def _mode_core_complex(topology: Topology, p: _Placement, label: str, nodes: Sequence[int] | None, reasons: list[str]) -> _ModeResult:
     mem = frozenset({p.mem_node})
     cpus = _node_cpus(topology, p, label, reasons)
@@ -356,12 +362,27 @@ def _mode_core_complex(topology: Topology, p: _Placement, label: str, nodes: Seq
         reasons.append(f"core-complex: no cache information for node {p.cpu_node}; using the node")
         return cpus, mem
     level = max(c.level for c in topology.caches if c.type in ("Unified", "Data"))
+    what = f"L{level} groups"
+    if all(_within_a_core(topology, g) for g in groups):
+        # The firmware describes no cache shared by cores (several arm64 PPTTs leave out the system-level
+        # cache): a core's private cache is no complex. The kernel's clusters, else the node.
+        clusters = sorted({g & cpus for g in topology.cluster_groups() if g & cpus}, key=lambda g: (-len(g), min(g)))
+        why = (f"the last-level caches of node {p.cpu_node} (L{level}) are private to each core (the firmware "
+               f"describes no shared cache)")
+        if all(_within_a_core(topology, g) for g in clusters):
+            log.warning("core-complex for %s: %s, nor a cluster larger than a core; using the node's CPUs %s",
+                        label, why, _fmt(cpus))
+            reasons.append(f"core-complex: {why}, nor a cluster larger than a core: using the node")
+            return cpus, mem
+        log.warning("core-complex for %s: %s; using the kernel's clusters of cores instead", label, why)
+        reasons.append(f"core-complex: {why}; using the kernel's clusters of cores (cluster_cpus_list)")
+        groups, what = clusters, "clusters"
     peers = _peers(topology, p, nodes)
     pos = peers.index(p.index)
     group = groups[pos % len(groups)]
     shared = " (shared: fewer groups than GPUs)" if len(groups) < len(peers) else ""
     reasons.append(
-        f"core-complex: node {p.cpu_node} has {len(groups)} L{level} groups for GPUs {_fmt(peers)}; "
+        f"core-complex: node {p.cpu_node} has {len(groups)} {what} for GPUs {_fmt(peers)}; "
         f"this GPU gets group {pos % len(groups)} (CPUs {_fmt(group)}){shared}"
     )
     return group, mem

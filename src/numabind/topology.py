@@ -29,8 +29,14 @@ way hwloc does:
   legacy cpuset filesystem (``mount -t cpuset``: ``cpus``/``mems``, the path
   from ``proc/self/cpuset``). Memory nodes without CPUs (CXL, HBM, GPU
   memory) stay in the allowed nodes.
+* Per cluster (Linux 5.16+) ``cluster_cpus_list``, else ``cluster_cpus`` (mask),
+  read for one CPU of each cluster, and ``cluster_id`` where the cluster holds
+  more than one core; not on x86 (``proc/cpuinfo`` with ``vendor_id`` and
+  ``cpu family``), whose kernels make the cluster the CPUs of one L2 cache, which
+  the caches already hold.
 * ``proc/cpuinfo``'s model name (``model name``, or ``cpu``/``Processor``/
-  ``cpu model`` on POWER, old ARM and MIPS; arm64 has none) and
+  ``cpu model`` on POWER, old ARM and MIPS; arm64 has none: there the core is
+  named from ``CPU implementer`` and ``CPU part``) and
   ``cpu0/acpi_cppc/highest_perf``.
 * Memory performance from the firmware's HMAT table, where there is one (CXL and
   other memory tiers): ``nodeN/access0/initiators/{read,write}_{bandwidth,latency}``
@@ -72,8 +78,8 @@ from .cpulist import format_cpulist, parse_cpulist, parse_mask
 from .devices import Gpu, discover_gpus
 from .errors import NumabindError, PlanError
 
-__all__ = ["Cache", "Cpu", "Cpuset", "InterleaveWeights", "MemoryAccess", "Node", "Topology", "discover",
-           "discover_from", "read_cpuset", "read_interleave_weights"]
+__all__ = ["ARM_CPU_PARTS", "Cache", "Cpu", "Cpuset", "InterleaveWeights", "MemoryAccess", "Node", "Topology",
+           "arm_cpu_name", "discover", "discover_from", "read_cpuset", "read_interleave_weights"]
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +93,23 @@ LOCAL_DISTANCE = 10
 
 @dataclass(frozen=True)
 class Cpu:
-    """One online logical CPU."""
+    """One online logical CPU.
+
+    ``cluster_cpus`` is the kernel's ``cluster_cpus_list`` (Linux 5.16+: the cores of a cluster, as the
+    firmware's PPTT describes them on arm64), empty where the kernel writes none and on x86, where it is
+    not read (x86 kernels make it the CPUs of the core's L2, which :attr:`Topology.caches` holds).
+    ``cluster`` is the ``cluster_id`` of a cluster larger than the core, -1 where the cluster is the core
+    itself (its id is not read) or unknown. Like a cache's size they do not take part in equality, so a
+    Cpu written with the first five fields equals the discovered one.
+    """
 
     id: int
     node: int | None                 # NUMA node holding this CPU (None if no node lists it)
     package: int                     # physical_package_id, -1 when unknown
     core: int                        # core_id, -1 when unknown
     siblings: frozenset[int]         # thread_siblings_list (contains id itself)
+    cluster: int = field(default=-1, compare=False)       # cluster_id of a cluster larger than the core, else -1
+    cluster_cpus: frozenset[int] = field(default=frozenset(), compare=False)  # cluster_cpus_list (online)
 
 
 @dataclass(frozen=True)
@@ -254,6 +270,21 @@ class Topology:
         groups = {c.cpus for c in candidates if c.level == top}
         return tuple(sorted(groups, key=min))
 
+    def cluster_groups(self) -> tuple[frozenset[int], ...]:
+        """CPU sets of the clusters that hold more than one core (each CPU's ``cluster_cpus``), ordered
+        by lowest CPU.
+
+        () where the kernel describes no cluster larger than a core: before Linux 5.16, on arm64
+        firmware without a cluster level, and on x86, where the files are not read (a cluster is the
+        CPUs of one L2 there: see :meth:`llc_groups` and :attr:`caches`).
+        """
+        groups = set()
+        for cpu in self.cpus.values():
+            cluster = cpu.cluster_cpus
+            if cluster and not cluster <= cpu.siblings:
+                groups.add(cluster)
+        return tuple(sorted(groups, key=min))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable summary; CPU and node sets as canonical cpulists."""
         packages = self.package_cpus()
@@ -279,6 +310,7 @@ class Topology:
             "nodes": [node.to_dict() for node in self.nodes.values()],
             "caches": [cache.to_dict() for cache in self.caches],
             "llc_groups": [format_cpulist(g) for g in self.llc_groups()],
+            "cluster_groups": [format_cpulist(g) for g in self.cluster_groups()],
             "gpus": [g.to_dict() for g in self.gpus],
             "interleave_weights": None if self.interleave_weights is None else self.interleave_weights.to_dict(),
         }
@@ -351,6 +383,10 @@ class _Sets:
         text = self.reader.read(rel)
         if text is None:
             return None
+        return self.list_text(rel, text, what)
+
+    def list_text(self, rel: str, text: str, what: str = "cpulist") -> frozenset[int]:
+        """:meth:`list_file` of a text already read from ``rel``."""
         found = self._lists.get(text)
         if found is None:
             found = self._lists[text] = _parse_list_text(self.reader, rel, text, what)
@@ -593,11 +629,15 @@ def _made(cls: type[_T], fields: dict[str, Any]) -> _T:
 
 
 _CORE_FILES = ("topology/thread_siblings_list", "topology/core_id")
+#: What a core whose cluster is not known yet reads (one CPU per cluster; the id of a cluster larger than its
+#: core is read alone).
+_CLUSTER_FILES = (*_CORE_FILES, "topology/cluster_cpus_list")
 _CACHE_FILES = ("shared_cpu_list", "size")
 
 
 def _discover_cpu_details(
-    reader: FsReader, sets: _Sets, online_cpus: frozenset[int], node_of: Mapping[int, int]
+    reader: FsReader, sets: _Sets, online_cpus: frozenset[int], node_of: Mapping[int, int], *,
+    clusters: bool = True,
 ) -> tuple[dict[int, Cpu], tuple[Cache, ...]]:
     """Per-CPU topology and the distinct caches, reading each instance once.
 
@@ -608,6 +648,8 @@ def _discover_cpu_details(
     shared set (the kernel builds the sharing per index), so those CPUs'
     ``indexK`` directories are skipped; siblings of one core have the same cache
     indexes, so a CPU whose sibling's indexes all cover it is not even listed.
+    With ``clusters``, the cluster files are read, like the package's, for one CPU
+    of each cluster, and not at all once one CPU has none (kernels before 5.16).
 
     ``level`` and ``type`` of ``indexK`` are read once per package and list of
     cache indexes: the kernel numbers a CPU's caches in a fixed order (CPUID
@@ -624,6 +666,9 @@ def _discover_cpu_details(
     layouts: dict[tuple[int, tuple[int, ...]], dict[int, tuple[int, str, bool]]] = {}
     instance_of: dict[tuple[int, str], dict[int, frozenset[int]]] = {}
     caches: set[Cache] = set()
+    cluster_of: dict[int, tuple[int, frozenset[int]]] = {}
+    no_cluster: tuple[int, frozenset[int]] = (-1, frozenset())
+    # clusters: False (the files are not read) on x86 and once a CPU has none (before Linux 5.16)
 
     for cid in sorted(online_cpus):
         base = f"{_CPU_DIR}/cpu{cid}"
@@ -636,13 +681,36 @@ def _discover_cpu_details(
             for k, seen in covered.items():
                 if cid in seen and k < 64:
                     skip |= 1 << k
-            indexes = reader.prefetch_numbered(base, _CORE_FILES, "cache", "index", _CACHE_FILES, skip)
+            new_cluster = clusters and cid not in cluster_of
+            indexes = reader.prefetch_numbered(base, _CLUSTER_FILES if new_cluster else _CORE_FILES, "cache",
+                                               "index", _CACHE_FILES, skip)
             topo = f"{base}/topology"
-            siblings = sets.list_file(f"{topo}/thread_siblings_list")
+            siblings_text = reader.read(f"{topo}/thread_siblings_list")
+            siblings = None if siblings_text is None else sets.list_text(f"{topo}/thread_siblings_list",
+                                                                         siblings_text)
             if siblings is None:
                 siblings = sets.first(topo, "thread_siblings", "core_cpus_list", "core_cpus")
             siblings = frozenset({cid}) if siblings is None else (siblings & online_cpus) | {cid}
             core = _read_int(reader, f"{topo}/core_id")
+            if new_cluster:
+                # A cluster that is the core itself (a PPTT without a cluster level) is known from its text
+                # alone; the id of a larger one is read (not with the core's files: one more file per core).
+                text = reader.read(f"{topo}/cluster_cpus_list")
+                in_cluster: frozenset[int] | None
+                if text is not None and text == siblings_text:
+                    in_cluster = siblings
+                elif text is not None:
+                    in_cluster = sets.list_text(f"{topo}/cluster_cpus_list", text)
+                else:
+                    in_cluster = sets.mask_file(f"{topo}/cluster_cpus")
+                if in_cluster is None:
+                    clusters = False
+                else:
+                    in_cluster = (in_cluster & online_cpus) | siblings
+                    number = -1 if in_cluster == siblings else _read_int(reader, f"{topo}/cluster_id")
+                    cluster = (-1 if number is None else number, in_cluster)
+                    for cpu in in_cluster:
+                        cluster_of.setdefault(cpu, cluster)
             package = package_of.get(cid)
             if package is None:
                 members = sets.first(topo, "core_siblings_list", "core_siblings",
@@ -654,8 +722,9 @@ def _discover_cpu_details(
             info = (package, -1 if core is None else core, siblings)
             for sib in siblings:
                 known.setdefault(sib, info)
+        cluster = cluster_of.get(cid, no_cluster)
         cpus[cid] = _made(Cpu, {"id": cid, "node": node_of.get(cid), "package": info[0], "core": info[1],
-                                "siblings": info[2]})
+                                "siblings": info[2], "cluster": cluster[0], "cluster_cpus": cluster[1]})
 
         listed = None
         for sib in info[2]:
@@ -890,16 +959,64 @@ def _discover_allowed(
 
 _MODEL_KEYS = ("model name", "Processor", "cpu model", "cpu")
 
+#: arm64 cores by ``/proc/cpuinfo``'s (``CPU implementer``, ``CPU part``): the one table of them. One part
+#: is the core of several chips, named in brackets.
+ARM_CPU_PARTS: Mapping[tuple[int, int], str] = {
+    (0x41, 0xD0C): "ARM Neoverse N1 (AWS Graviton2, Ampere Altra)",
+    (0x41, 0xD40): "ARM Neoverse V1 (AWS Graviton3)",
+    (0x41, 0xD49): "ARM Neoverse N2",
+    (0x41, 0xD4F): "ARM Neoverse V2 (NVIDIA Grace, AWS Graviton4)",
+    (0x41, 0xD84): "ARM Neoverse V3",
+    (0x48, 0xD01): "HiSilicon Kunpeng 920",
+    (0xC0, 0xAC3): "Ampere AmpereOne (Ampere-1)",
+    (0xC0, 0xAC4): "Ampere AmpereOne (Ampere-1a)",
+}
 
-def _model_name(reader: FsReader) -> str | None:
-    """The first CPU's model: ``model name`` (x86, ia64, newer 32-bit ARM), else
-    ``Processor`` (old ARM), ``cpu model`` (MIPS) or ``cpu`` (POWER, SPARC); arm64
-    kernels print none."""
-    text = reader.read("proc/cpuinfo", limit=8192)  # the first CPU's block
-    if text is None:
+
+def arm_cpu_name(implementer: int, part: int) -> str:
+    """The name of an arm64 core from its cpuinfo ids (:data:`ARM_CPU_PARTS`); a part not in the table is
+    ``ARM implementer 0x41 part 0xd0b``."""
+    return ARM_CPU_PARTS.get((implementer, part)) or f"ARM implementer 0x{implementer:02x} part 0x{part:03x}"
+
+
+def _cpuinfo_hex(text: str | None) -> int | None:
+    """A cpuinfo id such as ``0x41``; None when absent or not one."""
+    if not text or not text.startswith(("0x", "0X")):
         return None
-    found = key_values(text, first_block=True)
-    return next((found[k] for k in _MODEL_KEYS if found.get(k)), None)
+    digits = text[2:]
+    if not digits or len(digits) > 8 or not all(c in "0123456789abcdefABCDEF" for c in digits):
+        return None
+    return int(digits, 16)
+
+
+def _cpuinfo(reader: FsReader) -> dict[str, str] | None:
+    """The first CPU's block of ``proc/cpuinfo`` as key -> value; None without the file."""
+    text = reader.read("proc/cpuinfo", limit=8192)  # the first CPU's block
+    return None if text is None else key_values(text, first_block=True)
+
+
+def _is_x86(cpuinfo: Mapping[str, str] | None) -> bool:
+    return cpuinfo is not None and "vendor_id" in cpuinfo and "cpu family" in cpuinfo
+
+
+def _model_name(reader: FsReader, found: Mapping[str, str] | None) -> str | None:
+    """The first CPU's model from its cpuinfo block ``found``: ``model name`` (x86, ia64, newer 32-bit
+    ARM), else ``Processor`` (old ARM), ``cpu model`` (MIPS) or ``cpu`` (POWER, SPARC); arm64 kernels
+    print none of them, so there the core is named from ``CPU implementer`` and ``CPU part``
+    (:func:`arm_cpu_name`)."""
+    if found is None:
+        return None
+    named = next((found[k] for k in _MODEL_KEYS if found.get(k)), None)
+    if named is not None:
+        return named
+    implementer = _cpuinfo_hex(found.get("CPU implementer"))
+    part = _cpuinfo_hex(found.get("CPU part"))
+    if implementer is None or part is None:
+        if "CPU implementer" in found or "CPU part" in found:
+            log.warning("proc/cpuinfo under %s: CPU implementer %r / CPU part %r are not hex ids; the CPU "
+                        "model is unknown", reader.origin, found.get("CPU implementer"), found.get("CPU part"))
+        return None
+    return arm_cpu_name(implementer, part)
 
 
 # -- entry points --------------------------------------------------------------
@@ -936,8 +1053,11 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
             f"no online CPU found under {reader.origin!r}: {_CPU_DIR}/online, the cpuN "
             f"directories and the nodes' CPU lists are all missing or empty")
     node_of = {cpu: node.id for node in nodes.values() for cpu in node.cpus}
+    cpuinfo = _cpuinfo(reader)
     try:
-        cpus, caches = _discover_cpu_details(reader, sets, online_cpus, node_of)
+        # x86 kernels make a core's cluster the CPUs of its L2, which the caches hold: the cluster files (one
+        # more file per core there, some 9% of discovery at 512 CPUs) are read on other machines only.
+        cpus, caches = _discover_cpu_details(reader, sets, online_cpus, node_of, clusters=not _is_x86(cpuinfo))
     finally:
         reader.forget()
     allowed_cpus, allowed_nodes, source = _discover_allowed(
@@ -956,7 +1076,7 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
         possible_nodes=possible_nodes,
         allowed_nodes=allowed_nodes,
         caches=caches,
-        model_name=_model_name(reader),
+        model_name=_model_name(reader, cpuinfo),
         cppc_highest_perf=_read_int(reader, f"{_CPU_DIR}/cpu0/acpi_cppc/highest_perf"),
         gpus=gpus,
         allowed_source=source,

@@ -1,10 +1,12 @@
 """The machine as a tree of objects, as hwloc builds it: text like ``lstopo``'s and hwloc's XML.
 
-Objects nest by CPU sets: the machine, packages, caches (L3 down to L1i), cores, PUs, and a Group
-wherever a NUMA node's CPUs are not those of one object (sub-NUMA clustering). Each NUMA node is
-a memory child of the highest object with exactly its CPUs; a node without CPUs (CXL, HBM, GPU
-memory) hangs from the machine in a Group of its own, as hwloc does. PCI devices hang from their
-node's object (the machine when the firmware gives them no node). Pure: the caller discovers.
+Objects nest by CPU sets: the machine, packages, caches (L3 down to L1i), the kernel's clusters of
+cores (``cluster_cpus_list``, where one holds more than a core and is not another object's CPUs:
+hwloc's ``Group0(Cluster)``), cores, PUs, and a Group wherever a NUMA node's CPUs are not those of
+one object (sub-NUMA clustering). Each NUMA node is a memory child of the highest object with
+exactly its CPUs; a node without CPUs (CXL, HBM, GPU memory) hangs from the machine in a Group of
+its own, as hwloc does. PCI devices hang from their node's object (the machine when the firmware
+gives them no node). Pure: the caller discovers.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from ..topology import Cache, Topology
 __all__ = ["Obj", "build_tree", "hwloc_bitmap", "hwloc_xml", "tree_text", "size_text"]
 
 #: Nesting order of objects with the same CPUs (the machine outermost, PUs innermost).
-_RANK = {"Machine": 0, "Package": 1, "Group": 2, "Cache": 3, "Core": 30, "PU": 31}
+_RANK = {"Machine": 0, "Package": 1, "Group": 2, "Cluster": 2, "Cache": 3, "Core": 30, "PU": 31}
 
 
 class Obj:
-    """One object of the tree (``kind``: Machine, Package, Group, Cache, Core, PU)."""
+    """One object of the tree (``kind``: Machine, Package, Group, Cluster, Cache, Core, PU)."""
 
     __slots__ = ("kind", "os_index", "cpus", "cache", "children", "memory", "io")
 
@@ -77,6 +79,10 @@ def build_tree(topo: Topology, pci: Iterable[PciDevice] = ()) -> Obj:
     for cpu in sorted(topo.online_cpus):
         objs.append(Obj("PU", cpu, frozenset({cpu})))
     existing = {o.cpus for o in objs} | {machine.cpus}
+    for cluster in topo.cluster_groups():
+        if cluster not in existing:
+            objs.append(Obj("Cluster", topo.cpus[min(cluster)].cluster, cluster))
+            existing.add(cluster)
     for nid, node in sorted(topo.nodes.items()):
         if node.cpus and node.cpus not in existing:
             objs.append(Obj("Group", None, frozenset(node.cpus)))
@@ -128,6 +134,8 @@ def _label(obj: Obj) -> str:
         return "Core" if obj.os_index is None else f"Core {obj.os_index}"
     if obj.kind == "Package":
         return f"Package {obj.os_index}"
+    if obj.kind == "Cluster":
+        return "Cluster" if obj.os_index is None or obj.os_index < 0 else f"Cluster {obj.os_index}"
     if obj.kind == "Group":
         return "Group" if obj.cpus else "Group (no CPUs)"
     return obj.kind
@@ -216,7 +224,12 @@ def hwloc_xml(topo: Topology, root: Obj) -> str:
                      ("cache_associativity", 0), ("cache_type", _CACHE_TYPE.get(c.type, 0))]
         elif kind == "Group":
             extra = [("kind", 1001), ("subkind", 0)]
-        os_index = obj.os_index if obj.kind in ("Machine", "Package", "Core", "PU") else None
+        elif kind == "Cluster":      # as hwloc's Linux backend makes it: a Group numbered by cluster_id
+            kind = "Group"
+            extra = [("subtype", "Cluster"), ("kind", 222), ("subkind", 0)]
+        os_index = obj.os_index if obj.kind in ("Machine", "Package", "Cluster", "Core", "PU") else None
+        if os_index is not None and os_index < 0:
+            os_index = None
         out.append(f"{pad}<object {attrs(kind, os_index, obj.cpus, nodeset(obj), extra)}>")
         if obj.kind == "Package" and topo.model_name:
             out.append(f'{pad}  <info name="CPUModel" value={quoteattr(topo.model_name)}/>')
