@@ -1190,7 +1190,9 @@ def test_bound_environ_is_the_environment_with_the_marker_numabind_stat_reads():
     from numabind.bind import BOUND_ENV, bound_environ
 
     report = numabind.bind_current(Plan(cpus=frozenset(os.sched_getaffinity(0))))
-    marker = f"{os.getpid()}|{report.requested.to_text()}|{report.applied.to_text()}"
+    from numabind._proc import start_time
+
+    marker = f"{os.getpid()}:{start_time(os.getpid())}|{report.requested.to_text()}|{report.applied.to_text()}"
     assert bound_environ(report) == {**os.environ, BOUND_ENV: marker}
     assert BOUND_ENV not in os.environ
     assert bound_environ(report, {"PATH": "/bin"}) == {"PATH": "/bin", BOUND_ENV: marker}

@@ -404,7 +404,7 @@ def test_the_numactl_wrapper_refuses_a_mark_that_is_not_plan_text(mark, tmp_path
     assert not ran.exists()
 
 
-def test_the_numactl_wrapper_marks_the_command_with_its_own_pid():
+def test_the_numactl_wrapper_marks_the_command_with_its_own_pid_and_start_time():
     import shutil
 
     from numabind.backends.numactl import WRAPPER
@@ -413,9 +413,10 @@ def test_the_numactl_wrapper_marks_the_command_with_its_own_pid():
     if numactl is None:
         pytest.skip("numactl is not installed (Debian package numactl): the wrapper cannot run")
     text = f"v1;cpus={min(os.sched_getaffinity(0))};mem=-;migrate=0"
-    code = "import os; print(os.getpid(), os.environ['_NUMABIND_BOUND'])"
+    code = ("import os; print(os.getpid(), os.environ['_NUMABIND_BOUND'], "
+            "open('/proc/self/stat').read().rpartition(')')[2].split()[19])")
     cp = subprocess.run([WRAPPER, f"--numactl={numactl}", f"--mark={text}", "--", sys.executable, "-c", code],
                         capture_output=True, text=True, env=child_env(_NUMABIND_BOUND="1|inherited|x"), timeout=60)
     assert cp.returncode == 0, cp.stderr
-    pid, marker = cp.stdout.split()
-    assert marker == f"{pid}|{text}|numactl"
+    pid, marker, start = cp.stdout.split()
+    assert marker == f"{pid}:{start}|{text}|numactl"     # the shell's start time, which exec kept

@@ -402,12 +402,19 @@ BOUND_ENV = "_NUMABIND_BOUND"
 
 def bound_environ(report: BindReport, environ: "Any" = None) -> dict[str, str]:
     """The environment to exec a command with after binding this process: ``environ`` (default
-    ``os.environ``) plus ``_NUMABIND_BOUND=<pid>|<requested plan>|<applied plan>``, so that
-    ``numabind stat`` (:func:`numabind.locality`) recognises the process as bound by numabind. It reads
-    ``/proc/PID/environ`` (the environment of the exec) and trusts the variable only when the pid is that
-    process's own: exec keeps the pid, while a child, which inherits the variable, has another."""
+    ``os.environ``) plus ``_NUMABIND_BOUND=<pid>:<start time>|<requested plan>|<applied plan>``, so
+    that ``numabind stat`` (:func:`numabind.locality`) recognises the process as bound by numabind. It
+    reads ``/proc/PID/environ`` (the environment of the exec) and trusts the variable only when the pid
+    and the start time (field 22 of ``/proc/PID/stat``, in clock ticks) are that process's own: exec
+    keeps both, while a child, which inherits the variable, has another pid, and a process that later
+    gets the same pid another start time. The start time is this process's, read once here (0 when
+    ``/proc`` cannot be read: such a marker is never trusted)."""
     env = environ_copy() if environ is None else dict(environ)
-    env[BOUND_ENV] = f"{os.getpid()}|{report.requested.to_text()}|{report.applied.to_text()}"
+    # /proc/self/stat as numabind._proc.start_time reads it; _proc is not imported on numabind run's path
+    stat = live.reader().read("proc/self/stat") or ""
+    fields = stat[stat.rfind(")") + 2:].split()
+    start = fields[19] if len(fields) > 19 and fields[19].isdigit() else "0"
+    env[BOUND_ENV] = f"{os.getpid()}:{start}|{report.requested.to_text()}|{report.applied.to_text()}"
     return env
 
 

@@ -5,6 +5,14 @@ groups ``N``, ``N-M`` and ``N-M:used/group`` ("in each block of *group* ids,
 take the first *used*"), plus the shorthand ``N-M:step`` for ``N-M:1/step``.
 Masks are the kernel's hex form: 32-bit words, most significant first,
 separated by commas (``Cpus_allowed: 00000000,0000000f``).
+
+Parsing is bounded, whatever the text (it may come from another user's
+process): a text longer than :data:`MAX_LIST_TEXT` characters, an id above
+:data:`MAX_ID`, or a list naming more than :data:`MAX_LISTED` ids counting
+repeats is a :class:`~numabind.errors.PlanError` before anything is expanded.
+The Python work is linear in the text (a ``N-M:used/group`` group is expanded
+arithmetically, by ``range`` objects, never one block at a time in Python),
+and the ids built are at most :data:`MAX_LISTED`.
 """
 
 TYPE_CHECKING = False   # annotations only: collections.abc stays off the import path
@@ -15,6 +23,8 @@ from .errors import PlanError
 
 __all__ = [
     "MAX_ID",
+    "MAX_LISTED",
+    "MAX_LIST_TEXT",
     "parse_cpulist",
     "format_cpulist",
     "parse_mask",
@@ -26,6 +36,32 @@ __all__ = [
 #: MAX_NUMNODES at most 1024; the cap stops a typo such as ``0-4000000000``
 #: from building a set of billions of ids.
 MAX_ID = 65535
+#: Most ids one list may name, counting repeats (``0-3,2-5`` names 8): every id once is
+#: ``MAX_ID + 1``; the headroom lets a hand-written list overlap. Also the most groups a list has.
+MAX_LISTED = 4 * (MAX_ID + 1)
+#: Longest cpulist, nodelist or mask text parsed: every id up to MAX_ID written one by one
+#: (``0,1,2,...,65535``) is about 382 000 characters; a mask of MAX_ID bits about 18 000.
+MAX_LIST_TEXT = 1 << 20
+
+
+def _shown(text: str) -> str:
+    """``text`` as an error message quotes it: its repr, cut at 200 characters."""
+    return repr(text) if len(text) <= 200 else f"{text[:200]!r}... ({len(text)} characters)"
+
+
+def _check_length(text: str, what: str) -> None:
+    if len(text) > MAX_LIST_TEXT:
+        raise PlanError(
+            f"{what} {_shown(text)} is longer than numabind's cap of {MAX_LIST_TEXT} characters (every id up "
+            f"to {MAX_ID} written out one by one is shorter); check where the text came from"
+        )
+
+
+def _group_count(lo: int, hi: int, used: int, size: int) -> int:
+    """How many ids ``lo-hi:used/size`` names, by arithmetic (``lo <= hi``, ``0 < used <= size``)."""
+    full, rest = divmod(hi - lo + 1, size)
+    return full * used + min(rest, used)
+
 
 def _ascii_digits(text: str) -> bool:
     return bool(text) and text.isascii() and text.isdigit()
@@ -83,7 +119,7 @@ def _check_id(digits: str, text: str, what: str) -> int:
         return int(significant)
     shown = digits if len(digits) <= 20 else f"{digits[:20]}... ({len(digits)} digits)"
     raise PlanError(
-        f"{what} {text[:200]!r}: number {shown} is larger than numabind's cap of {MAX_ID} "
+        f"{what} {_shown(text)}: number {shown} is larger than numabind's cap of {MAX_ID} "
         f"(no kernel has that many CPUs or nodes); check the list for a typo"
     )
 
@@ -99,7 +135,8 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
     frozenset()
     """
     if not isinstance(text, str):
-        raise PlanError(f"{what} must be a string, got {type(text).__name__}: {text!r}")
+        raise PlanError(f"{what} must be a string, got {type(text).__name__}: {text!r}"[:300])
+    _check_length(text, what)
     body = text.strip()
     if not body:
         return frozenset()
@@ -108,8 +145,12 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
         lo, hi = _short_id(first), _short_id(last)
         if lo is not None and hi is not None and lo <= hi:
             return frozenset(range(lo, hi + 1))           # one plain range: what most sysfs lists hold
+    groups = body.split(",")
+    listed = len(groups)          # each group names at least one id; a range adds the rest of its ids
+    if listed > MAX_LISTED:
+        raise PlanError(_too_many(text, what, listed))
     out: set[int] = set()
-    for group in body.split(","):
+    for group in groups:
         single = _short_id(group)
         if single is not None:
             out.add(single)                               # one id: the rest of the grammar is not needed
@@ -117,7 +158,7 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
         m = _match_group(group)
         if m is None:
             raise PlanError(
-                f"{what} {text!r}: cannot parse {group!r}; expected N, N-M or N-M:used/group "
+                f"{what} {_shown(text)}: cannot parse {group[:40]!r}; expected N, N-M or N-M:used/group "
                 f"separated by commas (e.g. '0-3,8')"
             )
         lo = _check_id(m[0], text, what)
@@ -126,22 +167,39 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
             continue
         hi = _check_id(m[1], text, what)
         if hi < lo:
-            raise PlanError(f"{what} {text!r}: range {group!r} ends before it starts")
+            raise PlanError(f"{what} {_shown(text)}: range {group!r} ends before it starts")
         if m[2] is None:
-            out.update(range(lo, hi + 1))
-            continue
-        if m[3] is None:
+            used = size = 1
+        elif m[3] is None:
             used, size = 1, _check_id(m[2], text, what)
         else:
             used, size = _check_id(m[2], text, what), _check_id(m[3], text, what)
         if size == 0 or used == 0 or used > size:
             raise PlanError(
-                f"{what} {text!r}: in {group!r} the group size must be > 0 and "
+                f"{what} {_shown(text)}: in {group!r} the group size must be > 0 and "
                 f"0 < used <= group size"
             )
-        for start in range(lo, hi + 1, size):
-            out.update(range(start, min(start + used, hi + 1)))
+        listed += _group_count(lo, hi, used, size) - 1
+        if listed > MAX_LISTED:                           # before anything of the group is built
+            raise PlanError(_too_many(text, what, listed))
+        if used == size:
+            out.update(range(lo, hi + 1))
+        elif used == 1:
+            out.update(range(lo, hi + 1, size))
+        else:
+            # every block's run of `used` ids as a range object, all made and consumed in C (map, chain):
+            # no Python step per block, so the work is the ids themselves, which the cap above bounds.
+            # Imported here: itertools is not loaded on numabind run's path, and strides are rare.
+            from itertools import chain, repeat
+
+            stops = map(min, range(lo + used, hi + 1 + used, size), repeat(hi + 1))
+            out.update(chain.from_iterable(map(range, range(lo, hi + 1, size), stops)))
     return frozenset(out)
+
+
+def _too_many(text: str, what: str, listed: int) -> str:
+    return (f"{what} {_shown(text)} names at least {listed} ids counting repeats, more than numabind's cap of "
+            f"{MAX_LISTED} (there are {MAX_ID + 1} possible ids); write each id once, as ranges")
 
 
 def _checked_ids(ids: "Iterable[int]") -> set[int]:
@@ -191,16 +249,16 @@ def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
     [0, 1, 2, 3]
     """
     if not isinstance(text, str):
-        raise PlanError(f"{what} must be a string, got {type(text).__name__}: {text!r}")
+        raise PlanError(f"{what} must be a string, got {type(text).__name__}: {text!r}"[:300])
+    _check_length(text, what)
     body = text.strip()
     if not body:
         return frozenset()
     if not _is_mask(body):
         bad = next((w for w in body.split(",") if not (0 < len(w) <= 8 and w.isascii()
                     and all(c in "0123456789abcdefABCDEF" for c in w))), body)
-        shown = text if len(text) <= 200 else text[:200] + "..."
         raise PlanError(
-            f"{what} {shown!r}: {bad[:40]!r} is not a hex word of at most 8 digits "
+            f"{what} {_shown(text)}: {bad[:40]!r} is not a hex word of at most 8 digits "
             f"(expected e.g. '00000000,0000000f')"
         )
     words = body.split(",")
@@ -213,7 +271,7 @@ def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
             continue
         base = 32 * (nwords - 1 - k)
         if base + word.bit_length() - 1 > MAX_ID:
-            raise PlanError(f"{what} {text[:200]!r}: sets a bit above numabind's cap of {MAX_ID}")
+            raise PlanError(f"{what} {_shown(text)}: sets a bit above numabind's cap of {MAX_ID}")
         while word:
             low = word & -word
             out.append(base + low.bit_length() - 1)

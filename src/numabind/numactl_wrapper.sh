@@ -8,8 +8,8 @@
 #
 # --numactl names the binary the numactl backend checked (it always passes it);
 # without it, numactl is looked up on PATH. --mark (numabind's plan text,
-# v1;cpus=...;mem=...) sets _NUMABIND_BOUND=<pid>|PLAN|numactl in the command's
-# environment, so numabind stat knows numabind bound it (exec keeps the pid;
+# v1;cpus=...;mem=...) sets _NUMABIND_BOUND=<pid>:<start time>|PLAN|numactl in the
+# command's environment, so numabind stat knows numabind bound it (exec keeps the pid and start time;
 # "numactl": what numactl applied is not known here). The value is checked
 # against the plan text's few characters and only ever assigned, never evaluated.
 set -eu
@@ -74,7 +74,15 @@ done
 [ $# -gt 0 ] || fail "no command given after '--'"
 set -f
 if [ -n "$mark" ]; then
-    _NUMABIND_BOUND="$$|$mark|numactl"
+    # this shell's start time (field 22 of /proc/$$/stat, after the ") " that ends its name): exec keeps
+    # it with the pid, so numabind stat can tell the command from a later process given the same pid
+    start=0
+    field22() { [ $# -ge 20 ] && shift 19 && start=$1; }
+    if read -r stat < "/proc/$$/stat"; then
+        field22 ${stat##*) } || :
+    fi
+    case "$start" in ""|*[!0-9]*) start=0 ;; esac
+    _NUMABIND_BOUND="$$:$start|$mark|numactl"
     export _NUMABIND_BOUND
 fi
 # shellcheck disable=SC2086  # opts holds checked words only, split on purpose

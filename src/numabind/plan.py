@@ -14,7 +14,7 @@ request fit, and why the others do not: :meth:`Plan.validate`, the placement str
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
 from ._base import Value
-from .cpulist import MAX_ID, format_cpulist, parse_cpulist
+from .cpulist import MAX_ID, MAX_LIST_TEXT, MAX_LISTED, format_cpulist, parse_cpulist
 from .errors import PlanError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,44 +125,113 @@ def _as_ids(value: "Any", what: str) -> frozenset[int] | None:
     """``value`` (a cpulist string, an int, or an iterable of ints) as a frozenset of ids.
 
     Bytes are refused, not iterated: ``b"1"`` would otherwise be the id 49. So
-    are floats and bools, alone or inside an iterable.
+    are floats and bools, alone or inside an iterable. Nothing larger than the caps is
+    built: a ``range`` is checked by its bounds (``range(10**10)`` is refused at once),
+    any other iterable that is not already a collection is consumed only until an id
+    above :data:`~numabind.cpulist.MAX_ID` or more than
+    :data:`~numabind.cpulist.MAX_LISTED` items are seen.
     """
     if value is None:
         return None
     if isinstance(value, str):
         return parse_cpulist(value, what=what)
     if isinstance(value, (bytes, bytearray, memoryview)):
-        raise PlanError(f"{what} must be a cpulist string or an iterable of ints, got bytes {bytes(value)[:100]!r}; "
+        raise PlanError(f"{what} must be a cpulist string or an iterable of ints, got bytes {bytes(value[:100])!r}; "
                         f"decode it first (e.g. {what}=value.decode())")
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value,)
+    if isinstance(value, range):
+        if value:     # the bounds by arithmetic: bool() and indexing never build (nor overflow on) a huge range
+            low, high = min(value[0], value[-1]), max(value[0], value[-1])
+            if low < 0:
+                raise PlanError(f"{what} must hold non-negative ints, got {low} (in {value!r})")
+            if high > MAX_ID:
+                raise PlanError(_above_cap(what, high))
+    elif isinstance(value, (set, frozenset, list, tuple)):
+        if len(value) > MAX_LISTED:
+            raise PlanError(_too_many(what, len(value)))
+    else:
+        value = _consume(value, what)
     try:
         ids: frozenset[int] = frozenset(value)
     except TypeError:
         raise PlanError(f"{what} must be a cpulist string or an iterable of ints, got "
-                        f"{type(value).__name__}: {value!r}") from None
-    for i in ids:
-        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
-            raise PlanError(f"{what} must hold non-negative ints, got {type(i).__name__}: {i!r}")
-        if i > MAX_ID:
-            raise PlanError(f"{what}: id {i} is larger than numabind's cap of {MAX_ID} (no kernel has that many "
-                            f"CPUs or nodes)")
+                        f"{type(value).__name__}: {value!r}"[:300]) from None
+    if ids and (set(map(type, ids)) != {int} or min(ids) < 0 or max(ids) > MAX_ID):
+        for i in ids:     # not plain ids in range: the loop finds which (an int subclass other than bool passes)
+            _check_item(i, what)
     return ids
 
 
+def _check_item(i: object, what: str) -> None:
+    if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+        raise PlanError(f"{what} must hold non-negative ints, got {type(i).__name__}: {i!r}"[:300])
+    if i > MAX_ID:
+        raise PlanError(_above_cap(what, i))
+
+
+def _above_cap(what: str, i: int) -> str:
+    return f"{what}: id {i} is larger than numabind's cap of {MAX_ID} (no kernel has that many CPUs or nodes)"
+
+
+def _too_many(what: str, n: int) -> str:
+    return (f"{what}: {n} or more ids (counting repeats) is more than numabind's cap of {MAX_LISTED} "
+            f"(there are {MAX_ID + 1} possible ids); give each id once")
+
+
+def _consume(value: "Any", what: str) -> list[int]:
+    """The items of an iterator or other iterable, each checked as it comes, stopping at the first
+    that is not an id or when more than MAX_LISTED have come (a generator may never end)."""
+    try:
+        items = iter(value)
+    except TypeError:
+        raise PlanError(f"{what} must be a cpulist string or an iterable of ints, got "
+                        f"{type(value).__name__}: {value!r}"[:300]) from None
+    out: list[int] = []
+    for i in items:
+        _check_item(i, what)
+        out.append(i)
+        if len(out) > MAX_LISTED:
+            raise PlanError(_too_many(what, len(out)))
+    return out
+
+
+def _small_int(digits: str, cap: int) -> int | None:
+    """ASCII ``digits`` as an int when not above ``cap`` (leading zeros allowed), else None: the length is
+    checked before ``int()``, so thousands of digits cost nothing."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(cap)):
+        return None
+    value = int(significant)
+    return value if value <= cap else None
+
+
 def parse_weights(text: str, what: str = "weights") -> dict[int, int]:
-    """``"0:3,1:1"`` (node:weight pairs) as ``{0: 3, 1: 1}``; anything else is a :class:`PlanError`."""
+    """``"0:3,1:1"`` (node:weight pairs) as ``{0: 3, 1: 1}``; anything else is a :class:`PlanError`.
+
+    Bounded like a cpulist: at most :data:`~numabind.cpulist.MAX_LIST_TEXT` characters, node ids up to
+    :data:`~numabind.cpulist.MAX_ID`, weights up to :data:`MAX_WEIGHT` (checked before ``int()``).
+    """
     if not isinstance(text, str):
         raise PlanError(f"{what} must be a string like '0:3,1:1', got {type(text).__name__}")
+    if len(text) > MAX_LIST_TEXT:
+        raise PlanError(f"{what} {text[:200]!r}... is longer than numabind's cap of {MAX_LIST_TEXT} characters "
+                        f"(one NODE:WEIGHT pair per node); check where it came from")
     out: dict[int, int] = {}
     for item in text.split(","):
         node, colon, weight = item.strip().partition(":")
         if not (colon and node.isascii() and node.isdigit() and weight.isascii() and weight.isdigit()):
-            raise PlanError(f"{what} {text[:200]!r}: {item.strip()!r} is not NODE:WEIGHT; write e.g. '0:3,1:1'")
-        n = int(node)
+            raise PlanError(f"{what} {text[:200]!r}: {item.strip()[:40]!r} is not NODE:WEIGHT; write e.g. '0:3,1:1'")
+        n = _small_int(node, MAX_ID)
+        if n is None:
+            raise PlanError(f"{what} {text[:200]!r}: node {node[:20]!r} is larger than numabind's cap of {MAX_ID}")
+        w = _small_int(weight, MAX_WEIGHT)
+        if w is None:
+            raise PlanError(f"{what} {text[:200]!r}: node {n} has weight {weight[:20]}; the kernel takes whole "
+                            f"numbers from {MIN_WEIGHT} to {MAX_WEIGHT}")
         if n in out:
             raise PlanError(f"{what} {text[:200]!r}: node {n} is given twice")
-        out[n] = int(weight)
+        out[n] = w
     return out
 
 
@@ -596,13 +665,13 @@ def _resolve_ids(value: str, flag: str, topology: "Topology | LiveMachine | None
         ids = parse_cpulist(value, what=flag)
         if relative:
             universe = sorted(universe_of(_need(topology, flag)))
-            beyond = [i for i in ids if i >= len(universe)]
-            if beyond:
+            if ids and max(ids) >= len(universe):      # set operations in C: the work is not one step per id
+                beyond = ids - frozenset(range(len(universe)))
                 raise PlanError(
-                    f"{flag}: relative ids {format_cpulist(beyond)} exceed the {len(universe)} allowed entries "
-                    f"({format_cpulist(universe)})"
+                    f"{flag}: relative ids {min(beyond)}" + (f" and {len(beyond) - 1} more" if len(beyond) > 1 else "")
+                    + f" exceed the {len(universe)} allowed entries ({format_cpulist(universe)})"
                 )
-            ids = frozenset(universe[i] for i in ids)
+            ids = frozenset(map(universe.__getitem__, ids))
     if negate:
         ids = universe_of(_need(topology, flag)) - ids
     if not ids:

@@ -14,13 +14,23 @@ at ``/``), for any process this one may inspect:
   only), so :attr:`Locality.mem_policy` is read for this process's calling thread alone;
 * whether numabind bound it (:attr:`Locality.bound`, whose ``source`` says which of these it was read
   from): a process started by ``numabind run`` or :func:`numabind.wrap_command` carries
-  ``_NUMABIND_BOUND=<pid>|<requested plan>|<applied plan>`` in the environment it was exec'd with
-  (``/proc/PID/environ``), trusted only when the pid is its own (not a parent's); through the numactl
+  ``_NUMABIND_BOUND=<pid>:<start time>|<requested plan>|<applied plan>`` in the environment it was
+  exec'd with (``/proc/PID/environ``), trusted only when both the pid and the start time (field 22 of
+  ``/proc/PID/stat``, clock ticks since boot) are its own: exec keeps both, while a child that
+  inherits the variable has another pid, and a process that is later given the same pid (pid reuse)
+  another start time; a marker naming another pid or start time is ignored. Through the numactl
   wrapper the applied field is ``numactl`` (numactl applies the plan after the marker is set, so what
   it applied is not known there). A process bound at birth in-process (``configure_subprocess``,
   ``bound``, ``pool_plans``) knows it itself (:func:`numabind.birth_report`) and leaves a runtime
-  record that other processes of its user read (:mod:`numabind.records`). The exec marker wins over
-  a record.
+  record that other processes of its user read (:mod:`numabind.records`). A trusted exec marker wins
+  over a record.
+
+  A marker of an older numabind, ``<pid>|<requested>|<applied>`` without a start time, is read but
+  not trusted: the pid alone cannot tell the process numabind started from one given its pid later.
+  It is reported as ``BoundBy(source=SOURCE_UNVERIFIED)`` (:attr:`BoundBy.verified` False; ``numabind
+  stat`` says "unverified", never "bound by numabind"), and only when no runtime record says more.
+  Everything read there is bounded: the environment at :data:`numabind._proc.ENVIRON_MAX` bytes, each
+  plan text at 64 KiB, and its parsing linear in its length (:mod:`numabind.cpulist`).
 
 Nothing here raises because of the process: one that does not exist, exits while being read, or
 may not be read (another user's: ``numa_maps`` needs ptrace access), and a kernel without
@@ -43,7 +53,8 @@ from .errors import NumabindError
 from ._proc import NodePages
 from .plan import Plan
 
-__all__ = ["BoundBy", "Locality", "ThreadPlacement", "locality"]
+__all__ = ["BoundBy", "Locality", "SOURCE_EXEC", "SOURCE_NUMACTL", "SOURCE_UNVERIFIED", "ThreadPlacement",
+           "locality"]
 
 _BOUND_ENV = "_NUMABIND_BOUND"     # numabind.bind.BOUND_ENV (not imported: bind pulls the backends in)
 _KINDS = ("anon", "file", "huge")
@@ -71,7 +82,9 @@ class BoundBy(Value):
     """How numabind bound a process: ``source`` says where this was read (the exec marker, the numactl
     wrapper's marker, this process's birth report or a runtime record), ``requested`` is the plan asked
     for and ``applied`` what the kernel held right after binding (None when not recorded: through
-    numactl, which applies the plan after the marker is set)."""
+    numactl, which applies the plan after the marker is set). ``verified`` is False for an older
+    numabind's exec marker without a start time (:data:`SOURCE_UNVERIFIED`): what it says may be
+    another process's, one that had the pid before."""
 
     __slots__ = ("source", "requested", "applied")
     source: str
@@ -81,6 +94,11 @@ class BoundBy(Value):
     def __init__(self, source: str, requested: Plan, applied: Plan | None = None) -> None:
         for k, v in (("source", source), ("requested", requested), ("applied", applied)):
             object.__setattr__(self, k, v)
+
+    @property
+    def verified(self) -> bool:
+        """False for an exec marker without a start time (an older numabind's): not known to be this process's."""
+        return self.source != SOURCE_UNVERIFIED
 
 
 class Locality(Value):
@@ -199,7 +217,8 @@ class Locality(Value):
         if self.mem_policy is not None:
             lines.append(f"  memory policy (calling thread): {self.mem_policy}")
         if self.bound is not None:
-            lines.append(f"  bound by numabind ({self.bound.source}): {self.bound.requested.describe()}")
+            said = "bound by numabind" if self.bound.verified else "unverified numabind marker"
+            lines.append(f"  {said} ({self.bound.source}): {self.bound.requested.describe()}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -214,7 +233,7 @@ class Locality(Value):
         bound = None
         if self.bound is not None:
             b = self.bound
-            bound = {"source": b.source, "requested": b.requested.to_text(),
+            bound = {"source": b.source, "requested": b.requested.to_text(), "verified": b.verified,
                      "applied": None if b.applied is None else b.applied.to_text()}
         return {
             "pid": self.pid, "name": self.name, "error": self.error, "page_size": self.page_size, "pages": pages,
@@ -299,7 +318,33 @@ class Locality(Value):
 SOURCE_EXEC = "numabind run / wrap_command (its environment at exec)"
 SOURCE_NUMACTL = ("numabind run / wrap_command through numactl (its environment at exec; applied by numactl, "
                   "not read back)")
+#: BoundBy.source of an exec marker without a start time (an older numabind's): read, not trusted.
+SOURCE_UNVERIFIED = ("exec marker without a start time, from an older numabind: unverified, the pid may "
+                     "have been reused")
 _NUMACTL_APPLIED = "numactl"      # the applied field of the numactl wrapper's marker
+
+
+def _from_marker(marker: str, pid: int, started: int) -> BoundBy | None:
+    """The binding an exec marker records for process ``pid`` started at ``started``; None when the marker
+    is another process's (a parent's, inherited; or one that had the pid before) or does not parse. A
+    marker without a start time gives an unverified BoundBy (see the module docstring)."""
+    owner, _, rest = marker.partition("|")
+    owner_pid, timed, start = owner.partition(":")
+    if owner_pid != str(pid):      # inherited from a parent that numabind bound: not this process's binding
+        return None
+    if timed and not (started and start == str(started)):     # the pid's earlier holder's (pid reuse)
+        return None
+    requested, _, applied = rest.partition("|")
+    try:
+        wanted = Plan.from_text(requested)
+        if not timed:
+            return BoundBy(SOURCE_UNVERIFIED, wanted,
+                           None if applied in ("", _NUMACTL_APPLIED) else Plan.from_text(applied))
+        if applied == _NUMACTL_APPLIED:
+            return BoundBy(SOURCE_NUMACTL, wanted, None)
+        return BoundBy(SOURCE_EXEC, wanted, Plan.from_text(applied) if applied else None)
+    except NumabindError:
+        return None
 
 
 def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
@@ -312,30 +357,26 @@ def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
         if birth is not None and birth.report is not None:
             return BoundBy(f"birth report ({birth.start_method})", birth.report.requested, birth.report.applied)
     marker = _proc.environ_value(pid, _BOUND_ENV)
+    unverified = None
     if marker:
-        owner, _, rest = marker.partition("|")
-        requested, _, applied = rest.partition("|")
-        if owner == str(pid):    # else inherited from a parent that numabind bound: not this process's binding
-            try:
-                if applied == _NUMACTL_APPLIED:
-                    return BoundBy(SOURCE_NUMACTL, Plan.from_text(requested), None)
-                return BoundBy(SOURCE_EXEC, Plan.from_text(requested), Plan.from_text(applied) if applied else None)
-            except NumabindError:
-                pass
+        found = _from_marker(marker, pid, started)
+        if found is not None and found.verified:
+            return found
+        unverified = found             # shown only when no runtime record says more
     from .records import read_record
 
     rec = read_record(pid, started)
     if rec is None:
-        return None
+        return unverified
     method, wanted, held = rec.get("start_method"), rec.get("requested"), rec.get("applied")
     if not isinstance(method, str) or not method.isidentifier() or not isinstance(wanted, str) or \
             not (held is None or isinstance(held, str)):
-        return None
+        return unverified
     try:
         return BoundBy(f"runtime record ({method})", Plan.from_text(wanted),
                        None if held is None else Plan.from_text(held))
     except NumabindError:
-        return None
+        return unverified
 
 
 def _own_policy() -> str | None:

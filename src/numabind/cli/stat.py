@@ -10,6 +10,12 @@ with where that was read in brackets (``source`` in JSON). A process that cannot
 be read (gone, exited while being read, another user's, no ``numa_maps`` in this kernel) says why on
 its first line (``error`` in JSON) and the others are still shown; the exit status is 0 when every
 process was read in full, 1 otherwise (2 for a usage error).
+
+What another process controls (its name, its threads' names, the plans in its marker) reaches the
+text output as ``ps`` shows it: every character a terminal could act on (C0 and C1 controls, DEL,
+format characters such as bidirectional overrides) and every byte that was not UTF-8 is a ``?``.
+JSON output holds the exact strings, escaped as JSON escapes them (ASCII only, so no control
+character reaches the terminal raw either).
 """
 
 from __future__ import annotations
@@ -26,6 +32,15 @@ from ..errors import NumabindError
 __all__ = ["add_parser", "cmd_stat"]
 
 _CLEAR = "\x1b[H\x1b[2J"       # cursor home, clear the screen: a refresh in place on a terminal
+
+
+def _printable(text: str) -> str:
+    """``text`` as ``ps`` shows another process's name: each non-printable character (C0 and C1 controls,
+    DEL, format characters such as U+202E, lone surrogates, unassigned code points) and each U+FFFD (a
+    byte that was not UTF-8, as numabind's readers decode it) as ``?``."""
+    if text.isprintable() and "\ufffd" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\ufffd" else "?" for c in text)
 
 
 def _pid(text: str) -> int:
@@ -106,7 +121,9 @@ def _block(loc: Any, nodes: list[int]) -> list[str]:
     head = f"pid {loc.pid} ({loc.name})" + (f": {loc.error}" if loc.error else "")
     if not loc.threads and loc.pages is None:
         return [head]
-    if loc.bound is not None:
+    if loc.bound is not None and not loc.bound.verified:
+        head += f"  unverified numabind marker: {loc.bound.requested.describe()} [{loc.bound.source}]"
+    elif loc.bound is not None:
         b = loc.bound
         head += f"  bound by numabind: {b.requested.describe()} [{b.source}]"
         if b.applied is not None and (b.applied.cpus != b.requested.cpus or
@@ -182,8 +199,14 @@ def _show(locs: list[Any], args: argparse.Namespace, refresh: bool) -> None:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             out.append(f"{_CLEAR if refresh else ''}numabind stat, every {args.watch:g} s: {stamp}")
         for loc in locs:
-            out += _block(loc, nodes)
-        sys.stdout.write("\n".join(out) + "\n")
+            out += [_printable(line) for line in _block(loc, nodes)]   # every line: names and plans are the process's
+        text = "\n".join(out) + "\n"
+        encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+        try:     # a character this terminal's encoding cannot show is a '?' too, not an error
+            text = text.encode(encoding, "replace").decode(encoding)
+        except LookupError:
+            pass
+        sys.stdout.write(text)
     sys.stdout.flush()
 
 
