@@ -97,6 +97,7 @@ def test_numactl_is_installed_here():
     assert NUMACTL is not None
 
 
+@kernel   # libnuma's numa_available() asks the kernel (get_mempolicy)
 def test_default_selection_is_libnuma_with_a_reason(fresh_backends):
     be, why = get_backend()
     assert be.name == "libnuma"

@@ -58,6 +58,10 @@ def get_policy(prefix: str = "sys") -> tuple[int, set[int]]:
 
 @pytest.fixture(autouse=True)
 def libnuma_loaded_and_policy_restored():
+    from tests.kernel import mempolicy_refusal
+
+    if mempolicy_refusal() is not None:
+        pytest.skip(mempolicy_refusal())
     err = ffi.new("char[]", 256)
     assert lib.nb_numa_load(b"libnuma.so.1", err, 256) == 0, ffi.string(err)
     mode = ffi.new("int *")

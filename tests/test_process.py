@@ -77,6 +77,10 @@ def _bound_state(s: dict, plan: numabind.Plan = PLAN) -> bool:
 @pytest.fixture(autouse=True)
 def _parent_stays_unbound():
     """Every test leaves the test process as it found it (and it starts unbound)."""
+    from tests.kernel import mempolicy_refusal
+
+    if mempolicy_refusal() is not None:
+        pytest.skip(mempolicy_refusal())
     before = proc_targets.state("before")
     originals = (multiprocessing.spawn.get_preparation_data, multiprocessing.util.spawnv_passfds)
     yield
