@@ -562,13 +562,52 @@ static int same_nodes(const unsigned long *got, const unsigned long *want, size_
     return 1;
 }
 
-static long bind_all(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_aff_fn geta,
-                     int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                     const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints)
+/* ---- one bind at a time in this process ---------------------------------- */
+/* Recursive: a signal handler that binds while its thread holds it must not deadlock. A forked child gets a
+ * fresh one (the thread holding it in the parent does not exist there). */
+static pthread_mutex_t bind_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static pthread_once_t bind_once = PTHREAD_ONCE_INIT;
+static int bind_gen;          /* times the lock was taken (under the lock) */
+
+static void bind_after_fork_child(void)
 {
-    if (!ints || (uintptr_t)ints % _Alignof(unsigned long) || words == 0 || cap == 0 || node_words == 0 ||
-        maxnode > 64 * node_words + 1 || cap > (size_t)1 << 24)
+    pthread_mutex_t fresh = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+    bind_lock = fresh;
+}
+
+static void bind_lock_init(void)
+{
+    pthread_atfork(NULL, NULL, bind_after_fork_child);
+}
+
+long nb_bind_hold(int *out)
+{
+    if (!out)
         return -EINVAL;
+    if (out[NB_BIND_HELD])
+        return 1;
+    pthread_once(&bind_once, bind_lock_init);
+    int r = pthread_mutex_lock(&bind_lock);
+    if (r)
+        return -(long)r;
+    int quiet = out[NB_BIND_GEN] == bind_gen;
+    out[NB_BIND_GEN] = ++bind_gen;
+    out[NB_BIND_HELD] = 1;
+    return quiet;
+}
+
+long nb_bind_release(int *out)
+{
+    if (!out || !out[NB_BIND_HELD])
+        return 0;
+    out[NB_BIND_HELD] = 0;
+    return -(long)pthread_mutex_unlock(&bind_lock);
+}
+
+static long bind_locked(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_aff_fn geta,
+                        int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words,
+                        int need_old, const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints)
+{
     int *tids = ints + NB_BIND_HEADER, *status = tids + cap;
     unsigned long *masks = (unsigned long *)(ints + ((NB_BIND_HEADER + 2 * cap + 1) & ~(size_t)1));
     unsigned long *old_mask = masks, *now_mask = masks + node_words;
@@ -580,13 +619,8 @@ static long bind_all(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_af
         n = nb_task_list(me, tids, cap);
         if (n < 0 || (size_t)n > cap)
             return n;
-        if (n == 0 || tids[0] != me) {          /* the caller not listed (never seen): put it first */
-            if ((size_t)n == cap)
-                return n + 1;
-            memmove(tids + 1, tids, (size_t)n * sizeof(int));
-            tids[0] = me;
-            n++;
-        }
+        if (n == 0 || tids[0] != me)            /* not this process's threads (another PID namespace's /proc) */
+            return NB_CALLER_NOT_LISTED;
     }
     int *errs = ints + NB_BIND_ERRS;
     ints[NB_BIND_TID] = me;
@@ -604,7 +638,7 @@ static long bind_all(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_af
         errs[2] = (int)getp(ints + NB_BIND_NOW_MODE, now_mask, maxnode, NULL, 0);
         mem_ok = errs[2] == 0;
     }
-    long done = affinity_many(seta, geta, tids, (size_t)n, cpumask, words, flags & ~NB_ONLY_CALLER,
+    long done = affinity_many(seta, geta, tids, (size_t)n, cpumask, words, flags & ~(NB_ONLY_CALLER | NB_KEEP_LOCK),
                               before, after, status);
     if (done < 0)
         return done;
@@ -623,6 +657,25 @@ static long bind_all(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_af
                           : status[0] == NB_UNCHANGED);
     ints[NB_BIND_CLEAN] = mem_ok && cpu_ok;
     return n;
+}
+
+static long bind_all(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_aff_fn geta,
+                     int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
+                     const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints)
+{
+    if (!ints || (uintptr_t)ints % _Alignof(unsigned long) || words == 0 || cap == 0 || node_words == 0 ||
+        maxnode > 64 * node_words + 1 || cap > (size_t)1 << 24)
+        return -EINVAL;
+    long r = nb_bind_hold(ints);
+    if (r < 0)
+        return r;
+    r = bind_locked(getp, setp, seta, geta, mode, nodemask, maxnode, node_words, need_old, cpumask, words, flags,
+                    cap, ints);
+    if (r < 0 || (size_t)r > cap)
+        nb_bind_release(ints);        /* nothing was done: nothing to hold */
+    else if (r == 1 && ints[NB_BIND_CLEAN] && !(flags & NB_KEEP_LOCK))
+        nb_bind_release(ints);        /* the caller alone, all done exactly: nothing to explain or undo */
+    return r;
 }
 
 long nb_sys_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,

@@ -106,8 +106,14 @@ long nb_numa_affinity_many(const int *tids, size_t n, const unsigned long *mask,
  * then cap statuses; then, from the first even index after those (NB_BIND_HEADER + 2 * cap, rounded up),
  * unsigned longs: the old node mask and the node mask now (node_words each), then cap `before` and cap
  * `after` CPU masks (words each).  cap is at most 2^24.
+ * The call takes the process's bind lock (nb_bind_hold with out) and returns holding it (NB_BIND_HELD 1)
+ * whenever it returns 0..cap (something may have been changed: the caller explains, rolls back, then calls
+ * nb_bind_release(out)), except after a clean bind of the calling thread alone without NB_KEEP_LOCK in flags:
+ * then nothing is left to explain or undo, and it releases the lock itself.
  * Returns the number of threads; more than cap: nothing was done, call again with a larger cap.
- * -errno when the threads cannot be listed (nothing was done) or an argument is invalid. */
+ * -errno when the threads cannot be listed (nothing was done) or an argument is invalid; NB_CALLER_NOT_LISTED
+ * (nothing was done) when the listing lacks the calling thread: /proc/self/task then shows another PID
+ * namespace's ids (a /proc mounted for another namespace), or nothing, and no thread of it can be trusted. */
 enum nb_bind_slot {
     NB_BIND_TID = 0,        /* the calling thread's id */
     NB_BIND_OLD_MODE = 1,   /* the three slots nb_*_swap_mempolicy fills: old mode, mode now, */
@@ -117,9 +123,21 @@ enum nb_bind_slot {
     NB_BIND_PROCESSED = 7,  /* threads the walk processed */
     NB_BIND_EXITED = 8,     /* threads other than the caller that exited during the walk */
     NB_BIND_CLEAN = 9,      /* 1: every step succeeded and read back exactly what was asked */
-    NB_BIND_HEADER = 10
+    NB_BIND_HELD = 10,      /* 1: this buffer holds the process's bind lock (nb_bind_hold, nb_bind_release) */
+    NB_BIND_GEN = 11,       /* which taking of the lock this buffer's was (see nb_bind_hold) */
+    NB_BIND_HEADER = 12
 };
-enum { NB_ONLY_CALLER = 8 };
+enum { NB_ONLY_CALLER = 8, NB_KEEP_LOCK = 16, NB_CALLER_NOT_LISTED = -300000 };
+/* The process's bind lock: one bind (and its rollback) at a time. Recursive (a signal handler may bind in a
+ * thread that holds it); a forked child starts with it free. `out` is a buffer of at least NB_BIND_HEADER ints
+ * (a nb_*_bind buffer, or one of its own) whose NB_BIND_HELD slot says whether it holds the lock: nb_bind_hold
+ * takes the lock unless the slot is set, then sets it, and NB_BIND_GEN to which taking of the lock this is;
+ * it returns 1 when the slot was set already, or when no other taking happened since the one NB_BIND_GEN named
+ * (a bind that released the lock and takes it again to undo its changes may undo its CPUs then: no other bind
+ * set them meanwhile), else 0; -errno on failure. nb_bind_release releases the lock only when the slot is set,
+ * and clears it (releasing twice is harmless); 0 or -errno. */
+long nb_bind_hold(int *out);
+long nb_bind_release(int *out);
 long nb_sys_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
                  const unsigned long *cpumask, size_t words, int flags, size_t cap, int *out);
 long nb_numa_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,

@@ -455,6 +455,9 @@ def _bind(prefix: str, mode: int, node_ids, cpu_ids, flags: int = 0, cap: int = 
     ints = ffi.new("int[]", at + 2 * (2 + 2 * cap * words))
     masks = ffi.cast("unsigned long *", ints + at)
     rc = fn(prefix, "bind")(mode, nodes, MAXNODE, 1, need_old, cpus, words, flags, cap, ints)
+    alone_and_done = rc == 1 and ints[lib.NB_BIND_CLEAN] == 1 and not flags & lib.NB_KEEP_LOCK
+    assert ints[lib.NB_BIND_HELD] == (0 <= rc <= cap and not alone_and_done)   # the bind lock: kept to undo
+    assert lib.nb_bind_release(ints) == 0 and ints[lib.NB_BIND_HELD] == 0
     n = max(0, min(rc, cap))
     return (rc, list(ints[0:head]), list(ints[head:head + n]), list(ints[head + cap:head + cap + n]),
             (bits(masks), bits(masks + 1)),
@@ -483,6 +486,32 @@ def test_bind_sets_the_policy_and_every_thread_and_reads_both_back(prefix):
                 assert os.sched_getaffinity(tid) == {CPU_B}
     finally:
         os.sched_setaffinity(0, before_me)
+
+
+def test_the_bind_lock_is_held_by_one_buffer_and_says_whether_another_took_it_since():
+    a, b = ffi.new("int[]", lib.NB_BIND_HEADER), ffi.new("int[]", lib.NB_BIND_HEADER)
+    assert lib.nb_bind_hold(a) in (0, 1) and a[lib.NB_BIND_HELD] == 1
+    assert lib.nb_bind_hold(a) == 1                       # held by this buffer already: nothing taken again
+    assert lib.nb_bind_release(a) == 0 and a[lib.NB_BIND_HELD] == 0
+    assert lib.nb_bind_release(a) == 0                    # twice: harmless
+    assert lib.nb_bind_hold(a) == 1 and lib.nb_bind_release(a) == 0   # nobody took it in between
+    assert lib.nb_bind_hold(b) in (0, 1) and lib.nb_bind_release(b) == 0
+    assert lib.nb_bind_hold(a) == 0 and lib.nb_bind_release(a) == 0   # b took it in between
+    got = []
+
+    def other():
+        got.append(lib.nb_bind_hold(b))      # waits for the main thread's hold
+        got.append(b[lib.NB_BIND_HELD])
+        got.append(lib.nb_bind_release(b))   # by the thread that holds it
+
+    assert lib.nb_bind_hold(a) == 1
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(0.2)
+    assert not got
+    assert lib.nb_bind_release(a) == 0
+    t.join(30)
+    assert got == [0, 1, 0]
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)

@@ -22,29 +22,34 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from . import _proc, live
 from ._base import getLogger
-from .backends import WALK_BOUND, WALK_DIFFERS, WALK_LEFT_ALONE, AffinityWalk
+from .backends import (WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_LEFT_ALONE, WALK_MATCHING, WALK_STOP_ON_ERROR,
+                       WEIGHTS_DIR, AffinityWalk)
 from .bind import _WALK_FLAGS, _plannable, _read_plan, _walk_all, _write_weights
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
 from .plan import format_weights, narrow_cpus, narrow_nodes
 
-__all__ = ["Transaction", "undo_walk"]
+__all__ = ["SETTLE_ROUNDS", "Transaction", "note_not_undone", "undo_call", "undo_walk"]
 
 log = getLogger("numabind.bind")   # its warnings are bind_current's
+
+#: How many times the thread list is read again after the walk, binding the threads that started meanwhile,
+#: before a list that still shows new threads is a failure (threads keep starting threads faster than binding).
+SETTLE_ROUNDS = 8
 
 
 class Transaction:
     """One bind_current call: what was changed (the undo log), the degradations, the report under way."""
 
     __slots__ = ("plan", "strict", "be", "warnings", "notes", "failures", "undo", "pages_migrated", "_limits",
-                 "mem_target", "cpu_target", "mem_now", "weights_now", "locality")
+                 "mem_target", "cpu_target", "mem_now", "weights_now", "locality", "cpus_taken")
 
     def __init__(self, plan: Plan, strict: Strictness, be: Backend) -> None:
         self.plan, self.strict, self.be = plan, strict, be
         self.warnings: list[str] = []
         self.notes: list[str] = []
         self.failures: list[NumabindError] = []    # every refusal that was degraded (strict="partial")
-        self.undo: list[Callable[[], None]] = []
+        self.undo: list[tuple[str, Callable[[], list[str] | None]]] = []   # (what it puts back, the step)
         self.pages_migrated: int | None = None
         self._limits: Limits | None = None
         self.mem_target: tuple[str, frozenset[int]] | None = None   # what was set, after the ladder
@@ -52,6 +57,7 @@ class Transaction:
         self.mem_now: tuple[str, frozenset[int]] | BindError | None = None   # read back right after the set
         self.weights_now: Any = None     # the system's interleave weights, once read
         self.locality: Any = None        # after migrate: where the pages are
+        self.cpus_taken = False          # another bind ran since the CPUs were set: they are its, not to undo
 
     def limits(self) -> Limits:
         """The live limits, read the first time a refusal or a difference needs explaining."""
@@ -67,7 +73,7 @@ class Transaction:
     def fail(self, exc: NumabindError) -> None:
         """In strict mode roll back and raise; otherwise the caller degrades."""
         if self.strict is True:
-            self.rollback()
+            note_not_undone(exc, self.rollback())
             raise exc
         self.failures.append(exc)
 
@@ -78,21 +84,27 @@ class Transaction:
             return
         if self.cpu_target is not None or self.mem_target is not None:
             return
-        self.rollback()
+        stayed = self.rollback()
         text = (f"nothing of the plan ({plan.describe()}) could be applied (strict='partial'): "
                 + "; ".join(self.warnings))
         refused = next((e for e in self.failures if isinstance(e, BindError)), None)
-        if refused is not None:
-            raise BindError(refused.errno, refused.syscall, text)
-        raise PlanError(text)
+        exc: NumabindError = BindError(refused.errno, refused.syscall, text) if refused is not None \
+            else PlanError(text)
+        note_not_undone(exc, stayed)
+        raise exc
 
-    def rollback(self) -> None:
-        for action in reversed(self.undo):
+    def rollback(self) -> list[str]:
+        """Undo every change, the last first; returns what could not be put back (each also a WARNING)."""
+        stayed: list[str] = []
+        undo, self.undo = self.undo, []
+        for what, action in reversed(undo):
             try:
-                action()
-            except BindError as e:  # a thread that exited meanwhile, typically
-                log.debug("rollback step failed: %s", e)
-        self.undo.clear()
+                stayed += action() or ()
+            except BindError as e:
+                stayed.append(f"{what} was not put back: {e}")
+        for text in stayed:
+            log.warning("rollback: %s", text)
+        return stayed
 
     # -- weighted interleave's system-wide weights ------------------------------
     def system_weights(self, again: bool = False) -> Any:
@@ -128,10 +140,13 @@ class Transaction:
             self.warn(f"{e}; the interleave weights stay {format_weights(old)}")
             return
         be, auto = self.be, system.auto
-        self.undo.append(lambda: _write_weights(be, old, change))
         if auto and system.auto_name:
+            # undone last (the undo log runs backwards): writing the old weights switches auto off again
             name = system.auto_name
-            self.undo.append(lambda: be.set_interleave_auto(name, True))
+            self.undo.append((f"the kernel's automatic interleave weights ({WEIGHTS_DIR}/{name} true)",
+                              lambda: be.set_interleave_auto(name, True)))
+        self.undo.append((f"the interleave weights {format_weights(old)}", lambda: _write_weights(be, old, change)))
+        if auto and system.auto_name:
             self.notes.append(f"writing the interleave weights switched the kernel's automatic weights off "
                               f"(/sys/kernel/mm/mempolicy/weighted_interleave/{name} is now false; write true "
                               f"there to get the weights from the firmware's bandwidth figures back)")
@@ -205,7 +220,8 @@ class Transaction:
         self.mem_target = (policy, nodes)
         if old is not None:
             be = self.be
-            self.undo.append(lambda: be.restore_mempolicy(old))
+            self.undo.append((f"the calling thread's memory policy {old.describe()}",
+                              lambda: be.restore_mempolicy(old)))
 
     def _memory_ladder(self, old: MemPolicyState | None, refused: BindError) -> None:
         """The plan's policy was refused: explain why, then try the weaker steps."""
@@ -265,25 +281,44 @@ class Transaction:
         else:
             self.mem_now = one.now()
         if one.walk is None:      # stopped before the walk: the memory ladder ran, now the CPUs
-            return self.apply_cpus(threads)
-        return self.apply_cpus(threads, one.walk)
+            walk = self.apply_cpus(threads)
+        else:
+            walk = self.apply_cpus(threads, one.walk)
+        return walk
+
+    def unlisted(self, err: BindError) -> None:
+        """The threads cannot be listed (``err``): strict raises (nothing was changed yet); otherwise only the
+        calling thread is bound, with a warning."""
+        self.fail(BindError(err.errno, err.syscall, f"{err.detail}; nothing was changed (threads='current' binds "
+                                                    f"the calling thread alone)"))
+        self.warn(f"{err}; only the calling thread was bound (threads started from it inherit its binding; the "
+                  f"others keep theirs)")
 
     def apply_cpus(self, threads: str, walk: AffinityWalk | None = None) -> AffinityWalk:
         """Set the plan's CPUs on the threads (``walk``: what :meth:`Backend.apply_all` did already)."""
         plan, be = self.plan, self.be
         cpus = plan.cpus
+        flags = _WALK_FLAGS[threads, self.strict is True]
         if walk is None:
             me = live.gettid()
-            tids = [me] if threads == "current" else live.thread_ids(me)
-            if not tids or tids[0] != me:   # /proc/self/task lists every thread; the caller first, always
-                tids = [me, *(t for t in tids if t != me)]
-            walk = be.affinity_many(tids, cpus, _WALK_FLAGS[threads, self.strict is True])
+            tids = [me]
+            if threads != "current":
+                try:
+                    tids = live.thread_ids(me)
+                except BindError as e:
+                    self.unlisted(e)
+                    threads = "current"
+            walk = be.affinity_many(tids, cpus, flags)
         if cpus is None:
             return walk
-        self.undo.append(lambda: undo_walk(be, walk))
+        held = [walk]   # the walk the undo step puts back: threads bound after the walk are added to it
+        self.undo.append(("the CPUs of the threads",
+                          lambda: [_TAKEN] if self.cpus_taken else undo_walk(be, held[0])))
         first = walk.status[0]
         if first < 0:
             return self._caller_refused(walk, BindError(-first, "sched_setaffinity", f"thread {walk.tids[0]}"))
+        if threads != "current" and walk.processed > 1 and min(walk.status[0:walk.processed]) >= 0:
+            walk = self._settle(walk, cpus, flags, held)
         got = walk.after(0)
         self.cpu_target = cpus
         if got != cpus:
@@ -302,6 +337,87 @@ class Transaction:
             self._other_threads(walk, statuses)
         return walk
 
+    def _settle(self, walk: AffinityWalk, cpus: frozenset[int], flags: int, held: list[AffinityWalk]) -> AffinityWalk:
+        """Bind the threads that started while the walk ran: an unbound thread may start threads until the walk
+        reaches it, and those inherit its old CPUs. The list is read again and every thread not seen yet is bound
+        (as the walk would: ``threads='matching'`` leaves alone one pinned elsewhere), up to
+        :data:`SETTLE_ROUNDS` times; a list that still shows new threads then is a failure. Returns the walk with
+        the threads it bound added (``held[0]`` too, for the undo log)."""
+        me = walk.tids[0]
+        seen = set(walk.tids[0:walk.processed])
+        merged: AffinityWalk | None = None
+        lists: tuple[list[int], list[int], list[frozenset[int]], list[frozenset[int]]] = ([], [], [], [])
+        caller_before, caller_after = walk.before(0), walk.after(0)
+        for rounds in range(SETTLE_ROUNDS + 1):
+            try:
+                listed = live.thread_ids(me)
+            except BindError as e:
+                self.fail(BindError(e.errno, e.syscall, f"{e.detail}, read again after the walk to find the "
+                                                        f"threads started meanwhile"))
+                self.warn(f"{e}; threads started during the bind may keep their old CPUs")
+                break
+            new = [t for t in listed if t not in seen]
+            if not new:
+                break
+            if rounds == SETTLE_ROUNDS:
+                shown = ", ".join(str(t) for t in new[:8]) + (f" and {len(new) - 8} more" if len(new) > 8 else "")
+                message = (f"threads kept starting threads during the bind: after {SETTLE_ROUNDS} more listings of "
+                           f"/proc/self/task, {len(new)} new thread(s) still appeared ({shown}); they and the "
+                           f"threads they start may keep their old CPUs")
+                self.fail(BindError(_errno.EAGAIN, "sched_setaffinity", message))
+                self.warn(message)
+                break
+            if merged is None:    # the walk's own arrays are fixed: a walk of lists that can grow
+                n = walk.processed
+                lists = (list(walk.tids[0:n]), list(walk.status[0:n]), [walk.before(i) for i in range(n)],
+                         [walk.after(i) for i in range(n)])
+                merged = AffinityWalk(*lists[0:2], n, *lists[2:4])
+                held[0] = merged
+            seen.update(new)
+            if not self._bind_new(merged, lists, new, cpus, flags, caller_before, caller_after):
+                break
+        return merged if merged is not None else walk
+
+    def _bind_new(self, walk: AffinityWalk, lists: tuple[list[int], list[int], list[frozenset[int]],
+                                                         list[frozenset[int]]],
+                  tids: list[int], cpus: frozenset[int], flags: int, caller_before: frozenset[int],
+                  caller_after: frozenset[int]) -> bool:
+        """Bind ``tids`` (threads the walk missed), each added to ``walk`` (whose tids, statuses, CPUs before and
+        after are ``lists``) before it is changed, so that the undo log covers it at once. False when a refusal
+        stops it (``WALK_STOP_ON_ERROR``)."""
+        be = self.be
+        tid_list, status, before, after = lists
+        for tid in tids:
+            try:
+                was = be.get_affinity(tid)
+            except BindError as e:
+                if e.errno == _errno.ESRCH:
+                    continue     # gone already: nothing to report
+                was, st = frozenset(), -(e.errno or _errno.EIO)
+            else:
+                st = WALK_BOUND
+                if flags & WALK_MATCHING and was != caller_before and was != cpus:
+                    st = WALK_LEFT_ALONE    # started by a thread pinned elsewhere
+            tid_list.append(tid)
+            status.append(st)
+            before.append(was)
+            after.append(was)
+            walk.processed += 1
+            if st == WALK_LEFT_ALONE:
+                continue
+            if st == WALK_BOUND:
+                try:
+                    be.set_affinity(tid, cpus)
+                    after[-1] = be.get_affinity(tid)
+                except BindError as e:
+                    st = WALK_EXITED if e.errno == _errno.ESRCH else -(e.errno or _errno.EIO)
+                else:
+                    st = WALK_BOUND if after[-1] == caller_after else WALK_DIFFERS
+                status[-1] = st
+            if st < 0 and flags & WALK_STOP_ON_ERROR:
+                return False
+        return True
+
     def _caller_refused(self, walk: AffinityWalk, err: BindError) -> AffinityWalk:
         """The calling thread's sched_setaffinity was refused (no other thread was touched)."""
         why = None
@@ -317,7 +433,10 @@ class Transaction:
             self.warn(f"{err}; CPU binding not applied")
         self.cpu_target = None
         self.undo.pop()
-        return _walk_all(self.be, walk.tids[0])   # what every thread keeps, for the report
+        try:
+            return _walk_all(self.be, walk.tids[0])   # what every thread keeps, for the report
+        except BindError:
+            return walk
 
     def _other_threads(self, walk: AffinityWalk, statuses: list[int]) -> None:
         """Refused threads, threads read back with other CPUs, and threads left out by 'matching'."""
@@ -357,7 +476,12 @@ class Transaction:
                 raise now
             policy, nodes = now if now is not None else self.be.get_mempolicy()
         except BindError as e:
-            if self.mem_target is not None:
+            target = self.mem_target
+            if target is not None:
+                # set, but unverifiable: strict cannot vouch for it (rolled back, raised); lenient warns
+                self.fail(BindError(e.errno, "get_mempolicy",
+                                    f"the memory policy {target[0]} {format_cpulist(target[1])} was set but "
+                                    f"cannot be read back to verify it ({e.detail or e})".replace("  ", " ")))
                 self.warn(f"cannot verify the memory policy: {e}")
             return _read_plan(cpus, None, None)
         plannable = _plannable(policy)
@@ -444,11 +568,64 @@ class Transaction:
 
 
 
-def undo_walk(be: Backend, walk: AffinityWalk) -> None:
-    """Put back the CPUs of every thread the walk changed (the calling thread last)."""
+_TAKEN = "the CPUs of the threads were not put back: another bind set them since (it keeps them)"
+
+
+def undo_walk(be: Backend, walk: AffinityWalk) -> list[str]:
+    """Put back the CPUs of every thread the walk changed (the calling thread last); returns what stayed (a
+    thread that exited meanwhile has nothing to put back)."""
+    stayed = []
     for i in range(walk.processed - 1, -1, -1):
         if walk.status[i] in (WALK_BOUND, WALK_DIFFERS):
             try:
                 be.set_affinity(walk.tids[i] if i else 0, walk.before(i))
-            except BindError as e:  # a thread that exited meanwhile, typically
-                log.debug("rollback of thread %d failed: %s", walk.tids[i], e)
+            except BindError as e:
+                if e.errno != _errno.ESRCH:
+                    stayed.append(f"thread {walk.tids[i]} keeps CPUs {format_cpulist(walk.after(i))} instead of "
+                                  f"{format_cpulist(walk.before(i))} ({e})")
+    return stayed
+
+
+def undo_call(be: Backend, call: BindCall, cpus: bool = True) -> list[str]:
+    """Undo what one :meth:`Backend.apply_all` did (its CPUs, unless ``cpus`` is False: another bind set them
+    since, then the memory policy); returns what stayed."""
+    stayed = []
+    walk = call.walk
+    if walk is not None:
+        stayed += undo_walk(be, walk) if cpus else [_TAKEN]
+    swap = call.swap()
+    if swap is not None and swap.old is not None and swap.set_error is None:
+        try:
+            be.restore_mempolicy(swap.old)
+        except BindError as e:
+            stayed.append(f"the calling thread's memory policy {swap.old.describe()} was not put back: {e}")
+    for text in stayed:
+        log.warning("rollback: %s", text)
+    return stayed
+
+
+def note_not_undone(exc: BaseException, stayed: list[str]) -> None:
+    """Say on ``exc`` what a rollback could not put back: ``exc.not_undone`` (a tuple of lines, also on 3.10)
+    and one note per line (``add_note``, Python 3.11+, shown under the traceback)."""
+    done = getattr(exc, "not_undone", ())
+    stayed = [text for text in dict.fromkeys(stayed) if text not in done]   # a step undone twice is said once
+    if not stayed:
+        return
+    try:
+        exc.not_undone = (*getattr(exc, "not_undone", ()), *stayed)   # type: ignore[attr-defined]
+    except AttributeError:    # an exception type with slots and no __dict__
+        pass
+    add = getattr(exc, "add_note", None)
+    for text in stayed:
+        line = f"rollback incomplete: {text}"
+        if add is not None:
+            add(line)
+        else:
+            notes = getattr(exc, "__notes__", None)
+            if isinstance(notes, list):
+                notes.append(line)
+            else:
+                try:
+                    exc.__notes__ = [line]   # type: ignore[attr-defined]
+                except AttributeError:
+                    pass

@@ -36,6 +36,7 @@ from .backends import (
     WALK_CHECK_FIRST,
     WALK_DIFFERS,
     WALK_EXITED,
+    WALK_KEEP_LOCK,
     WALK_LEFT_ALONE,
     WALK_MATCHING,
     WALK_ONLY_CALLER,
@@ -86,11 +87,27 @@ def _check_threads(threads: object) -> None:
         raise PlanError(f"threads={threads!r} is not one of {', '.join(THREAD_MODES)}")
 
 
+#: Caps of what :meth:`BindReport.from_dict` accepts (reports are read from files that children wrote): thread
+#: records, entries of a list of strings (warnings, notes), characters of a long string (a plan's text, a
+#: warning, a cpulist) and of a short one (a thread's name, a status, the backend's name).
+MAX_REPORT_THREADS = 1 << 16
+MAX_REPORT_LINES = 4096
+MAX_REPORT_TEXT = 1 << 16
+MAX_REPORT_NAME = 256
+
+
+def _capped(value: str, what: str, cap: int = MAX_REPORT_TEXT) -> str:
+    if len(value) > cap:
+        raise ValueError(f"{what} has {len(value)} characters, more than the cap of {cap}")
+    return value
+
+
 def _ids(value: object, what: str) -> frozenset[int] | None:
     if value is None:
         return None
     if not isinstance(value, str) or (value and not all(c in "0123456789,-" for c in value)):
         raise ValueError(f"{what} is not a cpulist string")
+    _capped(value, what)
     from .cpulist import parse_cpulist
 
     return parse_cpulist(value, what=what)
@@ -127,6 +144,9 @@ class ThreadResult(Value):
         if not isinstance(tid, int) or isinstance(tid, bool) or not isinstance(name, str) or \
                 not isinstance(status, str) or not isinstance(detail, str):
             raise ValueError("a thread record's tid, name, status or detail is malformed")
+        _capped(name, "a thread record's name", MAX_REPORT_NAME)
+        _capped(status, "a thread record's status", MAX_REPORT_NAME)
+        _capped(detail, "a thread record's detail")
         before = _ids(data.get("before"), "thread before")
         return cls(tid, name, before or frozenset(), _ids(data.get("after"), "thread after"), status, detail)
 
@@ -274,11 +294,16 @@ class BindReport(Value):
         for key in ("requested", "applied", "backend", "backend_reason"):
             if not isinstance(data.get(key), str):
                 raise ValueError(f"{key} is not a string")
+            _capped(data[key], key, MAX_REPORT_NAME if key == "backend" else MAX_REPORT_TEXT)
 
         def strings(key: str) -> tuple[str, ...]:
             value = data.get(key)
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"{key} is not a list of strings")
+            if len(value) > MAX_REPORT_LINES:
+                raise ValueError(f"{key} has {len(value)} entries, more than the cap of {MAX_REPORT_LINES}")
+            for v in value:
+                _capped(v, f"an entry of {key}")
             return tuple(value)
 
         def count(key: str) -> int | None:
@@ -290,6 +315,8 @@ class BindReport(Value):
         threads = data.get("threads", [])
         if not isinstance(threads, list):
             raise ValueError("threads is not a list")
+        if len(threads) > MAX_REPORT_THREADS:
+            raise ValueError(f"threads has {len(threads)} entries, more than the cap of {MAX_REPORT_THREADS}")
         locality = None
         if data.get("locality") is not None:
             from .residency import Locality
@@ -502,6 +529,19 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
       difference is a degradation. A kernel without weighted interleave steps
       down to plain interleave over the same nodes.
 
+    * Threads started while the walk runs (by a thread not bound yet) are found by listing the threads
+      again and bound too, up to ``SETTLE_ROUNDS`` listings; a list that never settles is a warning
+      (strict raises EAGAIN). Threads that cannot be listed (``getdents64`` refused, a ``/proc`` of another
+      PID namespace, whose list lacks the caller) are a :class:`BindError` under strict (nothing changed);
+      otherwise only the calling thread is bound, with a warning.
+    * A memory policy that was set but cannot be read back is a strict failure (rolled back, a
+      :class:`BindError` naming ``get_mempolicy``); otherwise a warning.
+    * Any exception that escapes (a strict failure, a signal handler's, a bug) leaves nothing of this call
+      in force, in every mode; what a rollback could not put back is a WARNING and is on the exception
+      (``exc.not_undone``, and notes on Python 3.11+).
+    * Binds in one process run one at a time (a process-wide lock, free again in a forked child): two
+      threads binding at once get one bind after the other, the later one's binding in force.
+
     Usable as a multiprocessing initializer:
     ``Pool(initializer=numabind.bind_current, initargs=(plan,))``.
     """
@@ -517,19 +557,42 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
         strict = strict_default(strict)
         be, why = get_backend(backend)
     weights = set_weights and bool(plan.weights)
-    one = None
-    if be.in_process_memory and not weights:
-        # the memory policy, the thread list and every thread's CPUs set and read back in one call
-        one = be.apply_all(plan.mem_policy, plan.mem_nodes or _NO_IDS, plan.cpus, _WALK_FLAGS[threads, strict is True],
-                           strict is True)
-        if one is not None and one.clean and not plan.migrate and plan.mem_policy != "weighted-interleave":
-            report = _clean_report(plan, be, why, threads, one)
-            if report is not None:
-                return report
-    from ._transaction import Transaction   # the slow path: explain, degrade or roll back
-
-    tx = Transaction(plan, strict, be)
+    one = tx = unlisted = None
+    pending = [None]    # what the one call did, recorded before it runs (see Backend.apply_all)
+    # one bind (and its rollback) at a time in this process: apply_all, or hold, takes the process's bind lock
     try:
+        if be.in_process_memory and not weights:
+            # the memory policy, the thread list and every thread's CPUs set and read back in one call
+            flags = _WALK_FLAGS[threads, strict is True]
+            try:
+                one = be.apply_all(plan.mem_policy, plan.mem_nodes or _NO_IDS, plan.cpus, flags, strict is True,
+                                   pending)
+            except BindError as e:   # the threads cannot be listed: nothing was changed
+                if strict is True:
+                    raise BindError(e.errno, e.syscall, f"{e.detail}; nothing was changed (threads='current' "
+                                                        f"binds the calling thread alone)") from None
+                unlisted = e
+                one = be.apply_all(plan.mem_policy, plan.mem_nodes or _NO_IDS, plan.cpus,
+                                   flags | WALK_ONLY_CALLER | WALK_KEEP_LOCK, False, pending)
+            if one is not None and not plan.migrate and plan.mem_policy != "weighted-interleave":
+                if one.released:      # the caller alone, bound exactly as asked: nothing to explain or undo
+                    report = _clean_report(plan, be, why, threads, one)
+                    if report is not None:
+                        pending[0] = None   # nothing to release (no signal is taken between this and the return)
+                        return report
+                elif one.clean and unlisted is None and (plan.cpus is None or _settled(one)):
+                    report = _clean_report(plan, be, why, threads, one)
+                    if report is not None:
+                        return report
+        from ._transaction import Transaction   # the slow path: explain, degrade or roll back
+
+        quiet = be.hold(pending)   # a no-op unless the one call released the lock (it was clean)
+        tx = Transaction(plan, strict, be)
+        if not quiet:
+            tx.cpus_taken = True
+        if unlisted is not None:
+            tx.unlisted(unlisted)
+            threads = "current"
         if weights:
             tx.apply_weights()
         if one is None:
@@ -540,24 +603,57 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
         applied = tx.read_back(walk)
         tx.check_partial()
         left = tx.migrate()      # last: nothing after it can fail and leave pages moved for a binding undone
-    except BaseException:
-        # strict failures have rolled back already; anything unexpected must not leave a half binding
-        tx.rollback()
+        if plan.mem_policy is not None and be.in_process_memory and walk.processed > 1:
+            others = walk.processed - 1 - list(walk.status[1:walk.processed]).count(WALK_EXITED)
+            if others:
+                tx.notes.append(
+                    f"the memory policy was set on the calling thread only; {others} other thread(s) keep "
+                    f"theirs and allocate from the local node of the CPUs they run on (use migrate=True to "
+                    f"move pages they already touched)")
+        report = BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why,
+                            warnings=tx.warnings, notes=tx.notes, pages_not_migrated=left,
+                            pages_migrated=tx.pages_migrated, locality=tx.locality, _walk=walk)
+        if log.isEnabledFor(INFO):
+            who = f"thread {walk.tids[0]} of pid {os.getpid()}" if threads == "current" else f"pid {os.getpid()}"
+            log.info("%s bound via %s: %s", who, be.name, applied.describe())
+        return report
+    except BaseException as exc:
+        # strict failures have rolled back already; anything else (a bug, a signal handler's exception
+        # raised the moment the native call returned) must not leave a half binding, in any mode
+        _roll_back(be, tx, exc, pending)
         raise
-    if plan.mem_policy is not None and be.in_process_memory and walk.processed > 1:
-        others = walk.processed - 1 - list(walk.status[1:walk.processed]).count(WALK_EXITED)
-        if others:
-            tx.notes.append(
-                f"the memory policy was set on the calling thread only; {others} other thread(s) keep "
-                f"theirs and allocate from the local node of the CPUs they run on (use migrate=True to move "
-                f"pages they already touched)")
-    report = BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why,
-                        warnings=tx.warnings, notes=tx.notes, pages_not_migrated=left,
-                        pages_migrated=tx.pages_migrated, locality=tx.locality, _walk=walk)
-    if log.isEnabledFor(INFO):
-        who = f"thread {walk.tids[0]} of pid {os.getpid()}" if threads == "current" else f"pid {os.getpid()}"
-        log.info("%s bound via %s: %s", who, be.name, applied.describe())
-    return report
+    finally:
+        if pending[0] is not None:
+            be.end_call(pending)    # the bind lock, held since apply_all or hold
+
+
+def _settled(one: BindCall) -> bool:
+    """Whether the thread list, read again after the one call's walk, holds no thread the walk missed (one
+    started meanwhile by a thread not bound yet, which inherits its old CPUs). A list that cannot be read
+    again is not settled: the slow path says why."""
+    walk = one.walk
+    if walk is None:
+        return True
+    try:
+        listed = live.thread_ids(walk.tids[0])
+    except BindError:
+        return False
+    return set(walk.tids[0:walk.processed]).issuperset(listed)
+
+
+def _roll_back(be: Backend, tx: "Any", exc: BaseException, pending: "list[Any]") -> None:
+    """Undo whatever this bind changed when ``exc`` escapes it: the transaction's undo log, and the one call's
+    changes not yet in it; what could not be put back is said on ``exc`` (and logged)."""
+    from ._transaction import note_not_undone, undo_call
+
+    stayed = tx.rollback() if tx is not None else []
+    call = be.pending_call(pending)
+    if call is not None:
+        # the lock again if the call let it go (a clean bind of the caller alone): whether another bind ran since
+        stayed += undo_call(be, call, cpus=be.hold(pending))
+    note_not_undone(exc, stayed)
+
+
 
 
 def bind_thread(plan: Plan, strict: Strictness | None = None, *, backend: str | None = None) -> "_ThreadBinding":

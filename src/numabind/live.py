@@ -15,13 +15,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
     from ._fs import FsReader
+    from .errors import BindError
 
 from ._base import Value
 from .cpulist import parse_cpulist
 from .plan import Limits
 
 __all__ = ["LiveMachine", "LiveNode", "cpu_mask_bits", "gettid", "interleave_weights", "limits", "machine",
-           "mems_allowed", "node_mask_bits", "reader", "thread_ids", "thread_name"]
+           "mems_allowed", "node_mask_bits", "reader", "thread_ids", "thread_name", "unlisted"]
 
 _reader: "FsReader | None" = None
 
@@ -145,7 +146,11 @@ _tid_buffer: "list[Any]" = []
 
 def thread_ids(first: int = 0) -> list[int]:
     """Thread ids of this process (threads may exit at any moment), the calling thread first: ``first`` is its
-    id (0: looked up here)."""
+    id (0: looked up here).
+
+    Raises :class:`~numabind.errors.BindError` when ``/proc/self/task`` cannot be listed (a seccomp filter on
+    ``getdents64``, no procfs) or lists ids without the caller's (a ``/proc`` of another PID namespace, or an
+    empty directory over it): then no id in it names a thread of this process."""
     first = first or gettid()
     native = _native()
     if native is not None:
@@ -157,15 +162,37 @@ def thread_ids(first: int = 0) -> list[int]:
             cap = len(buf)
             n = lib.nb_task_list(first, buf, cap)
             if n < 0:
-                raise OSError(-n, f"cannot list /proc/self/task: {os.strerror(-n)}")
+                raise unlisted(n, first)
             if n <= cap:
+                if n == 0 or buf[0] != first:
+                    raise unlisted(lib.NB_CALLER_NOT_LISTED, first)
                 return list(buf[0:n])
             _tid_buffer[0] = ffi.new("int[]", n + n // 2 + 16)
-    out = [int(t) for t in os.listdir("/proc/self/task") if t.isdigit()]
-    if first in out:
-        out.remove(first)
-        out.insert(0, first)
+    try:
+        out = [int(t) for t in os.listdir("/proc/self/task") if t.isdigit()]
+    except OSError as e:
+        import errno
+
+        raise unlisted(-(e.errno or errno.EIO), first) from None
+    if first not in out:
+        raise unlisted(None, first)
+    out.remove(first)
+    out.insert(0, first)
     return out
+
+
+def unlisted(code: int | None, me: int) -> "BindError":
+    """The error of a thread listing that failed: ``code`` is ``-errno``, or (None, or the native core's
+    ``NB_CALLER_NOT_LISTED``) a listing without the calling thread ``me``."""
+    import errno
+
+    from .errors import BindError
+
+    if code is None or code >= 0 or code < -4095:
+        return BindError(errno.ESRCH, "getdents64",
+                         f"/proc/self/task does not list the calling thread {me}: this /proc shows another PID "
+                         f"namespace's threads (or none), so no thread id in it can be trusted")
+    return BindError(-code, "getdents64", "cannot list /proc/self/task (the threads of this process)")
 
 
 def thread_name(tid: int) -> str:

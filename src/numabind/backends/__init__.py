@@ -59,6 +59,7 @@ __all__ = [
     "WALK_CHECK_FIRST",
     "WALK_DIFFERS",
     "WALK_EXITED",
+    "WALK_KEEP_LOCK",
     "WALK_LEFT_ALONE",
     "WALK_MATCHING",
     "WALK_NOT_TRIED",
@@ -98,6 +99,9 @@ WALK_BOUND, WALK_LEFT_ALONE, WALK_EXITED, WALK_UNCHANGED, WALK_NOT_TRIED, WALK_D
 # Flags of Backend.affinity_many (enum nb_affinity_flags); WALK_ONLY_CALLER (Backend.apply_all only): the
 # calling thread alone, no thread list.
 WALK_MATCHING, WALK_STOP_ON_ERROR, WALK_CHECK_FIRST, WALK_ONLY_CALLER = 1, 2, 4, 8
+#: Backend.apply_all only: return holding the bind lock even after a clean bind of the caller alone (which
+#: otherwise releases it at once: nothing is left to explain or undo).
+WALK_KEEP_LOCK = 16
 
 
 class MemPolicyState(Value):
@@ -227,6 +231,12 @@ class BindCall:
         raise NotImplementedError
 
     @property
+    def released(self) -> bool:
+        """True when the call let the bind lock go at once: it bound the caller alone exactly as asked (see
+        :meth:`Backend.apply_all`)."""
+        raise NotImplementedError
+
+    @property
     def exited(self) -> int:
         raise NotImplementedError
 
@@ -308,14 +318,57 @@ class Backend(ABC):
         return AffinityWalk(tids, status, n, before, after)
 
     def apply_all(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None, flags: int,
-                  need_old: bool) -> BindCall | None:
+                  need_old: bool, pending: "list[Any] | None" = None) -> BindCall | None:
         """One call for a whole bind: list the threads, :meth:`swap_mempolicy` (``policy`` None: only
         read it), then :meth:`affinity_many` over them (``flags`` with ``WALK_ONLY_CALLER``: the caller
         only). It stops before the walk when the policy is refused, or under ``need_old`` when the old one
         is unreadable; the caller goes on from there. None: this backend has no such call (the caller
         does the steps one by one); native backends make it one C call.
+
+        The call takes the process's bind lock (one bind at a time, see :meth:`hold`) and returns holding
+        it, unless it bound the caller alone exactly as asked (``clean``, one thread) without ``WALK_KEEP_LOCK``
+        in ``flags``; ``pending`` (a one-item list of the caller's) receives, just before the native call, what
+        the call will have done: an exception that arrives before it returns (a signal handler's, raised the
+        moment the native call returns) can still undo it (:meth:`pending_call`) and release the lock
+        (:meth:`end_call`).
         """
         return None
+
+    def pending_call(self, pending: "list[Any]") -> BindCall | None:
+        """The :class:`BindCall` that :meth:`apply_all` recorded in ``pending``, even one that never returned,
+        or None when it changed nothing."""
+        return None
+
+    def hold(self, pending: "list[Any]") -> bool:
+        """Take the process's bind lock (one bind, and its rollback, at a time: a rollback must never undo
+        another thread's bind), recorded in ``pending`` and released by :meth:`end_call`: for a bind that does
+        not go through :meth:`apply_all`, or again after an :meth:`apply_all` that released it. The native
+        core's lock when it is installed (every backend shares it, and a forked child starts with it free),
+        else a lock of this module. True unless another bind took the lock since the call in ``pending``
+        released it (the CPUs that call set may have been set again since: they are not its to undo)."""
+        try:
+            native = load_native()
+        except ImportError:
+            token = pending[0] = [0]
+            _serial.acquire()
+            token[0] = 1
+            return True
+        if pending[0] is not None and not isinstance(pending[0], list):
+            return native.lib.nb_bind_hold(pending[0][0]) == 1    # type: ignore[no-any-return]
+        ints = native.ffi.new("int[]", _HEADER)
+        pending[0] = (ints, 0, 0, 0, None, frozenset(), native.ffi)   # a call that changed nothing
+        native.lib.nb_bind_hold(ints)
+        return True
+
+    def end_call(self, pending: "list[Any]") -> None:
+        """Release the bind lock that :meth:`apply_all` or :meth:`hold` recorded in ``pending`` holds (once)."""
+        raw = pending[0]
+        if isinstance(raw, list):
+            if raw[0]:
+                raw[0] = 0
+                _serial.release()
+        elif raw is not None:
+            load_native().lib.nb_bind_release(raw[0])
 
     @abstractmethod
     def set_mempolicy(self, policy: str, nodes: frozenset[int]) -> None:
@@ -420,7 +473,7 @@ def load_native() -> "Any":
 
 
 # Slots of nb_*_bind's int header (csrc/numabind.h's enum nb_bind_slot).
-_NOW_MODE, _ERRS, _WALKED, _PROCESSED, _EXITED, _CLEAN, _HEADER = 2, 3, 6, 7, 8, 9, 10
+_NOW_MODE, _ERRS, _WALKED, _PROCESSED, _EXITED, _CLEAN, _HELD, _HEADER = 2, 3, 6, 7, 8, 9, 10, 12
 
 
 def _bind_masks_at(cap: int) -> int:
@@ -466,6 +519,10 @@ class _NativeBindCall(BindCall):
     @property
     def processed(self) -> int:
         return self._raw[0][_PROCESSED]   # type: ignore[no-any-return]
+
+    @property
+    def released(self) -> bool:
+        return not self._raw[0][_HELD]
 
     @property
     def exited(self) -> int:
@@ -528,6 +585,7 @@ class NativeBackend(Backend):
         self._fn = {n: getattr(self.lib, self.prefix + n) for n in (
             "set_mempolicy", "get_mempolicy", "migrate_pages", "affinity_many", "swap_mempolicy", "bind")}
         self._bind = self._fn["bind"]
+        self._release = self.lib.nb_bind_release
         self._cpu_masks: dict[frozenset[int], tuple[Any, int]] = {}
         self._node_masks: dict[frozenset[int], tuple[Any, int]] = {}
         self._cap = 8        # threads apply_all makes room for: the last count, with some slack
@@ -657,24 +715,40 @@ class NativeBackend(Backend):
         return args
 
     def apply_all(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None, flags: int,
-                  need_old: bool) -> BindCall:
+                  need_old: bool, pending: "list[Any] | None" = None) -> BindCall:
         mode, nmask, maxnode, nw, cmask, cw, size, per_thread = self._args.get((policy, nodes, cpus)) or \
             self._bind_args(policy, nodes, cpus)
         only_caller = flags & WALK_ONLY_CALLER
         cap = 1 if only_caller else self._cap
         while True:   # one buffer: header, tids, statuses, then the old and current nodes, CPUs before and after
             ints = self._new(self._int_array, size + cap * per_thread)
+            raw = (ints, cap, nw, cw, policy, nodes, self.ffi)
+            if pending is not None:   # recorded before the call: it can be undone even if it never returns here
+                pending[0] = raw
             n = self._bind(mode, nmask, maxnode, nw, need_old, cmask, cw, flags, cap, ints)
             if 0 <= n <= cap:
                 break
             if n < 0:
-                raise OSError(-n, f"cannot list /proc/self/task: {os.strerror(-n)}")
+                raise live.unlisted(n, live.gettid())
             cap = n + n // 2 + 8
         if not only_caller:
             self._cap = n + n // 2 + 8
         call = _new_call(_NativeBindCall)
-        _set_raw(call, (ints, cap, nw, cw, policy, nodes, self.ffi))
+        _set_raw(call, raw)
         return call
+
+    def pending_call(self, pending: "list[Any]") -> BindCall | None:
+        raw = pending[0]
+        if raw is None or not raw[0][0]:   # NB_BIND_TID unset: stopped before changing anything
+            return None
+        call = _new_call(_NativeBindCall)
+        _set_raw(call, raw)
+        return call
+
+    def end_call(self, pending: "list[Any]") -> None:
+        raw = pending[0]
+        if raw is not None and raw[0][_HELD]:
+            self._release(raw[0])
 
     def migrate_pages(self, pid: int, from_nodes: frozenset[int], to_nodes: frozenset[int]) -> int:
         old, bits = self._node_mask(from_nodes)
@@ -766,6 +840,16 @@ log = getLogger(__name__)
 
 BACKEND_NAMES = ("libnuma", "syscall", "numactl", "none")
 _lock = _thread.allocate_lock()   # _thread: threading stays off the import path of numabind run
+#: The bind lock where the native core (which has its own, shared by every backend) is not installed.
+_serial = _thread.RLock()
+
+
+def _fresh_serial() -> None:
+    global _serial
+    _serial = _thread.RLock()   # a forked child: the thread that held it does not exist there
+
+
+os.register_at_fork(after_in_child=_fresh_serial)
 _instances: dict[str, Backend] = {}
 _failures: dict[str, str] = {}
 _chosen: dict[str | None, tuple[Backend, str]] = {}   # get_backend's answers, until reset_backends
