@@ -27,6 +27,16 @@ def _declarations() -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
+def package_version() -> str:
+    """``__version__`` of src/numabind/__init__.py, compiled into the core (nb_version) so that the package
+    refuses a core built from another version."""
+    with open(os.path.join(HERE, "src", "numabind", "__init__.py")) as f:
+        found = re.search(r"^__version__\s*=\s*[\"']([^\"'\\]+)[\"']", f.read(), flags=re.M)
+    if not found:
+        raise RuntimeError("src/numabind/__init__.py has no __version__ = '...' line")
+    return found.group(1)
+
+
 ffibuilder = FFI()
 ffibuilder.cdef(_declarations())
 ffibuilder.set_source(
@@ -35,6 +45,7 @@ ffibuilder.set_source(
     sources=[os.path.relpath(os.path.join(CSRC, "numabind.c"), HERE)],
     include_dirs=[os.path.relpath(CSRC, HERE)],
     libraries=["dl"],
+    define_macros=[("NB_VERSION", '"%s"' % package_version())],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
 )
 

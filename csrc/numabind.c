@@ -14,6 +14,15 @@
 
 #include "numabind.h"
 
+#ifndef NB_VERSION
+#error "NB_VERSION (the package version, a C string) is not defined: build through build_ffi.py"
+#endif
+
+const char *nb_version(void)
+{
+    return NB_VERSION;
+}
+
 #define RET(expr) do { long r_ = (long)(expr); return r_ < 0 ? -(long)errno : r_; } while (0)
 
 /* ---- raw system calls ---------------------------------------------------- */
@@ -51,18 +60,11 @@ long nb_sys_sched_getaffinity(int tid, size_t size, unsigned long *mask)
     RET(syscall(SYS_sched_getaffinity, tid, size, mask));
 }
 
-long nb_gettid(void)
-{
-    return (long)syscall(SYS_gettid);
-}
-
 /* ---- libnuma via dlopen -------------------------------------------------- */
 struct nb_bitmask { unsigned long size; unsigned long *maskp; };  /* libnuma's struct bitmask */
 
 static void *numa_handle;
 static int (*p_numa_available)(void);
-static int (*p_numa_max_possible_node)(void);
-static int (*p_numa_num_possible_cpus)(void);
 static long (*p_set_mempolicy)(int, const unsigned long *, unsigned long);
 static long (*p_get_mempolicy)(int *, unsigned long *, unsigned long, void *, unsigned long);
 static long (*p_migrate_pages)(int, unsigned long, const unsigned long *, const unsigned long *);
@@ -82,8 +84,6 @@ int nb_numa_load(const char *soname, char *errbuf, size_t errlen)
 #define SYM(var, name) do { *(void **)(&var) = dlsym(h, name); \
         if (!var) { snprintf(errbuf, errlen, "%s lacks symbol %s", soname, name); dlclose(h); return -1; } } while (0)
     SYM(p_numa_available, "numa_available");
-    SYM(p_numa_max_possible_node, "numa_max_possible_node");
-    SYM(p_numa_num_possible_cpus, "numa_num_possible_cpus");
     SYM(p_set_mempolicy, "set_mempolicy");
     SYM(p_get_mempolicy, "get_mempolicy");
     SYM(p_migrate_pages, "migrate_pages");
@@ -95,10 +95,7 @@ int nb_numa_load(const char *soname, char *errbuf, size_t errlen)
     return 0;
 }
 
-int nb_numa_loaded(void) { return numa_handle != NULL; }
 int nb_numa_available(void) { return numa_handle ? p_numa_available() : -1; }
-int nb_numa_max_possible_node(void) { return numa_handle ? p_numa_max_possible_node() : -1; }
-int nb_numa_num_possible_cpus(void) { return numa_handle ? p_numa_num_possible_cpus() : -1; }
 
 #define NEED_NUMA() do { if (!numa_handle) return -ENOSYS; } while (0)
 
@@ -448,16 +445,18 @@ static long get_mask(nb_aff_fn get, int tid, size_t words, unsigned long *out)
     return r < 0 ? r : 0;
 }
 
-static long affinity_many(nb_aff_fn set, nb_aff_fn get, const int *tids, size_t n,
+/* Threads start..n-1 of the arrays (0 for a whole walk; more when threads found after it are added: then one
+ * whose CPUs are already mask's is not left alone by NB_MATCHING, it was started by a thread bound already). */
+static long affinity_many(nb_aff_fn set, nb_aff_fn get, const int *tids, size_t start, size_t n,
                           const unsigned long *mask, size_t words, int flags,
                           unsigned long *before, unsigned long *after, int *status)
 {
     if (words == 0 || (n && (!tids || !before || !after || !status)))
         return -EINVAL;
     size_t bytes = words * sizeof(unsigned long);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = start; i < n; i++)
         status[i] = NB_NOT_TRIED;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = start; i < n; i++) {
         unsigned long *b = before + i * words, *a = after + i * words;
         long r = get_mask(get, tids[i], words, b);
         if (r == -ESRCH) {
@@ -475,7 +474,8 @@ static long affinity_many(nb_aff_fn set, nb_aff_fn get, const int *tids, size_t 
             status[i] = NB_UNCHANGED;
             continue;
         }
-        if ((flags & NB_MATCHING) && i > 0 && memcmp(b, before, bytes) != 0) {
+        if ((flags & NB_MATCHING) && i > 0 && memcmp(b, before, bytes) != 0 &&
+            (start == 0 || memcmp(b, mask, bytes) != 0)) {
             memcpy(a, b, bytes);
             status[i] = NB_LEFT_ALONE;
             continue;
@@ -509,7 +509,7 @@ static long affinity_many(nb_aff_fn set, nb_aff_fn get, const int *tids, size_t 
 long nb_sys_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
                           unsigned long *before, unsigned long *after, int *status)
 {
-    return affinity_many(sys_set, sys_get, tids, n, mask, words, flags, before, after, status);
+    return affinity_many(sys_set, sys_get, tids, 0, n, mask, words, flags, before, after, status);
 }
 
 long nb_numa_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
@@ -517,7 +517,7 @@ long nb_numa_affinity_many(const int *tids, size_t n, const unsigned long *mask,
 {
     if (!numa_handle)
         return -ENOSYS;
-    return affinity_many(numa_set, numa_get, tids, n, mask, words, flags, before, after, status);
+    return affinity_many(numa_set, numa_get, tids, 0, n, mask, words, flags, before, after, status);
 }
 
 typedef long (*nb_getpol_fn)(int *, unsigned long *, unsigned long, void *, unsigned long);
@@ -604,6 +604,53 @@ long nb_bind_release(int *out)
     return -(long)pthread_mutex_unlock(&bind_lock);
 }
 
+/* Threads started while the walk ran, by a thread not bound yet (they inherit its old CPUs): list again into
+ * the room after the n threads walked, bind the ids not seen yet (appended), up to `rounds` times; sets
+ * NB_BIND_SETTLED and NB_BIND_UNSEEN (see numabind.h). Returns the threads walked in all. */
+static long settle(nb_aff_fn seta, nb_aff_fn geta, int me, size_t n, const unsigned long *cpumask, size_t words,
+                   int flags, int rounds, size_t cap, int *ints, unsigned long *before, unsigned long *after)
+{
+    int *tids = ints + NB_BIND_HEADER, *status = tids + cap;
+    for (int round = 0;; round++) {
+        size_t room = cap - n;
+        long m = nb_task_list(me, tids + n, room);
+        if (m < 0 || (size_t)m > room || m == 0 || tids[n] != me) {
+            ints[NB_BIND_SETTLED] = m < 0 ? (int)m : (size_t)m > room ? NB_NO_ROOM : NB_CALLER_NOT_LISTED;
+            return (long)n;
+        }
+        size_t k = 0, next = 0;   /* the ids not among the n seen, moved to tids[n..n+k) */
+        for (size_t i = 0; i < (size_t)m; i++) {
+            int t = tids[n + i];
+            if (next < n && tids[next] == t) {    /* listed in the same order as before: the usual case */
+                next++;
+                continue;
+            }
+            size_t s = 0;
+            while (s < n && tids[s] != t)
+                s++;
+            if (s < n)
+                next = s + 1;
+            else
+                tids[n + k++] = t;
+        }
+        if (k == 0) {
+            ints[NB_BIND_SETTLED] = 1;
+            return (long)n;
+        }
+        if (round >= rounds) {
+            ints[NB_BIND_SETTLED] = 0;
+            ints[NB_BIND_UNSEEN] = (int)k;
+            return (long)n;
+        }
+        long done = affinity_many(seta, geta, tids, n, n + k, cpumask, words, flags, before, after, status);
+        if (done < 0 || (size_t)done < n + k) {   /* stopped at a refusal (NB_STOP_ON_ERROR): the caller says so */
+            ints[NB_BIND_SETTLED] = 1;
+            return done < 0 ? (long)n : done;
+        }
+        n += k;
+    }
+}
+
 static long bind_locked(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_aff_fn geta,
                         int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words,
                         int need_old, const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints)
@@ -625,6 +672,8 @@ static long bind_locked(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb
     int *errs = ints + NB_BIND_ERRS;
     ints[NB_BIND_TID] = me;
     ints[NB_BIND_WALKED] = ints[NB_BIND_PROCESSED] = ints[NB_BIND_EXITED] = ints[NB_BIND_CLEAN] = 0;
+    ints[NB_BIND_SETTLED] = 1;
+    ints[NB_BIND_UNSEEN] = 0;
     int mem_ok;
     if (mode >= 0) {
         swap_mempolicy(getp, setp, mode, nodemask, maxnode, need_old, ints + NB_BIND_OLD_MODE, old_mask,
@@ -638,11 +687,17 @@ static long bind_locked(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb
         errs[2] = (int)getp(ints + NB_BIND_NOW_MODE, now_mask, maxnode, NULL, 0);
         mem_ok = errs[2] == 0;
     }
-    long done = affinity_many(seta, geta, tids, (size_t)n, cpumask, words, flags & ~(NB_ONLY_CALLER | NB_KEEP_LOCK),
-                              before, after, status);
+    int walk_flags = flags & (NB_MATCHING | NB_STOP_ON_ERROR | NB_CHECK_FIRST);
+    long done = affinity_many(seta, geta, tids, 0, (size_t)n, cpumask, words, walk_flags, before, after, status);
     if (done < 0)
         return done;
     ints[NB_BIND_WALKED] = 1;
+    int walked_all = done == n, refused = 0;
+    for (long i = 0; i < done; i++)
+        refused |= status[i] < 0;
+    if (cpumask && !(flags & NB_ONLY_CALLER) && walked_all && n > 1 && !refused)
+        done = n = settle(seta, geta, me, (size_t)n, cpumask, words, walk_flags, (flags >> NB_SETTLE_SHIFT) & 0xff,
+                          cap, ints, before, after);
     ints[NB_BIND_PROCESSED] = (int)done;
     int exited = 0, others_ok = 1;
     for (long i = 1; i < done; i++) {
@@ -652,7 +707,7 @@ static long bind_locked(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb
             others_ok = 0;
     }
     ints[NB_BIND_EXITED] = exited;
-    int cpu_ok = done == n && others_ok &&
+    int cpu_ok = walked_all && others_ok && ints[NB_BIND_SETTLED] == 1 &&
                  (cpumask ? status[0] == NB_BOUND && memcmp(after, cpumask, words * sizeof(unsigned long)) == 0
                           : status[0] == NB_UNCHANGED);
     ints[NB_BIND_CLEAN] = mem_ok && cpu_ok;

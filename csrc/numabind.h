@@ -9,6 +9,10 @@
 
 #include <stddef.h>
 
+/* The numabind version this core was compiled for (build_ffi.py passes the package's __version__ as
+ * NB_VERSION): Python refuses a core whose version differs from the package's (a stale build). */
+const char *nb_version(void);
+
 /* ---- raw system calls (the "syscall" backend) ---------------------------- */
 long nb_sys_set_mempolicy(int mode, const unsigned long *nodemask, unsigned long maxnode);
 long nb_sys_get_mempolicy(int *mode, unsigned long *nodemask, unsigned long maxnode,
@@ -19,7 +23,6 @@ long nb_sys_move_pages(int pid, unsigned long count, void **pages, const int *no
                        int *status, int flags);
 long nb_sys_sched_setaffinity(int tid, size_t size, const unsigned long *mask);
 long nb_sys_sched_getaffinity(int tid, size_t size, unsigned long *mask);
-long nb_gettid(void);
 
 /* ---- small files (numabind._fs: sysfs and procfs) ------------------------- */
 /* Reads the file at `path`, opened O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, into buf: at most cap bytes,
@@ -102,15 +105,21 @@ long nb_numa_affinity_many(const int *tids, size_t n, const unsigned long *mask,
  * nb_affinity_flags, plus NB_ONLY_CALLER: the calling thread alone, nothing listed).
  * mode < 0 sets no policy and only reads the current one into the "now" slots.  When the set is
  * refused, or need_old and the old policy is unreadable, it stops before the walk (NB_BIND_WALKED 0).
+ * After a walk that set a CPU mask on every listed thread (more than one, none refused), the threads are
+ * listed again into the room left in the buffer, and those not seen yet (started meanwhile by a thread not
+ * bound yet) are walked too and appended, up to R more times, R = (flags >> NB_SETTLE_SHIFT) & 0xff (0: list
+ * once more, bind nothing): NB_BIND_SETTLED says how that ended.
  * out[] holds everything, in one buffer aligned for unsigned long: the header below, then cap thread ids,
  * then cap statuses; then, from the first even index after those (NB_BIND_HEADER + 2 * cap, rounded up),
  * unsigned longs: the old node mask and the node mask now (node_words each), then cap `before` and cap
- * `after` CPU masks (words each).  cap is at most 2^24.
+ * `after` CPU masks (words each).  cap is at most 2^24; listing again needs room for every thread after
+ * the walked ones (cap >= 2 * threads), else NB_BIND_SETTLED is NB_NO_ROOM.
  * The call takes the process's bind lock (nb_bind_hold with out) and returns holding it (NB_BIND_HELD 1)
  * whenever it returns 0..cap (something may have been changed: the caller explains, rolls back, then calls
  * nb_bind_release(out)), except after a clean bind of the calling thread alone without NB_KEEP_LOCK in flags:
  * then nothing is left to explain or undo, and it releases the lock itself.
- * Returns the number of threads; more than cap: nothing was done, call again with a larger cap.
+ * Returns the number of threads (walked, the ones found after the walk included); more than cap: nothing was
+ * done, call again with a larger cap.
  * -errno when the threads cannot be listed (nothing was done) or an argument is invalid; NB_CALLER_NOT_LISTED
  * (nothing was done) when the listing lacks the calling thread: /proc/self/task then shows another PID
  * namespace's ids (a /proc mounted for another namespace), or nothing, and no thread of it can be trusted. */
@@ -120,14 +129,20 @@ enum nb_bind_slot {
     NB_BIND_NOW_MODE = 2,
     NB_BIND_ERRS = 3,       /* and the three steps' errors (3, 4, 5) */
     NB_BIND_WALKED = 6,     /* 1 when the walk ran */
-    NB_BIND_PROCESSED = 7,  /* threads the walk processed */
+    NB_BIND_PROCESSED = 7,  /* threads the walk processed (those found after it included) */
     NB_BIND_EXITED = 8,     /* threads other than the caller that exited during the walk */
-    NB_BIND_CLEAN = 9,      /* 1: every step succeeded and read back exactly what was asked */
+    NB_BIND_CLEAN = 9,      /* 1: every step succeeded and read back exactly what was asked, and it settled */
     NB_BIND_HELD = 10,      /* 1: this buffer holds the process's bind lock (nb_bind_hold, nb_bind_release) */
     NB_BIND_GEN = 11,       /* which taking of the lock this buffer's was (see nb_bind_hold) */
-    NB_BIND_HEADER = 12
+    NB_BIND_SETTLED = 12,   /* 1: no thread appeared after the walk that was not walked (or none was looked for);
+                             * 0: after R listings new threads still appeared: NB_BIND_UNSEEN of them, their ids
+                             * right after the NB_BIND_PROCESSED walked ones; NB_NO_ROOM: no room to list again
+                             * (nothing looked for); -errno or NB_CALLER_NOT_LISTED: listing again failed */
+    NB_BIND_UNSEEN = 13,
+    NB_BIND_HEADER = 14
 };
-enum { NB_ONLY_CALLER = 8, NB_KEEP_LOCK = 16, NB_CALLER_NOT_LISTED = -300000 };
+enum { NB_ONLY_CALLER = 8, NB_KEEP_LOCK = 16, NB_SETTLE_SHIFT = 8, NB_CALLER_NOT_LISTED = -300000,
+       NB_NO_ROOM = -400000 };
 /* The process's bind lock: one bind (and its rollback) at a time. Recursive (a signal handler may bind in a
  * thread that holds it); a forked child starts with it free. `out` is a buffer of at least NB_BIND_HEADER ints
  * (a nb_*_bind buffer, or one of its own) whose NB_BIND_HELD slot says whether it holds the lock: nb_bind_hold
@@ -146,10 +161,8 @@ long nb_numa_bind(int mode, const unsigned long *nodemask, unsigned long maxnode
 /* ---- libnuma, loaded at run time (the "libnuma" backend) ----------------- */
 /* Loads `soname` (e.g. "libnuma.so.1"); 0 on success, else -1 with a message in errbuf. */
 int nb_numa_load(const char *soname, char *errbuf, size_t errlen);
-int nb_numa_loaded(void);
+/* numa_available() of the loaded libnuma; -1 before nb_numa_load succeeded. */
 int nb_numa_available(void);
-int nb_numa_max_possible_node(void);
-int nb_numa_num_possible_cpus(void);
 long nb_numa_set_mempolicy(int mode, const unsigned long *nodemask, unsigned long maxnode);
 long nb_numa_get_mempolicy(int *mode, unsigned long *nodemask, unsigned long maxnode,
                            void *addr, unsigned long flags);

@@ -25,8 +25,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .errors import NumabindError
 
-__all__ = ["DEBUG", "ERROR", "INFO", "WARNING", "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
+__all__ = ["DEBUG", "ERROR", "EXIT_NOT_APPLIED", "EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND", "EXIT_USAGE", "INFO", "WARNING",
+           "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
            "Value", "bind_settings", "environ_copy", "environ_get", "getLogger", "real_logger", "strict_from_env"]
+
+#: Exit statuses of ``numabind run`` and of a command started bound (numactl's and a shell's): the binding
+#: could not be applied, a usage error, a command found but not executable, a command not found.
+EXIT_NOT_APPLIED, EXIT_USAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 2, 126, 127
 
 
 # ----------------------------------------------------------------------------- frozen values

@@ -24,12 +24,20 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .errors import NumabindError
 
-__all__ = ["FsReader", "resolve_root", "ascii_int", "key_values", "MAX_READ"]
+__all__ = ["FsReader", "resolve_root", "ascii_int", "key_values", "MAX_READ", "WEIGHTS_AUTO_NAMES", "WEIGHTS_DIR"]
 
 #: Largest file (bytes) a read without an explicit limit accepts. Kernel sysfs
 #: attributes are at most one page; the largest procfs files discovery reads
 #: (mounts, cpuinfo of thousands of CPUs) stay far below this.
 MAX_READ = 8 << 20
+
+#: The system-wide weights of MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+): one file ``nodeN`` per node holding
+#: its weight (1-255), and from Linux 6.16 ``auto`` (``true``: the kernel derives them from the firmware's
+#: bandwidth figures; writing a weight switches it to ``false``). Relative to the file-system root.
+WEIGHTS_DIR = "sys/kernel/mm/mempolicy/weighted_interleave"
+#: Names the ``auto`` switch has been seen under (6.16's, and ``__auto_type`` where a C23 compiler
+#: expanded the kernel's ``auto`` macro in the attribute's name).
+WEIGHTS_AUTO_NAMES = ("auto", "__auto_type")
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
@@ -146,10 +154,10 @@ def _load_core() -> "tuple[Any, ...] | None":
     global _core, _core_tried
     if not _core_tried:
         try:
-            from . import _native as native
+            from . import _native
+            module: "Any" = _native
         except ImportError:
-            native = None
-        module: "Any" = native
+            module = None
         if module is not None and hasattr(module.lib, "nb_read_tree"):
             _core = (module.ffi.new, module.lib.nb_read_file, module.ffi.string, module.lib.nb_list_numbered,
                      module.lib.nb_read_tree, module.ffi.buffer, module.ffi.unpack)

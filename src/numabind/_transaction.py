@@ -22,20 +22,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from . import _proc, live
 from ._base import getLogger
-from .backends import (WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_LEFT_ALONE, WALK_MATCHING, WALK_STOP_ON_ERROR,
-                       WEIGHTS_DIR, AffinityWalk)
-from .bind import _WALK_FLAGS, _plannable, _read_plan, _walk_all, _write_weights
+from .backends import (WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_FLAGS, WALK_LEFT_ALONE, WALK_MATCHING,
+                       SETTLE_ROUNDS, WALK_STOP_ON_ERROR, WEIGHTS_DIR, AffinityWalk, walk_all, write_weights)
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
-from .plan import format_weights, narrow_cpus, narrow_nodes
+from .plan import format_weights, narrow_cpus, narrow_nodes, plannable_policy, read_back_plan
 
 __all__ = ["SETTLE_ROUNDS", "Transaction", "note_not_undone", "undo_call", "undo_walk"]
 
 log = getLogger("numabind.bind")   # its warnings are bind_current's
 
-#: How many times the thread list is read again after the walk, binding the threads that started meanwhile,
-#: before a list that still shows new threads is a failure (threads keep starting threads faster than binding).
-SETTLE_ROUNDS = 8
 
 
 class Transaction:
@@ -133,7 +129,7 @@ class Transaction:
                 return
         old = {n: system.weights[n] for n in change}
         try:
-            _write_weights(self.be, change, old)
+            write_weights(self.be, change, old)
         except BindError as e:
             self.fail(BindError(e.errno, e.syscall, f"{e.detail}; setting the system-wide interleave weights "
                                                     f"needs root (CAP_SYS_ADMIN)"))
@@ -145,7 +141,7 @@ class Transaction:
             name = system.auto_name
             self.undo.append((f"the kernel's automatic interleave weights ({WEIGHTS_DIR}/{name} true)",
                               lambda: be.set_interleave_auto(name, True)))
-        self.undo.append((f"the interleave weights {format_weights(old)}", lambda: _write_weights(be, old, change)))
+        self.undo.append((f"the interleave weights {format_weights(old)}", lambda: write_weights(be, old, change)))
         if auto and system.auto_name:
             self.notes.append(f"writing the interleave weights switched the kernel's automatic weights off "
                               f"(/sys/kernel/mm/mempolicy/weighted_interleave/{name} is now false; write true "
@@ -283,7 +279,7 @@ class Transaction:
         if one.walk is None:      # stopped before the walk: the memory ladder ran, now the CPUs
             walk = self.apply_cpus(threads)
         else:
-            walk = self.apply_cpus(threads, one.walk)
+            walk = self.apply_cpus(threads, one.walk, one.settle())
         return walk
 
     def unlisted(self, err: BindError) -> None:
@@ -294,11 +290,13 @@ class Transaction:
         self.warn(f"{err}; only the calling thread was bound (threads started from it inherit its binding; the "
                   f"others keep theirs)")
 
-    def apply_cpus(self, threads: str, walk: AffinityWalk | None = None) -> AffinityWalk:
-        """Set the plan's CPUs on the threads (``walk``: what :meth:`Backend.apply_all` did already)."""
+    def apply_cpus(self, threads: str, walk: AffinityWalk | None = None,
+                   settled: list[int] | BindError | None = None) -> AffinityWalk:
+        """Set the plan's CPUs on the threads (``walk``: what :meth:`Backend.apply_all` did already, ``settled``
+        how its listing again after the walk ended, :meth:`BindCall.settle`; None: it did not, list here)."""
         plan, be = self.plan, self.be
         cpus = plan.cpus
-        flags = _WALK_FLAGS[threads, self.strict is True]
+        flags = WALK_FLAGS[threads, self.strict is True]
         if walk is None:
             me = live.gettid()
             tids = [me]
@@ -317,7 +315,12 @@ class Transaction:
         first = walk.status[0]
         if first < 0:
             return self._caller_refused(walk, BindError(-first, "sched_setaffinity", f"thread {walk.tids[0]}"))
-        if threads != "current" and walk.processed > 1 and min(walk.status[0:walk.processed]) >= 0:
+        if settled is not None:     # the one call listed again and bound the threads it found
+            if isinstance(settled, BindError):
+                self._relist_failed(settled)
+            elif settled:
+                self._unsettled(settled)
+        elif threads != "current" and walk.processed > 1 and min(walk.status[0:walk.processed]) >= 0:
             walk = self._settle(walk, cpus, flags, held)
         got = walk.after(0)
         self.cpu_target = cpus
@@ -352,20 +355,13 @@ class Transaction:
             try:
                 listed = live.thread_ids(me)
             except BindError as e:
-                self.fail(BindError(e.errno, e.syscall, f"{e.detail}, read again after the walk to find the "
-                                                        f"threads started meanwhile"))
-                self.warn(f"{e}; threads started during the bind may keep their old CPUs")
+                self._relist_failed(e)
                 break
             new = [t for t in listed if t not in seen]
             if not new:
                 break
             if rounds == SETTLE_ROUNDS:
-                shown = ", ".join(str(t) for t in new[:8]) + (f" and {len(new) - 8} more" if len(new) > 8 else "")
-                message = (f"threads kept starting threads during the bind: after {SETTLE_ROUNDS} more listings of "
-                           f"/proc/self/task, {len(new)} new thread(s) still appeared ({shown}); they and the "
-                           f"threads they start may keep their old CPUs")
-                self.fail(BindError(_errno.EAGAIN, "sched_setaffinity", message))
-                self.warn(message)
+                self._unsettled(new)
                 break
             if merged is None:    # the walk's own arrays are fixed: a walk of lists that can grow
                 n = walk.processed
@@ -377,6 +373,21 @@ class Transaction:
             if not self._bind_new(merged, lists, new, cpus, flags, caller_before, caller_after):
                 break
         return merged if merged is not None else walk
+
+    def _relist_failed(self, e: BindError) -> None:
+        """Listing the threads again after the walk failed (``e``)."""
+        self.fail(BindError(e.errno, e.syscall, f"{e.detail}, read again after the walk to find the "
+                                                f"threads started meanwhile"))
+        self.warn(f"{e}; threads started during the bind may keep their old CPUs")
+
+    def _unsettled(self, new: list[int]) -> None:
+        """After :data:`SETTLE_ROUNDS` more listings, the threads ``new`` still appeared."""
+        shown = ", ".join(str(t) for t in new[:8]) + (f" and {len(new) - 8} more" if len(new) > 8 else "")
+        message = (f"threads kept starting threads during the bind: after {SETTLE_ROUNDS} more listings of "
+                   f"/proc/self/task, {len(new)} new thread(s) still appeared ({shown}); they and the "
+                   f"threads they start may keep their old CPUs")
+        self.fail(BindError(_errno.EAGAIN, "sched_setaffinity", message))
+        self.warn(message)
 
     def _bind_new(self, walk: AffinityWalk, lists: tuple[list[int], list[int], list[frozenset[int]],
                                                          list[frozenset[int]]],
@@ -434,7 +445,7 @@ class Transaction:
         self.cpu_target = None
         self.undo.pop()
         try:
-            return _walk_all(self.be, walk.tids[0])   # what every thread keeps, for the report
+            return walk_all(self.be, walk.tids[0])   # what every thread keeps, for the report
         except BindError:
             return walk
 
@@ -483,8 +494,8 @@ class Transaction:
                                     f"the memory policy {target[0]} {format_cpulist(target[1])} was set but "
                                     f"cannot be read back to verify it ({e.detail or e})".replace("  ", " ")))
                 self.warn(f"cannot verify the memory policy: {e}")
-            return _read_plan(cpus, None, None)
-        plannable = _plannable(policy)
+            return read_back_plan(cpus, None, None)
+        plannable = plannable_policy(policy)
         if plannable is None:
             self.notes.append(f"the calling thread's memory policy is {policy}, which a Plan cannot express; "
                               f"report.applied shows it as unchanged")
@@ -502,7 +513,7 @@ class Transaction:
                 self.fail(BindError(_errno.EINVAL, "set_mempolicy", message))
                 self.warn(message)
         weights = self.check_weights(policy, nodes) if self.mem_target is not None else None
-        return _read_plan(cpus, plannable, (nodes or None) if plannable else None, weights)
+        return read_back_plan(cpus, plannable, (nodes or None) if plannable else None, weights)
 
     # -- migration --------------------------------------------------------------
     def migrate(self) -> int | None:

@@ -44,20 +44,23 @@ from .backends import (
     AffinityWalk,
     Backend,
     BindCall,
+    THREAD_MODES,
+    WALK_FLAGS,
     MemPolicyState,
     backend_for,
+    check_threads,
     get_backend,
+    write_weights,
 )
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
-from .plan import MEM_POLICIES, Plan, check_plan, format_weights
+from .plan import MEM_POLICIES, Plan, check_plan, format_weights, read_back_plan
 
 __all__ = ["BOUND_ENV", "BindReport", "STRICT_VALUES", "THREAD_MODES", "ThreadResult", "bind_current", "bind_thread",
            "bound_environ", "interleave_weights", "set_interleave_weights", "strict_default", "strict_label"]
 
 log = getLogger(__name__)
 
-THREAD_MODES = ("matching", "all", "current")
 STRICT_VALUES = (True, False, "partial")
 _STATUS_NAMES = {WALK_BOUND: "bound", WALK_DIFFERS: "bound", WALK_LEFT_ALONE: "left-alone",
                  WALK_EXITED: "exited"}
@@ -80,11 +83,6 @@ def strict_default(strict: Strictness | None) -> Strictness:
 def strict_label(strict: Strictness) -> str:
     """``"strict"``, ``"lenient"`` or ``"partial"``: the word used in messages and command lines."""
     return "partial" if strict == "partial" else "strict" if strict else "lenient"
-
-
-def _check_threads(threads: object) -> None:
-    if threads not in THREAD_MODES:
-        raise PlanError(f"threads={threads!r} is not one of {', '.join(THREAD_MODES)}")
 
 
 #: Caps of what :meth:`BindReport.from_dict` accepts (reports are read from files that children wrote): thread
@@ -341,29 +339,6 @@ _set_walk = BindReport.__dict__["_walk"].__set__
 _set_notes = BindReport.__dict__["notes"].__set__
 
 
-def _plannable(policy: str | None) -> str | None:
-    """``policy`` if a Plan can carry it (kernels newer than numabind have more modes), else None."""
-    return policy if policy in MEM_POLICIES else None
-
-
-def _read_plan(cpus: frozenset[int] | None, policy: str | None, nodes: frozenset[int] | None,
-               weights: "Any" = None) -> Plan:
-    """A Plan of what the kernel returned (already valid ids: built without checking them again)."""
-    plan = object.__new__(Plan)
-    s = object.__setattr__
-    s(plan, "cpus", cpus)
-    s(plan, "mem_policy", policy)
-    s(plan, "mem_nodes", None if policy is None else (frozenset() if policy in ("local", "default") else nodes))
-    s(plan, "migrate", False)
-    s(plan, "reason", "read back from the kernel")
-    s(plan, "weights", weights if policy == "weighted-interleave" else None)
-    return plan
-
-
-def _walk_all(be: Backend, me: int) -> AffinityWalk:
-    return be.affinity_many(live.thread_ids(me), None)
-
-
 # ----------------------------------------------------------------------------- weighted interleave
 def interleave_weights() -> dict[int, int] | None:
     """The system-wide weighted-interleave weight of each node (``/sys/kernel/mm/mempolicy/weighted_interleave``),
@@ -402,26 +377,9 @@ def set_interleave_weights(weights: "Any", *, backend: str | None = None) -> dic
                         f"weighted_interleave (nodes with one: {format_cpulist(system.weights)})")
     be, _ = get_backend(backend)
     old = {n: system.weights[n] for n in checked or ()}
-    _write_weights(be, dict(checked or {}), old)
+    write_weights(be, dict(checked or {}), old)
     log.info("interleave weights set to %s (were %s)", format_weights(checked or {}), format_weights(old))
     return old
-
-
-def _write_weights(be: Backend, weights: dict[int, int], old: dict[int, int]) -> None:
-    """Write ``weights``; on a refusal put back those already written (from ``old``) and raise."""
-    done: dict[int, int] = {}
-    try:
-        for n, w in sorted(weights.items()):
-            be.set_interleave_weights({n: w})
-            done[n] = w
-    except BindError:
-        if done:
-            try:
-                be.set_interleave_weights({n: old[n] for n in done})
-            except BindError as e:
-                log.warning("could not put back the interleave weights %s: %s",
-                            format_weights({n: old[n] for n in done}), e)
-        raise
 
 
 BOUND_ENV = "_NUMABIND_BOUND"
@@ -458,14 +416,14 @@ def _clean_report(plan: Plan, be: Backend, why: str, threads: str, one: BindCall
         if not isinstance(now, tuple) or now[0] not in MEM_POLICIES:
             return None
         cpus = plan.cpus if plan.cpus is not None else one.walk.after(0)   # type: ignore[union-attr]
-        applied = _read_plan(cpus, now[0], now[1] or None)
+        applied = read_back_plan(cpus, now[0], now[1] or None)
     else:
         last = _last_applied
         if last[0] is plan:
             applied = last[1]   # type: ignore[assignment]
         else:    # what the kernel read back is the plan's own CPUs and nodes, bit for bit
             cpus = plan.cpus if plan.cpus is not None else one.walk.after(0)   # type: ignore[union-attr]
-            applied = _read_plan(cpus, plan.mem_policy, plan.mem_nodes or None)
+            applied = read_back_plan(cpus, plan.mem_policy, plan.mem_nodes or None)
             if plan.cpus is not None:
                 _last_applied = (plan, applied)
         others = one.processed - 1
@@ -491,12 +449,6 @@ def _clean_report(plan: Plan, be: Backend, why: str, threads: str, one: BindCall
 
 
 _NO_IDS: frozenset[int] = frozenset()
-#: The walk's flags per (threads, strict is True): strict stops at the first refusal and checks the caller first.
-_WALK_FLAGS = {(threads, strict): (WALK_MATCHING if threads == "matching" else WALK_ONLY_CALLER if threads == "current"
-                                   else 0) | (WALK_STOP_ON_ERROR | WALK_CHECK_FIRST if strict else 0)
-               for threads in THREAD_MODES for strict in (False, True)}
-
-
 def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str = "matching",
                  backend: str | None = None, set_weights: bool = False) -> BindReport:
     """Bind the running process to ``plan`` and report what the kernel now says.
@@ -549,7 +501,7 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
     if type(plan) is not Plan:
         check_plan(plan, "bind_current")
     if threads not in THREAD_MODES:
-        _check_threads(threads)
+        check_threads(threads)
     if strict is None and backend is None:
         strict, from_env = bind_settings()
         be, why = backend_for(None, from_env)
@@ -563,7 +515,7 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
     try:
         if be.in_process_memory and not weights:
             # the memory policy, the thread list and every thread's CPUs set and read back in one call
-            flags = _WALK_FLAGS[threads, strict is True]
+            flags = WALK_FLAGS[threads, strict is True]
             try:
                 one = be.apply_all(plan.mem_policy, plan.mem_nodes or _NO_IDS, plan.cpus, flags, strict is True,
                                    pending)
@@ -630,7 +582,11 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
 def _settled(one: BindCall) -> bool:
     """Whether the thread list, read again after the one call's walk, holds no thread the walk missed (one
     started meanwhile by a thread not bound yet, which inherits its old CPUs). A list that cannot be read
-    again is not settled: the slow path says why."""
+    again is not settled: the slow path says why. A native call lists again itself (and binds what it finds):
+    its answer is taken, nothing is listed here."""
+    settled = one.settle()
+    if settled is not None:
+        return settled == []
     walk = one.walk
     if walk is None:
         return True

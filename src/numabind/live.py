@@ -21,8 +21,9 @@ from ._base import Value
 from .cpulist import parse_cpulist
 from .plan import Limits
 
-__all__ = ["LiveMachine", "LiveNode", "cpu_mask_bits", "gettid", "interleave_weights", "limits", "machine",
-           "mems_allowed", "node_mask_bits", "reader", "thread_ids", "thread_name", "unlisted"]
+__all__ = ["LiveMachine", "LiveNode", "check_native_version", "cpu_mask_bits", "gettid", "interleave_weights",
+           "limits", "machine", "mems_allowed", "native_lib", "node_mask_bits", "reader", "thread_ids", "thread_name",
+           "unlisted"]
 
 _reader: "FsReader | None" = None
 
@@ -131,14 +132,47 @@ _native_module: "list[Any]" = []
 
 
 def _native() -> "Any":
-    """numabind._native, or None when it is not installed (looked up once)."""
+    """numabind._native, or None when it is not installed (looked up once). Raises
+    :class:`~numabind.errors.NumabindError` when it was compiled for another numabind version
+    (:func:`check_native_version`)."""
     if not _native_module:
         try:
-            from . import _native as native
+            from . import _native
+            native: "Any" = _native
         except ImportError:
             native = None
+        if native is not None:
+            check_native_version(native)
         _native_module.append(native)
     return _native_module[0]
+
+
+def native_lib() -> "Any":
+    """The compiled core's ``lib``: raises ImportError when it is not installed, NumabindError when it was
+    compiled for another numabind version."""
+    native = _native()
+    if native is None:
+        raise ImportError("numabind._native is not installed")
+    return native.lib
+
+
+def check_native_version(native: "Any") -> None:
+    """Refuse a compiled core built for another numabind version than this package's ``__version__`` (a
+    stale build left by an editable install or a copied tree): its functions and buffer layout may differ,
+    and would fail later with an AttributeError or worse."""
+    from . import __version__
+
+    version_of = getattr(native.lib, "nb_version", None)
+    built = native.ffi.string(version_of()).decode("ascii", "replace") if version_of is not None else None
+    if built == __version__:
+        return
+    from .errors import NumabindError
+
+    shown = "an older version, from before cores said theirs" if built is None else f"version {built[:40]!r}"
+    raise NumabindError(
+        f"numabind's native core {getattr(native, '__file__', 'numabind._native')} was built for {shown}, but the "
+        f"numabind package is version {__version__!r}: rebuild it (`pip install --force-reinstall --no-cache-dir .` "
+        f"from the source tree, or `pip install --no-build-isolation -e .` for an editable install)")
 
 
 _tid_buffer: "list[Any]" = []

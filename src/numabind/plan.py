@@ -18,13 +18,32 @@ from .cpulist import MAX_ID, MAX_LIST_TEXT, MAX_LISTED, format_cpulist, parse_cp
 from .errors import PlanError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable, Sequence
-    from typing import Any
-    from .live import LiveMachine
-    from .topology import Topology
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any, Protocol
+
+    class NodeView(Protocol):
+        """A node as a plan reads it: its online CPUs and whether it has memory."""
+
+        @property
+        def cpus(self) -> frozenset[int]: ...
+        @property
+        def has_memory(self) -> bool: ...
+
+    class MachineView(Protocol):
+        """What a plan reads of a machine: a :class:`~numabind.topology.Topology` (planning, any root) or the
+        live process's :class:`~numabind.live.LiveMachine` (both a floor above: plan names neither)."""
+
+        @property
+        def nodes(self) -> Mapping[int, NodeView]: ...
+        @property
+        def online_cpus(self) -> frozenset[int]: ...
+        @property
+        def allowed_cpus(self) -> frozenset[int]: ...
+        @property
+        def allowed_nodes(self) -> frozenset[int]: ...
 
 __all__ = ["DEVICE_SPECIFIERS", "Limits", "MAX_WEIGHT", "MEM_POLICIES", "MIN_WEIGHT", "NODE_POLICIES", "Plan", "check_plan",
-           "format_weights", "narrow_cpus", "narrow_nodes", "parse_weights"]
+           "format_weights", "narrow_cpus", "narrow_nodes", "parse_weights", "plannable_policy", "read_back_plan"]
 
 #: Memory policies a plan may carry (``None`` means "leave as is"). ``weighted-interleave`` is
 #: ``MPOL_WEIGHTED_INTERLEAVE`` (Linux 6.9 and newer).
@@ -77,7 +96,7 @@ class Limits(Value):
     nodes_source: str
 
     @classmethod
-    def from_topology(cls, topology: "Topology") -> "Limits":
+    def from_topology(cls, topology: "MachineView") -> "Limits":
         source = getattr(topology, "allowed_source", "") or ""
         return cls(online_cpus=topology.online_cpus, allowed_cpus=topology.allowed_cpus,
                    cpus_source=source or "affinity", nodes=frozenset(topology.nodes),
@@ -350,7 +369,7 @@ class Plan(Value):
         return hash((self.cpus, self.mem_policy, self.mem_nodes, self.migrate, self.weights))
 
     # ------------------------------------------------------------------ checks
-    def validate(self, topology: "Topology | Limits") -> "Plan":
+    def validate(self, topology: "MachineView | Limits") -> "Plan":
         """Raise :class:`PlanError` unless this plan fits ``topology`` (or :class:`Limits`); return self."""
         limits = topology if isinstance(topology, Limits) else Limits.from_topology(topology)
         if self.cpus is not None:
@@ -413,7 +432,7 @@ class Plan(Value):
 
     @classmethod
     def from_numactl_args(
-        cls, args: "str | Sequence[str]", topology: "Topology | LiveMachine | None" = None, *, migrate: bool = False,
+        cls, args: "str | Sequence[str]", topology: "MachineView | None" = None, *, migrate: bool = False,
         device_node: "Callable[[str], int] | None" = None, reason: str | None = None,
     ) -> "Plan":
         """Build a plan from numactl options.
@@ -598,7 +617,26 @@ def _parse_numactl_argv(argv: list[str]) -> dict[str, str]:
     return opts
 
 
-def _need(topology: "Topology | LiveMachine | None", what: str) -> "Topology | LiveMachine":
+def plannable_policy(policy: str | None) -> str | None:
+    """``policy`` if a Plan can carry it (kernels newer than numabind have more modes), else None."""
+    return policy if policy in MEM_POLICIES else None
+
+
+def read_back_plan(cpus: frozenset[int] | None, policy: str | None, nodes: frozenset[int] | None,
+                   weights: "Any" = None) -> Plan:
+    """A Plan of what the kernel returned (already valid ids: built without checking them again)."""
+    plan = object.__new__(Plan)
+    s = object.__setattr__
+    s(plan, "cpus", cpus)
+    s(plan, "mem_policy", policy)
+    s(plan, "mem_nodes", None if policy is None else (frozenset() if policy in _NODELESS else nodes))
+    s(plan, "migrate", False)
+    s(plan, "reason", "read back from the kernel")
+    s(plan, "weights", weights if policy == "weighted-interleave" else None)
+    return plan
+
+
+def _need(topology: "MachineView | None", what: str) -> "MachineView":
     if topology is None:
         raise PlanError(f"{what} needs a topology to resolve node ids, 'all', '!' or '+'; pass topology=discover()")
     return topology
@@ -624,7 +662,7 @@ def _device(value: str, flag: str, kind: str, device_node: "Callable[[str], int]
     return frozenset({device_node(value)})
 
 
-def _resolve_ids(value: str, flag: str, topology: "Topology | LiveMachine | None", kind: str, whole: bool = False,
+def _resolve_ids(value: str, flag: str, topology: "MachineView | None", kind: str, whole: bool = False,
                  device_node: "Callable[[str], int] | None" = None) -> frozenset[int]:
     """Resolve a numactl list value ('all', '!list', '+list', a plain list or a device specifier).
 
@@ -643,7 +681,7 @@ def _resolve_ids(value: str, flag: str, topology: "Topology | LiveMachine | None
     relative = device is None and value.startswith("+")
     if relative:
         value = value[1:]
-    def universe_of(t: "Topology | LiveMachine") -> frozenset[int]:
+    def universe_of(t: "MachineView") -> frozenset[int]:
         if kind == "cpus":
             return frozenset(t.online_cpus if whole else t.allowed_cpus)
         if kind == "cpu-nodes":

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "LAUNCHERS",
+    "discover_for_env",
     "Launcher",
     "RankPlan",
     "local_rank",
@@ -277,7 +278,8 @@ class RankPlan:
         }
 
 
-def _discover(env: Mapping[str, str]) -> Any:
+def discover_for_env(env: Mapping[str, str]) -> Any:
+    """The machine under ``env``'s ``NUMABIND_FSROOT`` (the live one when unset), as the launchers see it."""
     from ._fs import FsReader
     from .topology import discover_from
 
@@ -471,7 +473,7 @@ def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = 
         raise NumabindError(f"local rank {rank} (from {rank_source}) is not below the local world size {size} "
                             f"(from {size_source}); the launcher's variables disagree")
     if topology is None:
-        topology = _discover(env)
+        topology = discover_for_env(env)
     index, rule = rank_gpu(topology, rank, rank_source)
     gpu = next(g for g in topology.gpus if g.index == index)
     label = f"local rank {rank} ({rank_source})"

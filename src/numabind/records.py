@@ -50,7 +50,11 @@ import stat
 from . import _proc
 from ._base import environ_get, getLogger
 
-__all__ = ["NO_RECORD_ENV", "UnsafeDirError", "UnsafeFileError", "open_private_dir", "open_runtime_dir",
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from .plan import Plan
+
+__all__ = ["NO_RECORD_ENV", "UnsafeDirError", "UnsafeFileError", "keep_own_birth", "open_private_dir", "open_runtime_dir", "own_birth",
            "read_private_file", "read_record", "record_dir", "record_dirs", "records_disabled",
            "write_private_file", "write_record"]
 
@@ -244,6 +248,21 @@ def read_private_file(dir_fd: int, name: str, uid: int, limit: int) -> bytes | N
     finally:
         os.close(fd)
     return data
+
+
+_own_birth: tuple[str, Plan, Plan] | None = None
+
+
+def keep_own_birth(start_method: str, requested: Plan, applied: Plan) -> None:
+    """Keep what this process was bound to at birth (how it started, the plan asked for, the plan applied):
+    :mod:`numabind.process` hands it down here, and :mod:`numabind.residency` reads it (:func:`own_birth`)."""
+    global _own_birth
+    _own_birth = (start_method, requested, applied)
+
+
+def own_birth() -> tuple[str, Plan, Plan] | None:
+    """What :func:`keep_own_birth` kept in this process (start method, requested, applied), else None."""
+    return _own_birth
 
 
 def _name(pid: int, start: int) -> str:

@@ -41,12 +41,11 @@ could be read.
 from __future__ import annotations
 
 import os
-import sys
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
-from . import _proc, live
+from . import _proc, live, records
 from ._base import Value
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import NumabindError
@@ -350,12 +349,9 @@ def _from_marker(marker: str, pid: int, started: int) -> BoundBy | None:
 def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
     """What numabind recorded about binding ``pid``: this process's birth report, else the exec marker,
     else the runtime record of a child bound at birth (:mod:`numabind.records`)."""
-    if me and "numabind.process.reports" in sys.modules:   # no birth report without that module loaded
-        from .process.reports import birth_report
-
-        birth = birth_report()
-        if birth is not None and birth.report is not None:
-            return BoundBy(f"birth report ({birth.start_method})", birth.report.requested, birth.report.applied)
+    birth = records.own_birth() if me else None   # handed down by numabind.process when this process was born
+    if birth is not None:
+        return BoundBy(f"birth report ({birth[0]})", birth[1], birth[2])
     marker = _proc.environ_value(pid, _BOUND_ENV)
     unverified = None
     if marker:
@@ -363,9 +359,7 @@ def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
         if found is not None and found.verified:
             return found
         unverified = found             # shown only when no runtime record says more
-    from .records import read_record
-
-    rec = read_record(pid, started)
+    rec = records.read_record(pid, started)
     if rec is None:
         return unverified
     method, wanted, held = rec.get("start_method"), rec.get("requested"), rec.get("applied")

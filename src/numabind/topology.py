@@ -72,7 +72,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ._fs import FsReader, ascii_int, key_values
+from ._fs import WEIGHTS_AUTO_NAMES, WEIGHTS_DIR, FsReader, ascii_int, key_values
 from ._util import FrozenMap
 from .cpulist import format_cpulist, parse_cpulist, parse_mask
 from .devices import Gpu, discover_gpus
@@ -588,8 +588,6 @@ def _read_access(reader: FsReader, base: str) -> MemoryAccess | None:
 def read_interleave_weights(reader: FsReader) -> InterleaveWeights | None:
     """The weighted-interleave weights under ``reader``'s root, or None when there are none (before Linux
     6.9, or a dump without them). A weight file that does not hold a number from 1 to 255 is an error."""
-    from .backends import WEIGHTS_AUTO_NAMES, WEIGHTS_DIR
-
     rel = WEIGHTS_DIR
     if not reader.isdir(rel):
         return None

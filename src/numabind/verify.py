@@ -10,11 +10,11 @@ rest of numabind; applying is :mod:`numabind.bind`.
 
 from . import live
 from ._base import Strictness, Value, getLogger
-from .backends import WALK_EXITED, get_backend
-from .bind import BindReport, _check_threads, _plannable, _read_plan, _walk_all, strict_default
+from .backends import WALK_EXITED, check_threads, get_backend, walk_all
+from .bind import BindReport, strict_default
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError
-from .plan import Plan, check_plan, format_weights
+from .plan import Plan, check_plan, format_weights, plannable_policy, read_back_plan
 
 __all__ = ["Binding", "current_binding", "verify_current"]
 
@@ -54,7 +54,7 @@ class Binding(Value):
     def plan(self) -> Plan:
         """The binding as a Plan (a policy a Plan cannot express shows as None; weighted interleave
         carries the system's weights of its nodes)."""
-        policy = _plannable(self.mem_policy)
+        policy = plannable_policy(self.mem_policy)
         return Plan(cpus=self.cpus, mem_policy=policy, mem_nodes=self.mem_nodes if policy else None,
                     weights=self.weights if policy == "weighted-interleave" and self.weights else None)
 
@@ -85,7 +85,7 @@ def current_binding(backend: str | None = None) -> Binding:
     except BindError as e:
         log.debug("memory policy unreadable through %s: %s", be.name, e)
         policy, nodes = None, frozenset()
-    walk = _walk_all(be, live.gettid())
+    walk = walk_all(be, live.gettid())
     threads = {walk.tids[i]: walk.before(i) for i in range(walk.processed) if walk.status[i] != WALK_EXITED}
     mems = live.mems_allowed()
     if mems is None:
@@ -111,7 +111,7 @@ def verify_current(plan: Plan, strict: Strictness | None = None, *, threads: str
     difference; ``"partial"`` only when neither the CPUs nor the memory policy match.
     """
     check_plan(plan, "verify_current")
-    _check_threads(threads)
+    check_threads(threads)
     strict = strict_default(strict)
     be, why = get_backend(backend)
     me = live.gettid()
@@ -156,7 +156,7 @@ def verify_current(plan: Plan, strict: Strictness | None = None, *, threads: str
         raise NumabindError("; ".join(warnings))
     for w in warnings:
         log.warning("%s", w)
-    plannable = _plannable(policy)
-    applied = _read_plan(cpus, plannable, (nodes or None) if plannable else None, weights)
+    plannable = plannable_policy(policy)
+    applied = read_back_plan(cpus, plannable, (nodes or None) if plannable else None, weights)
     return BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why, warnings=warnings,
                       notes=notes, _walk=walk)

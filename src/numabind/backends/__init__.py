@@ -25,9 +25,11 @@ from abc import ABC, abstractmethod
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
 from .. import live
-from .._base import Value, environ_get, getLogger
+from .._base import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, Value, environ_get, getLogger
+from .._fs import WEIGHTS_AUTO_NAMES, WEIGHTS_DIR   # the sysfs paths belong to the readers' floor
 from ..cpulist import format_cpulist, ids_to_words, words_to_ids
-from ..errors import BindError, NumabindError
+from ..errors import BindError, NumabindError, PlanError
+from ..plan import format_weights
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
@@ -55,6 +57,7 @@ __all__ = [
     "reset_backends",
     "SyscallBackend",
     "unlock_after_fork",
+    "SETTLE_ROUNDS",
     "WALK_BOUND",
     "WALK_CHECK_FIRST",
     "WALK_DIFFERS",
@@ -85,23 +88,31 @@ MPOL_F_STATIC_NODES = 1 << 15
 MPOL_F_RELATIVE_NODES = 1 << 14
 MPOL_F_NUMA_BALANCING = 1 << 13
 MPOL_MODE_FLAGS = MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES | MPOL_F_NUMA_BALANCING
-#: The system-wide weights of MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+): one file ``nodeN`` per node holding
-#: its weight (1-255), and from Linux 6.16 ``auto`` (``true``: the kernel derives them from the firmware's
-#: bandwidth figures; writing a weight switches it to ``false``). Relative to the file-system root.
-WEIGHTS_DIR = "sys/kernel/mm/mempolicy/weighted_interleave"
-#: Names the ``auto`` switch has been seen under (6.16's, and ``__auto_type`` where a C23 compiler
-#: expanded the kernel's ``auto`` macro in the attribute's name).
-WEIGHTS_AUTO_NAMES = ("auto", "__auto_type")
 
-# Per-thread outcome of Backend.affinity_many (the values of csrc/numabind.h's enum nb_thread_status);
-# a negative value is -errno of a refused sched_setaffinity.
-WALK_BOUND, WALK_LEFT_ALONE, WALK_EXITED, WALK_UNCHANGED, WALK_NOT_TRIED, WALK_DIFFERS = 0, 1, 2, 3, 4, 5
-# Flags of Backend.affinity_many (enum nb_affinity_flags); WALK_ONLY_CALLER (Backend.apply_all only): the
-# calling thread alone, no thread list.
-WALK_MATCHING, WALK_STOP_ON_ERROR, WALK_CHECK_FIRST, WALK_ONLY_CALLER = 1, 2, 4, 8
-#: Backend.apply_all only: return holding the bind lock even after a clean bind of the caller alone (which
-#: otherwise releases it at once: nothing is left to explain or undo).
-WALK_KEEP_LOCK = 16
+# Per-thread outcome of Backend.affinity_many: WALK_BOUND, WALK_LEFT_ALONE, WALK_EXITED, WALK_UNCHANGED,
+# WALK_NOT_TRIED, WALK_DIFFERS (csrc/numabind.h's enum nb_thread_status); a negative value is -errno of a
+# refused sched_setaffinity. Flags of Backend.affinity_many: WALK_MATCHING, WALK_STOP_ON_ERROR, WALK_CHECK_FIRST
+# (enum nb_affinity_flags); of Backend.apply_all only: WALK_ONLY_CALLER (the calling thread alone, no thread
+# list) and WALK_KEEP_LOCK (return holding the bind lock even after a clean bind of the caller alone, which
+# otherwise releases it at once: nothing is left to explain or undo). Read from the compiled core, never
+# written twice; without one, no C code reads them and the Python walk numbers them itself.
+_WALK_NAMES = ("BOUND", "LEFT_ALONE", "EXITED", "UNCHANGED", "NOT_TRIED", "DIFFERS", "MATCHING", "STOP_ON_ERROR",
+               "CHECK_FIRST", "ONLY_CALLER", "KEEP_LOCK")
+
+
+def _walk_constants() -> "tuple[int, ...]":
+    try:
+        lib = live.native_lib()
+    except (ImportError, NumabindError):   # no usable compiled core (missing, or another version's)
+        return (0, 1, 2, 3, 4, 5, 1, 2, 4, 8, 16)   # Python's own numbering: no C code reads them then
+    return tuple(getattr(lib, "NB_" + n) for n in _WALK_NAMES)
+
+
+(WALK_BOUND, WALK_LEFT_ALONE, WALK_EXITED, WALK_UNCHANGED, WALK_NOT_TRIED, WALK_DIFFERS, WALK_MATCHING,
+ WALK_STOP_ON_ERROR, WALK_CHECK_FIRST, WALK_ONLY_CALLER, WALK_KEEP_LOCK) = _walk_constants()
+#: How many times a bind lists the threads again after its walk, binding the threads that started meanwhile,
+#: before a list that still shows new threads is a failure (threads keep starting threads faster than binding).
+SETTLE_ROUNDS = 8
 
 
 class MemPolicyState(Value):
@@ -243,6 +254,13 @@ class BindCall:
     @property
     def walk(self) -> AffinityWalk | None:
         raise NotImplementedError
+
+    def settle(self) -> "list[int] | BindError | None":
+        """How listing the threads again after the walk ended (the call binds the threads started meanwhile,
+        appended to the walk, up to ``SETTLE_ROUNDS`` more listings): ``[]`` settled (or nothing to look for),
+        a list of the thread ids that still appeared at the last listing, the BindError of a listing that
+        failed, or None when the call did not look (the caller lists again itself)."""
+        return None
 
     def swap(self) -> MemPolicySwap | None:
         raise NotImplementedError
@@ -459,7 +477,8 @@ class Backend(ABC):
 
 # ----------------------------------------------------------------------------- the compiled core's backends
 def load_native() -> "Any":
-    """The compiled module, or raise ImportError with the reason: one short line, with how to get it."""
+    """The compiled module, or raise ImportError with the reason: one short line, with how to get it; a module
+    compiled for another numabind version is a NumabindError (:func:`numabind.live.check_native_version`)."""
     try:
         from .. import _native  # built by build_ffi.py
     except ImportError as e:
@@ -469,11 +488,28 @@ def load_native() -> "Any":
             f"native core numabind._native is not available ({why}): install gcc and python3-dev, "
             f"then reinstall numabind"
         ) from e
+    if _native not in _checked:
+        live.check_native_version(_native)
+        _read_slots(_native.lib)
+        _checked.append(_native)
     return _native
 
 
-# Slots of nb_*_bind's int header (csrc/numabind.h's enum nb_bind_slot).
-_NOW_MODE, _ERRS, _WALKED, _PROCESSED, _EXITED, _CLEAN, _HELD, _HEADER = 2, 3, 6, 7, 8, 9, 10, 12
+_checked: "list[Any]" = []   # the compiled module once its version was checked
+
+
+# Slots of nb_*_bind's int header (csrc/numabind.h's enum nb_bind_slot), read from the core when it loads.
+_NOW_MODE = _ERRS = _WALKED = _PROCESSED = _EXITED = _CLEAN = _HELD = _SETTLED = _UNSEEN = _HEADER = 0
+_NO_ROOM = _SETTLE_SHIFT = 0
+
+
+def _read_slots(lib: "Any") -> None:
+    global _NOW_MODE, _ERRS, _WALKED, _PROCESSED, _EXITED, _CLEAN, _HELD, _SETTLED, _UNSEEN, _HEADER, _NO_ROOM
+    global _SETTLE_SHIFT
+    (_NOW_MODE, _ERRS, _WALKED, _PROCESSED, _EXITED, _CLEAN, _HELD, _SETTLED, _UNSEEN, _HEADER, _NO_ROOM,
+     _SETTLE_SHIFT) = (lib.NB_BIND_NOW_MODE, lib.NB_BIND_ERRS, lib.NB_BIND_WALKED, lib.NB_BIND_PROCESSED,
+                       lib.NB_BIND_EXITED, lib.NB_BIND_CLEAN, lib.NB_BIND_HELD, lib.NB_BIND_SETTLED,
+                       lib.NB_BIND_UNSEEN, lib.NB_BIND_HEADER, lib.NB_NO_ROOM, lib.NB_SETTLE_SHIFT)
 
 
 def _bind_masks_at(cap: int) -> int:
@@ -547,6 +583,18 @@ class _NativeBindCall(BindCall):
         self._walk = walk
         return walk
 
+    def settle(self) -> "list[int] | BindError | None":
+        ints, cap = self._raw[0], self._raw[1]
+        state = ints[_SETTLED]
+        if state == 1 or not ints[_WALKED]:
+            return []
+        if state == 0:
+            start = _HEADER + ints[_PROCESSED]
+            return list(ints[start:start + ints[_UNSEEN]])
+        if state == _NO_ROOM:
+            return None
+        return live.unlisted(state, ints[0])
+
     def swap(self) -> MemPolicySwap | None:
         ints, _, nw, _, policy, nodes, _ = self._raw
         if policy is None:
@@ -588,7 +636,7 @@ class NativeBackend(Backend):
         self._release = self.lib.nb_bind_release
         self._cpu_masks: dict[frozenset[int], tuple[Any, int]] = {}
         self._node_masks: dict[frozenset[int], tuple[Any, int]] = {}
-        self._cap = 8        # threads apply_all makes room for: the last count, with some slack
+        self._cap = 16       # threads apply_all makes room for: twice the last count (it lists them again), and more
         self._int_array = self.ffi.typeof("int[]")
         self._new = self.ffi.new
         self._args: dict[tuple[str | None, frozenset[int], frozenset[int] | None], tuple[Any, ...]] = {}
@@ -720,6 +768,7 @@ class NativeBackend(Backend):
             self._bind_args(policy, nodes, cpus)
         only_caller = flags & WALK_ONLY_CALLER
         cap = 1 if only_caller else self._cap
+        flags |= SETTLE_ROUNDS << _SETTLE_SHIFT
         while True:   # one buffer: header, tids, statuses, then the old and current nodes, CPUs before and after
             ints = self._new(self._int_array, size + cap * per_thread)
             raw = (ints, cap, nw, cw, policy, nodes, self.ffi)
@@ -730,9 +779,9 @@ class NativeBackend(Backend):
                 break
             if n < 0:
                 raise live.unlisted(n, live.gettid())
-            cap = n + n // 2 + 8
+            cap = 2 * n + 16     # room to list the threads again after the walk
         if not only_caller:
-            self._cap = n + n // 2 + 8
+            self._cap = 2 * n + 16
         call = _new_call(_NativeBindCall)
         _set_raw(call, raw)
         return call
@@ -934,7 +983,7 @@ def _native_problem() -> str | None:
     """One line saying that the native core is missing and how to get it; None when it loads."""
     try:
         load_native()
-    except ImportError as e:
+    except (ImportError, NumabindError) as e:   # missing, or built for another version
         return str(e)
     return None
 
@@ -976,3 +1025,81 @@ def reset_backends() -> None:
         _instances.clear()
         _failures.clear()
         _chosen.clear()
+
+
+# ----------------------------------------------------------------------------- the thread walk and the weights
+#: What ``threads=`` of a bind or a verify may be: the threads whose CPUs match the caller's, all of them,
+#: or the calling thread alone.
+THREAD_MODES = ("matching", "all", "current")
+#: The walk's flags per (threads, strict is True): strict stops at the first refusal and checks the caller first.
+WALK_FLAGS = {(threads, strict): (WALK_MATCHING if threads == "matching" else WALK_ONLY_CALLER if threads == "current"
+                                  else 0) | (WALK_STOP_ON_ERROR | WALK_CHECK_FIRST if strict else 0)
+              for threads in THREAD_MODES for strict in (False, True)}
+
+
+def check_threads(threads: object) -> None:
+    """Raise :class:`PlanError` unless ``threads`` is one of :data:`THREAD_MODES`."""
+    if threads not in THREAD_MODES:
+        raise PlanError(f"threads={threads!r} is not one of {', '.join(THREAD_MODES)}")
+
+
+def walk_all(be: Backend, me: int) -> AffinityWalk:
+    """Every thread of this process as it is now (``me`` the calling thread), read through ``be``."""
+    return be.affinity_many(live.thread_ids(me), None)
+
+
+def write_weights(be: Backend, weights: "dict[int, int]", old: "dict[int, int]") -> None:
+    """Write the system-wide interleave ``weights``; on a refusal put back those already written (from ``old``)
+    and raise the :class:`BindError`."""
+    done: dict[int, int] = {}
+    try:
+        for n, w in sorted(weights.items()):
+            be.set_interleave_weights({n: w})
+            done[n] = w
+    except BindError:
+        if done:
+            try:
+                be.set_interleave_weights({n: old[n] for n in done})
+            except BindError as e:
+                log.warning("could not put back the interleave weights %s: %s",
+                            format_weights({n: old[n] for n in done}), e)
+        raise
+
+
+def exec_command(command: "list[str]", env: "dict[str, str]") -> int:
+    """exec ``command`` (searched on PATH); on failure the error is printed and the shell's status returned:
+    127 when it is not found, 126 when it is found but cannot be executed."""
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as e:
+        import errno    # only when the exec failed: off numabind run's path
+        import shutil
+        import sys
+
+        exe = command[0]
+        missing = e.errno == errno.ENOENT and (not os.path.lexists(exe) if "/" in exe else
+                                               shutil.which(exe, path=env.get("PATH", os.defpath)) is None)
+        why = "command not found" if missing and "/" not in exe else e.strerror
+        sys.stderr.write(f"numabind: error: cannot execute {exe!r}: {why}\n")
+        return EXIT_NOT_FOUND if missing else EXIT_NOT_EXECUTABLE
+    return EXIT_NOT_EXECUTABLE   # not reached: exec replaced the process
+
+
+def interleave_next_node() -> int | None:
+    """The node the calling thread's next interleaved page goes to (``get_mempolicy(MPOL_F_NODE)``), read
+    through libnuma's ``get_mempolicy`` (``numabind show``, as ``numactl --show``); None when libnuma is not
+    there or refuses."""
+    import ctypes   # numabind show only: off numabind run's path
+
+    try:
+        lib = ctypes.CDLL(LIBNUMA_SONAME, use_errno=True)
+        mode = ctypes.c_int(0)
+        if lib.get_mempolicy(ctypes.byref(mode), None, ctypes.c_ulong(0), None, ctypes.c_ulong(1)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return mode.value
+
+
+__all__ += ["THREAD_MODES", "WALK_FLAGS", "check_threads", "exec_command", "interleave_next_node", "walk_all",
+            "write_weights"]

@@ -34,6 +34,8 @@ executed, 127 when it is not found.
 import os
 import sys
 
+from .._base import EXIT_NOT_APPLIED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_USAGE
+
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the fast path)
 if TYPE_CHECKING:  # pragma: no cover
     from .._base import Strictness
@@ -41,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["main", "fast_run", "exec_command", "run_strictness", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND"]
 
 #: Exit statuses of ``numabind run`` before the command runs (see the module docstring).
-NOT_APPLIED, USAGE, NOT_EXECUTABLE, NOT_FOUND = 1, 2, 126, 127
+NOT_APPLIED, USAGE, NOT_EXECUTABLE, NOT_FOUND = EXIT_NOT_APPLIED, EXIT_USAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
 
 #: option -> (numactl option it stands for, whether it takes a value)
 _OPTIONS = {
@@ -126,20 +128,10 @@ def device_node(spec: str) -> int:
 
 def exec_command(command: list[str], env: dict[str, str]) -> int:
     """exec ``command`` (searched on PATH); on failure the error is printed and the shell's status returned:
-    127 when it is not found, 126 when it is found but cannot be executed."""
-    try:
-        os.execvpe(command[0], command, env)
-    except OSError as e:
-        import errno
-        import shutil
+    127 when it is not found, 126 when it is found but cannot be executed (:func:`numabind.backends.exec_command`)."""
+    from ..backends import exec_command   # the kernel door: loaded by numabind run anyway, not by every command
 
-        exe = command[0]
-        missing = e.errno == errno.ENOENT and (not os.path.lexists(exe) if "/" in exe else
-                                               shutil.which(exe, path=env.get("PATH", os.defpath)) is None)
-        why = "command not found" if missing and "/" not in exe else e.strerror
-        sys.stderr.write(f"numabind: error: cannot execute {exe!r}: {why}\n")
-        return NOT_FOUND if missing else NOT_EXECUTABLE
-    return NOT_EXECUTABLE   # not reached: exec replaced the process
+    return exec_command(command, env)
 
 
 def fast_run(args: list[str]) -> int | None:
@@ -164,7 +156,7 @@ def fast_run(args: list[str]) -> int | None:
         machine = live.machine()
         plan = Plan.from_numactl_args(numactl, topology=machine, migrate="migrate" in other,
                                       device_node=device_node, reason="numabind run " + " ".join(numactl))
-        plan = plan.validate(machine)   # type: ignore[arg-type]  # a LiveMachine has what validate reads
+        plan = plan.validate(machine)    # a LiveMachine has what validate reads
         if "set_weights" in other and not plan.weights:
             return None       # the full CLI says what --set-weights needs
         be, _ = get_backend(backend)

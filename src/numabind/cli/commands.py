@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..backends import backend_info, get_backend
+from ..backends import backend_info, get_backend, interleave_next_node
 from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
@@ -260,21 +260,6 @@ def _mask(ids: Iterable[int]) -> str:
     return "".join(f"{i} " for i in sorted(ids))
 
 
-def _interleave_next() -> int | None:
-    """The node the calling thread's next interleaved page goes to (``get_mempolicy(MPOL_F_NODE)``), read
-    through libnuma's ``get_mempolicy``; None when libnuma is not there."""
-    import ctypes
-
-    try:
-        lib = ctypes.CDLL("libnuma.so.1", use_errno=True)
-        mode = ctypes.c_int(0)
-        if lib.get_mempolicy(ctypes.byref(mode), None, ctypes.c_ulong(0), None, ctypes.c_ulong(1)) != 0:
-            return None
-    except (OSError, AttributeError):
-        return None
-    return mode.value
-
-
 def show_lines(b: Binding, node_cpus: dict[int, frozenset[int]], memory_nodes: frozenset[int],
                interleave_next: int | None = None) -> list[str]:
     """``numactl --show``'s lines for the binding ``b``: policy, preferred node, (interleave mask and next
@@ -335,7 +320,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     machine = live.machine()
     memory = frozenset(n for n, node in machine.nodes.items() if node.has_memory)
-    nxt = _interleave_next() if b.mem_policy in ("interleave", "weighted-interleave") else None
+    nxt = interleave_next_node() if b.mem_policy in ("interleave", "weighted-interleave") else None
     print("\n".join(show_lines(b, {n: node.cpus for n, node in machine.nodes.items()}, memory, nxt)))
     return 0
 

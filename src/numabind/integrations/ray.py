@@ -104,7 +104,7 @@ def plan_for_worker(mode: str = "node", policy: str | None = "bind", topology: A
     them); ``topology`` defaults to a discovery under ``$NUMABIND_FSROOT``
     with ``env`` (default ``os.environ``). A worker with no GPU is a PlanError.
     """
-    from ..rank import _discover, plan_owned_gpus
+    from ..rank import discover_for_env, plan_owned_gpus
 
     env = os.environ if env is None else env
     strict = strict_from_env(env) if strict is None else strict
@@ -113,7 +113,7 @@ def plan_for_worker(mode: str = "node", policy: str | None = "bind", topology: A
         raise PlanError("this Ray worker was assigned no GPU (ray.get_gpu_ids() is empty); give the task or "
                         "actor num_gpus, or bind it explicitly")
     if topology is None:
-        topology = _discover(env)
+        topology = discover_for_env(env)
     visible = sorted(g.index for g in topology.gpus)
     label = f"Ray worker {os.getpid()} with GPU ids {','.join(ids)}"
     reasons = [f"{label}: visible GPUs {','.join(map(str, visible)) or 'none'}"]

@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
 from .. import backends as _backends
-from .._base import Strictness, Value
+from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, Value
 from ..bind import bind_current, bound_environ, strict_default, strict_label
 from ..errors import NumabindError, PlanError
 from ..plan import Plan, check_plan
@@ -103,9 +103,7 @@ def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None 
         sys.stderr.write(report.describe() + "\n")
     for w in report.warnings:
         sys.stderr.write(f"numabind: warning: {w}\n")
-    from ..cli import exec_command   # numabind run's exec: the same statuses and message
-
-    raise SystemExit(exec_command(list(command), bound_environ(report)))
+    raise SystemExit(_backends.exec_command(list(command), bound_environ(report)))   # numabind run's exec
 
 
 def _exec_main(argv: Sequence[str] | None = None) -> None:
@@ -114,8 +112,6 @@ def _exec_main(argv: Sequence[str] | None = None) -> None:
     Exit statuses before the command runs are ``numabind run``'s (and numactl's): 2 for arguments that are
     not a plan text and flags (a usage error), 1 when the binding cannot be applied (the command does not
     run), 126 and 127 when the command cannot be executed or is not found."""
-    from ..cli import NOT_APPLIED, USAGE
-
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if len(argv) < 4 or argv[2] != "--":
@@ -126,12 +122,12 @@ def _exec_main(argv: Sequence[str] | None = None) -> None:
         plan = Plan.from_text(argv[0])
     except NumabindError as e:
         sys.stderr.write(f"numabind: error: {e}\n")
-        raise SystemExit(USAGE) from None
+        raise SystemExit(EXIT_USAGE) from None
     try:
         exec_bound(plan, argv[3:], strict=_STRICT_WORDS[mode], backend=backend)
     except NumabindError as e:
         sys.stderr.write(f"numabind: error: {e}\n")
-        raise SystemExit(NOT_APPLIED) from None
+        raise SystemExit(EXIT_NOT_APPLIED) from None
 
 
 class _PreexecBind:

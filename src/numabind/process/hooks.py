@@ -19,28 +19,12 @@ from ..bind import bind_current, bind_thread, strict_default, strict_label
 from ..errors import PlanError
 from ..plan import Plan, check_plan
 from . import reports
-from .payload import _BIND_KEY, _PATH_KEY, _BindPayload, _check_args, _PathHint
+from .payload import _BIND_KEY, _PATH_KEY, _BindPayload, _check_args, _Entry, _PathHint
 from .reports import ChildBindings, ChildReport
 
 __all__ = ["configure_subprocess"]
 
 log = getLogger(__name__)
-
-
-class _Entry:
-    """One configure_subprocess block of one thread."""
-
-    __slots__ = ("plan", "text", "strict", "backend", "threads", "report_dir", "prefix", "spawn", "known", "pid")
-
-    def __init__(self, plan: Plan, text: str, strict: Strictness, backend: str, threads: str,
-                 report_dir: str | None, prefix: list[str] | None, spawn: str = "inherit",
-                 known: dict[int, ChildReport] | None = None) -> None:
-        self.plan, self.text, self.strict, self.backend, self.threads = plan, text, strict, backend, threads
-        self.report_dir = report_dir
-        self.prefix = prefix              # numactl wrapper prefix, when no in-process backend
-        self.spawn = spawn                # how spawn children are bound: "inherit" | "in-child"
-        self.known = known                # ChildBindings.known, for reports made in this process
-        self.pid = os.getpid()
 
 
 _local = threading.local()

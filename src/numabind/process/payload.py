@@ -5,7 +5,7 @@ when the child unpickles them, put numabind's own directory first on ``sys.path`
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import backends as _backends
 from .._base import Strictness
@@ -15,14 +15,28 @@ from ..errors import BirthBindError, NumabindError, PlanError
 from ..plan import Plan
 from . import reports
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .hooks import _Entry
 
 #: Keys numabind adds to multiprocessing's preparation data.
 _PATH_KEY = "_numabind_sys_path"
 _BIND_KEY = "_numabind_bind"
 #: The directory numabind was imported from (the parent of the package directory).
 _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class _Entry:
+    """One configure_subprocess block of one thread."""
+
+    __slots__ = ("plan", "text", "strict", "backend", "threads", "report_dir", "prefix", "spawn", "known", "pid")
+
+    def __init__(self, plan: Plan, text: str, strict: Strictness, backend: str, threads: str,
+                 report_dir: str | None, prefix: list[str] | None, spawn: str = "inherit",
+                 known: dict[int, reports.ChildReport] | None = None) -> None:
+        self.plan, self.text, self.strict, self.backend, self.threads = plan, text, strict, backend, threads
+        self.report_dir = report_dir
+        self.prefix = prefix              # numactl wrapper prefix, when no in-process backend
+        self.spawn = spawn                # how spawn children are bound: "inherit" | "in-child"
+        self.known = known                # ChildBindings.known, for reports made in this process
+        self.pid = os.getpid()
 
 
 def _check_args(backend: object, strict: object, threads: object) -> None:

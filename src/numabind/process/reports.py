@@ -103,6 +103,8 @@ def _set_birth(report: ChildReport) -> ChildReport:
     global _birth
     report = _with_record(report)
     _birth = report
+    if report.report is not None:   # numabind stat of this process reads it there (residency is below process)
+        records.keep_own_birth(report.start_method, report.report.requested, report.report.applied)
     return report
 
 

@@ -1,0 +1,225 @@
+"""The package reads as floors and every import goes down them (STYLE.md "Floors", DESIGN.md "Layers").
+
+The graph is built with ``ast`` from every ``import`` in ``src/numabind``: module level, inside functions and under
+``TYPE_CHECKING`` alike, plus ``importlib.import_module``/``sys.modules`` look-ups by name. It fails on a cycle, on an
+import that runs up the floors and on an import of a ``_private`` name another module defines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import numabind
+
+ROOT = Path(numabind.__file__).resolve().parent
+
+# Bottom to top. A module of a package not listed by name sits on its package's floor. The top-level
+# ``numabind/__init__`` re-exports the public API and sits above everything.
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("values", ("errors", "_util", "_base", "cpulist", "plan", "_native")),
+    ("readers", ("_fs", "_dump")),
+    ("the machine", ("_nvml", "devices", "iodevices", "topology", "live", "_proc")),
+    ("planning", ("strategies", "rank")),
+    ("the kernel door", ("backends",)),
+    ("apply / verify", ("records", "residency", "weights", "_transaction", "bind", "verify", "auto")),
+    ("process integration", ("process",)),
+    ("adapters", ("compat", "integrations")),
+    ("CLI", ("cli", "__main__")),
+    ("public API", ("",)),
+)
+
+
+def _module_files() -> dict[str, Path]:
+    mods = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        mods[".".join(["numabind", *parts])] = path
+    return mods
+
+
+MODULES = _module_files()
+
+
+def floor_of(module: str) -> int:
+    rel = module.split(".")[1:]
+    for depth in range(len(rel), -1, -1):
+        name = ".".join(rel[:depth])
+        for level, (_, names) in enumerate(FLOORS):
+            if name in names:
+                return level
+    raise AssertionError(f"{module} sits on no floor: add it to FLOORS in tests/test_layers.py")
+
+
+def room_of(module: str) -> str:
+    """A package's ``__init__`` and its children are one room; the top-level package is a room of its own."""
+    if module == "numabind" or MODULES.get(module, Path()).name == "__init__.py":
+        return module
+    return module.rpartition(".")[0] if module.count(".") > 1 else module
+
+
+def _defined_names(module: str) -> set[str]:
+    """Names a module binds at its top level (what ``from module import name`` can take from it)."""
+    tree = ast.parse(MODULES[module].read_text())
+    names = set()
+    for node in tree.body:
+        for sub in ast.walk(node) if isinstance(node, ast.If | ast.Try) else (node,):
+            if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(sub.name)
+            elif isinstance(sub, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                for target in sub.targets if isinstance(sub, ast.Assign) else (sub.target,):
+                    names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def _const_module_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in MODULES:
+        return node.value
+    return None
+
+
+def imports_of(module: str) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for every import in ``module``, wherever it is."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[str, str | None, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, None, node.lineno) for a in node.names if a.name.split(".")[0] == "numabind"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "numabind":
+                continue
+            for alias in node.names:
+                child = f"{target}.{alias.name}"
+                if child in MODULES or child == "numabind._native":
+                    found.append((child, None, node.lineno))
+                else:
+                    found.append((target, alias.name, node.lineno))
+        elif isinstance(node, ast.Call) and node.args:
+            # importlib.import_module("numabind.x"), sys.modules.get("numabind.x")
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in {"import_module", "get", "pop"}:
+                name = _const_module_name(node.args[0])
+                if name:
+                    found.append((name, None, node.lineno))
+        elif isinstance(node, ast.Subscript):  # sys.modules["numabind.x"]
+            name = _const_module_name(node.slice)
+            if name:
+                found.append((name, None, node.lineno))
+    # numabind.__version__ is the package's metadata (build_ffi.py reads it there), not a re-export: the package
+    # is loaded before any of its modules, so taking it pulls nothing in.
+    return [(target, name, line) for target, name, line in found
+            if target != module and (target, name) != ("numabind", "__version__")]
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def test_every_module_sits_on_a_floor():
+    for module in MODULES:
+        floor_of(module)
+
+
+def test_imports_go_down_the_floors_only():
+    upward = []
+    for module, imports in GRAPH.items():
+        for target, _, line in imports:
+            if room_of(target) == room_of(module):
+                continue
+            if floor_of(target) > floor_of(module):
+                upward.append(f"{module}:{line} imports {target} "
+                              f"({FLOORS[floor_of(module)][0]} -> {FLOORS[floor_of(target)][0]})")
+    assert not upward, "imports running up the floors:\n" + "\n".join(sorted(upward))
+
+
+def test_no_module_imports_another_modules_private_names():
+    private = []
+    for module, imports in GRAPH.items():
+        for target, name, line in imports:
+            if name is None or not name.startswith("_") or name.startswith("__"):
+                continue
+            if target not in MODULES or room_of(target) == room_of(module):
+                continue
+            if name in _defined_names(target):
+                private.append(f"{module}:{line} imports {target}.{name}")
+    assert not private, "private names imported across modules:\n" + "\n".join(sorted(private))
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    edges: dict[str, set[str]] = {}
+    for module, imports in GRAPH.items():
+        # A package's __init__ re-exporting its children, and a child taking a name from its __init__, is one room.
+        edges[module] = {target for target, _, _ in imports
+                         if target in MODULES and not (room_of(target) == room_of(module)
+                                                       and (MODULES[target].name == "__init__.py"
+                                                            or MODULES[module].name == "__init__.py"))}
+    assert _cycles(edges) == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from .bind import _walk_all\n", ("numabind.bind", "_walk_all")),
+    ("def f():\n    from numabind.process import reports\n", ("numabind.process.reports", None)),
+    ("import sys\nx = sys.modules.get('numabind.process.reports')\n", ("numabind.process.reports", None)),
+])
+def test_the_graph_sees_every_kind_of_import(tmp_path, monkeypatch, source, expected):
+    monkeypatch.setitem(MODULES, "numabind.residency", tmp_path / "residency.py")
+    (tmp_path / "residency.py").write_text(source)
+    assert [(t, n) for t, n, _ in imports_of("numabind.residency")] == [expected]
+
+
+def test_the_checks_catch_what_they_forbid(monkeypatch):
+    monkeypatch.setitem(GRAPH, "numabind.cpulist", [("numabind.topology", None, 1)])
+    with pytest.raises(AssertionError, match="cpulist:1 imports numabind.topology"):
+        test_imports_go_down_the_floors_only()
+    monkeypatch.setitem(GRAPH, "numabind.cpulist", [("numabind.bind", "_private_probe", 1)])
+    monkeypatch.setattr(f"{__name__}._defined_names", lambda module: {"_private_probe"})
+    with pytest.raises(AssertionError, match="cpulist:1 imports numabind.bind._private_probe"):
+        test_no_module_imports_another_modules_private_names()
+    monkeypatch.setitem(GRAPH, "numabind.errors", [("numabind.cpulist", None, 1)])
+    monkeypatch.setitem(GRAPH, "numabind.cpulist", [("numabind.errors", None, 1)])
+    with pytest.raises(AssertionError):
+        test_the_import_graph_has_no_cycle()
