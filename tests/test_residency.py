@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -30,7 +30,7 @@ from numabind.errors import NumabindError
 from numabind._proc import NodePages, parse_numa_maps
 from numabind.plan import Plan
 from numabind.residency import Locality, ThreadPlacement, locality
-from tests.kernel import MEMORY_NODES, NO_SUCH_TID, ROOT, child_env, ids_of, run_json
+from tests.kernel import MEMORY_NODES, NO_SUCH_TID, ROOT, child_env, ids_of, run_json, wait_zombie
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -112,10 +112,32 @@ def test_parse_numa_maps_is_additive_over_lines(a, b):
         assert getattr(both, key) == merged
 
 
-@given(st.text(max_size=300))
+# words a numa_maps line may hold, whole or broken, mixed with junk
+_MAPS_WORDS = st.one_of(st.text(max_size=8), st.sampled_from([
+    "N0=3", "N1=12", "N7=0", "N2=x", "N=4", "Nx=1", "N0=", "=", "huge", "file=/a", "mapmax=2", "mapmax=x",
+    "kernelpagesize_kB=2048", "kernelpagesize_kB=0", "anon=5", "dirty=1", "bind:0", "default", "7f00"]))
+
+
+@given(st.one_of(st.text(max_size=300),
+                 st.lists(st.lists(_MAPS_WORDS, max_size=8).map(" ".join), max_size=6).map("\n".join)))
 def test_parse_numa_maps_never_raises_on_junk(text):
     pages = parse_numa_maps(text, page_size=PAGE)
-    assert all(isinstance(n, int) and n >= 0 for n in pages.total.values())
+    # what it counts is consistent: each node's pages are anonymous, file-backed or huge, shared ones are
+    # among them, every page is under one policy, and only nodes the text names as N<id>= are counted
+    for node, n in pages.total.items():
+        assert isinstance(n, int) and n >= 0
+        assert sum(getattr(pages, kind).get(node, 0) for kind in ("anon", "file", "huge")) == n, (node, pages)
+        assert pages.shared.get(node, 0) <= n
+    assert set(pages.shared) <= set(pages.total)
+    assert set(pages.anon) | set(pages.file) | set(pages.huge) <= set(pages.total)
+    assert sum(pages.policies.values()) == sum(pages.total.values())
+    assert set(pages.total) <= {int(m) for m in re.findall(r"N([0-9]+)=", text)}
+
+
+def test_parse_numa_maps_skips_counts_that_are_not_ascii_digits():
+    # str.isdigit() takes a superscript two, and int() refuses it: the word is junk, not a count (nor a node)
+    pages = parse_numa_maps("7f00 default anon=1 N0=\u00b2 N\u00b2=5 N1=2 kernelpagesize_kB=4", page_size=4096)
+    assert pages.total == {1: 2}
 
 
 def test_parse_numa_maps_real_lines():
@@ -341,11 +363,7 @@ def test_a_process_that_does_not_exist():
 def test_a_process_that_has_exited_but_is_not_reaped():
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        while True:    # a zombie once it has exited: /proc/PID/stat says Z
-            with open(f"/proc/{p.pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    break
-            time.sleep(0.01)
+        wait_zombie(p.pid)    # a zombie once it has exited: /proc/PID/stat says Z
         loc = locality(p.pid)
     finally:
         p.wait()

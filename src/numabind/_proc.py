@@ -83,7 +83,12 @@ _MAP_FIELDS = frozenset(("file", "heap", "stack", "huge", "anon", "dirty", "mapp
 
 def _is_field(word: str) -> bool:
     key = word.partition("=")[0]
-    return key in _MAP_FIELDS or (key[:1] == "N" and key[1:].isdigit() and "=" in word)
+    return key in _MAP_FIELDS or (key[:1] == "N" and _digits(key[1:]) and "=" in word)
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also takes ``²`` and other digits ``int()`` refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _add(into: "dict[Any, int]", key: "Any", n: int) -> None:
@@ -117,9 +122,9 @@ def parse_numa_maps(text: str, page_size: int | None = None) -> NodePages:
             if key == "file":
                 is_file = is_shared = True
                 continue
-            if not value.isdigit():
+            if not _digits(value):
                 continue
-            if key[:1] == "N" and key[1:].isdigit():
+            if key[:1] == "N" and _digits(key[1:]):
                 counts.append((int(key[1:]), int(value)))
             elif key == "kernelpagesize_kB":
                 scale = max(1, int(value) * 1024 // page)
@@ -258,7 +263,7 @@ def process_children(pid: int) -> list[int]:
         if text is None:
             continue
         found_file = True
-        out.update(int(w) for w in text.split() if w.isdigit())
+        out.update(int(w) for w in text.split() if _digits(w))
     if not found_file and process_exists(pid):
         for other in fs.numbered("proc", ""):
             stat = fs.read(f"proc/{other}/stat")
