@@ -112,15 +112,20 @@ def expected_raw(policy: str) -> set[tuple[int, frozenset[int]]]:
     return {(MPOL[policy], frozenset({MEM_NODE}))}
 
 
-def numactl_show() -> dict[str, str]:
-    """``numactl --show`` run from the calling thread (the child inherits its policy)."""
-    out = subprocess.run(["numactl", "--show"], capture_output=True, text=True, timeout=30, check=True).stdout
+def show_fields(text: str) -> dict[str, str]:
+    """``numactl --show`` (or ``numabind show``) output as {field: value}; the first of a repeated field wins."""
     fields: dict[str, str] = {}
-    for line in out.splitlines():
+    for line in text.splitlines():
         key, sep, value = line.partition(":")
         if sep:
             fields.setdefault(key.strip(), value.strip())
     return fields
+
+
+def numactl_show() -> dict[str, str]:
+    """``numactl --show`` run from the calling thread (the child inherits its policy)."""
+    return show_fields(subprocess.run(["numactl", "--show"], capture_output=True, text=True, timeout=30,
+                                      check=True).stdout)
 
 
 def assert_numactl_shows(policy: str) -> None:
@@ -202,6 +207,37 @@ def run_python(code: str, env: dict | None = None, timeout: float = 60) -> subpr
     full = child_env(**(env or {}))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=full, timeout=timeout, cwd=ROOT)
+
+
+def numabind_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m numabind ARGS`` in a child (with :func:`child_env` unless ``env`` is given)."""
+    return subprocess.run([sys.executable, "-m", "numabind", *args], capture_output=True, text=True,
+                          env=env if env is not None else child_env(), timeout=timeout, cwd=ROOT)
+
+
+def run_main(capsys, *argv: str) -> tuple[object, str, str]:
+    """``numabind ARGV`` through ``numabind.cli.main`` in this process: (exit status, stdout, stderr); an
+    argparse usage error (SystemExit) gives its exit status."""
+    from numabind.cli import main
+
+    try:
+        rc: object = main(list(argv))
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def wait_zombie(pid: int, timeout: float = 60) -> None:
+    """Wait until child ``pid`` has exited and is not reaped yet (``/proc/PID/stat`` says Z); fail after
+    ``timeout`` seconds (a deadline against a hang, not a measurement)."""
+    end = time.monotonic() + timeout
+    while True:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        assert time.monotonic() < end, f"process {pid} did not exit within {timeout} s"
+        time.sleep(0.01)
 
 
 def run_json(code: str, env: dict | None = None):
@@ -374,3 +410,44 @@ def process_node_pages() -> dict[int, int]:
             for m in re.finditer(r"\bN(\d+)=(\d+)", line):
                 total[int(m[1])] += int(m[2])
     return dict(total)
+
+
+# --------------------------------------------------------------------------- numactl's cpuset against our affinity
+def cpuset_cpus() -> frozenset[int]:
+    """The CPUs of this process's cpuset (cgroup v2 ``cpuset.cpus.effective``, v1 ``cpuset.effective_cpus``,
+    the nearest ancestor that has one), read here; the online CPUs where no cpuset says otherwise."""
+    try:
+        with open("/proc/self/cpuset") as f:
+            path = f.read().strip()
+    except OSError:
+        return ONLINE_CPUS
+    while True:
+        for base, name in (("/sys/fs/cgroup", "cpuset.cpus.effective"),              # cgroup v2
+                           ("/sys/fs/cgroup/cpuset", "cpuset.effective_cpus")):     # cgroup v1
+            try:
+                with open(os.path.join(base + path, name)) as f:
+                    text = f.read().strip()
+            except OSError:
+                continue
+            if text:
+                return ids_of(text)
+        if path in ("", "/"):
+            return ONLINE_CPUS
+        path = os.path.dirname(path)
+
+
+def node_cpus(node: int) -> frozenset[int]:
+    with open(f"/sys/devices/system/node/node{node}/cpulist") as f:
+        return ids_of(f.read())
+
+
+#: The reason of the tests that xfail where numactl and numabind read different CPUs (strict: they fail once fixed).
+CPUSET_GAP = "numactl reads the cpuset, numabind the affinity: issue 32 cause 1/2"
+
+
+def cpuset_gap(node: int | None = None) -> pytest.MarkDecorator:
+    """xfail (strict) where the CPUs numactl would take from the cpuset for ``node`` (None: every node) differ
+    from those of this process's affinity, as under ``taskset -c 0``; a plain mark elsewhere."""
+    within = ONLINE_CPUS if node is None else node_cpus(node)
+    differs = (cpuset_cpus() & within) != (frozenset(ALLOWED) & within)
+    return pytest.mark.xfail(differs, strict=True, reason=CPUSET_GAP)

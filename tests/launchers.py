@@ -14,6 +14,9 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
+
+import pytest
 
 from tests.fakegpu import add_nvidia_gpu
 from tests.fakesys import FakeMachine
@@ -36,6 +39,32 @@ class HostGpuMachine:
 
 def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
+
+
+# ------------------------------------------------------------------ a launcher that cannot run: skip, or fail in CI
+REQUIRE_ENV = "NUMABIND_REQUIRE_LAUNCHERS"
+TWO_CPUS = "a two-node fake machine needs two usable CPUs"
+
+
+def launchers_required() -> bool:
+    """``NUMABIND_REQUIRE_LAUNCHERS=1`` (CI): a launcher test that cannot run fails instead of skipping."""
+    return os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0", "no", "false")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the running launcher test with ``reason``; fail it under ``NUMABIND_REQUIRE_LAUNCHERS=1``."""
+    if launchers_required():
+        pytest.fail(f"{REQUIRE_ENV}=1 and this launcher test cannot run: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def needs(ok: bool, reason: str) -> pytest.MarkDecorator:
+    """A mark: the test runs where ``ok``, else skips with ``reason`` (fails under ``NUMABIND_REQUIRE_LAUNCHERS=1``;
+    tests/conftest.py reads the mark before the test's fixtures are set up)."""
+    return pytest.mark.launcher_needs(ok=ok, reason=reason)
+
+
+needs_two_cpus = needs(len(usable_cpus()) >= 2, TWO_CPUS)
 
 
 def host_gpu_machine(root: str | os.PathLike) -> HostGpuMachine:

@@ -21,31 +21,11 @@ from numabind.cli import main
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import two_sockets
 from tests.kernel import BLOCK_NATIVE, GPU_ENV, child_env  # noqa: F401
-from tests.kernel import ALLOWED, CPU_A, CPU_B, MEM_NODE, ROOT, numactl_show, restore_process  # noqa: F401
+from tests.kernel import (ALLOWED, CPU_A, CPU_B, MEM_NODE, ROOT, numabind_cli, numactl_show,  # noqa: F401
+                          restore_process, run_main, show_fields)
 # (restore_process is autouse: state put back; CPU_A/CPU_B/MEM_NODE: no test assumes this host's ids)
 
 kernel = pytest.mark.kernel
-
-
-def numabind_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    """``python -m numabind ARGS`` in a child."""
-    return subprocess.run([sys.executable, "-m", "numabind", *args], capture_output=True, text=True,
-                          env=env if env is not None else child_env(), timeout=timeout, cwd=ROOT)
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def show_fields(text: str) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
-    return fields
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,6 @@ import pty
 import select
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -22,7 +21,7 @@ from numabind import _proc, live
 from numabind._fs import FsReader
 from numabind.cli import main
 from numabind.residency import Locality
-from tests.kernel import NO_SUCH_TID, ROOT, child_env
+from tests.kernel import NO_SUCH_TID, ROOT, child_env, wait_zombie
 from tests.test_residency import Worker, _fake_kernel, _node_with_cpus
 
 pytestmark = pytest.mark.kernel
@@ -205,11 +204,7 @@ def test_watch_ends_when_every_process_has_gone():
 def test_missing_and_exited_processes_are_reported_and_the_others_shown(bound_worker):
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        while True:
-            with open(f"/proc/{zombie.pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    break
-            time.sleep(0.01)
+        wait_zombie(zombie.pid)    # a zombie once it has exited: /proc/PID/stat says Z
         cp = stat(str(NO_SUCH_TID), str(zombie.pid), str(bound_worker.pid))
         data = json.loads(stat("--json", str(NO_SUCH_TID), str(zombie.pid)).stdout)
     finally:

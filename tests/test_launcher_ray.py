@@ -24,13 +24,13 @@ import pytest
 
 from numabind.errors import BindError, NumabindError, PlanError
 from numabind.integrations import ray as numa_ray
-from tests.launchers import host_gpu_machine, usable_cpus
+from tests.launchers import host_gpu_machine, needs, needs_two_cpus
 from tests.kernel import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
 
 kernel = pytest.mark.kernel
-pytestmark = pytest.mark.skipif(len(usable_cpus()) < 2, reason="a two-node fake machine needs two usable CPUs")
-needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                               reason="Ray is not installed (pip install 'numabind[ray]'; scripts/setup.sh --test)")
+pytestmark = needs_two_cpus
+needs_ray = needs(importlib.util.find_spec("ray") is not None,
+                  "Ray is not installed (pip install 'numabind[ray]'; scripts/setup.sh --test)")
 TIMEOUT = 300
 
 

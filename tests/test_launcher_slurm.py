@@ -16,21 +16,22 @@ import pytest
 
 from numabind.cpulist import format_cpulist
 from tests import slurm as slurm_fixture
-from tests.launchers import host_gpu_machine, json_documents, json_lines, numabind_command, report_command, usable_cpus
+from tests.launchers import (host_gpu_machine, json_documents, json_lines, needs_two_cpus, numabind_command,
+                             report_command, unavailable)
 from tests.kernel import ROOT
 
 kernel = pytest.mark.kernel
-pytestmark = pytest.mark.skipif(len(usable_cpus()) < 2, reason="a two-node fake machine needs two usable CPUs")
+pytestmark = needs_two_cpus
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     missing = slurm_fixture.missing_programs()
     if missing:
-        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): apt-get install slurm-wlm munge "
+        unavailable(f"Slurm is not installed ({', '.join(missing)} missing): apt-get install slurm-wlm munge "
                     f"(scripts/setup.sh --test does)")
     if os.geteuid() != 0:
-        pytest.skip("slurmd must run as root to start tasks as the submitting user")
+        unavailable("slurmd must run as root to start tasks as the submitting user")
     cluster = slurm_fixture.start_slurm(tmp_path_factory.mktemp("slurm"))
     try:
         yield cluster
@@ -137,7 +138,7 @@ def test_srun_strict_errors_when_the_plan_falls_outside_slurms_cpus(slurm, machi
 @kernel
 def test_srun_gpus_per_task_binds_each_task_to_its_own_gpu(slurm, machine):
     if slurm.gpus < 2:
-        pytest.skip("Slurm's GPU gres needs device files, and mknod was refused here")
+        unavailable("Slurm's GPU gres needs device files, and mknod was refused here")
     out = srun(slurm, machine, "-n", "2", "--gpus-per-task=1", "--cpu-bind=none", *numabind_command(), *RUN, "--",
                *report_command())
     tasks = by_task(out.stdout)

@@ -27,12 +27,12 @@ from numabind.topology import discover_from
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import FakeMachine, snc
 from tests.launchers import (REPORT_DIR_VAR, host_gpu_machine, json_documents, json_lines, numabind_command,
-                             rank_reports, report_command, usable_cpus)
+                             needs, needs_two_cpus, rank_reports, report_command, unavailable)
 from tests.kernel import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
 
 # torch is only ever imported by the children (torchrun, tests/torch_numa.py): never into the test process
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                                reason="torch is not installed (scripts/setup.sh --test installs torch==2.13.0)")
+pytestmark = needs(importlib.util.find_spec("torch") is not None,
+                   "torch is not installed (scripts/setup.sh --test installs torch==2.13.0)")
 
 kernel = pytest.mark.kernel
 TIMEOUT = 240
@@ -82,9 +82,6 @@ def run(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.CompletedP
     return out
 
 
-needs_two_cpus = pytest.mark.skipif(len(usable_cpus()) < 2, reason="a two-node fake machine needs two usable CPUs")
-
-
 @kernel
 @needs_two_cpus
 def test_torchrun_binds_each_rank_to_its_gpus_node_like_torchs_numa_binding(tmp_path):
@@ -100,9 +97,9 @@ def test_torchrun_binds_each_rank_to_its_gpus_node_like_torchs_numa_binding(tmp_
 
     help_text = run([*torchrun(), "--help"], env, str(tmp_path)).stdout
     if "--numa-binding" not in help_text:
-        pytest.skip("numabind part passed; this torch's torchrun has no --numa-binding to compare with")
+        unavailable("numabind part passed; this torch's torchrun has no --numa-binding to compare with")
     if shutil.which("numactl") is None:
-        pytest.skip("numabind part passed; torch's --numa-binding starts workers through numactl, not installed")
+        unavailable("numabind part passed; torch's --numa-binding starts workers through numactl, not installed")
     theirs = run([sys.executable, "-m", "tests.torch_numa", "torchrun", machine.root, "--numa-binding=node",
                   "--standalone", "--no-python", "--nproc-per-node=2", *report_command()],
                  dict(env, **{REPORT_DIR_VAR: str(theirs_dir)}), ROOT)
@@ -142,7 +139,7 @@ def torch_choices(root, allowed, *modes) -> dict[str, list[frozenset[int]]]:
               launch_env(), ROOT)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     if "unavailable" in got:
-        pytest.skip(got["unavailable"])
+        unavailable(got["unavailable"])
     return {mode: [frozenset(c) for c in cpus] for mode, cpus in got.items()}
 
 

@@ -374,8 +374,12 @@ def test_from_numactl_args_with_topology(args, expected):
 
 
 def test_cpunodebind_result_validates():
-    for args in ("-N all", "-N 1", "-N !0 -m all", "-C all -i all"):
-        Plan.from_numactl_args(args, topology=TOPO).validate(TOPO)
+    # the nodes' CPUs that are allowed (node 1's CPU 7 and node 5 are not): validate() keeps the plan as it is
+    for args, cpus in (("-N all", {0, 1, 2, 3, 4, 5, 6, 8, 9}), ("-N 1", {4, 5, 6}), ("-N !0 -m all", {4, 5, 6, 8, 9}),
+                       ("-C all -i all", {0, 1, 2, 3, 4, 5, 6, 8, 9})):
+        plan = Plan.from_numactl_args(args, topology=TOPO)
+        assert plan.cpus == cpus, args
+        assert plan.validate(TOPO) == plan, args
 
 
 @pytest.mark.parametrize(

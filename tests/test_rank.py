@@ -27,8 +27,8 @@ from numabind.strategies import plan_for_gpu
 from numabind.topology import discover_from
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import FakeMachine, snc
-from tests.launchers import host_gpu_machine, json_lines, numabind_command, report_command
-from tests.kernel import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
+from tests.launchers import TWO_CPUS, host_gpu_machine, json_lines, numabind_command, report_command
+from tests.kernel import ROOT, restore_process, run_main  # noqa: F401  (autouse: process state put back)
 
 kernel = pytest.mark.kernel
 
@@ -404,12 +404,6 @@ def test_importing_numabind_imports_neither_torch_nor_ray():
 
 
 # ------------------------------------------------------------------ the command line
-def run_main(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 def test_cli_plan_gpu_from_rank_json(capsys, monkeypatch, tmp_path):
     eight_gpus(tmp_path)
     monkeypatch.setenv("NUMABIND_FSROOT", str(tmp_path))
@@ -470,7 +464,12 @@ def test_cli_run_refuses_a_replayed_root_unless_asked(capsys, monkeypatch, tmp_p
     assert rc == 2 and "replayed machine" in err              # the opt-in is for --gpu-from-rank only
 
 
+# not a launcher test: a plain skip, NUMABIND_REQUIRE_LAUNCHERS aside
+needs_two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason=TWO_CPUS)
+
+
 @kernel
+@needs_two_cpus
 def test_cli_run_gpu_from_rank_binds_the_command(tmp_path):
     m = host_gpu_machine(tmp_path)
     for r in (0, 1):
@@ -483,6 +482,7 @@ def test_cli_run_gpu_from_rank_binds_the_command(tmp_path):
 
 
 @kernel
+@needs_two_cpus
 def test_bind_current_plan_for_rank_in_a_script(tmp_path, monkeypatch):
     m = host_gpu_machine(tmp_path)
     topo = discover_from(FsReader(str(tmp_path)), env={})

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from numabind.cpulist import parse_cpulist
 from numabind.strategies import plan_for_gpu
 from numabind.topology import discover, discover_from
 
+from .kernel import numabind_cli
 from .lstopo import LSTOPO, differences, lstopo_view
 from .vm import harness
 
@@ -101,8 +101,7 @@ def test_dumps_hold_topology_files_only(dump):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "numabind", *args], capture_output=True, text=True,
-                          timeout=120)
+    return numabind_cli(*args, timeout=120)
 
 
 def test_cli_topology_and_plan_read_a_dump_tarball():
