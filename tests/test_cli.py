@@ -82,9 +82,12 @@ def test_main_job_on_a_machine_with_gpus(capsys, gpu_machine):
 # --------------------------------------------------------------------------- hardware / show
 @kernel
 def test_hardware_matches_numactl_hardware(capsys):
+    from tests.test_show_oracle import oracle_or_skip   # numactl 2.0.19: 4-wide distance columns (2.0.16: 3)
+
+    numactl = oracle_or_skip()
     rc, out, _ = run_main(capsys, "hardware")
     assert rc == 0
-    theirs = subprocess.run(["numactl", "--hardware"], capture_output=True, text=True, check=True).stdout
+    theirs = subprocess.run([numactl, "--hardware"], capture_output=True, text=True, check=True).stdout
     keep = lambda text: [line.split() for line in text.splitlines()  # noqa: E731
                          if line.startswith(("available:", "node")) and " free:" not in line
                          or line.strip().split(":")[0].isdigit()]

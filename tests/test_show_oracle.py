@@ -69,6 +69,11 @@ def find_oracle() -> tuple[str | None, str]:
 
 @pytest.fixture(scope="module")
 def oracle() -> str:
+    return oracle_or_skip()
+
+
+def oracle_or_skip() -> str:
+    """The oracle's path; a skip saying how to build it, or a failure under NUMABIND_REQUIRE_ORACLE=1."""
     path, problem = find_oracle()
     if path is None:
         how = f"build it with `bash scripts/numactl_oracle.sh` (or set {ORACLE_ENV} to a numactl {VERSION})"

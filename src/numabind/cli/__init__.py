@@ -25,10 +25,14 @@ through one backend, and the command is exec'd. Anything else, and any error bef
 to the full CLI (:mod:`numabind.cli.commands`), which gives the usage errors, messages and exit codes;
 so does ``--weights bandwidth`` (it reads the firmware's bandwidth figures through a whole discovery).
 
-Exit statuses of ``numabind run`` (both paths), as numactl and a shell give them: the command's own
-status once it runs; 1 when the binding cannot be applied (the command does not run with less than
-it asked for unless ``--lenient``); 2 for a usage error; 126 when the command is found but cannot be
-executed, 127 when it is not found.
+Exit statuses of ``numabind run`` (both paths): the command's own status once it runs; 1 when the
+binding cannot be applied (the command does not run with less than it asked for unless ``--lenient``);
+2 for a usage error; 126 when the command is found but cannot be executed, 127 when it is not found (a
+shell's statuses: here numabind run differs from numactl, which exits 1 for all of these).
+
+numactl's own command line (``numabind -C 0 cmd``, ``numabind -H``, or any command line of a link named
+``numactl`` to numabind) is :mod:`numabind.cli.numactl`: numactl's order semantics and its exit status,
+1, for everything it refuses.
 """
 
 import os
@@ -176,9 +180,18 @@ def fast_run(args: list[str]) -> int | None:
     return exec_command(command, bound_environ(report))   # _NUMABIND_BOUND: for numabind stat
 
 
-def main(argv: list[str] | None = None) -> int:
+#: numabind's subcommands: any other first word (or a numactl option) is numactl's command line.
+SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat")
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """``numabind ARGS`` (``argv`` default ``sys.argv[1:]``). Invoked as ``numactl`` (``prog``, default the
+    name in ``sys.argv[0]``: a link named numactl), or with a numactl option or a command first, it is
+    numactl's command line (:mod:`numabind.cli.numactl`)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    if args and args[0] == "run":
+    if prog is None:
+        prog = os.path.basename(sys.argv[0]) if argv is None and sys.argv else "numabind"
+    if args and args[0] == "run" and prog != "numactl":
         import gc
 
         # The fast path builds a few hundred objects and execs within milliseconds: the cyclic
@@ -193,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
                 gc.enable()
         if rc is not None:
             return rc
+    else:
+        from .numactl import is_numactl_form, numactl_main
+
+        if prog == "numactl" or is_numactl_form(args, SUBCOMMANDS):
+            return numactl_main(args)
     from .commands import main as full_main
 
     return full_main(args)

@@ -243,15 +243,30 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     print(f"available: {len(ids)} nodes ({format_cpulist(ids)})")
     for n in ids:
         node = topo.nodes[n]
-        print(f"node {n} cpus:" + "".join(f" {c}" for c in sorted(node.cpus)))
+        print(f"node {n} cpus:" + (_compressed(node.cpus) if getattr(args, "cpu_compress", False) else
+                                   "".join(f" {c}" for c in sorted(node.cpus))))
         print(f"node {n} size: {node.memory_bytes // 2**20} MB")
         mb = free[n]
         print(f"node {n} free: " + ("unknown (no MemFree in its meminfo)" if mb is None else f"{mb // 2**20} MB"))
-    print("node distances:")
-    print("node " + "".join(f"{n:>3} " for n in ids))
+    print("node distances:")    # numactl 2.0.19's columns, 4 wide (2.0.16's were 3)
+    print("node  " + "".join(f"{n:>4} " for n in ids))
     for n in ids:
-        print(f"{n:>3}: " + "".join(f"{topo.nodes[n].distances.get(m, 0):>3} " for m in ids))
+        print(f"{n:>4}: " + "".join(f"{topo.nodes[n].distances.get(m, 0):>4} " for m in ids))
     return 0
+
+
+def _compressed(cpus: Iterable[int]) -> str:
+    """numactl --hardware --cpu-compress's CPU list: `` 0-3, 8-11 (8)``, `` 5 (1)``, `` (0)`` when empty."""
+    ids = sorted(cpus)
+    runs: list[str] = []
+    k = 0
+    while k < len(ids):
+        j = k
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        runs.append(f" {ids[k]}" if j == k else f" {ids[k]}-{ids[j]}")
+        k = j + 1
+    return ",".join(runs) + f" ({len(ids)})"
 
 
 # ----------------------------------------------------------------------------- show (numactl --show)
