@@ -286,7 +286,7 @@ def test_refused_memory_falls_back_to_cpus_only(tmp_path, monkeypatch, on_logger
     seen = on_logger("sglang")
     assert sglang._probe_numactl_args("--physcpubind=0,21,22 --membind=0") == ("--physcpubind=0,21,22", "")
     [warning] = seen.at(logging.WARNING)
-    assert "CPUs only" in warning and "EPERM" in warning
+    assert "CPU-only" in warning and "EPERM" in warning
 
 
 def test_nothing_accepted(tmp_path, monkeypatch):

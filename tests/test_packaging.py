@@ -291,7 +291,8 @@ def test_sdist_carries_what_building_and_testing_need(dists: dict[str, Any]):
     names = {n[len(prefix):] for n in dists["names"] if n.startswith(prefix)}
     for needed in ("build_ffi.py", "setup.py", "pyproject.toml", "MANIFEST.in", "LICENSE", "README.md",
                    "CHANGELOG.md", "PKG-INFO", "csrc/numabind.c", "csrc/numabind.h", "src/numabind/py.typed",
-                   "src/numabind/numactl_wrapper.sh", "tests/conftest.py", "tests/fakesys.py", "tests/fakegpu.py",
+                   "src/numabind/numactl_wrapper.sh", "src/numabind/compat/numa_wrapper.sh", "tests/conftest.py",
+                   "tests/fakesys.py", "tests/fakegpu.py",
                    "tests/vm/harness.py", "tests/vm/conftest.py", "docs/conf.py", "docs/api.rst",
                    "scripts/setup.sh", "scripts/check_installed.py"):
         assert needed in names, f"{needed} is not in the sdist"
@@ -349,6 +350,7 @@ def test_wheel_is_one_abi3_wheel_for_the_minimum_python(dists: dict[str, Any]):
         metadata = zf.read(f"numabind-{VERSION}.dist-info/METADATA").decode()
     assert f"\nTag: cp310-abi3-linux_{MACHINE}\n" in meta and "\nRoot-Is-Purelib: false\n" in meta
     for needed in ("numabind/_native.abi3.so", "numabind/py.typed", "numabind/numactl_wrapper.sh",
+                   "numabind/compat/numa_wrapper.sh",
                    f"numabind-{VERSION}.dist-info/licenses/LICENSE"):
         assert needed in names, f"{needed} is not in the wheel"
     assert not [n for n in names if n.endswith((".c", ".o")) or "cpython-" in n], sorted(names)

@@ -40,6 +40,8 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shutil
+import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -52,14 +54,20 @@ if TYPE_CHECKING:  # pragma: no cover
     import ctypes
 
 __all__ = [
+    "WRAPPER_ARGS_ENV",
+    "WRAPPER_PYTHON_ENV",
     "NumaBindingUnavailable",
     "bind_children",
     "current_topology",
     "forward_warnings",
+    "numactl_probe",
+    "on_live_machine",
     "open_libnuma",
     "plan_from_numactl_args",
     "probe_plan",
     "refresh_topology",
+    "wrapper_environment",
+    "wrapper_executable",
 ]
 
 log = logging.getLogger(__name__)
@@ -332,3 +340,66 @@ def bind_children(plan: Plan, target: logging.Logger, strict: Strictness = False
 
     with forward_warnings(target), configure_subprocess(plan, strict=strict, report=False):
         yield
+
+
+# ----------------------------------------------------------------------------- the environment-driven wrapper
+#: The variables the wrapper reads: the numactl options of the child, and the Python it runs
+#: (vLLM's names, so that vLLM's own ``_set_numa_wrapper_env`` drives it unchanged).
+WRAPPER_ARGS_ENV = "_VLLM_INTERNAL_NUMACTL_ARGS"
+WRAPPER_PYTHON_ENV = "_VLLM_INTERNAL_NUMACTL_PYTHON_EXECUTABLE"
+
+
+def wrapper_executable() -> str:
+    """numabind's environment-driven wrapper (``numa_wrapper.sh`` beside this module).
+
+    Used as multiprocessing's spawn executable, it checks ``WRAPPER_ARGS_ENV``
+    (numactl binding options only: ``--physcpubind``, ``--cpunodebind``,
+    ``--membind``, ``--preferred``, ``--preferred-many``, ``--interleave``,
+    ``--localalloc``, with CPU/node lists of digits and ``,-!+``) and
+    ``WRAPPER_PYTHON_ENV`` (an absolute path to an executable file), then runs
+    ``python -m numabind run OPTIONS -- python ARGS``: the child starts bound,
+    without numactl. Anything else is refused (exit 127, the reason on
+    stderr); nothing is ever evaluated.
+    """
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "numa_wrapper.sh")
+
+
+@contextlib.contextmanager
+def wrapper_environment(numactl_args: str, python_executable: str) -> Iterator[None]:
+    """Inside the block the wrapper's two variables hold ``numactl_args`` and ``python_executable``;
+    on exit each is restored to its earlier value, or removed when it had none."""
+    saved = {name: os.environ.get(name) for name in (WRAPPER_ARGS_ENV, WRAPPER_PYTHON_ENV)}
+    os.environ[WRAPPER_ARGS_ENV] = numactl_args
+    os.environ[WRAPPER_PYTHON_ENV] = python_executable
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+# ----------------------------------------------------------------------------- probing with numactl
+def on_live_machine() -> bool:
+    """Whether the cached topology is this machine as it runs (no ``NUMABIND_FSROOT``, nothing pinned)."""
+    return _cache.pinned is None and _root(os.environ) == "/"
+
+
+def numactl_probe(numactl_args: str) -> tuple[bool, str] | None:
+    """``numactl ARGS true`` run in a child, as vLLM and SGLang probe: ``(accepted, numactl's stderr
+    or the error)``; None when numactl is not used here (not on PATH, or a topology that is not this
+    machine's), and the caller probes in-process instead."""
+    if shutil.which("numactl") is None or not on_live_machine():
+        return None
+    try:
+        result = subprocess.run(["numactl", *numactl_args.split(), "true"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return False, f"numactl could not be run: {e}"
+    raw = getattr(result, "stderr", b"") or b""
+    err = (raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)).strip()
+    if result.returncode != 0 and not err:
+        err = f"numactl exited with status {result.returncode}"
+    return result.returncode == 0, err if result.returncode != 0 else ""

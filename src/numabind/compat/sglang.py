@@ -21,11 +21,17 @@ SGLang's signatures and environment:
 The binding ladder is SGLang's — hard memory binding, then preferred memory on
 the same node, then CPUs only — with the CPUs intersected with what the
 process may use (a constrained process is bound within its CPUs, not refused).
-Unlike SGLang there is no numactl, no script written per call (nothing is
-written at all) and no global executable swapped, so launcher threads (one per
-DP rank) need no lock around it: each child gets the plan of the thread that
-starts it. Records go to ``logging.getLogger("sglang.srt.utils.numa_utils")``.
-SGLang, torch and pynvml are never imported.
+Unlike SGLang, children need no numactl, no script is written per call
+(nothing is written at all) and :func:`configure_subprocess` swaps no global
+executable, so launcher threads (one per DP rank) need no lock around it: each
+child gets the plan of the thread that starts it. Where numactl is on PATH the
+probes run ``numactl ARGS true`` as SGLang does (through this module's
+``subprocess``); without it they are made in-process. A GPU's NUMA nodes come
+from NVML's memory affinity when ``pynvml`` can be imported (as SGLang), else
+from numabind's discovery. Records go to
+``logging.getLogger("sglang.srt.utils.numa_utils")``. SGLang and torch are
+never imported. Intel XPU and Ascend NPU lookups, and SGLang's memory helpers,
+are not provided (``_is_xpu`` is always False).
 """
 
 from __future__ import annotations
@@ -33,8 +39,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import glob
+import importlib
 import logging
+import math
+import multiprocessing
+import multiprocessing.spawn
 import os
+import shutil
+import subprocess
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -47,10 +61,14 @@ from . import (
     bind_children,
     current_topology,
     forward_warnings,
+    numactl_probe,
+    on_live_machine,
     open_libnuma,
     plan_from_numactl_args,
     probe_plan,
     refresh_topology,
+    wrapper_environment,
+    wrapper_executable,
 )
 
 __all__ = [
@@ -70,6 +88,14 @@ logger = logging.getLogger("sglang.srt.utils.numa_utils")
 #: ``CUDA_VISIBLE_DEVICES`` when this module was imported (SGLang's launcher imports it before it
 #: narrows the variable per child): what GPU ids of ``--numa-node`` refer to.
 _LAUNCH_CUDA_VISIBLE_DEVICES = os.environ.get("CUDA_VISIBLE_DEVICES")
+
+#: SGLang's platform flags. ``_is_cuda`` None (the default) means: an NVIDIA GPU is visible to numabind's
+#: discovery; True or False overrides it (SGLang sets it from torch at import). numabind has no XPU path.
+_is_cuda: bool | None = None
+_is_xpu = False
+#: The directory whose presence makes a machine NUMA for SGLang (a second node).
+_NODE1_PATH = "/sys/devices/system/node/node1"
+_NODE_GLOB = "/sys/devices/system/node/node[0-9]*"
 
 _TRUE = ("true", "1", "yes", "y")
 _FALSE = ("false", "0", "no", "n")
@@ -139,21 +165,28 @@ def _can_set_mempolicy() -> bool:
         return False
 
 
-def _is_numa_available() -> bool:
-    """Whether SGLang's automatic NUMA binding applies here: NVIDIA GPUs visible (SGLang's CUDA
-    platform), more than one NUMA node with CPUs, and memory-policy calls permitted."""
+def _cuda() -> bool:
+    if _is_cuda is not None:
+        return bool(_is_cuda)
     try:
-        topology = current_topology()
+        return any(g.vendor == "nvidia" for g in current_topology().gpus)
     except Exception as e:  # noqa: BLE001 - detection never fails startup
         logger.warning("The machine could not be discovered, skipping NUMA binding: %s", e)
         return False
-    if not any(g.vendor == "nvidia" for g in topology.gpus):
+
+
+def _is_numa_available() -> bool:
+    """Whether SGLang's automatic NUMA binding applies here: SGLang's CUDA platform (NVIDIA GPUs
+    visible, ``_is_cuda``), a second NUMA node (``os.path.isdir`` of node1), and memory-policy calls
+    permitted (``_can_set_mempolicy``). numactl is not required."""
+    if not (_cuda() or _is_xpu):
         return False
-    if len(topology.nodes_with_cpus) < 2:
+    node1 = _NODE1_PATH if on_live_machine() else os.path.join(current_topology().root, _NODE1_PATH.lstrip("/"))
+    if not os.path.isdir(node1):
         return False
     if not _can_set_mempolicy():
-        logger.warning("This process may not use NUMA memory policies (in a container, add "
-                       "--cap-add SYS_NICE); skipping NUMA binding of the GPUs.")
+        logger.warning("This process may not use NUMA memory policies; skipping NUMA binding of the GPUs. "
+                       "In a container, add --cap-add SYS_NICE.")
         return False
     return True
 
@@ -163,8 +196,40 @@ def _gpu(device_id: int) -> Any | None:
 
 
 def _query_numa_node_for_gpu(device_id: int) -> list[int]:
-    """The NUMA node of GPU ``device_id`` (CUDA numbering under the current ``CUDA_VISIBLE_DEVICES``),
-    as a list of one, or ``[]`` when the GPU is not visible or its node unknown."""
+    """The NUMA nodes GPU ``device_id`` (CUDA numbering under the current ``CUDA_VISIBLE_DEVICES``) has
+    memory affinity with, sorted; ``[]`` when unknown. Several nodes stay several.
+
+    With ``pynvml`` importable, NVML's memory affinity (node scope) is read as
+    SGLang does; else numabind's discovery gives the GPU's node.
+    """
+    try:
+        pynvml: Any = importlib.import_module("pynvml")
+    except ImportError:
+        return _discovered_numa_nodes(device_id)
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:  # noqa: BLE001 - NVML absent or broken: numabind's discovery answers
+        logger.debug("NVML cannot be initialised (%s); using numabind's discovery for GPU %d", e, device_id)
+        return _discovered_numa_nodes(device_id)
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(_get_nvml_device_index(device_id))
+        count = len(glob.glob(_NODE_GLOB))
+        bits = ctypes.sizeof(ctypes.c_ulong) * 8
+        words = pynvml.nvmlDeviceGetMemoryAffinity(handle, max(1, math.ceil(count / bits)),
+                                                   pynvml.NVML_AFFINITY_SCOPE_NODE)
+        return [n for n in range(count) if int(words[n // bits]) >> (n % bits) & 1]
+    except Exception as e:  # noqa: BLE001 - an NVML error skips the binding, as in SGLang
+        logger.warning("NVML could not give the memory affinity of GPU %d: %s; skipping its NUMA binding",
+                       device_id, e)
+        return []
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception as e:  # noqa: BLE001
+            logger.debug("nvmlShutdown failed: %s", e)
+
+
+def _discovered_numa_nodes(device_id: int) -> list[int]:
     gpu = _gpu(device_id)
     if gpu is None:
         visible = ", ".join(str(g.index) for g in current_topology().gpus) or "none"
@@ -223,7 +288,12 @@ def get_numa_node_if_available(server_args: Any, gpu_id: int) -> int | None:
     if not _is_numa_available():
         return None
     nodes = _query_numa_node_for_gpu(gpu_id)
-    return nodes[0] if nodes else None
+    if not nodes:
+        return None
+    if len(nodes) > 1:
+        logger.warning("Multiple NUMA nodes found for GPU %d: %s. Using the first one (%d); pass --numa-node "
+                       "to choose another.", gpu_id, nodes, nodes[0])
+    return int(nodes[0])
 
 
 # ----------------------------------------------------------------------------- numactl-syntax plans
@@ -256,6 +326,14 @@ def _strip_memory_args(numactl_args: str) -> str:
 
 
 def _cannot_apply(numactl_args: str) -> str | None:
+    """None when ``numactl_args`` can be applied here, else why not: ``numactl ARGS true`` (its stderr)
+    on the live machine with numactl on PATH, else checked and tried in-process."""
+    probed = numactl_probe(numactl_args)
+    if probed is not None:
+        ok, err = probed
+        if not ok:
+            logger.debug("numactl probe for %r rejected: %r", numactl_args, err)
+        return None if ok else (err or "numactl refused it")
     topology = current_topology()
     try:
         plan = plan_from_numactl_args(numactl_args, topology)
@@ -266,21 +344,21 @@ def _cannot_apply(numactl_args: str) -> str | None:
 
 def _probe_numactl_args(numactl_args: str) -> tuple[str | None, str]:
     """The strongest of ``numactl_args``, its memory binding as preferred, and its CPUs only that can
-    be applied in this process, and the reason the strongest was refused (``(None, why)`` when none)."""
+    be applied in this process, and ``""``; ``(None, why)`` when none can (``why``: the last refusal)."""
     first = _cannot_apply(numactl_args)
     if first is None:
         return numactl_args, ""
     if "--membind=" in numactl_args:
         preferred = numactl_args.replace("--membind=", "--preferred=")
         if _cannot_apply(preferred) is None:
-            logger.warning("Hard memory binding %r cannot be applied (%s); using preferred memory: %r",
-                           numactl_args, first, preferred)
+            logger.warning("Hard memory binding %r was rejected: %s; falling back to the soft preferred "
+                           "policy %r", numactl_args, first, preferred)
             return preferred, ""
     cpu_only = _strip_memory_args(numactl_args)
     if cpu_only and cpu_only != numactl_args:
         problem = _cannot_apply(cpu_only)
         if problem is None:
-            logger.warning("Memory binding %r cannot be applied (%s); binding CPUs only: %r",
+            logger.warning("Memory binding %r was rejected: %s; falling back to CPU-only binding %r",
                            numactl_args, first, cpu_only)
             return cpu_only, ""
         first = problem
@@ -316,10 +394,52 @@ def _child_plan(server_args: Any, gpu_id: int) -> tuple[Plan | None, str]:
     resolved, why = _probe_numactl_args(args)
     if resolved is None:
         _handle_numa_bind_failure(node, reason=(
-            f"No part of the NUMA binding {args!r} of GPU {gpu_id} can be applied in this process"
+            f"numabind could not apply NUMA binding {args!r} for node {node} in this process (a seccomp "
+            f"profile refusing set_mempolicy/sched_setaffinity, or a cpuset refusing the policy)"
             f"{': ' + why if why else ''}; skipping NUMA binding for GPU {gpu_id}."))
         return None, ""
     return plan_from_numactl_args(resolved, current_topology()), resolved
+
+
+_created = threading.local()
+
+
+def _create_numactl_executable(numactl_args: str) -> tuple[str, str]:
+    """An executable that starts a spawned child bound to ``numactl_args``, and a line describing it.
+
+    SGLang writes a script per call; numabind returns its one fixed,
+    environment-driven wrapper (:func:`numabind.compat.wrapper_executable`) and
+    remembers ``numactl_args`` for this thread: :func:`_mp_set_executable`
+    entered next puts them in the wrapper's variables. Nothing is written.
+    :func:`configure_subprocess` does not need either.
+    """
+    _created.args = numactl_args
+    path = wrapper_executable()
+    return path, f"{path} with {numactl_args!r} (numabind binds the child, no numactl needed)"
+
+
+@contextlib.contextmanager
+def _mp_set_executable(executable: str, debug_str: str) -> Iterator[None]:
+    """Inside the block spawned children start through ``executable`` (and, after
+    :func:`_create_numactl_executable` in this thread, with its options in the wrapper's variables);
+    both are restored on exit. As in SGLang, the start method must be spawn."""
+    method = multiprocessing.get_start_method()
+    if method != "spawn":
+        raise PlanError(f"multiprocessing's start method is {method!r}; a spawn executable binds only "
+                        f"spawned children (multiprocessing.set_start_method('spawn'))")
+    args = getattr(_created, "args", None)
+    _created.args = None
+    old = os.fsdecode(multiprocessing.spawn.get_executable())
+    with contextlib.ExitStack() as stack:
+        if args is not None:
+            stack.enter_context(wrapper_environment(args, old))
+        multiprocessing.spawn.set_executable(executable)
+        logger.debug("mp.set_executable %s -> %s (%s)", old, executable, debug_str)
+        try:
+            yield
+        finally:
+            multiprocessing.spawn.set_executable(old)
+            logger.debug("mp.set_executable reverted to %s", old)
 
 
 # ----------------------------------------------------------------------------- binding this process

@@ -8,15 +8,21 @@ types (:class:`RuntimeError` when no node can be detected, :class:`ValueError`
 for lists that are too short, through numabind's subclasses of both). What
 differs is how a child gets its binding:
 
-* no ``numactl`` binary and no wrapper script: the option string is resolved
-  into a :class:`numabind.Plan` against this machine (``all``, ``!list`` and
+* no ``numactl`` binary is needed: the option string is resolved into a
+  :class:`numabind.Plan` against this machine (``all``, ``!list`` and
   ``+list`` as numactl reads them) and children started inside
   :func:`configure_subprocess` are bound at birth by
   :func:`numabind.configure_subprocess` — with the ``spawn``, ``forkserver``
-  and ``fork`` start methods;
-* the probe before the start is in-process (:func:`_probe_numactl_args`): a
-  binding the machine or the kernel refuses loses its memory policy, then its
-  CPU binding, each step a WARNING, as vLLM's ``numactl ... true`` probes do;
+  and ``fork`` start methods (vLLM binds only spawned ones; this is said once
+  at INFO). The block also sets vLLM's two wrapper variables, and vLLM's own
+  pattern (:func:`_set_numa_wrapper_env` + :func:`_mp_set_executable` with
+  :func:`_get_numactl_executable`) starts spawned children bound through
+  numabind's environment-driven wrapper;
+* the probe before the start runs ``numactl ARGS true`` through this
+  module's ``subprocess`` when numactl is on PATH (as vLLM), else is made
+  in-process (:func:`_probe_numactl_args`): a binding that is refused loses its
+  memory policy, then its CPU binding, in ONE WARNING with the cause and the
+  ``--cap-add SYS_NICE`` hint;
 * the machine is discovered once per process (:mod:`numabind.compat`);
 * the log records go through ``logging.getLogger("vllm.utils.numa_utils")``, a
   child of the ``vllm`` logger that vLLM configures, and numabind's own
@@ -29,29 +35,48 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import functools
+import importlib
 import logging
+import multiprocessing
+import multiprocessing.spawn
 import os
+import re
 import shutil
+import subprocess
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..auto import auto_plan_available
-from ..cpulist import format_cpulist
+from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 from ..strategies import PCT_SKUS, pct_config, pct_priority_cpus
 from . import (
     REFRESH_HOOKS,
+    WRAPPER_ARGS_ENV,
+    WRAPPER_PYTHON_ENV,
     NumaBindingUnavailable,
     bind_children,
     current_topology,
+    numactl_probe,
+    on_live_machine,
     open_libnuma,
     plan_from_numactl_args,
     probe_plan,
     refresh_topology,
+    wrapper_environment,
+    wrapper_executable,
 )
+
+#: vLLM's module has psutil as an attribute (its tests patch through it); numabind does not need it.
+psutil: Any
+try:
+    psutil = importlib.import_module("psutil")
+except ImportError:  # pragma: no cover - depends on the environment
+    psutil = None
 
 __all__ = [
     "auto_bind_decision",
@@ -69,10 +94,12 @@ __all__ = [
 #: vLLM's logger name for this module: a child of ``vllm``, so vLLM's logging configuration applies.
 logger = logging.getLogger("vllm.utils.numa_utils")
 
-#: vLLM's wrapper read its options from these variables; numabind needs no wrapper (kept for importers).
-_NUMACTL_ARGS_ENV = "_VLLM_INTERNAL_NUMACTL_ARGS"
-_NUMACTL_PYTHON_EXECUTABLE_ENV = "_VLLM_INTERNAL_NUMACTL_PYTHON_EXECUTABLE"
-#: The files behind the PCT gate; numabind reads them through its discovery (under ``NUMABIND_FSROOT``).
+#: The variables vLLM's wrapper reads its numactl options and Python interpreter from; numabind's
+#: wrapper (:func:`_get_numactl_executable`) reads the same ones.
+_NUMACTL_ARGS_ENV = WRAPPER_ARGS_ENV
+_NUMACTL_PYTHON_EXECUTABLE_ENV = WRAPPER_PYTHON_ENV
+#: The files behind the PCT gate, read with ``open()`` on the live machine (vLLM's seams); under
+#: ``NUMABIND_FSROOT`` or a pinned topology numabind's discovery answers instead.
 _PCT_HIGHEST_PERF_PATH = "/sys/devices/system/cpu/cpu0/acpi_cppc/highest_perf"
 _PROC_CPUINFO_PATH = "/proc/cpuinfo"
 
@@ -83,6 +110,23 @@ _MPOL_MODES = {"default": 0, "preferred": 1, "bind": 2, "interleave": 3, "local"
 _MEMORY_FLAGS = ("--membind=", "--preferred=", "--preferred-many=", "--interleave=")
 #: vLLM's worker start method when VLLM_WORKER_MULTIPROC_METHOD is unset.
 _VLLM_DEFAULT_METHOD = "fork"
+#: The node directories vLLM reads CPU lists from (``Path.read_text``, its seam for the PCT filter).
+_NODE_CPULIST_PATH = "/sys/devices/system/node/node{}/cpulist"
+
+
+class _Envs:
+    """vLLM's ``envs`` as far as this module reads it: each attribute is the variable's value now
+    (``VLLM_WORKER_MULTIPROC_METHOD`` defaults to vLLM's ``fork``); tests may set attributes."""
+
+    _DEFAULTS = {"VLLM_WORKER_MULTIPROC_METHOD": _VLLM_DEFAULT_METHOD}
+
+    def __getattr__(self, name: str) -> str:
+        if name not in self._DEFAULTS:
+            raise AttributeError(name)
+        return os.environ.get(name, self._DEFAULTS[name])
+
+
+envs: Any = _Envs()
 
 
 class _PctSku(NamedTuple):
@@ -167,37 +211,92 @@ def get_auto_numa_nodes() -> list[int] | None:
 
 
 # ----------------------------------------------------------------------------- Priority Core Turbo
+def _sku_named_in(model: str) -> _PctSku | None:
+    for name, sku in _PCT_CAPABLE_SKUS.items():
+        if re.search(rf"(?<![0-9A-Za-z]){re.escape(name)}(?![0-9A-Za-z])", model):
+            return sku
+    return None
+
+
+def _pct_sku_from_cpuinfo() -> _PctSku | None:
+    """The PCT entry whose SKU the CPU model name names (the first gate only), or None.
+
+    On the live machine ``_PROC_CPUINFO_PATH`` is read with ``open()``; else the
+    discovered model name is used.
+    """
+    if not on_live_machine():
+        model = current_topology().model_name or ""
+        return _sku_named_in(model)
+    try:
+        with open(_PROC_CPUINFO_PATH) as f:
+            for line in f:
+                if line.lstrip().lower().startswith("model name"):
+                    found = _sku_named_in(line)
+                    if found is not None:
+                        return found
+    except OSError as e:
+        logger.debug("PCT: %s cannot be read: %s", _PROC_CPUINFO_PATH, e)
+    return None
+
+
 @functools.cache
 def _pct_sku_config() -> _PctSku | None:
     """The PCT entry of this machine when its CPU model and cpu0's CPPC ``highest_perf`` both match one."""
-    sku, why = pct_config(current_topology())
-    logger.debug("PCT: %s", why)
-    return None if sku is None else _PctSku(sku.highest_perf, sku.stride)
+    if not on_live_machine():
+        sku, why = pct_config(current_topology())
+        logger.debug("PCT: %s", why)
+        return None if sku is None else _PctSku(sku.highest_perf, sku.stride)
+    found = _pct_sku_from_cpuinfo()
+    if found is None:
+        logger.debug("PCT: the CPU model is not a known PCT-capable SKU")
+        return None
+    try:
+        with open(_PCT_HIGHEST_PERF_PATH) as f:
+            actual = int(f.read().strip())
+    except (OSError, ValueError) as e:
+        logger.debug("PCT: %s cannot be read: %s", _PCT_HIGHEST_PERF_PATH, e)
+        return None
+    if actual != found.highest_perf:
+        logger.debug("PCT: highest_perf is %d, not the SKU's %d (PCT off)", actual, found.highest_perf)
+        return None
+    return found
 
 
 REFRESH_HOOKS.append(_pct_sku_config.cache_clear)
 
 
-def _pct_sku_from_cpuinfo() -> _PctSku | None:
-    """The PCT entry whose SKU the CPU model name names (the first gate only), or None."""
+def _node_priority_cpus(node: int, stride: int) -> set[int]:
+    """The CPUs of ``node`` with ``cpu % stride in (0, 1)``, read from sysfs (``Path.read_text``).
+
+    A process whose CPUs are constrained (its allowed CPUs are not all online
+    CPUs) keeps only the ones it may use.
+    """
+    path = Path(_NODE_CPULIST_PATH.format(node))
+    try:
+        cpus = parse_cpulist(path.read_text().strip())
+    except (OSError, ValueError, PlanError) as e:
+        logger.debug("PCT: the CPUs of NUMA node %d cannot be read from %s: %s", node, path, e)
+        return set()
     topology = current_topology()
-    for perf in sorted({s.highest_perf for s in PCT_SKUS.values()}):
-        sku, _ = pct_config(dataclasses.replace(topology, cppc_highest_perf=perf))
-        if sku is not None:
-            return _PctSku(sku.highest_perf, sku.stride)
-    return None
+    out = {c for c in cpus if c % stride in (0, 1)}
+    if topology.allowed_cpus != topology.online_cpus:
+        out &= topology.allowed_cpus
+    return out
 
 
 def _maybe_get_pct_cpu_binding(numa_nodes: list[int]) -> list[int] | None:
-    """The PCT priority CPUs of ``numa_nodes`` that this process may use, sorted, or None."""
+    """The PCT priority CPUs of ``numa_nodes`` (those this process may use), sorted, or None."""
     sku = _pct_sku_config()
     if sku is None:
         return None
-    topology = current_topology()
     union: set[int] = set()
     for node in numa_nodes:
-        cpus, _ = pct_priority_cpus(topology, [node])
-        if cpus is None:
+        if on_live_machine():
+            cpus = _node_priority_cpus(node, sku.priority_stride)
+        else:
+            found, _ = pct_priority_cpus(current_topology(), [node])
+            cpus = set(found or ())
+        if not cpus:
             continue
         union |= cpus
         logger.info("Priority Core Turbo (CPU stride %d): priority CPUs of NUMA node %d are %s",
@@ -299,7 +398,14 @@ def _get_numactl_worker_args(parallel_config: Any, local_rank: int, dp_local_ran
     gpu_index = _get_gpu_index(parallel_config, local_rank, dp_local_rank)
     node = _get_numa_node(parallel_config, gpu_index)
     cpus = _get_cpu_binding(parallel_config, gpu_index, [node])
-    cpu_arg = f"--physcpubind={cpus}" if cpus is not None else f"--cpunodebind={node}"
+    if cpus is not None:
+        logger.info("Binding worker subprocess (local_rank=%s, gpu_index=%s) to CPUs %s and NUMA node %s",
+                    local_rank, gpu_index, cpus, node)
+        cpu_arg = f"--physcpubind={cpus}"
+    else:
+        logger.info("Binding worker subprocess (local_rank=%s, gpu_index=%s) to NUMA node %s",
+                    local_rank, gpu_index, node)
+        cpu_arg = f"--cpunodebind={node}"
     return f"{cpu_arg} --{_memory_flag(parallel_config, [node])}={node}"
 
 
@@ -314,7 +420,14 @@ def _get_numactl_enginecore_args(parallel_config: Any, local_rank: int,
     nodes = _get_enginecore_numa_nodes(parallel_config, dp_local_rank)
     node_list = ",".join(map(str, nodes))
     pct = None if parallel_config.numa_bind_cpus is not None else _maybe_get_pct_cpu_binding(nodes)
-    cpu_arg = f"--physcpubind={','.join(map(str, pct))}" if pct is not None else f"--cpunodebind={node_list}"
+    if pct is not None:
+        cpus = ",".join(map(str, pct))
+        logger.info("Binding EngineCore subprocess (local_rank=%s) to CPUs %s and NUMA nodes %s",
+                    local_rank, cpus, node_list)
+        cpu_arg = f"--physcpubind={cpus}"
+    else:
+        logger.info("Binding EngineCore subprocess (local_rank=%s) to NUMA nodes %s", local_rank, node_list)
+        cpu_arg = f"--cpunodebind={node_list}"
     return f"{cpu_arg} --{_memory_flag(parallel_config, nodes)}={node_list}"
 
 
@@ -332,9 +445,18 @@ def _get_numactl_args(vllm_config: Any, local_rank: int, dp_local_rank: int | No
 
 
 def _cannot_apply(numactl_args: str) -> str | None:
-    """None when ``numactl_args`` can be applied in this process, else why not."""
+    """None when ``numactl_args`` can be applied in this process, else why not.
+
+    On the live machine with numactl on PATH, ``numactl ARGS true`` is run in a
+    child (through this module's ``subprocess``, as vLLM probes); otherwise the
+    plan is checked against the machine and tried in a short-lived thread.
+    """
     if not numactl_args:
         return None
+    probed = numactl_probe(numactl_args)
+    if probed is not None:
+        ok, err = probed
+        return None if ok else (err or "numactl refused it")
     topology = current_topology()
     try:
         plan = plan_from_numactl_args(numactl_args, topology)
@@ -344,7 +466,7 @@ def _cannot_apply(numactl_args: str) -> str | None:
 
 
 def _probe_numactl_args(numactl_args: str) -> bool:
-    """Whether ``numactl_args`` can be applied in this process (checked and tried in-process)."""
+    """Whether ``numactl_args`` can be applied in this process (see :func:`_cannot_apply`)."""
     problem = _cannot_apply(numactl_args)
     if problem is not None:
         logger.debug("NUMA binding %r cannot be applied here: %s", numactl_args, problem)
@@ -354,24 +476,22 @@ def _probe_numactl_args(numactl_args: str) -> bool:
 def _resolve_numactl_args(numactl_args: str) -> str:
     """``numactl_args``, or without its memory policy, or ``""``: the first that can be applied.
 
-    Each step down is a WARNING with the reason. An EngineCore over several
-    nodes whose memory policy is refused keeps its CPUs and loses the policy
-    rather than having it narrowed onto one node.
+    A step down is ONE WARNING naming what was refused, why, what is used
+    instead and the container hint (``--cap-add SYS_NICE``). An EngineCore over
+    several nodes whose memory policy is refused keeps its CPUs and loses the
+    policy rather than having it narrowed onto one node.
     """
-    problem = _cannot_apply(numactl_args)
-    if problem is None:
+    first = _cannot_apply(numactl_args)
+    if first is None:
         return numactl_args
     cpu_only = " ".join(t for t in numactl_args.split() if not t.startswith(_MEMORY_FLAGS))
-    if cpu_only and cpu_only != numactl_args:
-        logger.warning("NUMA binding %r cannot be applied in this process (%s); trying %r, without the "
-                       "memory policy", numactl_args, problem, cpu_only)
-        problem = _cannot_apply(cpu_only)
-        if problem is None:
-            return cpu_only
-        numactl_args = cpu_only
-    logger.warning("NUMA binding %r cannot be applied in this process (%s); starting without NUMA binding",
-                   numactl_args, problem)
-    return ""
+    chosen = ""
+    if cpu_only and cpu_only != numactl_args and _cannot_apply(cpu_only) is None:
+        chosen = cpu_only
+    logger.warning("numactl options %r cannot be applied in this process (%s); falling back to %s. "
+                   "In a container, add --cap-add SYS_NICE for full NUMA binding.",
+                   numactl_args, first, repr(chosen) if chosen else "no NUMA binding")
+    return chosen
 
 
 # ----------------------------------------------------------------------------- the automatic gate
@@ -385,7 +505,7 @@ def auto_bind_decision(parallel_config: Any, local_rank: int,
     GPU covered), except that numactl need not be installed. Never raises.
     """
     pc = parallel_config
-    method = os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", _VLLM_DEFAULT_METHOD)
+    method = envs.VLLM_WORKER_MULTIPROC_METHOD
     if method != "spawn":
         return False, f"automatic NUMA binding needs the spawn start method (VLLM_WORKER_MULTIPROC_METHOD={method})"
     if pc.distributed_executor_backend not in ("mp", "uni") or getattr(pc, "data_parallel_backend", "mp") != "mp":
@@ -467,11 +587,25 @@ def configure_subprocess(vllm_config: Any, local_rank: int, dp_local_rank: int |
             pc._numa_bind_auto = False
         yield
         return
+    _note_start_method()
     plan = plan_from_numactl_args(numactl_args, current_topology())
-    logger.info("Starting %s subprocess (local_rank=%s, dp_local_rank=%s) bound at birth to %s (%s)",
-                process_kind, local_rank, dp_local_rank, numactl_args, plan.describe())
-    with bind_children(plan, logger):
+    logger.debug("Starting %s subprocess (local_rank=%s, dp_local_rank=%s) bound at birth to %s (%s)",
+                 process_kind, local_rank, dp_local_rank, numactl_args, plan.describe())
+    python_executable = os.fsdecode(multiprocessing.spawn.get_executable())
+    with _set_numa_wrapper_env(numactl_args, python_executable), bind_children(plan, logger):
         yield
+
+
+_method_noted = threading.Event()
+
+
+def _note_start_method() -> None:
+    """Say once per process that children are bound under a start method vLLM does not bind."""
+    method = envs.VLLM_WORKER_MULTIPROC_METHOD
+    if method != "spawn" and not _method_noted.is_set():
+        _method_noted.set()
+        logger.info("VLLM_WORKER_MULTIPROC_METHOD=%s: vLLM itself binds only spawned children (it warns and "
+                    "starts them unbound); numabind binds them at birth with this start method too", method)
 
 
 def worker_plan(parallel_config: Any, local_rank: int, dp_local_rank: int | None = None) -> Plan:
@@ -498,7 +632,24 @@ def _show(binding: Any) -> list[str]:
 
 
 def _log_numactl_show(label: str) -> bool:
-    """Log (DEBUG) this process's CPU affinity and memory policy, like ``numactl --show``; False if unreadable."""
+    """Log (DEBUG) this process's CPU affinity and memory policy as ``numactl --show`` prints them;
+    False when they cannot be read.
+
+    ``numactl --show`` is run through this module's ``subprocess`` (vLLM's way);
+    without numactl numabind reads the same fields itself.
+    """
+    try:
+        result = subprocess.run(["numactl", "--show"], check=True, capture_output=True, text=True)
+    except FileNotFoundError:
+        result = None
+    except (OSError, subprocess.SubprocessError) as e:
+        logger.debug("`numactl --show` failed for %s (%s); numabind reads the binding itself", label, e)
+        result = None
+    if result is not None:
+        fields = [line.strip() for line in str(result.stdout).splitlines() if line.strip()]
+        if fields:
+            logger.debug("%s affinity: %s", label, ", ".join(fields))
+            return True
     from ..verify import current_binding
 
     try:
@@ -517,36 +668,50 @@ def log_current_affinity_state(label: str) -> None:
 
 # ----------------------------------------------------------------------------- vLLM's numactl plumbing
 def _get_numactl_executable() -> tuple[str, str]:
-    """numabind's fixed numactl wrapper and a line describing it (RuntimeError without numactl).
+    """numabind's environment-driven wrapper and a line describing it.
 
-    :func:`configure_subprocess` does not use it; it is here for code that
-    starts numactl itself. The wrapper takes numactl options as arguments,
-    before ``--`` and the command, never from the environment.
+    With :func:`_set_numa_wrapper_env` around it and the wrapper as
+    multiprocessing's spawn executable (:func:`_mp_set_executable`), a spawned
+    child starts bound to the options in ``_VLLM_INTERNAL_NUMACTL_ARGS``, by
+    ``python -m numabind run`` (no numactl needed; see
+    :func:`numabind.compat.wrapper_executable` for what it accepts).
     """
-    if shutil.which("numactl") is None:
-        raise NumaBindingUnavailable("numactl is not on PATH (numabind binds children without it; only "
-                                     "callers that run numactl themselves need it)")
-    from ..backends.numactl import WRAPPER
-
-    return WRAPPER, f"{WRAPPER} [numactl options] -- command (numabind's numactl wrapper)"
+    path = wrapper_executable()
+    return path, (f"{path} via {_NUMACTL_ARGS_ENV} and {_NUMACTL_PYTHON_EXECUTABLE_ENV} "
+                  f"(numabind binds the child, no numactl needed)")
 
 
 @contextlib.contextmanager
 def _set_numa_wrapper_env(numactl_args: str, python_executable: str) -> Iterator[None]:
-    """Does nothing: vLLM passed its wrapper's options through the environment; numabind has no wrapper.
-
-    Kept so that code entering it keeps working; it logs at DEBUG that the
-    variables stay unset.
-    """
-    logger.debug("%s and %s stay unset: numabind binds children at birth without a wrapper (asked: %r for %s)",
-                 _NUMACTL_ARGS_ENV, _NUMACTL_PYTHON_EXECUTABLE_ENV, numactl_args, python_executable)
-    yield
+    """Inside the block ``_VLLM_INTERNAL_NUMACTL_ARGS`` is ``numactl_args`` and
+    ``_VLLM_INTERNAL_NUMACTL_PYTHON_EXECUTABLE`` is ``python_executable``; both are restored on exit
+    (removed when they were unset). The wrapper reads them."""
+    with wrapper_environment(numactl_args, python_executable):
+        yield
 
 
 @contextlib.contextmanager
 def _mp_set_executable(executable: str, debug_str: str) -> Iterator[None]:
-    """Does nothing: vLLM swapped multiprocessing's executable for its numactl wrapper; numabind binds
-    children at birth without touching it. Kept for code that enters it; logs at DEBUG."""
-    logger.debug("multiprocessing's executable is left as it is, not replaced by %s (%s): numabind binds "
-                 "children at birth in-process", executable, debug_str)
-    yield
+    """Inside the block multiprocessing spawns children through ``executable`` (restored on exit).
+
+    As in vLLM this only matters for the spawn start method: under another
+    ``VLLM_WORKER_MULTIPROC_METHOD`` it warns and changes nothing
+    (:func:`configure_subprocess` binds such children at birth instead).
+    """
+    method = envs.VLLM_WORKER_MULTIPROC_METHOD
+    if method != "spawn":
+        logger.warning("multiprocessing's executable is not replaced by %s: VLLM_WORKER_MULTIPROC_METHOD=%s, and "
+                       "only spawned children run it; set VLLM_WORKER_MULTIPROC_METHOD=spawn", executable, method)
+        yield
+        return
+    old = os.fsdecode(multiprocessing.spawn.get_executable())
+    multiprocessing.spawn.set_executable(executable)
+    logger.debug("multiprocessing's spawn executable %s -> %s (%s)", old, executable, debug_str)
+    try:
+        yield
+    finally:
+        now = os.fsdecode(multiprocessing.spawn.get_executable())
+        multiprocessing.spawn.set_executable(old)
+        if now != executable:
+            logger.warning("multiprocessing's spawn executable was changed to %s inside the NUMA binding block; "
+                           "restored to %s", now, old)
