@@ -73,20 +73,26 @@ def _add_null_handler() -> None:
 
 _add_null_handler()
 
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same names, imported eagerly
-    from .auto import auto_plan_available
-    from .backends import backend_info
-    from .bind import (BindReport, ThreadResult, bind_current, bind_thread, interleave_weights,
-                       set_interleave_weights)
-    from .cpulist import format_cpulist, parse_cpulist
-    from .devices import Gpu
-    from .errors import BindError, BirthBindError, NumabindError, PlanError
-    from .plan import MEM_POLICIES, Plan
-    from .process import (BoundCall, ChildBindings, ChildReport, birth_report, bound, configure_subprocess,
-                          pool_plans, popen_kwargs, wrap_command, worker_slot)
-    from .rank import local_rank, plan_for_rank
-    from .residency import Locality, locality
-    from .strategies import (MODES, PlanRow, bandwidth_weights, plan_for_gpu, plan_for_gpus, plan_table,
-                             weights_from_bandwidth)
-    from .topology import Cache, Cpu, Node, Topology, discover
-    from .verify import Binding, current_binding, verify_current
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same names, imported eagerly and re-exported
+    # explicitly (`X as X`), so that `mypy --strict` accepts `numabind.X` and `from numabind import X` in users' code
+    from .auto import auto_plan_available as auto_plan_available
+    from .backends import backend_info as backend_info
+    from .bind import (BindReport as BindReport, ThreadResult as ThreadResult, bind_current as bind_current,
+                       bind_thread as bind_thread, interleave_weights as interleave_weights,
+                       set_interleave_weights as set_interleave_weights)
+    from .cpulist import format_cpulist as format_cpulist, parse_cpulist as parse_cpulist
+    from .devices import Gpu as Gpu
+    from .errors import (BindError as BindError, BirthBindError as BirthBindError, NumabindError as NumabindError,
+                         PlanError as PlanError)
+    from .plan import MEM_POLICIES as MEM_POLICIES, Plan as Plan
+    from .process import (BoundCall as BoundCall, ChildBindings as ChildBindings, ChildReport as ChildReport,
+                          birth_report as birth_report, bound as bound, configure_subprocess as configure_subprocess,
+                          pool_plans as pool_plans, popen_kwargs as popen_kwargs, wrap_command as wrap_command,
+                          worker_slot as worker_slot)
+    from .rank import local_rank as local_rank, plan_for_rank as plan_for_rank
+    from .residency import Locality as Locality, locality as locality
+    from .strategies import (MODES as MODES, PlanRow as PlanRow, bandwidth_weights as bandwidth_weights,
+                             plan_for_gpu as plan_for_gpu, plan_for_gpus as plan_for_gpus, plan_table as plan_table,
+                             weights_from_bandwidth as weights_from_bandwidth)
+    from .topology import Cache as Cache, Cpu as Cpu, Node as Node, Topology as Topology, discover as discover
+    from .verify import Binding as Binding, current_binding as current_binding, verify_current as verify_current
