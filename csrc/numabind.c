@@ -49,6 +49,12 @@ long nb_sys_move_pages(int pid, unsigned long count, void **pages, const int *no
     RET(syscall(SYS_move_pages, pid, count, pages, nodes, status, flags));
 }
 
+long nb_sys_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask, unsigned long maxnode,
+                  unsigned int flags)
+{
+    RET(syscall(SYS_mbind, addr, len, mode, nodemask, maxnode, flags));
+}
+
 long nb_sys_sched_setaffinity(int tid, size_t size, const unsigned long *mask)
 {
     RET(syscall(SYS_sched_setaffinity, tid, size, mask));
@@ -69,6 +75,7 @@ static long (*p_set_mempolicy)(int, const unsigned long *, unsigned long);
 static long (*p_get_mempolicy)(int *, unsigned long *, unsigned long, void *, unsigned long);
 static long (*p_migrate_pages)(int, unsigned long, const unsigned long *, const unsigned long *);
 static long (*p_move_pages)(int, unsigned long, void **, const int *, int *, int);
+static long (*p_mbind)(void *, unsigned long, int, const unsigned long *, unsigned long, unsigned);
 static int (*p_sched_setaffinity)(int, struct nb_bitmask *);
 static int (*p_sched_getaffinity)(int, struct nb_bitmask *);
 
@@ -88,6 +95,7 @@ int nb_numa_load(const char *soname, char *errbuf, size_t errlen)
     SYM(p_get_mempolicy, "get_mempolicy");
     SYM(p_migrate_pages, "migrate_pages");
     SYM(p_move_pages, "move_pages");
+    SYM(p_mbind, "mbind");
     SYM(p_sched_setaffinity, "numa_sched_setaffinity");
     SYM(p_sched_getaffinity, "numa_sched_getaffinity");
 #undef SYM
@@ -124,6 +132,13 @@ long nb_numa_move_pages(int pid, unsigned long count, void **pages, const int *n
 {
     NEED_NUMA();
     RET(p_move_pages(pid, count, pages, nodes, status, flags));
+}
+
+long nb_numa_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask, unsigned long maxnode,
+                   unsigned int flags)
+{
+    NEED_NUMA();
+    RET(p_mbind(addr, len, mode, nodemask, maxnode, flags));
 }
 
 long nb_numa_sched_setaffinity(int tid, unsigned long nbits, unsigned long *mask)

@@ -21,6 +21,9 @@ long nb_sys_migrate_pages(int pid, unsigned long maxnode, const unsigned long *o
                           const unsigned long *new_nodes);
 long nb_sys_move_pages(int pid, unsigned long count, void **pages, const int *nodes,
                        int *status, int flags);
+/* mbind(2): the memory policy of the range [addr, addr + len) (addr page-aligned), flags MPOL_MF_*. */
+long nb_sys_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask, unsigned long maxnode,
+                  unsigned int flags);
 long nb_sys_sched_setaffinity(int tid, size_t size, const unsigned long *mask);
 long nb_sys_sched_getaffinity(int tid, size_t size, unsigned long *mask);
 
@@ -171,6 +174,8 @@ long nb_numa_migrate_pages(int pid, unsigned long maxnode, const unsigned long *
 long nb_numa_move_pages(int pid, unsigned long count, void **pages, const int *nodes,
                         int *status, int flags);
 /* size is in bits here: libnuma's struct bitmask counts bits. */
+long nb_numa_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask, unsigned long maxnode,
+                   unsigned int flags);
 long nb_numa_sched_setaffinity(int tid, unsigned long nbits, unsigned long *mask);
 long nb_numa_sched_getaffinity(int tid, unsigned long nbits, unsigned long *mask);
 
