@@ -24,7 +24,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the machine", ("_nvml", "devices", "iodevices", "topology", "live", "_proc")),
     ("planning", ("strategies", "rank")),
     ("the kernel door", ("backends",)),
-    ("apply / verify", ("records", "residency", "weights", "_transaction", "bind", "verify", "auto")),
+    ("apply / verify", ("records", "residency", "weights", "_transaction", "bind", "verify", "auto", "memory")),
     ("process integration", ("process",)),
     ("adapters", ("compat", "integrations")),
     ("CLI", ("cli", "__main__")),

@@ -32,6 +32,8 @@ _LAYERS: dict[str, tuple[str, ...]] = {
     "bind": ("bind_current", "bind_thread", "BindReport", "ThreadResult", "interleave_weights",
              "set_interleave_weights"),
     "verify": ("verify_current", "current_binding", "Binding"),
+    # the memory policy of one buffer (mbind), read back per page
+    "memory": ("bind_memory", "page_placement", "MemoryReport", "PagePlacement"),
     # where a process's memory is (numabind stat)
     "residency": ("locality", "Locality"),
     "backends": ("backend_info",),
@@ -84,6 +86,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same nam
     from .devices import Gpu as Gpu
     from .errors import (BindError as BindError, BirthBindError as BirthBindError, NumabindError as NumabindError,
                          PlanError as PlanError)
+    from .memory import (MemoryReport as MemoryReport, PagePlacement as PagePlacement, bind_memory as bind_memory,
+                         page_placement as page_placement)
     from .plan import MEM_POLICIES as MEM_POLICIES, Plan as Plan
     from .process import (BoundCall as BoundCall, ChildBindings as ChildBindings, ChildReport as ChildReport,
                           birth_report as birth_report, bound as bound, configure_subprocess as configure_subprocess,

@@ -1,0 +1,329 @@
+"""SGLang's memory helpers (``sglang.srt.utils.numa_utils``), restated over :func:`numabind.bind_memory`.
+
+Other SGLang modules import these from ``numa_utils``: a shared-memory buffer interleaved over the nodes
+(``numa_interleave_memory``), a host pool whose pages are faulted in under a temporary bind
+(``temp_membind`` and ``get_shm_numa_distribution``), and a pinned host table spread over every node
+(``InterleavedPinnedBuffer``, ``allocate_interleaved_pinned_table``, ``numa_memory_nodes``,
+``numa_page_counts``). The same names, arguments and results; what differs:
+
+* no libnuma through ctypes: the policy of a range is ``mbind(2)`` through numabind's compiled core, read back
+  per page with ``move_pages(2)``;
+* ``numa_page_counts`` counts the pages of exactly ``[ptr, ptr + nbytes)`` (``move_pages``), where SGLang
+  sums the ``numa_maps`` lines of the mappings that start inside it (a range inside a larger mapping counted
+  nothing there);
+* ``numa_memory_nodes`` is read from sysfs and ``Mems_allowed`` (the memory nodes this process may use), with
+  no libnuma needed.
+
+Failures are SGLang's: a WARNING on the ``sglang.srt.utils.numa_utils`` logger, raised as RuntimeError when
+``SGLANG_CRASH_ON_NUMA_BIND_FAILURE`` is set. ``compat.sglang`` re-exports everything here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .. import live
+from ..backends import get_backend
+from ..bind import bind_thread
+from ..errors import NumabindError
+from ..memory import MemoryReport, bind_memory, page_placement
+from ..plan import Plan, narrow_nodes
+
+__all__ = ["InterleavedPinnedBuffer", "allocate_interleaved_pinned_table", "get_shm_numa_distribution",
+           "numa_interleave_memory", "numa_memory_nodes", "numa_page_counts", "temp_membind"]
+
+logger = logging.getLogger("sglang.srt.utils.numa_utils")
+
+#: The file numa_maps is read from (a module constant: tests point it at a file of their own).
+_NUMA_MAPS_PATH = "/proc/self/numa_maps"
+_TRUE = ("1", "true", "yes", "y", "on")
+_FALSE = ("0", "false", "no", "n", "off", "")
+
+_PROT_READ_WRITE = 0x1 | 0x2
+_MAP_PRIVATE_ANONYMOUS = 0x02 | 0x20
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    value = value.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    logger.warning(f"{name}={value!r} is neither true nor false; using {default}")
+    return default
+
+
+def _memory_failure(reason: str) -> None:
+    """SGLang's failure: a WARNING, raised as RuntimeError under SGLANG_CRASH_ON_NUMA_BIND_FAILURE."""
+    logger.warning("%s", reason)
+    if _env_flag("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", False):
+        raise RuntimeError(reason)
+
+
+def _policy_readable() -> bool:
+    """Whether this process may use the memory-policy calls (get_mempolicy answers)."""
+    try:
+        get_backend()[0].get_mempolicy()
+    except (NumabindError, OSError):
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- nodes and pages
+def numa_memory_nodes() -> list[int]:
+    """The NUMA nodes with memory that this process may allocate from (what interleaving spreads over)."""
+    try:
+        limits = live.limits()
+    except (NumabindError, OSError) as e:
+        logger.debug(f"cannot read the memory nodes: {e}")
+        return []
+    return sorted(limits.memory_nodes & limits.allowed_nodes)
+
+
+def numa_page_counts(ptr: int, nbytes: int) -> dict[int, int]:
+    """Pages of ``[ptr, ptr + nbytes)`` per NUMA node (pages not faulted in yet are not counted); ``{}`` when
+    the kernel cannot say."""
+    try:
+        return dict(page_placement((int(ptr), int(nbytes))).by_node)
+    except (NumabindError, OSError) as e:
+        logger.debug(f"cannot count the pages at {ptr:#x}: {e}")
+        return {}
+
+
+def get_shm_numa_distribution(path: str | os.PathLike[str]) -> dict[int, int]:
+    """Pages per NUMA node of the mappings of the shared-memory file ``path`` in this process (their
+    ``numa_maps`` lines, summed; each line counts in its own page size); ``{}`` when none is mapped or
+    ``numa_maps`` cannot be read."""
+    names = {os.fspath(path), os.path.realpath(path)}
+    counts: dict[int, int] = {}
+    try:
+        with open(_NUMA_MAPS_PATH) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        logger.debug(f"cannot read {_NUMA_MAPS_PATH}: {e}")
+        return counts
+    for line in lines:
+        fields = line.split(" ")
+        if not any(w.startswith("file=") and w[5:] in names for w in fields):
+            continue
+        for word in fields:
+            key, eq, value = word.partition("=")
+            if eq and len(key) > 1 and key[0] == "N" and key[1:].isdigit() and value.isdigit():
+                counts[int(key[1:])] = counts.get(int(key[1:]), 0) + int(value)
+    return counts
+
+
+# ----------------------------------------------------------------------------- policies
+def numa_interleave_memory(ptr: int, nbytes: int) -> tuple[int, ...]:
+    """Interleave the pages of ``[ptr, ptr + nbytes)`` (rounded out to whole pages) over
+    :func:`numa_memory_nodes`, for the pages touched from now on; returns the nodes, or ``()`` when there are
+    fewer than two (nothing to spread over). Raises OSError (a :class:`~numabind.BindError`) when the kernel
+    refuses the policy."""
+    nodes = numa_memory_nodes()
+    if len(nodes) < 2:
+        logger.debug(f"not interleaving {nbytes} bytes at {ptr:#x}: memory nodes {nodes}")
+        return ()
+    bind_memory((int(ptr), int(nbytes)), "interleave", nodes=frozenset(nodes), strict="partial", verify=False)
+    return tuple(nodes)
+
+
+@contextlib.contextmanager
+def temp_membind(numa_node: int) -> Iterator[None]:
+    """The calling thread allocates only from ``numa_node`` inside the block (its memory policy is bind to that
+    node), and gets its own policy back afterwards. Pages faulted in the block land there; a node this process
+    cannot allocate from, or a policy the kernel refuses, is a failure (a WARNING, or RuntimeError under
+    SGLANG_CRASH_ON_NUMA_BIND_FAILURE) and the block runs unbound."""
+    node = int(numa_node)
+    _, why = narrow_nodes(frozenset({node}), live.limits(), "bind")
+    if why:
+        _memory_failure(f"cannot bind memory allocations to NUMA node {node}: {why}")
+        yield
+        return
+    try:
+        binding = bind_thread(Plan(mem_policy="bind", mem_nodes=frozenset({node})), strict=True)
+        binding.__enter__()
+    except (NumabindError, OSError) as e:
+        _memory_failure(f"cannot bind memory allocations to NUMA node {node}: {e}")
+        yield
+        return
+    try:
+        yield
+    finally:
+        binding.__exit__(None, None, None)
+
+
+# ----------------------------------------------------------------------------- pinned host memory
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+def _host_register(ptr: int, nbytes: int) -> int:
+    """Page-lock ``[ptr, ptr + nbytes)`` and map it for the GPU (``cudaHostRegister``); its CUDA status."""
+    try:
+        import torch   # an optional dependency: only the pinning needs it
+    except ImportError as e:
+        raise RuntimeError(f"pinning host memory needs torch with CUDA ({e})") from None
+    cuda: Any = torch.cuda
+    return int(cuda.cudart().cudaHostRegister(ptr, nbytes, 0))
+
+
+def _host_unregister(ptr: int) -> int:
+    import torch
+
+    cuda: Any = torch.cuda
+    return int(cuda.cudart().cudaHostUnregister(ptr))
+
+
+def _synchronize() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class InterleavedPinnedBuffer:
+    """Anonymous memory whose pages are interleaved over every memory node, then page-locked for the GPU.
+
+    The interleave policy is set on the fresh mapping (:func:`numabind.bind_memory`) before any page exists;
+    this thread then touches every page, so each lands where the policy says (a node that has no room left
+    gives its share to another: the split is uneven rather than the allocation failing); then
+    ``cudaHostRegister`` locks them, like ``pin_memory=True`` storage. ``report`` is what bind_memory said.
+    Needs at least two memory nodes (RuntimeError otherwise); a refused policy is an OSError.
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        self.nbytes = -(-int(nbytes) // page) * page
+        self.ptr: int | None = None
+        self._registered = False
+        self.report: MemoryReport | None = None
+        nodes = numa_memory_nodes()
+        if len(nodes) < 2:
+            raise RuntimeError(f"interleaving needs at least two NUMA nodes, got {nodes}")
+        if self.nbytes <= 0:
+            raise RuntimeError(f"cannot allocate {nbytes} bytes")
+        self._libc = _libc()
+        ptr = self._libc.mmap(None, self.nbytes, _PROT_READ_WRITE, _MAP_PRIVATE_ANONYMOUS, -1, 0)
+        if not ptr or ptr == _MAP_FAILED:
+            raise MemoryError(f"mmap of {self.nbytes} bytes failed: {os.strerror(ctypes.get_errno())}")
+        self.ptr = ptr
+        try:
+            try:
+                self.report = bind_memory((ptr, self.nbytes), "interleave", nodes=frozenset(nodes),
+                                          strict="partial", verify=False)
+            except NumabindError as e:
+                if isinstance(e, OSError):
+                    raise
+                raise RuntimeError(f"cannot interleave {self.nbytes} bytes over nodes {nodes}: {e}") from e
+            ctypes.memset(ptr, 0, self.nbytes)    # fault every page in now, under the policy, from this thread
+            rc = _host_register(ptr, self.nbytes)
+            if rc != 0:
+                raise RuntimeError(f"cudaHostRegister of {self.nbytes} bytes failed: {rc}")
+            self._registered = True
+        except BaseException:
+            self._release(synchronize=False)
+            raise
+
+    def __del__(self) -> None:
+        if sys.is_finalizing():   # the CUDA runtime may be gone: the process's end takes the mapping
+            return
+        try:
+            self.release()
+        except Exception:   # noqa: BLE001 - a finalizer must not raise
+            pass
+
+    def release(self) -> None:
+        """Unlock and unmap, after the GPU finished the work queued so far (nothing may read it later)."""
+        self._release(synchronize=True)
+
+    def _release(self, *, synchronize: bool) -> None:
+        ptr = self.ptr
+        if ptr is None:
+            return
+        if self._registered:
+            if synchronize:
+                _synchronize()
+            try:
+                rc = _host_unregister(ptr)
+            except Exception as e:   # noqa: BLE001 - the runtime may be torn down already
+                logger.debug(f"cudaHostUnregister failed during release: {e}")
+                return
+            if rc != 0:
+                logger.warning(f"cudaHostUnregister of {self.nbytes} bytes returned {rc}; leaving the mapping")
+                return
+            self._registered = False
+        self._libc.munmap(ptr, self.nbytes)
+        self.ptr = None
+
+    def as_tensor(self, shape: Sequence[int], dtype: Any) -> Any:
+        """A torch tensor of ``shape`` and ``dtype`` over the start of this memory; it does not own it: keep
+        this buffer alive as long as anything (a CUDA graph included) may read the tensor."""
+        import torch
+
+        if self.ptr is None:
+            raise RuntimeError("the buffer was released")
+        numel = 1
+        for dim in shape:
+            numel *= int(dim)
+        raw = (ctypes.c_uint8 * self.nbytes).from_address(self.ptr)
+        return torch.frombuffer(raw, dtype=torch.uint8).view(dtype)[:numel].view(*shape)
+
+
+def allocate_interleaved_pinned_table(shape: Sequence[int], dtype: Any, *,
+                                      interleave: bool = True) -> tuple[Any, InterleavedPinnedBuffer | None]:
+    """A pinned host tensor whose pages are spread over every memory node: ``(tensor, buffer)``.
+
+    ``buffer`` owns the memory (keep it as long as the tensor is used); it is None, and the tensor plain
+    ``pin_memory=True`` storage, when ``interleave`` is False, ``SGLANG_PLE_OFFLOAD_NUMA_INTERLEAVE`` is off,
+    the machine has fewer than two memory nodes, or the policy cannot be used or applied (a failure then: a
+    WARNING, RuntimeError under SGLANG_CRASH_ON_NUMA_BIND_FAILURE). Pages that did not spread over two nodes
+    or more are a failure too, with the table kept.
+    """
+    import torch
+
+    def plain() -> tuple[Any, None]:
+        return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=True), None
+
+    nodes = numa_memory_nodes()
+    if not interleave or not _env_flag("SGLANG_PLE_OFFLOAD_NUMA_INTERLEAVE", True) or len(nodes) < 2:
+        return plain()
+    if not _policy_readable():
+        _memory_failure("NUMA interleave is unavailable because the process cannot query its memory policy; "
+                        "using regular pinned memory.")
+        return plain()
+    numel = 1
+    for dim in shape:
+        numel *= int(dim)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    try:
+        buffer = InterleavedPinnedBuffer(nbytes)
+    except (OSError, RuntimeError) as error:
+        _memory_failure(f"NUMA-interleaved pinned allocation failed; using regular pinned memory: {error}")
+        return plain()
+    assert buffer.ptr is not None
+    tensor = buffer.as_tensor(shape, dtype)
+    counts = numa_page_counts(buffer.ptr, buffer.nbytes)
+    if len(set(counts) & set(nodes)) < 2:
+        try:
+            _memory_failure(f"NUMA interleave policy did not spread the pinned table across the memory nodes "
+                            f"{nodes}; pages per node {counts}.")
+        except BaseException:
+            buffer.release()
+            raise
+    else:
+        logger.info(f"Pinned {nbytes / 2**30:.1f} GiB of host memory across NUMA nodes; pages per node {counts}")
+    return tensor, buffer

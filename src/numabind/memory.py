@@ -1,0 +1,418 @@
+"""The memory policy of one range of memory: :func:`bind_memory`, and where a range's pages are now:
+:func:`page_placement`.
+
+``bind_memory`` is ``mbind(2)`` on a buffer (anything with the buffer protocol: ``bytearray``, ``mmap``,
+``memoryview``, a numpy array, ``array.array``), on an object with ``data_ptr()`` and ``nbytes`` (a CPU torch
+tensor or its ``untyped_storage()``), or on an ``(address, length)`` pair; the policy comes from a
+:class:`~numabind.plan.Plan` (its memory policy and nodes) or from ``mode=`` and ``nodes=``. It then reads the
+range back twice: the policy the kernel holds for it (``get_mempolicy(MPOL_F_ADDR)``), and the node of every
+page (``move_pages(2)`` with no target nodes), and returns a frozen :class:`MemoryReport`.
+
+The kernel calls themselves are :mod:`numabind.backends.range`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import live
+from ._base import Strictness, Value
+from ._util import FrozenMap
+from .backends import get_backend
+from .backends.range import (MPOL_MF_MOVE, MPOL_MF_STRICT, PAGE_SIZE, buffer_address, mbind_range, page_status,
+                             range_backend, range_policy, release)
+from .bind import strict_default, strict_label
+from .cpulist import format_cpulist
+from .errors import BindError, NumabindError, PlanError
+from .plan import MEM_POLICIES, Plan, format_weights, narrow_nodes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .backends import NativeBackend
+
+__all__ = ["MemoryReport", "PagePlacement", "bind_memory", "page_placement"]
+
+log = logging.getLogger(__name__)
+
+#: The largest address (exclusive) of a range: user space of a 64-bit kernel fits well below it.
+_ADDRESS_END = 1 << 64
+#: Statuses of move_pages(2) that mean "no page there yet": ENOENT (none in the page tables), EFAULT (kernels
+#: that report an untouched anonymous page, or the shared zero page, so).
+_NOT_FAULTED = (-errno.ENOENT, -errno.EFAULT)
+
+
+class PagePlacement(Value):
+    """Where the pages of one range are, by ``move_pages(2)`` in query mode.
+
+    ``pages``: pages in the range; ``by_node``: node -> pages there; ``not_faulted``: pages with nothing behind
+    them yet (never touched: the policy decides where they go when they are); ``errors``: errno -> pages whose
+    node the kernel would not say for another reason (``EACCES``, ...).
+    """
+
+    __slots__ = ("pages", "by_node", "not_faulted", "errors")
+    pages: int
+    by_node: FrozenMap[int, int]
+    not_faulted: int
+    errors: FrozenMap[int, int]
+
+    def __init__(self, pages: int, by_node: Mapping[int, int], not_faulted: int = 0,
+                 errors: Mapping[int, int] | None = None) -> None:
+        object.__setattr__(self, "pages", int(pages))
+        object.__setattr__(self, "by_node", FrozenMap({int(n): int(c) for n, c in by_node.items() if c}))
+        object.__setattr__(self, "not_faulted", int(not_faulted))
+        object.__setattr__(self, "errors", FrozenMap({int(e): int(c) for e, c in (errors or {}).items() if c}))
+
+    @property
+    def faulted(self) -> int:
+        """Pages that are somewhere (on a node)."""
+        return sum(self.by_node.values())
+
+    def outside(self, nodes: frozenset[int]) -> int:
+        """Pages on a node not in ``nodes``."""
+        return sum(c for n, c in self.by_node.items() if n not in nodes)
+
+    def describe(self) -> str:
+        where = " ".join(f"N{n}={c}" for n, c in self.by_node.items()) or "none on a node"
+        extra = f", {self.not_faulted} not faulted in" if self.not_faulted else ""
+        if self.errors:
+            extra += ", " + ", ".join(f"{c} {errno.errorcode.get(e, e)}" for e, c in self.errors.items())
+        return f"{self.pages} pages: {where}{extra}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pages": self.pages, "by_node": {str(n): c for n, c in self.by_node.items()},
+                "not_faulted": self.not_faulted,
+                "errors": {errno.errorcode.get(e, str(e)): c for e, c in self.errors.items()}}
+
+
+class MemoryReport(Value):
+    """What :func:`bind_memory` did to one range, and where its pages are afterwards.
+
+    ``address``/``length``: the page-aligned range the policy was set on (every page the buffer touches);
+    ``mode``/``nodes``: the policy asked for; ``move``: whether pages already there were asked to move
+    (``MPOL_MF_MOVE``); ``backend``: the backend that made the calls; ``applied``: the kernel took the policy;
+    ``error``: its refusal otherwise; ``read_back``: ``(mode, nodes)`` the kernel holds for the range's first
+    page (None when it could not be read); ``placement``: a :class:`PagePlacement` (None when not counted,
+    ``verify=False``); ``warnings``: every degradation, with the reason.
+    """
+
+    __slots__ = ("address", "length", "mode", "nodes", "move", "backend", "applied", "error", "read_back",
+                 "placement", "warnings")
+    address: int
+    length: int
+    mode: str
+    nodes: frozenset[int]
+    move: bool
+    backend: str
+    applied: bool
+    error: str | None
+    read_back: tuple[str, frozenset[int]] | None
+    placement: PagePlacement | None
+    warnings: tuple[str, ...]
+
+    def __init__(self, address: int, length: int, mode: str, nodes: frozenset[int], move: bool, backend: str,
+                 applied: bool, error: str | None = None, read_back: tuple[str, frozenset[int]] | None = None,
+                 placement: PagePlacement | None = None, warnings: tuple[str, ...] = ()) -> None:
+        for name, value in (("address", int(address)), ("length", int(length)), ("mode", mode),
+                            ("nodes", frozenset(nodes)), ("move", bool(move)), ("backend", backend),
+                            ("applied", bool(applied)), ("error", error),
+                            ("read_back", None if read_back is None else (read_back[0], frozenset(read_back[1]))),
+                            ("placement", placement), ("warnings", tuple(warnings))):
+            object.__setattr__(self, name, value)
+
+    @property
+    def pages(self) -> int:
+        """Pages in the range."""
+        return self.length // PAGE_SIZE
+
+    @property
+    def off_nodes(self) -> int:
+        """Pages on a node outside ``nodes`` (0 for ``default``/``local``, which name no nodes, and when the
+        pages were not counted)."""
+        if self.placement is None or not self.nodes:
+            return 0
+        return self.placement.outside(self.nodes)
+
+    @property
+    def ok(self) -> bool:
+        """The kernel holds the policy and no page is on another node."""
+        return self.applied and not self.warnings
+
+    def describe(self) -> str:
+        what = f"{self.mode} {format_cpulist(self.nodes)}" if self.nodes else self.mode
+        state = "set" if self.applied else f"NOT set ({self.error})"
+        where = f"; {self.placement.describe()}" if self.placement is not None else ""
+        return f"{what} on {self.length} bytes at {self.address:#x} {state}{where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "address": self.address, "length": self.length, "pages": self.pages, "mode": self.mode,
+            "nodes": format_cpulist(self.nodes), "move": self.move, "backend": self.backend,
+            "applied": self.applied, "error": self.error,
+            "read_back": None if self.read_back is None else {"mode": self.read_back[0],
+                                                              "nodes": format_cpulist(self.read_back[1])},
+            "placement": None if self.placement is None else self.placement.to_dict(),
+            "off_nodes": self.off_nodes, "warnings": list(self.warnings),
+        }
+
+
+# ----------------------------------------------------------------------------- the range of a buffer
+def _range_of(buf: object, length: int | None) -> tuple[int, int, Any]:
+    """``(address, bytes, keep)`` of what ``bind_memory`` was given, before rounding to pages; ``keep`` holds a
+    buffer until :func:`~numabind.backends.range.release`."""
+    if isinstance(buf, tuple):
+        if len(buf) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in buf):
+            raise PlanError(f"bind_memory takes an (address, length) pair of two ints, got {buf!r}"[:300])
+        address, size = buf
+        if address <= 0 or size < 0 or address + size > _ADDRESS_END:
+            raise PlanError(f"bind_memory: ({address:#x}, {size}) is not a range of this address space; "
+                            f"give the start address and the length in bytes of memory this process maps")
+        keep = None
+    elif callable(getattr(buf, "data_ptr", None)) and not _has_buffer(buf):
+        address, size, keep = _tensor_range(buf), _nbytes(buf), None
+    else:
+        try:
+            address, size, keep = buffer_address(buf)
+        except TypeError:
+            raise PlanError(f"bind_memory needs an object with the buffer protocol (bytearray, mmap, memoryview, "
+                            f"numpy array), a tensor or storage with data_ptr() and nbytes, or an (address, "
+                            f"length) pair; got {type(buf).__name__}") from None
+        except BufferError as e:
+            raise PlanError(f"bind_memory: the {type(buf).__name__} is not one contiguous range ({e}); pass a "
+                            f"contiguous buffer, or the (address, length) of the memory behind it") from None
+        except ImportError as e:
+            raise BindError(errno.ENOSYS, "mbind", f"{e}") from None
+    if length is not None:
+        if not isinstance(length, int) or isinstance(length, bool):
+            release(keep)
+            raise PlanError(f"bind_memory: length must be an int number of bytes, got {length!r}")
+        if length > size or length < 0:
+            release(keep)
+            raise PlanError(f"bind_memory: length={length} does not fit the buffer of {size} bytes; give a length "
+                            f"from 1 to {size}, or leave it out for the whole buffer")
+        size = length
+    if size == 0:
+        release(keep)
+        raise PlanError("bind_memory: the range is empty (zero bytes); give a buffer or length of at least one byte")
+    return address, size, keep
+
+
+def _has_buffer(obj: object) -> bool:
+    try:
+        memoryview(obj).release()  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
+
+
+def _tensor_range(obj: Any) -> int:
+    device = getattr(obj, "device", None)
+    kind = getattr(device, "type", device)
+    if kind is not None and str(kind) != "cpu":
+        raise PlanError(f"bind_memory: the {type(obj).__name__} lives on {kind}, not in host memory; bind a CPU "
+                        f"tensor (pinned or not) or its untyped_storage()")
+    contiguous = getattr(obj, "is_contiguous", None)
+    if callable(contiguous) and not contiguous():
+        raise PlanError(f"bind_memory: the {type(obj).__name__} is not contiguous; pass its untyped_storage() or a "
+                        f"contiguous tensor")
+    address = int(obj.data_ptr())
+    if address <= 0:
+        raise PlanError(f"bind_memory: the {type(obj).__name__} has no memory behind it (data_ptr() is 0)")
+    return address
+
+
+def _nbytes(obj: Any) -> int:
+    nbytes = getattr(obj, "nbytes", None)
+    if callable(nbytes):
+        nbytes = nbytes()
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+        raise PlanError(f"bind_memory: cannot tell the size of the {type(obj).__name__} (nbytes is {nbytes!r}); "
+                        f"pass an (address, length) pair")
+    return nbytes
+
+
+def _pages(address: int, size: int) -> tuple[int, int]:
+    """The page-aligned ``(start, length)`` that covers ``size`` bytes from ``address``."""
+    start = address - address % PAGE_SIZE
+    end = -(-(address + size) // PAGE_SIZE) * PAGE_SIZE
+    return start, end - start
+
+
+# ----------------------------------------------------------------------------- the policy
+def _policy(plan: object, mode: str | None, nodes: object) -> tuple[str, frozenset[int], Plan]:
+    if isinstance(plan, str):
+        if mode is not None:
+            raise PlanError(f"bind_memory got the mode twice ({plan!r} and mode={mode!r}); give one")
+        plan, mode = None, plan
+    if plan is not None:
+        if not isinstance(plan, Plan):
+            raise PlanError(f"bind_memory needs a numabind.Plan or a mode name, got {type(plan).__name__}"[:300])
+        if mode is not None or nodes is not None:
+            raise PlanError("bind_memory got a Plan and mode=/nodes= too; give the policy one way")
+        if plan.mem_policy is None:
+            raise PlanError(f"bind_memory: the plan ({plan.describe()}) has no memory policy; give one, e.g. "
+                            f"Plan(mem_policy='bind', mem_nodes={{0}}), or mode='bind', nodes={{0}}")
+        return plan.mem_policy, plan.mem_nodes or frozenset(), plan
+    if mode is None:
+        raise PlanError("bind_memory needs a memory policy: a Plan, or mode= (one of "
+                        f"{', '.join(MEM_POLICIES)}) with nodes=")
+    built = Plan(mem_policy=mode, mem_nodes=nodes)   # the one check of a mode and its nodes
+    assert built.mem_policy is not None
+    return built.mem_policy, built.mem_nodes or frozenset(), built
+
+
+def _check_nodes(policy: str, nodes: frozenset[int]) -> None:
+    if not nodes:
+        return
+    limits = live.limits()
+    _, why = narrow_nodes(nodes, limits, policy)
+    if why:
+        usable = limits.memory_nodes & limits.allowed_nodes
+        raise PlanError(f"bind_memory: {why}; pick nodes from {format_cpulist(usable) or 'none'}")
+
+
+# ----------------------------------------------------------------------------- the public functions
+def page_placement(buf: object, *, length: int | None = None, backend: str | None = None) -> PagePlacement:
+    """Where the pages of ``buf`` (as :func:`bind_memory` takes it) are now: per node, and how many are not
+    faulted in yet, by ``move_pages(2)`` in query mode over every page the buffer touches. Raises PlanError on
+    bad input and BindError when the kernel (or the backend) cannot say."""
+    address, size, keep = _range_of(buf, length)
+    try:
+        start, span = _pages(address, size)
+        be = range_backend(get_backend(backend)[0])
+        return _count(be, start, span // PAGE_SIZE)
+    finally:
+        release(keep)
+
+
+def _count(be: NativeBackend, start: int, pages: int) -> PagePlacement:
+    by_node: dict[int, int] = {}
+    errors: dict[int, int] = {}
+    not_faulted = 0
+    for chunk in page_status(be, start, pages):
+        for status in chunk:
+            if status >= 0:
+                by_node[status] = by_node.get(status, 0) + 1
+            elif status in _NOT_FAULTED:
+                not_faulted += 1
+            else:
+                errors[-status] = errors.get(-status, 0) + 1
+    return PagePlacement(pages, by_node, not_faulted, errors)
+
+
+def bind_memory(buf: object, plan: Plan | str | None = None, *, mode: str | None = None, nodes: object = None,
+                length: int | None = None, move: bool = False, strict: Strictness | None = None,
+                verify: bool = True, backend: str | None = None) -> MemoryReport:
+    """Set the NUMA memory policy of one range of memory (``mbind(2)``) and say where its pages are.
+
+    ``buf``: an object with the buffer protocol (``bytearray``, ``mmap``, ``memoryview``, numpy array; a
+    read-only one too: the kernel sets a range's policy whatever its protection), an object with ``data_ptr()``
+    and ``nbytes`` (a CPU torch tensor, or its ``untyped_storage()``), or an ``(address, length)`` pair.
+    ``length`` takes only the first ``length`` bytes. **The policy covers whole pages**: every page the range
+    touches, from the page of its first byte to the page of its last, so memory that shares those pages with
+    it (a small ``bytearray`` lives among other objects) gets the policy too; give page-aligned memory
+    (``mmap``) to bind exactly.
+
+    The policy: a :class:`~numabind.plan.Plan` (its ``mem_policy`` and ``mem_nodes``; its CPUs are not used,
+    ``migrate=True`` means ``move=True``), or its name as ``plan`` or ``mode=`` with ``nodes=``: ``bind``,
+    ``preferred``, ``preferred-many``, ``interleave``, ``weighted-interleave`` (Linux 6.9+; the weights are the
+    system's, see :func:`numabind.set_interleave_weights`), ``local``, ``default`` (the range follows the
+    thread's policy again).
+
+    The policy decides where pages go when they are first touched. ``move=True`` also moves the pages already
+    there (``MPOL_MF_MOVE``, plus ``MPOL_MF_STRICT`` under ``strict=True``: the kernel fails with EIO when it
+    cannot move them all); pages shared with another process stay. Anonymous and shared memory (``/dev/shm``,
+    ``memfd``, SysV shm: the policy is the shared object's, for every process) follow the policy; the page
+    cache of a regular file mapped shared does not.
+
+    Returns a frozen :class:`MemoryReport`: the policy read back for the range, and (``verify=True``) the
+    node of every page by ``move_pages(2)``. ``strict`` (default: ``$NUMABIND_STRICT``): ``True`` raises
+    BindError when the kernel refused or pages are on other nodes after the call; ``"partial"`` raises only
+    when the kernel refused; ``False`` reports either in ``warnings`` and logs a WARNING. Bad input (a length
+    past the buffer, an empty range, an unknown node, a node without memory or outside the cpuset, a Plan with
+    no memory policy) raises PlanError.
+    """
+    strict = strict_default(strict)
+    if not isinstance(move, bool):
+        raise PlanError(f"bind_memory: move must be True or False, got {move!r}")
+    policy, node_set, built = _policy(plan, mode, nodes)
+    move = move or built.migrate
+    if move and not node_set:
+        raise PlanError(f"bind_memory: move=True needs nodes to move the pages to; {policy!r} names none")
+    _check_nodes(policy, node_set)
+    address, size, keep = _range_of(buf, length)
+    try:
+        return _bind(address, size, policy, node_set, built, move, strict, verify, backend)
+    finally:
+        release(keep)
+
+
+def _bind(address: int, size: int, policy: str, nodes: frozenset[int], plan: Plan, move: bool,
+          strict: Strictness, verify: bool, backend: str | None) -> MemoryReport:
+    start, span = _pages(address, size)
+    what = f"{policy} {format_cpulist(nodes)}" if nodes else policy
+    where = f"{span // PAGE_SIZE} pages at {start:#x}"
+    warnings: list[str] = []
+    if plan.weights and policy == "weighted-interleave":
+        system = live.interleave_weights()
+        have = {n: system.weights.get(n) for n in plan.weights} if system is not None else {}
+        if have != dict(plan.weights):
+            text = (f"weights {format_weights(plan.weights)} differ from the system's "
+                    f"({format_weights({n: w for n, w in have.items() if w}) or 'none'}); a range interleaves by "
+                    f"the system's weights: set them with numabind.set_interleave_weights")
+            if strict is True:
+                raise PlanError(f"bind_memory: {text}")
+            warnings.append(text)
+    flags = (MPOL_MF_MOVE | (MPOL_MF_STRICT if strict is True else 0)) if move else 0
+    be_name = "none"
+    error: BindError | None = None
+    be: NativeBackend | None = None
+    try:
+        chosen = get_backend(backend)[0]
+        be_name = chosen.name
+        be = range_backend(chosen)
+        mbind_range(be, start, span, policy, nodes, flags)
+    except BindError as e:
+        error = e
+        if e.errno == errno.EINVAL and policy == "weighted-interleave" and live.interleave_weights() is None:
+            error = BindError(e.errno, e.syscall, f"{e.detail}; this kernel has no weighted interleave (Linux 6.9 "
+                                                  f"and newer): use 'interleave'")
+    except NumabindError as e:   # no backend at all, or a forced one that cannot load
+        error = BindError(errno.ENOSYS, "mbind", str(e))
+    if error is not None and strict in (True, "partial"):
+        raise error
+    read_back: tuple[str, frozenset[int]] | None = None
+    placement: PagePlacement | None = None
+    if be is not None:
+        try:
+            read_back = range_policy(be, start)
+        except BindError as e:
+            warnings.append(f"the range's policy could not be read back: {e}")
+        if verify:
+            try:
+                placement = _count(be, start, span // PAGE_SIZE)
+            except BindError as e:
+                warnings.append(f"where the pages are could not be counted: {e}")
+    if error is not None:
+        warnings.insert(0, f"memory policy {what} not set on {where}: {error}")
+    elif read_back is not None and read_back != (policy, nodes) and policy != "default":
+        warnings.append(f"the kernel holds {read_back[0]} {format_cpulist(read_back[1])} for the range, not {what}")
+    if error is None and placement is not None and nodes:
+        off = placement.outside(nodes)
+        if off:
+            others = {n: c for n, c in placement.by_node.items() if n not in nodes}
+            fix = ("the kernel could not move them (memory full there, or pages shared with another process)"
+                   if move else "they were there before the policy was set: pass move=True to move them")
+            warnings.append(f"{off} of {placement.pages} pages are on nodes {format_cpulist(others)}, outside "
+                            f"{format_cpulist(nodes)}: {fix}")
+    report = MemoryReport(start, span, policy, nodes, move, be_name, error is None,
+                          None if error is None else str(error), read_back, placement, tuple(warnings))
+    if warnings and strict is True:
+        raise BindError(errno.EIO, "mbind", f"{what} on {where} (strict): " + "; ".join(warnings))
+    for text in warnings:
+        log.warning("bind_memory (%s): %s", strict_label(strict), text)
+    if error is None:
+        log.info("bind_memory: %s on %s%s", what, where,
+                 f"; {placement.describe()}" if placement is not None else "")
+    return report
