@@ -15,6 +15,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import sys
 import tempfile
 import threading
 import types
@@ -28,7 +29,7 @@ from numabind.cpulist import format_cpulist
 from numabind.cpulist import parse_cpulist as L
 from numabind.topology import discover
 
-from .fakegpu import add_amd_gpu, add_nvidia_gpu
+from .fakegpu import add_amd_gpu, add_dev_node, add_intel_gpu, add_nvidia_gpu, box_node, eight_gpu_box
 from .fakesys import one_node, two_sockets
 from .test_compat_vllm import (  # noqa: F401 - fixtures and machine builders shared with the vLLM tests
     absent_node,
@@ -514,6 +515,113 @@ def test_bind_to_node_binds_every_thread_within_the_allowed_cpus(tmp_path, resto
     finally:
         stop.set()
         helper.join()
+
+
+# ----------------------------------------------------------------------------- Intel GPUs (XPU)
+def intel_box(root):
+    """A 2-socket server with 8 Intel GPUs (4 per socket, render nodes 128-135), with the links of
+    ``sys/class/drm`` SGLang's live lookup follows."""
+    two_sockets(root, cpus_per_socket=8)
+    addresses = eight_gpu_box(root, "intel")
+    for k, address in enumerate(addresses):
+        drm = root / f"sys/class/drm/renderD{128 + k}"
+        drm.mkdir(parents=True)
+        (drm / "device").symlink_to(root / f"sys/bus/pci/devices/{address}")
+    return addresses
+
+
+@pytest.fixture
+def live_xpu_paths(tmp_path, monkeypatch):
+    """SGLang's live Intel GPU lookup pointed at an :func:`intel_box` (its paths are module constants), with
+    a host that has imported torch whose runtime counts ``runtime[0]`` XPUs."""
+    root = tmp_path / "box"
+    addresses = intel_box(root)
+    monkeypatch.setattr(sglang, "_DRI_RENDER_GLOB", f"{root}/dev/dri/renderD*")
+    monkeypatch.setattr(sglang, "_DRM_DEVICE", f"{root}/sys/class/drm/{{}}/device")
+    monkeypatch.setattr(sglang, "_PCI_NUMA_NODE", f"{root}/sys/bus/pci/devices/{{}}/numa_node")
+    runtime = [len(addresses)]
+    xpu = types.SimpleNamespace(device_count=lambda: runtime[0])
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(xpu=xpu))
+    return root, addresses, runtime
+
+
+def test_an_intel_gpu_box_is_a_numa_platform_and_each_xpu_gets_its_gpus_node(tmp_path, monkeypatch, mempolicy_ok):
+    """numabind's discovery (a replayed machine) finds the Intel GPUs: SGLang's XPU platform applies and
+    each XPU id is its GPU's node."""
+    intel_box(tmp_path)
+    monkeypatch.setenv("NUMABIND_FSROOT", str(tmp_path))
+    compat.refresh_topology()
+    assert sglang._is_numa_available() is True
+    assert [sglang.get_numa_node_if_available(args(), k) for k in range(8)] == [box_node(k) for k in range(8)]
+    monkeypatch.setattr(sglang, "_is_xpu", False)    # SGLang's flag, set from torch, still decides
+    assert sglang._is_numa_available() is False
+
+
+def test_the_live_xpu_lookup_orders_filters_and_cross_checks_like_level_zero(live_xpu_paths, monkeypatch):
+    root, addresses, runtime = live_xpu_paths
+    monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
+    monkeypatch.delenv("ZE_ENABLE_PCI_ID_DEVICE_ORDER", raising=False)
+    assert sglang._list_xpu_pci_addresses() == addresses
+    assert [sglang._query_numa_node_for_xpu(k) for k in range(8)] == [[box_node(k)] for k in range(8)]
+    monkeypatch.setenv("ZE_AFFINITY_MASK", "6,1")           # a filter: xpu:0 is GPU 1, xpu:1 is GPU 6
+    runtime[0] = 2
+    assert [sglang._xpu_pci_address(k) for k in (0, 1, 2)] == [addresses[1], addresses[6], None]
+    assert [sglang._query_numa_node_for_xpu(k) for k in (0, 1)] == [[0], [1]]
+    runtime[0] = 3                                           # the runtime disagrees: no guess
+    assert sglang._query_numa_node_for_xpu(0) == []
+
+
+def test_an_integrated_gpu_comes_last_and_is_left_out_when_the_runtime_does_not_count_it(live_xpu_paths,
+                                                                                          monkeypatch):
+    root, addresses, runtime = live_xpu_paths
+    monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
+    monkeypatch.delenv("ZE_ENABLE_PCI_ID_DEVICE_ORDER", raising=False)
+    add_intel_gpu(root, "0000:00:02.0", numa_node=0)
+    add_dev_node(root, "dri/renderD136")
+    (root / "sys/class/drm/renderD136").mkdir(parents=True)
+    (root / "sys/class/drm/renderD136/device").symlink_to(root / "sys/bus/pci/devices/0000:00:02.0")
+    assert sglang._list_xpu_pci_addresses() == [*addresses, "0000:00:02.0"]
+    monkeypatch.setenv("ZE_ENABLE_PCI_ID_DEVICE_ORDER", "1")
+    assert sglang._list_xpu_pci_addresses() == ["0000:00:02.0", *addresses]
+    monkeypatch.delenv("ZE_ENABLE_PCI_ID_DEVICE_ORDER")
+    runtime[0] = 8                                           # the runtime enumerates the discrete GPUs only
+    assert sglang._xpu_pci_address(7) == addresses[7]
+    runtime[0] = 9
+    assert sglang._xpu_pci_address(8) == "0000:00:02.0"
+
+
+def test_a_render_node_this_process_cannot_open_is_not_one_of_its_xpus(live_xpu_paths, monkeypatch):
+    root, addresses, _ = live_xpu_paths
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: not str(path).endswith("renderD128")
+                        and real_access(path, mode))
+    assert sglang._list_xpu_pci_addresses() == addresses[1:]
+
+
+def test_without_torch_the_xpu_order_cannot_be_checked_and_nothing_is_guessed(live_xpu_paths, monkeypatch,
+                                                                              on_logger):
+    monkeypatch.delitem(sys.modules, "torch")
+    seen = on_logger("sglang")
+    assert sglang._query_numa_node_for_xpu(0) == []
+    assert "torch is not imported" in seen.at(logging.WARNING)[-1]
+
+
+@pytest.mark.parametrize("mask, expected", [
+    (None, [0, 1, 2, 3]), ("", [0, 1, 2, 3]), ("default", [0, 1, 2, 3]), ("3,0", [0, 3]),
+    ("3,3,0", [0, 3]), ("1,99,-1", [1]), ("1.0,3.1", [1, 3]), (" 2 , 1 ", [1, 2]), ("1,abc,2", [1, 2]),
+])
+def test_ze_affinity_mask_filters_the_devices_and_never_reorders_them(monkeypatch, mask, expected):
+    if mask is None:
+        monkeypatch.delenv("ZE_AFFINITY_MASK", raising=False)
+    else:
+        monkeypatch.setenv("ZE_AFFINITY_MASK", mask)
+    assert sglang._xpu_visible_device_indices(4) == expected
+
+
+def test_gpu_ids_are_xpu_ids_on_sglangs_xpu_platform(monkeypatch):
+    monkeypatch.setattr(sglang, "_is_xpu", True)
+    monkeypatch.setattr(sglang, "_query_numa_node_for_xpu", lambda device_id: [device_id + 1])
+    assert sglang._query_numa_node_for_gpu(4) == [5]
 
 
 @pytest.mark.kernel

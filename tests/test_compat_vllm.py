@@ -88,7 +88,8 @@ def dgx(root, **kw):
 
 
 def machine(root, nodes: dict, *, allowed=None, mems=None, gpus=(), model="Fake CPU @ 2.00GHz", cppc=None):
-    """A fake machine: ``nodes`` maps node id -> CPUs (a cpulist or ids); ``gpus`` lists each GPU's node."""
+    """A fake machine: ``nodes`` maps node id -> CPUs (a cpulist or ids); ``gpus`` lists each GPU's node;
+    ``allowed``: the CPUs the process may use (its cpuset and its affinity)."""
     m = FakeMachine(root)
     every = set()
     for nid, cpus in nodes.items():
@@ -98,6 +99,8 @@ def machine(root, nodes: dict, *, allowed=None, mems=None, gpus=(), model="Fake 
     for cpu in sorted(every):
         m.set_cpu_topology(cpu, 0, cpu)
     m.set_status(every if allowed is None else allowed, set(nodes) if mems is None else mems)
+    if allowed is not None:   # the CPUs it may use are its cpuset's too (the limit), not only its affinity
+        m.set_cgroup2("/numabind-test", allowed, set(nodes) if mems is None else mems)
     m.set_model_name(model)
     if cppc is not None:
         m.set_cppc(cppc)
@@ -573,6 +576,22 @@ def test_enginecore_over_two_nodes_drops_memory_rather_than_piling_it_on_one(tmp
     assert children[0].cpus == frozenset(cpus)
     assert children[0].mem_policy is None
     assert any("falling back to '--cpunodebind=" in m for m in seen.at(logging.WARNING))
+
+
+def test_a_binding_the_probe_accepted_but_that_cannot_be_planned_starts_unbound(tmp_path, children, on_logger,
+                                                                               monkeypatch):
+    """Between the probe and the child's plan the machine may change (its affinity, a CPU going offline):
+    vLLM's launcher is not crashed, the child starts unbound and a WARNING says why."""
+    use(machine(tmp_path, {0: "0-3"}, allowed=L("0-1"), gpus=[0]))
+    monkeypatch.setattr(vllm, "_resolve_numactl_args", lambda args: args)      # "numactl accepted it"
+    seen = on_logger("vllm")
+    config = vllm_config(numa_bind=True, numa_bind_nodes=[0], numa_bind_cpus=["0-3"])
+    with vllm.configure_subprocess(config, 0):
+        assert vllm._NUMACTL_ARGS_ENV not in os.environ      # no binding to read: none is applied
+    assert children == []
+    warning = seen.at(logging.WARNING)[-1]
+    assert "'--physcpubind=0-3 --membind=0' was accepted by the probe but cannot be bound now" in warning
+    assert "the worker subprocess (local_rank=0) starts unbound" in warning
 
 
 def test_numactl_cpu_forms_resolve_on_the_machine(tmp_path):

@@ -348,15 +348,18 @@ def test_wheel_is_one_abi3_wheel_for_the_minimum_python(dists: dict[str, Any]):
         names = set(zf.namelist())
         meta = zf.read(f"numabind-{VERSION}.dist-info/WHEEL").decode()
         metadata = zf.read(f"numabind-{VERSION}.dist-info/METADATA").decode()
+        entry_points = zf.read(f"numabind-{VERSION}.dist-info/entry_points.txt").decode()
     assert f"\nTag: cp310-abi3-linux_{MACHINE}\n" in meta and "\nRoot-Is-Purelib: false\n" in meta
     for needed in ("numabind/_native.abi3.so", "numabind/py.typed", "numabind/numactl_wrapper.sh",
-                   "numabind/compat/numa_wrapper.sh",
+                   "numabind/compat/numa_wrapper.sh", "numabind/compat/bootstrap/sitecustomize.py",
                    f"numabind-{VERSION}.dist-info/licenses/LICENSE"):
         assert needed in names, f"{needed} is not in the wheel"
     assert not [n for n in names if n.endswith((".c", ".o")) or "cpython-" in n], sorted(names)
     sources = {str(p.relative_to(dists["unpacked"] / "src")) for p in (dists["unpacked"] / "src" / "numabind").rglob("*.py")}
     assert sources and not sources - names, f"modules missing from the wheel: {sorted(sources - names)}"
     assert "\nLicense-Expression: Apache-2.0\n" in metadata
+    # vLLM's plugin loader finds numabind through this entry point (numabind.integrations.vllm_plugin)
+    assert "[vllm.general_plugins]\nnumabind = numabind.integrations.vllm_plugin:register" in entry_points
 
 
 @packaging

@@ -181,7 +181,7 @@ def fast_run(args: list[str]) -> int | None:
 
 
 #: numabind's subcommands: any other first word (or a numactl option) is numactl's command line.
-SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat")
+SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat", "instrument")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -206,6 +206,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 gc.enable()
         if rc is not None:
             return rc
+    elif args and args[0] == "instrument" and prog != "numactl":
+        from .instrument import main as instrument_main   # its own small parser: the command is not numabind's
+
+        return instrument_main(args[1:])
     else:
         from .numactl import is_numactl_form, numactl_main
 

@@ -30,8 +30,12 @@ probes run ``numactl ARGS true`` as SGLang does (through this module's
 from NVML's memory affinity when ``pynvml`` can be imported (as SGLang), else
 from numabind's discovery. Records go to
 ``logging.getLogger("sglang.srt.utils.numa_utils")``. SGLang and torch are
-never imported. Intel XPU and Ascend NPU lookups, and SGLang's memory helpers,
-are not provided (``_is_xpu`` is always False).
+never imported (the Intel XPU path reads ``torch.xpu.device_count()`` only when the
+host has imported torch). Intel GPUs (XPU) follow SGLang's lookup on the live machine: the
+render nodes this process can open, Level Zero's order (integrated GPU last unless
+``ZE_ENABLE_PCI_ID_DEVICE_ORDER``), ``ZE_AFFINITY_MASK`` as a filter, cross-checked with the
+runtime's device count; under ``NUMABIND_FSROOT`` or a pinned topology numabind's discovery
+answers. Ascend NPU lookups and SGLang's memory helpers are not provided here.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import multiprocessing.spawn
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -70,9 +75,18 @@ from . import (
     wrapper_environment,
     wrapper_executable,
 )
+from ._sglang_memory import (InterleavedPinnedBuffer, allocate_interleaved_pinned_table, get_shm_numa_distribution,
+                             numa_interleave_memory, numa_memory_nodes, numa_page_counts, temp_membind)
 
 __all__ = [
+    "InterleavedPinnedBuffer",
     "NumaListError",
+    "allocate_interleaved_pinned_table",
+    "get_shm_numa_distribution",
+    "numa_interleave_memory",
+    "numa_memory_nodes",
+    "numa_page_counts",
+    "temp_membind",
     "configure_subprocess",
     "current_topology",
     "get_libnuma",
@@ -89,13 +103,18 @@ logger = logging.getLogger("sglang.srt.utils.numa_utils")
 #: narrows the variable per child): what GPU ids of ``--numa-node`` refer to.
 _LAUNCH_CUDA_VISIBLE_DEVICES = os.environ.get("CUDA_VISIBLE_DEVICES")
 
-#: SGLang's platform flags. ``_is_cuda`` None (the default) means: an NVIDIA GPU is visible to numabind's
-#: discovery; True or False overrides it (SGLang sets it from torch at import). numabind has no XPU path.
+#: SGLang's platform flags. None (the default) means: an NVIDIA (``_is_cuda``) or Intel (``_is_xpu``) GPU is
+#: visible to numabind's discovery; True or False overrides it (SGLang sets them from torch at import).
 _is_cuda: bool | None = None
-_is_xpu = False
+_is_xpu: bool | None = None
 #: The directory whose presence makes a machine NUMA for SGLang (a second node).
 _NODE1_PATH = "/sys/devices/system/node/node1"
 _NODE_GLOB = "/sys/devices/system/node/node[0-9]*"
+#: Where SGLang looks for Intel GPUs: the DRM render nodes, their PCI device and its NUMA node.
+_DRI_RENDER_GLOB = "/dev/dri/renderD*"
+_DRM_DEVICE = "/sys/class/drm/{}/device"
+_PCI_NUMA_NODE = "/sys/bus/pci/devices/{}/numa_node"
+_INTEL_PCI_VENDOR = 0x8086
 
 _TRUE = ("true", "1", "yes", "y")
 _FALSE = ("false", "0", "no", "n")
@@ -175,11 +194,37 @@ def _cuda() -> bool:
         return False
 
 
+def _xpu() -> bool:
+    if _is_xpu is not None:
+        return bool(_is_xpu)
+    try:
+        return any(g.vendor == "intel" for g in current_topology().gpus)
+    except Exception as e:  # noqa: BLE001 - detection never fails startup
+        logger.warning("The machine could not be discovered, skipping NUMA binding: %s", e)
+        return False
+
+
+def _on_xpu() -> bool:
+    """Whether GPU ids are Intel XPU ids: ``_is_xpu`` says so, or (both flags automatic) Intel GPUs are
+    visible and NVIDIA ones are not."""
+    if _is_xpu is not None:
+        return bool(_is_xpu)
+    return _is_cuda is not True and not _cuda() and _xpu()
+
+
+def _process_cpus(topology: Any) -> frozenset[int]:
+    """The CPUs this process may use as SGLang means it: on the live machine the calling thread's
+    affinity (``os.sched_getaffinity``, SGLang's own source), else the replayed or pinned topology's."""
+    if on_live_machine():
+        return frozenset(os.sched_getaffinity(0))
+    return frozenset(topology.allowed_cpus)
+
+
 def _is_numa_available() -> bool:
-    """Whether SGLang's automatic NUMA binding applies here: SGLang's CUDA platform (NVIDIA GPUs
-    visible, ``_is_cuda``), a second NUMA node (``os.path.isdir`` of node1), and memory-policy calls
-    permitted (``_can_set_mempolicy``). numactl is not required."""
-    if not (_cuda() or _is_xpu):
+    """Whether SGLang's automatic NUMA binding applies here: SGLang's CUDA or XPU platform (NVIDIA or
+    Intel GPUs visible, ``_is_cuda`` / ``_is_xpu``), a second NUMA node (``os.path.isdir`` of node1),
+    and memory-policy calls permitted (``_can_set_mempolicy``). numactl is not required."""
+    if not (_cuda() or _xpu()):
         return False
     node1 = _NODE1_PATH if on_live_machine() else os.path.join(current_topology().root, _NODE1_PATH.lstrip("/"))
     if not os.path.isdir(node1):
@@ -200,8 +245,11 @@ def _query_numa_node_for_gpu(device_id: int) -> list[int]:
     memory affinity with, sorted; ``[]`` when unknown. Several nodes stay several.
 
     With ``pynvml`` importable, NVML's memory affinity (node scope) is read as
-    SGLang does; else numabind's discovery gives the GPU's node.
+    SGLang does; else numabind's discovery gives the GPU's node. On SGLang's XPU
+    platform (:func:`_on_xpu`) ``device_id`` is an XPU id: :func:`_query_numa_node_for_xpu`.
     """
+    if _on_xpu():
+        return _query_numa_node_for_xpu(device_id)
     try:
         pynvml: Any = importlib.import_module("pynvml")
     except ImportError:
@@ -246,6 +294,136 @@ def _get_nvml_device_index(device_id: int) -> int:
     """The NVML (PCI order) index of CUDA device ``device_id``, ``device_id`` itself when not visible."""
     gpu = _gpu(device_id)
     return device_id if gpu is None or gpu.physical_index is None else gpu.physical_index
+
+
+# ----------------------------------------------------------------------------- Intel GPUs (XPU)
+def _pci_key(address: str) -> tuple[int, int, int, int] | None:
+    """(domain, bus, device, function) of a PCI address ``DDDD:BB:DD.F`` (hexadecimal), or None."""
+    try:
+        domain, bus, rest = address.split(":")
+        device, function = rest.split(".")
+        return int(domain, 16), int(bus, 16), int(device, 16), int(function, 16)
+    except ValueError:
+        return None
+
+
+def _integrated(key: tuple[int, int, int, int]) -> bool:
+    """An integrated GPU: on bus 00 of PCI domain 0000."""
+    return key[0] == 0 and key[1] == 0
+
+
+def _list_xpu_pci_addresses() -> list[str]:
+    """The PCI addresses of the Intel GPUs this process can open, in Level Zero's device order.
+
+    Each DRM render node (``/dev/dri/renderD*``) this process may read and write
+    whose PCI device has vendor 0x8086, sorted by domain, bus, device and function,
+    integrated GPUs (domain 0000, bus 00) last unless ``ZE_ENABLE_PCI_ID_DEVICE_ORDER``
+    is true. A node that cannot be opened or whose vendor cannot be read is not one.
+    """
+    found: list[tuple[tuple[int, int, int, int], str]] = []
+    for render in glob.glob(_DRI_RENDER_GLOB):
+        name = os.path.basename(render)
+        if not os.access(render, os.R_OK | os.W_OK):
+            logger.debug("%s cannot be opened by this process: not one of its XPUs", render)
+            continue
+        try:
+            with open(_DRM_DEVICE.format(name) + "/vendor") as f:
+                vendor = int(f.read().strip(), 16)
+        except (OSError, ValueError):
+            continue
+        if vendor != _INTEL_PCI_VENDOR:
+            continue
+        address = os.path.basename(os.path.realpath(_DRM_DEVICE.format(name)))
+        key = _pci_key(address)
+        if key is not None:
+            found.append((key, address))
+    pci_order = os.environ.get("ZE_ENABLE_PCI_ID_DEVICE_ORDER", "").strip().lower() in _TRUE
+    found.sort(key=lambda item: (not pci_order and _integrated(item[0]), item[0]))
+    return [address for _, address in found]
+
+
+def _xpu_visible_device_indices(num_devices: int) -> list[int]:
+    """The indices among ``num_devices`` Intel GPUs that ``ZE_AFFINITY_MASK`` exposes, ascending.
+
+    Level Zero filters, it does not reorder: ``3,0`` exposes devices 0 and 3 as
+    ``xpu:0`` and ``xpu:1``. Unset, empty or ``default`` exposes all; a sub-device
+    entry (``1.0``) selects its root device; duplicates, out-of-range and
+    unparsable entries are dropped.
+    """
+    mask = os.environ.get("ZE_AFFINITY_MASK")
+    if mask is None or mask.strip() in ("", "default"):
+        return list(range(num_devices))
+    picked = set()
+    for entry in mask.split(","):
+        try:
+            index = int(entry.strip().split(".")[0])
+        except ValueError:
+            continue
+        if 0 <= index < num_devices:
+            picked.add(index)
+    return sorted(picked)
+
+
+def _xpu_runtime_count() -> int | None:
+    """``torch.xpu.device_count()`` when the host has imported torch (never imported here), else None."""
+    torch: Any = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        return int(torch.xpu.device_count())
+    except Exception as e:  # noqa: BLE001 - a torch without XPU support
+        logger.debug("torch.xpu.device_count() failed: %s", e)
+        return None
+
+
+def _xpu_pci_address(device_id: int) -> str | None:
+    """The PCI address of ``xpu:<device_id>``, or None when it cannot be known for sure.
+
+    The Intel GPUs of :func:`_list_xpu_pci_addresses` that ``ZE_AFFINITY_MASK``
+    exposes must be as many as the runtime counts (``torch.xpu.device_count()``);
+    when only the integrated GPUs make the difference (a runtime that does not
+    enumerate them) they are left out. Any other disagreement, or no count, is None.
+    """
+    addresses = _list_xpu_pci_addresses()
+    if not addresses:
+        return None
+    visible = [addresses[i] for i in _xpu_visible_device_indices(len(addresses))]
+    count = _xpu_runtime_count()
+    if count is None:
+        logger.warning("The XPU runtime's device count is unknown (torch is not imported); the order of "
+                       "%d Intel GPUs cannot be checked, skipping the NUMA lookup of xpu:%d", len(visible), device_id)
+        return None
+    if count != len(visible):
+        discrete = [a for a in visible if not _integrated(_pci_key(a) or (1, 1, 0, 0))]
+        if count != len(discrete):
+            logger.warning("The XPU runtime counts %d devices but %d Intel GPUs are visible (%s); skipping the "
+                           "NUMA lookup of xpu:%d", count, len(visible), ", ".join(visible) or "none", device_id)
+            return None
+        visible = discrete
+    return visible[device_id] if 0 <= device_id < len(visible) else None
+
+
+def _query_numa_node_for_xpu(device_id: int) -> list[int]:
+    """The NUMA node of ``xpu:<device_id>`` as a one-element list; ``[]`` when unknown (the firmware
+    reports -1, the device cannot be matched or its node cannot be read). On the live machine SGLang's
+    lookup (:func:`_xpu_pci_address`, then the PCI device's ``numa_node``); under
+    ``NUMABIND_FSROOT`` or a pinned topology numabind's discovery answers."""
+    if not on_live_machine():
+        return _discovered_numa_nodes(device_id)
+    address = _xpu_pci_address(device_id)
+    if address is None:
+        return []
+    try:
+        with open(_PCI_NUMA_NODE.format(address)) as f:
+            node = int(f.read().strip())
+    except (OSError, ValueError) as e:
+        logger.warning("The NUMA node of xpu:%d (%s) cannot be read: %s; skipping its NUMA binding",
+                       device_id, address, e)
+        return []
+    if node < 0:
+        logger.warning("The firmware gives xpu:%d (%s) no NUMA node; skipping its NUMA binding", device_id, address)
+        return []
+    return [node]
 
 
 def _server_gpu_id(gpu_id: int) -> int:
@@ -309,7 +487,7 @@ def _numactl_cpu_mem_args(node: int, gpu_id: int) -> str | None:
     node_cpus = _node_cpus(node)
     if not node_cpus:
         return f"--cpunodebind={node} --membind={node}"
-    allowed = set(current_topology().allowed_cpus)
+    allowed = set(_process_cpus(current_topology()))
     target = node_cpus & allowed
     if not target:
         _handle_numa_bind_failure(node, allowed, gpu_id)
@@ -458,9 +636,10 @@ def numa_bind_to_node(node: int) -> BindReport | None:
     node_cpus = _node_cpus(node)
     cpus: frozenset[int] | None = None
     if node_cpus:
-        cpus = frozenset(node_cpus) & topology.allowed_cpus
+        allowed = _process_cpus(topology)
+        cpus = frozenset(node_cpus) & allowed
         if not cpus:
-            _handle_numa_bind_failure(node, topology.allowed_cpus)
+            _handle_numa_bind_failure(node, allowed)
             return None
     plan = Plan(cpus=cpus, mem_policy="preferred", mem_nodes=frozenset({node}),
                 reason=f"numa_bind_to_node({node})")

@@ -588,7 +588,13 @@ def configure_subprocess(vllm_config: Any, local_rank: int, dp_local_rank: int |
         yield
         return
     _note_start_method()
-    plan = plan_from_numactl_args(numactl_args, current_topology())
+    try:
+        plan = plan_from_numactl_args(numactl_args, current_topology())
+    except PlanError as e:   # the probe accepted it, the machine changed since (affinity, CPUs offline)
+        logger.warning("NUMA binding %r was accepted by the probe but cannot be bound now (%s); the %s "
+                       "subprocess (local_rank=%s) starts unbound", numactl_args, e, process_kind, local_rank)
+        yield
+        return
     logger.debug("Starting %s subprocess (local_rank=%s, dp_local_rank=%s) bound at birth to %s (%s)",
                  process_kind, local_rank, dp_local_rank, numactl_args, plan.describe())
     python_executable = os.fsdecode(multiprocessing.spawn.get_executable())

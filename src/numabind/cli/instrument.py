@@ -1,0 +1,84 @@
+"""``numabind instrument [--] COMMAND [ARGS...]``: run a program with numabind in charge of its NUMA module.
+
+The convention of ``opentelemetry-instrument`` and ``ddtrace-run``, with no edit to the program: the
+command runs (exec'd, its exit status is numabind's) with numabind's bootstrap directory
+(:mod:`numabind.compat.bootstrap`) first on ``PYTHONPATH``. Every Python process of the program
+(the command itself when it is Python, and each spawn or forkserver child, which inherits the
+environment; a forked child inherits the finder) then imports numabind's drop-ins in place of
+``vllm.utils.numa_utils`` and ``sglang.srt.utils.numa_utils``
+(:mod:`numabind.compat.bootstrap.sitecustomize`). Binding still happens only where the host's own
+options ask for it (vLLM's ``--numa-bind``, SGLang's ``--numa-node`` and ``SGLANG_NUMA_BIND_V2``).
+
+Nothing is written: the directory is numabind's installed package data. It is refused (exit 1,
+nothing run) when another user could change it or the ``numabind`` package (a directory on the way
+that is not root's or the user's, or is writable by group or others: the message names the fix);
+each Python process checks again before routing anything. Exit statuses: 2 for a usage error, 126 /
+127 when the command cannot be executed or is not found, else the command's own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import NOT_APPLIED, USAGE, exec_command
+
+__all__ = ["USAGE_TEXT", "bootstrap_dir", "instrumented_environ", "main"]
+
+USAGE_TEXT = """usage: numabind instrument [--] COMMAND [ARGS...]
+
+Run COMMAND with numabind in charge of vLLM's and SGLang's NUMA helpers (vllm.utils.numa_utils,
+sglang.srt.utils.numa_utils) in every Python process it starts, without editing them: numabind's
+bootstrap directory goes first on PYTHONPATH. Binding still follows the program's own NUMA options.
+"""
+
+
+def bootstrap_dir() -> str:
+    """The directory ``numabind instrument`` puts first on ``PYTHONPATH`` (it holds ``sitecustomize.py``)."""
+    from ..compat import bootstrap
+
+    return os.path.dirname(os.path.abspath(bootstrap.__file__ or ""))
+
+
+def _same(entry: str, directory: str) -> bool:
+    try:
+        return bool(entry) and os.path.samefile(entry, directory)
+    except OSError:
+        return False
+
+
+def instrumented_environ(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``environ`` (default ``os.environ``) whose ``PYTHONPATH`` starts with
+    :func:`bootstrap_dir`; the other entries are kept in order (an earlier copy of the directory moves
+    to the front). Raises :class:`PermissionError` naming the path and the fix when another user could
+    change the bootstrap or the ``numabind`` package."""
+    from ..compat.bootstrap.sitecustomize import package_problem, path_problem
+
+    here = bootstrap_dir()
+    problem = path_problem(os.path.join(here, "sitecustomize.py")) or package_problem()
+    if problem is not None:
+        raise PermissionError(f"refusing to instrument from a path another user can write: {problem}")
+    env = dict(os.environ if environ is None else environ)
+    old = env.get("PYTHONPATH", "")
+    rest = [entry for entry in old.split(os.pathsep) if not _same(entry, here)] if old else []
+    env["PYTHONPATH"] = os.pathsep.join([here, *rest])
+    return env
+
+
+def main(args: list[str]) -> int:
+    """``numabind instrument ARGS``: exec the command instrumented; an exit status when it cannot run."""
+    if args[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(USAGE_TEXT)
+        return 0
+    command = args[1:] if args[:1] == ["--"] else args
+    if not command or (command[0].startswith("-") and args[:1] != ["--"]):
+        sys.stderr.write(USAGE_TEXT.splitlines()[0] + "\nnumabind instrument: error: "
+                         + ("a command to run is required\n" if not command
+                            else f"unknown option {command[0]!r} (put the command after --)\n"))
+        return USAGE
+    try:
+        env = instrumented_environ()
+    except PermissionError as e:
+        sys.stderr.write(f"numabind instrument: error: {e}\n")
+        return NOT_APPLIED
+    return exec_command(command, env)

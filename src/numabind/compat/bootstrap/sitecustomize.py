@@ -1,0 +1,213 @@
+"""Route the host projects' NUMA modules to numabind's drop-ins (``numabind instrument``, the vLLM plugin).
+
+Python's ``site`` imports this file as the top-level module ``sitecustomize`` in every interpreter
+whose ``PYTHONPATH`` starts with its directory (``numabind instrument`` puts it there; spawn and
+forkserver children inherit the environment, forked ones the finder). It then:
+
+1. checks that no other user can change what it would run (:func:`path_problem`): this file, the
+   ``numabind`` package it would import and every directory above them belong to root or to this user
+   and are writable by no one else (a sticky world-writable directory such as ``/tmp`` is accepted
+   above an entry of root's or the user's). Otherwise one line on stderr says why, and nothing is
+   routed;
+2. puts :class:`HostModuleFinder` first on ``sys.meta_path``: an import of a module named in
+   :data:`ROUTES` is answered with numabind's drop-in, the same module object under both names, so
+   what the host (or its tests) patch on ``numa_utils`` is what runs. numabind is imported only then,
+   never at start-up; one INFO line through the drop-in's logger says numabind is in charge. When the
+   interpreter has no ``numabind`` (a child running another environment's Python), the host's own
+   module is used and one line on stderr says so;
+3. runs the ``sitecustomize`` it shadows (the next one on ``sys.path``), if any, under that name.
+
+Nothing is written anywhere. Only the standard library is imported at start-up: this runs in every
+Python process the program starts. A Python started with ``-S``, ``-E`` or ``-I`` does not read it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (every process pays for this module)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping, Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+__all__ = ["ROUTES", "HostModuleFinder", "announce", "install", "package_problem", "path_problem"]
+
+#: host module -> numabind's drop-in that answers its import
+ROUTES = {
+    "vllm.utils.numa_utils": "numabind.compat.vllm",
+    "sglang.srt.utils.numa_utils": "numabind.compat.sglang",
+}
+#: the package whose location is checked and whose version is logged (looked up, never imported from here)
+_PACKAGE = "numabind"
+_announced: set[str] = set()
+_said: set[str] = set()
+
+
+def _say(line: str) -> None:
+    """One line on stderr, once per process (logging is not configured this early)."""
+    if line not in _said:
+        _said.add(line)
+        sys.stderr.write(f"numabind instrument: {line}\n")
+
+
+def _chain_problem(path: str, uid: int) -> str | None:
+    """Why another user could change what ``path`` names, walking up from it; None when none can."""
+    cur = path
+    below_owned = False     # the entry below ``cur`` belongs to root or the user
+    while True:
+        try:
+            st = os.lstat(cur)
+        except OSError as e:
+            return f"{cur} cannot be checked ({e.strerror})"
+        if st.st_uid not in (0, uid):
+            return f"{cur} belongs to uid {st.st_uid}, not to root or uid {uid}"
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+            sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+            if not (sticky and below_owned):
+                who = "its group and others" if st.st_mode & 0o022 == 0o022 else (
+                    "its group" if st.st_mode & 0o020 else "others")
+                return (f"{cur} is writable by {who} (mode {stat.S_IMODE(st.st_mode):o}): "
+                        f"run chmod go-w {cur}, or install numabind where only you or root can write")
+        below_owned = True
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            return None
+        cur = parent
+
+
+def path_problem(path: str, uid: int | None = None) -> str | None:
+    """Why another user than ``uid`` (default: this process's effective user) or root could change
+    what ``path`` names, or None when no one else can.
+
+    Both the path as given (made absolute; a symbolic link in it must belong to root or the user) and
+    the path it resolves to are checked, each component up to ``/``: it must belong to root or the
+    user and be writable by neither group nor others, except a sticky directory above an entry of
+    root's or the user's (``/tmp``)."""
+    uid = os.geteuid() if uid is None else uid
+    for candidate in (os.path.abspath(path), os.path.realpath(path)):
+        problem = _chain_problem(candidate, uid)
+        if problem is not None:
+            return problem
+    return None
+
+
+def package_problem() -> str | None:
+    """:func:`path_problem` of the directory of the ``numabind`` package this interpreter imports (found,
+    not imported: ``importlib.util.find_spec``); ``"absent"`` when there is none."""
+    from importlib.util import find_spec
+
+    spec = find_spec(_PACKAGE)
+    if spec is None or not spec.origin:
+        return "absent"
+    return path_problem(os.path.dirname(spec.origin))
+
+
+def announce(host: str, module: ModuleType, how: str) -> None:
+    """Log once per process, at INFO through the drop-in's logger (the host's logger name), that
+    numabind implements ``host`` here."""
+    if host in _announced:
+        return
+    _announced.add(host)
+    import logging
+
+    target = getattr(module, "logger", None)
+    logger = target if isinstance(target, logging.Logger) else logging.getLogger(host)
+    version = getattr(sys.modules.get(_PACKAGE), "__version__", "?")
+    logger.info("numabind %s is in charge of %s in this process (%s): %s implements it; binding still "
+                "happens only where the host's own options ask for it", version, host, how, module.__name__)
+
+
+class _Alias:
+    """A loader whose module is an existing one: the drop-in, under the host module's name as well."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self.spec = module.__spec__
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        return self.module
+
+    def exec_module(self, module: ModuleType) -> None:
+        # the import system set __spec__ to the host name's spec: the drop-in keeps its own
+        module.__spec__ = self.spec
+
+
+class HostModuleFinder:
+    """A ``sys.meta_path`` finder that answers each import named in ``routes`` (host module -> numabind
+    module) with numabind's module; ``how`` says in the INFO line who installed it. With ``check_path``
+    (the bootstrap's case: numabind is not imported yet) the ``numabind`` package is first checked with
+    :func:`package_problem`; the vLLM plugin, numabind's own code already running, has no need to."""
+
+    def __init__(self, routes: Mapping[str, str], how: str, check_path: bool = True) -> None:
+        self.routes = dict(routes)
+        self.how = how
+        self.check_path = check_path
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
+        name = self.routes.get(fullname)
+        if name is None:
+            return None
+        problem = package_problem() if self.check_path else None
+        if problem == "absent":
+            _say(f"{fullname} stays the host's own: this Python ({sys.executable}) has no numabind")
+            return None
+        if problem is not None:
+            _say(f"{fullname} stays the host's own: refusing to import numabind from a path another user "
+                 f"can write: {problem}")
+            return None
+        import importlib
+        import importlib.util
+
+        module = importlib.import_module(name)
+        announce(fullname, module, self.how)
+        return importlib.util.spec_from_loader(fullname, _Alias(module))   # type: ignore[arg-type]  # create/exec_module only
+
+
+def install(routes: Mapping[str, str], how: str, check_path: bool = True) -> None:
+    """Put a :class:`HostModuleFinder` for ``routes`` first on ``sys.meta_path``, once per process: a
+    finder already there (from either name of this module) takes the new routes and keeps its checks."""
+    for finder in sys.meta_path:
+        known = getattr(finder, "routes", None)
+        if type(finder).__name__ == "HostModuleFinder" and isinstance(known, dict):
+            known.update(routes)
+            return
+    sys.meta_path.insert(0, HostModuleFinder(routes, how, check_path))
+
+
+def _same_dir(entry: str, here: str) -> bool:
+    try:
+        return os.path.samefile(entry or os.curdir, here)
+    except OSError:
+        return False
+
+
+def _chain(here: str) -> None:
+    """Run the ``sitecustomize`` this one shadows, as ``site`` would have."""
+    from importlib.machinery import PathFinder
+    from importlib.util import module_from_spec
+
+    spec = PathFinder.find_spec("sitecustomize", [p for p in sys.path if not _same_dir(p, here)])
+    if spec is None or spec.loader is None:
+        return
+    module = module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+def _main() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    problem = path_problem(os.path.abspath(__file__))
+    if problem is None:
+        install(ROUTES, "numabind instrument")
+    else:
+        _say(f"not routing {', '.join(ROUTES)} to numabind: refusing to run from a path another user can "
+             f"write: {problem}")
+    _chain(here)
+
+
+if __name__ == "sitecustomize":
+    _main()

@@ -1,0 +1,70 @@
+"""vLLM's general plugin: numabind implements ``vllm.utils.numa_utils`` in every vLLM process.
+
+numabind declares :func:`register` under vLLM's ``vllm.general_plugins`` entry-point group (install
+``numabind[vllm]`` into vLLM's environment). vLLM's ``load_general_plugins()`` runs it once in each of
+its processes (the front end, each EngineCore, each worker); ``VLLM_PLUGINS`` (a comma-separated list
+of plugin names) that does not name ``numabind`` leaves it out. It replaces the implementation only:
+children are bound where vLLM's own ``--numa-bind`` options (``numa_bind``, ``numa_bind_nodes``,
+``numa_bind_cpus``) ask for it, by :mod:`numabind.compat.vllm` instead of numactl. One INFO line on
+vLLM's ``vllm.utils.numa_utils`` logger says numabind is in charge.
+
+What :func:`register` does, in a process where vLLM's module is
+
+* not imported yet: a finder first on ``sys.meta_path`` answers its import with
+  :mod:`numabind.compat.vllm` (the same module object under both names, as ``numabind instrument``
+  does: :mod:`numabind.compat.bootstrap.sitecustomize`);
+* already imported (vLLM's executor and engine modules say ``from vllm.utils import numa_utils`` and
+  call ``numa_utils.configure_subprocess(...)`` later): the compat module takes its place in
+  ``sys.modules`` and on ``vllm.utils``, and each function and class of vLLM's module that numabind
+  also defines is replaced on that module object by numabind's, so the modules that already hold it
+  call numabind. Names numabind does not define stay vLLM's.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from types import ModuleType
+
+from ..compat.bootstrap.sitecustomize import ROUTES, announce, install
+
+__all__ = ["HOST", "register"]
+
+#: the module of vLLM's that numabind implements
+HOST = "vllm.utils.numa_utils"
+log = logging.getLogger(__name__)
+
+
+def _own_names(compat: ModuleType) -> dict[str, object]:
+    """The functions and classes ``compat`` defines itself (not those it imports)."""
+    return {name: value for name, value in vars(compat).items()
+            if not name.startswith("__") and callable(value) and getattr(value, "__module__", None) == compat.__name__}
+
+
+def _adopt(old: ModuleType, compat: ModuleType) -> list[str]:
+    """Make ``compat`` vLLM's module from now on, and ``old`` (already imported) call it; the names replaced."""
+    replaced = []
+    for name, value in _own_names(compat).items():
+        if hasattr(old, name):
+            setattr(old, name, value)
+            replaced.append(name)
+    sys.modules[HOST] = compat
+    parent = sys.modules.get(HOST.rpartition(".")[0])
+    if parent is not None:
+        setattr(parent, HOST.rpartition(".")[2], compat)
+    return replaced
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point: route ``vllm.utils.numa_utils`` to numabind in this
+    process (safe to call again: vLLM may load plugins more than once)."""
+    from ..compat import vllm as compat   # the drop-in: loaded only in processes vLLM runs the plugin in
+
+    how = "vLLM plugin numabind, VLLM_PLUGINS may leave it out"
+    install({HOST: ROUTES[HOST]}, how, check_path=False)   # numabind is running already: nothing to check
+    old = sys.modules.get(HOST)
+    if old is not None and old is not compat:
+        replaced = _adopt(old, compat)
+        log.debug("vLLM's %s was imported before the plugin ran: %d of its names now call numabind (%s)",
+                  HOST, len(replaced), ", ".join(sorted(replaced)))
+    announce(HOST, compat, how)
