@@ -268,23 +268,25 @@ static void tree_read(int dirfd, long opened, const char *name, char *buf, size_
     }
 }
 
-long nb_read_tree(const char *dir, const char *names, size_t count, const char *sub, const char *prefix,
-                  const char *each, size_t per, unsigned long long skip, int *ids, size_t idcap,
-                  char *buf, size_t cap, size_t slot, long *out, size_t files)
+long nb_read_tree(const char *dir, unsigned long long skip, const struct nb_tree *what, const struct nb_tree_room *room)
 {
     int dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     long opened = dirfd < 0 ? -(long)errno : 0;
-    size_t used = 0, k = 0;
-    for (size_t i = 0; i < count && k < files; i++, k++, names += strlen(names) + 1)
+    char *buf = room->buf;
+    size_t used = 0, k = 0, cap = room->cap, slot = room->slot, files = room->files;
+    int *ids = room->ids;
+    long *out = room->out;
+    const char *names = what->names;
+    for (size_t i = 0; i < what->count && k < files; i++, k++, names += strlen(names) + 1)
         tree_read(dirfd, opened, names, buf, cap, slot, &used, out + 1 + 2 * k);
-    long listed = opened < 0 ? opened : list_at(dirfd, sub, prefix, ids, idcap);
-    for (long i = 0; i < listed && (size_t)listed <= idcap && k < files; i++) {
+    long listed = opened < 0 ? opened : list_at(dirfd, what->sub, what->prefix, ids, room->idcap);
+    for (long i = 0; i < listed && (size_t)listed <= room->idcap && k < files; i++) {
         if (ids[i] < 64 && (skip >> ids[i]) & 1)
             continue;
-        const char *name = each;
-        for (size_t j = 0; j < per && k < files; j++, k++, name += strlen(name) + 1) {
+        const char *name = what->each;
+        for (size_t j = 0; j < what->per && k < files; j++, k++, name += strlen(name) + 1) {
             char path[4096];
-            int len = snprintf(path, sizeof path, "%s/%s%d/%s", sub, prefix, ids[i], name);
+            int len = snprintf(path, sizeof path, "%s/%s%d/%s", what->sub, what->prefix, ids[i], name);
             if (len < 0 || (size_t)len >= sizeof path) {
                 out[1 + 2 * k] = (long)used;
                 out[2 + 2 * k] = NB_RETRY;   /* too long a path for here: read it alone */
@@ -303,14 +305,12 @@ long nb_read_tree(const char *dir, const char *names, size_t count, const char *
 /* The cached /proc/self/task descriptor: trusted only while fstat still shows the directory it was opened
  * on (a descriptor closed behind our back and reused is never read), and only while its listing holds the
  * calling thread (a child forked without the atfork handler, by a raw clone or glibc's _Fork, inherits the
- * descriptor of its parent's directory, which lists the parent's threads, never the child's). Its link count
- * stands for a listing only in the process that opened it. */
+ * descriptor of its parent's directory, which lists the parent's threads, never the child's). */
 static pthread_mutex_t task_lock = PTHREAD_MUTEX_INITIALIZER;
 static int task_fd = -1;
 static dev_t task_dev;
 static ino_t task_ino;
 static pid_t task_pid;        /* the process that opened task_fd */
-static int task_links_ok;     /* when opened, its link count was 2 + the threads it listed */
 static int atfork_done;
 
 static void task_after_fork_child(void)
@@ -367,8 +367,12 @@ static long task_read(int fd, int first, int *tids, size_t cap)
     return (long)count;
 }
 
-long nb_task_list(int first, int *tids, size_t cap)
+/* nb_task_list, and with `count_links` (NB_COUNT_LINKS) the caller alone without a listing when the cached
+ * descriptor's link count says one thread (*counted = 1). *links: the directory's link count (0: not read). */
+static long task_list(int first, int *tids, size_t cap, int count_links, int *links, int *counted)
 {
+    *links = 0;
+    *counted = 0;
     if (first <= 0)
         first = (int)syscall(SYS_gettid);
     if (pthread_mutex_trylock(&task_lock) != 0) {
@@ -387,47 +391,53 @@ long nb_task_list(int first, int *tids, size_t cap)
     struct stat st;
     if (task_fd >= 0 && (fstat(task_fd, &st) != 0 || st.st_dev != task_dev || st.st_ino != task_ino))
         task_fd = -1;                           /* no longer ours: not ours to close either */
-    if (task_fd >= 0) {
-        /* procfs counts a task directory's links as 2 + its threads (gVisor too). One thread in the directory
-         * of this very process is the caller alone, and none can appear while it is here: nothing to list.
-         * "This very process": the caller's id is the pid that opened the descriptor, so the caller is that
-         * process's main thread (a child forked without the atfork handler has another id; were the opener
-         * gone and its id reused, its directory would count no thread). */
-        if (task_links_ok && st.st_nlink == 3 && first == task_pid) {
+    long r;
+    for (int fresh = 0;; fresh = 1) {
+        if (task_fd < 0) {
+            int fd = task_open();
+            if (fd < 0 || fstat(fd, &st) != 0) {
+                long e = -(long)errno;
+                if (fd >= 0)
+                    close(fd);
+                pthread_mutex_unlock(&task_lock);
+                return e;
+            }
+            task_fd = fd;
+            task_dev = st.st_dev;
+            task_ino = st.st_ino;
+            task_pid = (pid_t)syscall(SYS_getpid);
+            fresh = 1;
+        }
+        *links = st.st_nlink > 0x7fffffff ? 0x7fffffff : (int)st.st_nlink;
+        /* One thread in the directory of this very process is the caller alone, and none can appear while it
+         * is here. "This very process": the caller's id is the pid that opened the descriptor, so the caller is
+         * that process's main thread (a child forked without the atfork handler has another id; were the
+         * opener gone and its id reused, its directory would count no thread). Whether procfs's count
+         * (2 + threads) is to be trusted at all is the caller's decision (NB_COUNT_LINKS). */
+        if (count_links && st.st_nlink == 3 && first == task_pid) {
             if (cap > 0)
                 tids[0] = first;
-            pthread_mutex_unlock(&task_lock);
-            return 1;
+            *counted = 1;
+            r = 1;
+            break;
         }
-        long r = task_read(task_fd, first, tids, cap);
-        /* With room for every thread, the caller not listed first means another process's directory
-         * (when it is listed, task_read put it first). A listing too long for cap cannot tell: the
+        r = task_read(task_fd, first, tids, cap);
+        /* With room for every thread, the caller not listed first means another process's directory (when it
+         * is listed, task_read put it first): reopened, once. A listing too long for cap cannot tell: the
          * caller calls again with more room, and that call checks. */
-        if (r > (long)cap || (r > 0 && tids[0] == first)) {
-            pthread_mutex_unlock(&task_lock);
-            return r;
-        }
+        if (fresh || r > (long)cap || (r > 0 && tids[0] == first))
+            break;
         close(task_fd);
         task_fd = -1;
     }
-    int fd = task_open();
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        long e = -(long)errno;
-        if (fd >= 0)
-            close(fd);
-        pthread_mutex_unlock(&task_lock);
-        return e;
-    }
-    task_fd = fd;
-    task_dev = st.st_dev;
-    task_ino = st.st_ino;
-    task_pid = (pid_t)syscall(SYS_getpid);
-    long r = task_read(task_fd, first, tids, cap);
-    /* Trusted as a thread count only once it agreed with a listing (a thread starting or ending in between
-     * leaves it untrusted: the listing is then always made). */
-    task_links_ok = r >= 1 && (unsigned long)st.st_nlink == 2 + (unsigned long)r;
     pthread_mutex_unlock(&task_lock);
     return r;
+}
+
+long nb_task_list(int first, int *tids, size_t cap)
+{
+    int links, counted;
+    return task_list(first, tids, cap, 0, &links, &counted);
 }
 
 typedef long (*nb_aff_fn)(int, size_t, unsigned long *);
@@ -628,7 +638,8 @@ static long settle(nb_aff_fn seta, nb_aff_fn geta, int me, size_t n, const unsig
     int *tids = ints + NB_BIND_HEADER, *status = tids + cap;
     for (int round = 0;; round++) {
         size_t room = cap - n;
-        long m = nb_task_list(me, tids + n, room);
+        int links, counted;
+        long m = task_list(me, tids + n, room, 0, &links, &counted);
         if (m < 0 || (size_t)m > room || m == 0 || tids[n] != me) {
             ints[NB_BIND_SETTLED] = m < 0 ? (int)m : (size_t)m > room ? NB_NO_ROOM : NB_CALLER_NOT_LISTED;
             return (long)n;
@@ -667,98 +678,102 @@ static long settle(nb_aff_fn seta, nb_aff_fn geta, int me, size_t n, const unsig
 }
 
 static long bind_locked(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_aff_fn geta,
-                        int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words,
-                        int need_old, const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints)
+                        const struct nb_bind_request *req, int flags, size_t cap, int *ints)
 {
+    int mode = req->mode;
+    const unsigned long *nodemask = req->nodemask, *cpumask = req->cpumask;
+    size_t node_words = req->node_words, words = req->words;
     int *tids = ints + NB_BIND_HEADER, *status = tids + cap;
     unsigned long *masks = (unsigned long *)(ints + ((NB_BIND_HEADER + 2 * cap + 1) & ~(size_t)1));
     unsigned long *old_mask = masks, *now_mask = masks + node_words;
     unsigned long *before = now_mask + node_words, *after = before + cap * words;
     int me = (int)syscall(SYS_gettid);
+    int facts = 0;
     long n = 1;
+    ints[NB_BIND_TID] = 0;
+    ints[NB_BIND_LINKS] = 0;
     tids[0] = me;
     if (!(flags & NB_ONLY_CALLER)) {
-        n = nb_task_list(me, tids, cap);
+        int counted = 0;
+        n = task_list(me, tids, cap, flags & NB_COUNT_LINKS, ints + NB_BIND_LINKS, &counted);
         if (n < 0 || (size_t)n > cap)
             return n;
         if (n == 0 || tids[0] != me)            /* not this process's threads (another PID namespace's /proc) */
             return NB_CALLER_NOT_LISTED;
+        if (counted)
+            facts |= NB_COUNTED;
     }
     int *errs = ints + NB_BIND_ERRS;
     ints[NB_BIND_TID] = me;
-    ints[NB_BIND_WALKED] = ints[NB_BIND_PROCESSED] = ints[NB_BIND_EXITED] = ints[NB_BIND_CLEAN] = 0;
+    ints[NB_BIND_PROCESSED] = ints[NB_BIND_EXITED] = 0;
     ints[NB_BIND_SETTLED] = 1;
     ints[NB_BIND_UNSEEN] = 0;
-    int mem_ok;
     if (mode >= 0) {
-        swap_mempolicy(getp, setp, mode, nodemask, maxnode, need_old, ints + NB_BIND_OLD_MODE, old_mask,
-                       ints + NB_BIND_NOW_MODE, now_mask, errs);
-        if (errs[1] != 0)                      /* refused, or not tried: the caller decides what comes next */
+        swap_mempolicy(getp, setp, mode, nodemask, req->maxnode, flags & NB_NEED_OLD, ints + NB_BIND_OLD_MODE,
+                       old_mask, ints + NB_BIND_NOW_MODE, now_mask, errs);
+        facts |= (errs[0] == 0 ? NB_OLD_READ : 0) | (errs[1] == 0 ? NB_POLICY_SET : 0) |
+                 (errs[2] == 0 ? NB_NOW_READ : 0);
+        if (errs[2] == 0 && ints[NB_BIND_NOW_MODE] == mode)
+            facts |= NB_MODE_AS_SET;
+        if (errs[2] == 0 && same_nodes(now_mask, nodemask, node_words))
+            facts |= NB_NODES_AS_SET;
+        if (errs[1] != 0) {                    /* refused, or not tried: the caller decides what comes next */
+            ints[NB_BIND_FACTS] = facts;
             return n;
-        mem_ok = errs[0] == 0 && errs[2] == 0 && ints[NB_BIND_NOW_MODE] == mode &&
-                 same_nodes(now_mask, nodemask, node_words);
+        }
     } else {
         errs[0] = errs[1] = 1;
-        errs[2] = (int)getp(ints + NB_BIND_NOW_MODE, now_mask, maxnode, NULL, 0);
-        mem_ok = errs[2] == 0;
+        errs[2] = (int)getp(ints + NB_BIND_NOW_MODE, now_mask, req->maxnode, NULL, 0);
+        facts |= errs[2] == 0 ? NB_NOW_READ : 0;
     }
     int walk_flags = flags & (NB_MATCHING | NB_STOP_ON_ERROR | NB_CHECK_FIRST);
     long done = affinity_many(seta, geta, tids, 0, (size_t)n, cpumask, words, walk_flags, before, after, status);
-    if (done < 0)
+    if (done < 0) {
+        ints[NB_BIND_FACTS] = facts;
         return done;
-    ints[NB_BIND_WALKED] = 1;
-    int walked_all = done == n, refused = 0;
+    }
+    facts |= NB_WALKED;
+    if (status[0] == NB_BOUND)
+        facts |= NB_CALLER_SET;
+    if (cpumask && status[0] == NB_BOUND && memcmp(after, cpumask, words * sizeof(unsigned long)) == 0)
+        facts |= NB_CALLER_AS_SET;
+    int refused = 0;
     for (long i = 0; i < done; i++)
         refused |= status[i] < 0;
-    if (cpumask && !(flags & NB_ONLY_CALLER) && walked_all && n > 1 && !refused)
+    if (cpumask && !(flags & NB_ONLY_CALLER) && done == n && n > 1 && !refused)
         done = n = settle(seta, geta, me, (size_t)n, cpumask, words, walk_flags, (flags >> NB_SETTLE_SHIFT) & 0xff,
                           cap, ints, before, after);
     ints[NB_BIND_PROCESSED] = (int)done;
-    int exited = 0, others_ok = 1;
-    for (long i = 1; i < done; i++) {
-        if (status[i] == NB_EXITED)
-            exited++;
-        else if (status[i] != (cpumask ? NB_BOUND : NB_UNCHANGED))
-            others_ok = 0;
-    }
+    int exited = 0;
+    for (long i = 1; i < done; i++)
+        exited += status[i] == NB_EXITED;
     ints[NB_BIND_EXITED] = exited;
-    int cpu_ok = walked_all && others_ok && ints[NB_BIND_SETTLED] == 1 &&
-                 (cpumask ? status[0] == NB_BOUND && memcmp(after, cpumask, words * sizeof(unsigned long)) == 0
-                          : status[0] == NB_UNCHANGED);
-    ints[NB_BIND_CLEAN] = mem_ok && cpu_ok;
+    ints[NB_BIND_FACTS] = facts;
     return n;
 }
 
 static long bind_all(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb_aff_fn geta,
-                     int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                     const unsigned long *cpumask, size_t words, int flags, size_t cap, int *ints)
+                     const struct nb_bind_request *req, int flags, size_t cap, int *ints)
 {
-    if (!ints || (uintptr_t)ints % _Alignof(unsigned long) || words == 0 || cap == 0 || node_words == 0 ||
-        maxnode > 64 * node_words + 1 || cap > (size_t)1 << 24)
+    if (!req || !ints || (uintptr_t)ints % _Alignof(unsigned long) || req->words == 0 || cap == 0 ||
+        req->node_words == 0 || req->maxnode > 64 * req->node_words + 1 || cap > (size_t)1 << 24)
         return -EINVAL;
     long r = nb_bind_hold(ints);
     if (r < 0)
         return r;
-    r = bind_locked(getp, setp, seta, geta, mode, nodemask, maxnode, node_words, need_old, cpumask, words, flags,
-                    cap, ints);
+    r = bind_locked(getp, setp, seta, geta, req, flags, cap, ints);
     if (r < 0 || (size_t)r > cap)
         nb_bind_release(ints);        /* nothing was done: nothing to hold */
-    else if (r == 1 && ints[NB_BIND_CLEAN] && !(flags & NB_KEEP_LOCK))
-        nb_bind_release(ints);        /* the caller alone, all done exactly: nothing to explain or undo */
     return r;
 }
 
-long nb_sys_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                 const unsigned long *cpumask, size_t words, int flags, size_t cap, int *out)
+long nb_sys_bind(const struct nb_bind_request *req, int flags, size_t cap, int *out)
 {
-    return bind_all(nb_sys_get_mempolicy, nb_sys_set_mempolicy, sys_set, sys_get, mode, nodemask, maxnode,
-                    node_words, need_old, cpumask, words, flags, cap, out);
+    return bind_all(nb_sys_get_mempolicy, nb_sys_set_mempolicy, sys_set, sys_get, req, flags, cap, out);
 }
 
-long nb_numa_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                  const unsigned long *cpumask, size_t words, int flags, size_t cap, int *out)
+long nb_numa_bind(const struct nb_bind_request *req, int flags, size_t cap, int *out)
 {
     NEED_NUMA();
-    return bind_all(nb_numa_get_mempolicy, nb_numa_set_mempolicy, numa_set, numa_get, mode, nodemask, maxnode,
-                    node_words, need_old, cpumask, words, flags, cap, out);
+    return bind_all(nb_numa_get_mempolicy, nb_numa_set_mempolicy, numa_set, numa_get, req, flags, cap, out);
 }

@@ -41,30 +41,42 @@ long nb_read_file(const char *path, char *buf, size_t cap);
  * written: call again with more room); -errno when the directory cannot be opened or read. */
 long nb_list_numbered(const char *path, const char *prefix, int *ids, size_t cap);
 
+/* What nb_read_tree reads below a directory: the same for many directories, so the caller keeps one. */
+struct nb_tree {
+    const char *names;     /* `count` files of the directory itself, each ended by a NUL */
+    size_t count;
+    const char *sub;       /* the subdirectory whose entries `prefix`N are listed (as nb_list_numbered lists) */
+    const char *prefix;
+    const char *each;      /* `per` files of each sub/prefixN, each ended by a NUL */
+    size_t per;
+};
+/* Where nb_read_tree writes: the caller's buffers, reused from call to call. */
+struct nb_tree_room {
+    int *ids;              /* the ids listed, idcap at most */
+    size_t idcap;
+    char *buf;             /* the bytes read, cap in all, slot at most per file */
+    size_t cap;
+    size_t slot;
+    long *out;             /* out[0]: the bytes of buf used; then file k's start out[1 + 2k] and length out[2 + 2k] */
+    size_t files;          /* files read at most (out holds 2 * files + 1 longs) */
+};
 /* Files of the directory `dir` and of its numbered subdirectories, read with one opening of `dir` and nothing
- * else in between, each as nb_read_file reads one (the same flags, the same refusals):
- *  - first the `count` files `names` (each ended by a NUL, relative to dir);
- *  - then the entries `prefix`N of the subdirectory `sub` are listed as nb_list_numbered lists them (their
- *    ids written to ids, idcap at most), and for each N in that order, unless bit N of `skip` is set (N < 64),
- *    the `per` files `each` of sub/prefixN.
- * Each file's bytes follow the previous file's in buf (cap bytes in all), `slot` bytes at most. A file's
- * length is counted up to its first NUL byte; instead of a length, a file gets what nb_read_file would return
- * when that is an error (every file gets the directory's -errno when dir cannot be opened), or NB_RETRY when
- * it filled the room it had (read it alone). No more than `files` files are read, and none below `sub` when
- * it lists more than idcap entries. out[0] is the bytes of buf used, then file k's start is out[1 + 2k] and its
- * length out[2 + 2k] (2 * files + 1 longs in all).  Returns what nb_list_numbered would return for dir/sub. */
+ * else in between, each as nb_read_file reads one (the same flags, the same refusals): first what->names, then,
+ * for each id N listed in what->sub (in the directory's order) unless bit N of `skip` is set (N < 64), the files
+ * what->each of sub/prefixN.  Each file's bytes follow the previous file's in room->buf.  A file's length is
+ * counted up to its first NUL byte; instead of a length, a file gets what nb_read_file would return when that is
+ * an error (every file gets the directory's -errno when dir cannot be opened), or NB_RETRY when it filled the
+ * room it had (read it alone).  No more than room->files files are read, and none below sub when it lists more
+ * than room->idcap entries.  Returns what nb_list_numbered would return for dir/sub. */
 enum { NB_RETRY = -200000 };
-long nb_read_tree(const char *dir, const char *names, size_t count, const char *sub, const char *prefix,
-                  const char *each, size_t per, unsigned long long skip, int *ids, size_t idcap,
-                  char *buf, size_t cap, size_t slot, long *out, size_t files);
+long nb_read_tree(const char *dir, unsigned long long skip, const struct nb_tree *what, const struct nb_tree_room *room);
 
 /* ---- the running process: threads, and affinity of many threads in one call ---- */
-/* Thread ids of this process (one getdents64 pass over a cached /proc/self/task descriptor, re-read from
- * its start on every call; none when the directory's link count says the only thread is the caller, the
- * main thread of the process that opened it, a count trusted once it agreed with a listing).  `first` is
- * the calling thread's id (0: looked up here); when listed it is put at index 0, and a cached descriptor whose listing lacks it is another process's (a child forked without the
- * atfork handler): it is reopened.  Returns the number of threads; when that is more than `cap`, only `cap`
- * were written and the caller retries with a larger buffer (listing has no side effect).  -errno on failure. */
+/* Thread ids of this process: one getdents64 pass over a cached /proc/self/task descriptor, re-read from its
+ * start on every call.  `first` is the calling thread's id (0: looked up here); when listed it is put at index 0,
+ * and a cached descriptor whose listing lacks it is another process's (a child forked without the atfork
+ * handler): it is reopened.  Returns the number of threads; when that is more than `cap`, only `cap` were
+ * written and the caller retries with a larger buffer (listing has no side effect).  -errno on failure. */
 long nb_task_list(int first, int *tids, size_t cap);
 
 /* Per-thread outcome of nb_*_affinity_many. */
@@ -76,7 +88,7 @@ enum nb_thread_status {
     NB_NOT_TRIED = 4,      /* after a stop (NB_STOP_ON_ERROR, NB_CHECK_FIRST) */
     NB_DIFFERS = 5         /* set, but read back other CPUs than tids[0] was (both in after[]) */
 };
-/* Flags of nb_*_affinity_many. */
+/* Flags of nb_*_affinity_many (and of nb_*_bind, with the ones below). */
 enum nb_affinity_flags {
     NB_MATCHING = 1,       /* leave alone threads whose before differs from tids[0]'s before */
     NB_STOP_ON_ERROR = 2,  /* stop at the first thread whose set fails with anything but ESRCH */
@@ -88,6 +100,11 @@ enum nb_affinity_flags {
  * `words` 64-bit words per mask (mask_bytes = 8 * words).  Returns how many threads were processed
  * (n unless stopped), or -errno when an argument is invalid.  The _sys_ form calls the system calls,
  * the _numa_ form libnuma's numa_sched_{set,get}affinity (-ENOSYS until nb_numa_load). */
+long nb_sys_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
+                          unsigned long *before, unsigned long *after, int *status);
+long nb_numa_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
+                           unsigned long *before, unsigned long *after, int *status);
+
 /* The calling thread's memory policy replaced in one call: get_mempolicy into old_mode/old_mask, then
  * set_mempolicy(mode, mask, maxnode) (mask NULL: no nodes), then get_mempolicy into now_mode/now_mask.
  * errs[0..2] receive 0 or -errno of each step; a step after a failed set is skipped (errs = 1).  With
@@ -98,43 +115,46 @@ long nb_sys_swap_mempolicy(int mode, const unsigned long *mask, unsigned long ma
 long nb_numa_swap_mempolicy(int mode, const unsigned long *mask, unsigned long maxnode, int need_old,
                             int *old_mode, unsigned long *old_mask, int *now_mode, unsigned long *now_mask, int *errs);
 
-long nb_sys_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
-                          unsigned long *before, unsigned long *after, int *status);
-long nb_numa_affinity_many(const int *tids, size_t n, const unsigned long *mask, size_t words, int flags,
-                           unsigned long *before, unsigned long *after, int *status);
+/* What nb_*_bind sets: the same for every bind of one plan, so the caller keeps one per plan. */
+struct nb_bind_request {
+    int mode;                        /* the MPOL_* mode to set; < 0: set none, only read the policy */
+    const unsigned long *nodemask;   /* the nodes (NULL: none), node_words words */
+    unsigned long maxnode;           /* as set_mempolicy takes it; at most 64 * node_words + 1 */
+    size_t node_words;
+    const unsigned long *cpumask;    /* the CPUs (NULL: set none, only read them), words words */
+    size_t words;
+};
 
 /* A whole bind in one call: list the threads (the caller first), swap the calling thread's memory policy
  * (as nb_*_swap_mempolicy), then walk every thread's affinity (as nb_*_affinity_many, `flags` among
- * nb_affinity_flags, plus NB_ONLY_CALLER: the calling thread alone, nothing listed).
- * mode < 0 sets no policy and only reads the current one into the "now" slots.  When the set is
- * refused, or need_old and the old policy is unreadable, it stops before the walk (NB_BIND_WALKED 0).
- * After a walk that set a CPU mask on every listed thread (more than one, none refused), the threads are
- * listed again into the room left in the buffer, and those not seen yet (started meanwhile by a thread not
- * bound yet) are walked too and appended, up to R more times, R = (flags >> NB_SETTLE_SHIFT) & 0xff (0: list
- * once more, bind nothing): NB_BIND_SETTLED says how that ended.
+ * nb_affinity_flags, plus those of nb_bind_flags).  When the set is refused, or under NB_NEED_OLD the old
+ * policy is unreadable, it stops before the walk (NB_WALKED not among the facts).  After a walk that set a CPU
+ * mask on every listed thread (more than one, none refused), the threads are listed again into the room left in
+ * the buffer, and those not seen yet (started meanwhile by a thread not bound yet) are walked too and appended,
+ * up to R more times, R = (flags >> NB_SETTLE_SHIFT) & 0xff (0: list once more, bind nothing): NB_BIND_SETTLED
+ * says how that ended.  It returns facts, never a verdict: the caller decides what they mean.
  * out[] holds everything, in one buffer aligned for unsigned long: the header below, then cap thread ids,
  * then cap statuses; then, from the first even index after those (NB_BIND_HEADER + 2 * cap, rounded up),
  * unsigned longs: the old node mask and the node mask now (node_words each), then cap `before` and cap
  * `after` CPU masks (words each).  cap is at most 2^24; listing again needs room for every thread after
- * the walked ones (cap >= 2 * threads), else NB_BIND_SETTLED is NB_NO_ROOM.
- * The call takes the process's bind lock (nb_bind_hold with out) and returns holding it (NB_BIND_HELD 1)
- * whenever it returns 0..cap (something may have been changed: the caller explains, rolls back, then calls
- * nb_bind_release(out)), except after a clean bind of the calling thread alone without NB_KEEP_LOCK in flags:
- * then nothing is left to explain or undo, and it releases the lock itself.
+ * the walked ones (cap >= 2 * threads), else NB_BIND_SETTLED is NB_NO_ROOM.  Only the slots a call wrote
+ * are meaningful (the buffer may hold an earlier call's bytes): the facts say which.
+ * The call takes the process's bind lock (nb_bind_hold with out) and returns holding it whenever it returns
+ * 0..cap (something may have been changed: the caller explains, rolls back, then calls nb_bind_release(out)).
  * Returns the number of threads (walked, the ones found after the walk included); more than cap: nothing was
- * done, call again with a larger cap.
+ * done (the lock is not held), call again with a larger cap.
  * -errno when the threads cannot be listed (nothing was done) or an argument is invalid; NB_CALLER_NOT_LISTED
  * (nothing was done) when the listing lacks the calling thread: /proc/self/task then shows another PID
  * namespace's ids (a /proc mounted for another namespace), or nothing, and no thread of it can be trusted. */
 enum nb_bind_slot {
-    NB_BIND_TID = 0,        /* the calling thread's id */
+    NB_BIND_TID = 0,        /* the calling thread's id (0: the call stopped before changing anything) */
     NB_BIND_OLD_MODE = 1,   /* the three slots nb_*_swap_mempolicy fills: old mode, mode now, */
     NB_BIND_NOW_MODE = 2,
     NB_BIND_ERRS = 3,       /* and the three steps' errors (3, 4, 5) */
-    NB_BIND_WALKED = 6,     /* 1 when the walk ran */
+    NB_BIND_FACTS = 6,      /* what happened: bits of enum nb_bind_fact */
     NB_BIND_PROCESSED = 7,  /* threads the walk processed (those found after it included) */
     NB_BIND_EXITED = 8,     /* threads other than the caller that exited during the walk */
-    NB_BIND_CLEAN = 9,      /* 1: every step succeeded and read back exactly what was asked, and it settled */
+    NB_BIND_LINKS = 9,      /* the link count of the /proc/self/task directory listed (0: not read) */
     NB_BIND_HELD = 10,      /* 1: this buffer holds the process's bind lock (nb_bind_hold, nb_bind_release) */
     NB_BIND_GEN = 11,       /* which taking of the lock this buffer's was (see nb_bind_hold) */
     NB_BIND_SETTLED = 12,   /* 1: no thread appeared after the walk that was not walked (or none was looked for);
@@ -144,8 +164,28 @@ enum nb_bind_slot {
     NB_BIND_UNSEEN = 13,
     NB_BIND_HEADER = 14
 };
-enum { NB_ONLY_CALLER = 8, NB_KEEP_LOCK = 16, NB_SETTLE_SHIFT = 8, NB_CALLER_NOT_LISTED = -300000,
-       NB_NO_ROOM = -400000 };
+/* Facts of a bind (NB_BIND_FACTS): each bit one thing that happened, nothing judged. */
+enum nb_bind_fact {
+    NB_OLD_READ = 1,        /* the policy before was read (NB_BIND_OLD_MODE, the old node mask) */
+    NB_POLICY_SET = 2,      /* set_mempolicy accepted the policy asked for */
+    NB_NOW_READ = 4,        /* the policy was read after (NB_BIND_NOW_MODE, the node mask now) */
+    NB_MODE_AS_SET = 8,     /* the mode read after is the one set */
+    NB_NODES_AS_SET = 16,   /* the node mask read after is the one set (node_words words; NULL: no nodes) */
+    NB_WALKED = 32,         /* the walk ran */
+    NB_CALLER_SET = 64,     /* the calling thread's CPUs were set and read back (its status NB_BOUND) */
+    NB_CALLER_AS_SET = 128, /* the calling thread's CPUs read back are exactly the mask set */
+    NB_COUNTED = 256        /* NB_COUNT_LINKS: the link count said the caller is alone; nothing was listed */
+};
+/* Flags of nb_*_bind besides nb_affinity_flags. */
+enum nb_bind_flags {
+    NB_ONLY_CALLER = 8,     /* the calling thread alone: nothing listed */
+    NB_NEED_OLD = 16,       /* stop before setting anything when the old policy cannot be read */
+    NB_COUNT_LINKS = 32,    /* when the cached task directory is this process's (the caller is the main thread of
+                             * the process that opened it) and its link count (procfs: 2 + threads) says one
+                             * thread, take the caller alone without listing (NB_COUNTED) */
+    NB_SETTLE_SHIFT = 8     /* R, the rounds of listing again, in bits 8..15 */
+};
+enum { NB_CALLER_NOT_LISTED = -300000, NB_NO_ROOM = -400000 };
 /* The process's bind lock: one bind (and its rollback) at a time. Recursive (a signal handler may bind in a
  * thread that holds it); a forked child starts with it free. `out` is a buffer of at least NB_BIND_HEADER ints
  * (a nb_*_bind buffer, or one of its own) whose NB_BIND_HELD slot says whether it holds the lock: nb_bind_hold
@@ -156,10 +196,8 @@ enum { NB_ONLY_CALLER = 8, NB_KEEP_LOCK = 16, NB_SETTLE_SHIFT = 8, NB_CALLER_NOT
  * and clears it (releasing twice is harmless); 0 or -errno. */
 long nb_bind_hold(int *out);
 long nb_bind_release(int *out);
-long nb_sys_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                 const unsigned long *cpumask, size_t words, int flags, size_t cap, int *out);
-long nb_numa_bind(int mode, const unsigned long *nodemask, unsigned long maxnode, size_t node_words, int need_old,
-                  const unsigned long *cpumask, size_t words, int flags, size_t cap, int *out);
+long nb_sys_bind(const struct nb_bind_request *req, int flags, size_t cap, int *out);
+long nb_numa_bind(const struct nb_bind_request *req, int flags, size_t cap, int *out);
 
 /* ---- libnuma, loaded at run time (the "libnuma" backend) ----------------- */
 /* Loads `soname` (e.g. "libnuma.so.1"); 0 on success, else -1 with a message in errbuf. */

@@ -47,7 +47,6 @@ from tests.kernel import (
     ids_of,
     raw_mempolicy,
     raw_set_mempolicy,
-    restore_process,  # noqa: F401  (autouse fixture: affinity and memory policy put back)
     run_json,
     run_python,
 )

@@ -32,7 +32,7 @@ from numabind import BindError, Plan, PlanError, live
 from numabind.cpulist import format_cpulist
 from numabind.backends import get_backend
 from numabind.backends import Backend
-from tests.kernel import (  # noqa: F401  (restore_process: autouse, the process's binding put back)
+from tests.kernel import (  # noqa: F401  (all_cpus, forced, two_cpus: fixtures)
     ALLOWED,
     CPU_A,
     CPU_B,
@@ -58,7 +58,6 @@ from tests.kernel import (  # noqa: F401  (restore_process: autouse, the process
     raw_set_mempolicy,
     raw_set_word,
     raw_word,
-    restore_process,
     run_json,
     run_python,
     status_cpus,

@@ -27,7 +27,7 @@ from numabind import BindError, Plan, PlanError, live
 from numabind import _transaction
 from numabind.backends import Backend, MemPolicySwap, get_backend
 from numabind.bind import MAX_REPORT_LINES, MAX_REPORT_NAME, MAX_REPORT_THREADS, BindReport
-from tests.kernel import (  # noqa: F401  (restore_process: autouse, the process's binding put back)
+from tests.kernel import (  # noqa: F401  (all_cpus, two_cpus: fixtures)
     all_cpus,
     CPU_A,
     CPU_B,
@@ -38,7 +38,6 @@ from tests.kernel import (  # noqa: F401  (restore_process: autouse, the process
     Parked,
     raw_mempolicy,
     raw_set_mempolicy,
-    restore_process,
     run_json,
     thread_affinities,
     two_cpus,

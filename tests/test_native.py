@@ -9,6 +9,7 @@ touches the kernel and puts back what it changed (memory policy, affinity of the
 from __future__ import annotations
 
 import errno
+import json
 import mmap
 import os
 import threading
@@ -309,70 +310,99 @@ def test_task_list_in_a_child_forked_without_atfork_handlers_lists_the_child():
     os.waitpid(pid, 0)
     assert out[0] == "1" and out[1] == out[2] == str(pid), out
 
-def test_task_list_of_a_lone_thread_follows_threads_starting_and_ending():
-    """A process whose task directory counts one thread lists nothing: the caller is that thread. The count
-    is read on every call, so a thread that starts (or ends) is listed (or not) at once."""
+#: A read-only bind (no policy set, no CPUs set) of a subprocess: whether the threads were counted rather than
+#: listed (NB_COUNTED), the link count read (NB_BIND_LINKS), and the threads.
+_COUNTING_BIND = """
+        from numabind import _native
+        ffi, lib = _native.ffi, _native.lib
+        REQ = ffi.new("struct nb_bind_request *", {"mode": -1, "nodemask": ffi.NULL, "maxnode": 65, "node_words": 1,
+                                                   "cpumask": ffi.NULL, "words": 16})
+        def bound(flags=lib.NB_COUNT_LINKS):
+            ints = ffi.new("int[]", 8192)
+            n = lib.nb_sys_bind(REQ, flags, 64, ints)
+            lib.nb_bind_release(ints)
+            head = lib.NB_BIND_HEADER
+            return [bool(ints[lib.NB_BIND_FACTS] & lib.NB_COUNTED), ints[lib.NB_BIND_LINKS], list(ints[head:head + n])]
+"""
+
+
+def test_task_list_lists_a_lone_thread_and_counts_nothing():
+    """nb_task_list is a listing: a lone thread is listed, whatever the directory's link count says."""
     out = run_json("""
-        import json, os, threading
+        import json, threading
         from numabind import _native
         ffi, lib = _native.ffi, _native.lib
         buf = ffi.new("int[]", 64)
         me = threading.get_native_id()
-        def listed():
+        steps = []
+        for _ in range(3):
             n = lib.nb_task_list(me, buf, 64)
-            return list(buf[0:n])
-        steps = [listed(), listed()]                  # opened (and listed), then the count alone
+            steps.append(list(buf[0:n]))
+        print(json.dumps({"me": me, "steps": steps}))
+    """)
+    assert out["steps"] == [[out["me"]]] * 3
+
+
+def test_bind_counts_a_lone_thread_only_when_asked_and_follows_threads_starting_and_ending():
+    """NB_COUNT_LINKS: a process whose task directory counts one thread (links 2 + 1) lists nothing, the caller is
+    that thread (NB_COUNTED). The count is read on every call, so a thread that starts (or ends) is listed (or not)
+    at once; without the flag the lone thread is listed, and the link count is said either way."""
+    out = run_json(_COUNTING_BIND + """
+        import json, os, threading
+        me = threading.get_native_id()
+        steps = [bound(), bound(), bound(0)]
         go = threading.Event()
         t = threading.Thread(target=go.wait)
         t.start()
-        steps.append(listed())
+        steps.append(bound())
         steps.append(sorted(int(x) for x in os.listdir("/proc/self/task")))
         go.set()
         t.join()
         while len(os.listdir("/proc/self/task")) > 1:   # join() returns before the thread has quite gone
             pass
-        steps += [listed(), listed()]
+        steps += [bound(), bound(0)]
         print(json.dumps({"me": me, "other": t.native_id, "steps": steps}))
     """)
     me, other, steps = out["me"], out["other"], out["steps"]
-    assert steps[0] == steps[1] == [me]
-    assert steps[2][0] == me and sorted(steps[2]) == steps[3] == sorted([me, other])
-    assert steps[4] == steps[5] == [me]
+    assert steps[0] == steps[1] == [True, 3, [me]] and steps[2] == [False, 3, [me]]
+    counted, links, listed = steps[3]
+    assert not counted and links == 4 and listed[0] == me and sorted(listed) == steps[4] == sorted([me, other])
+    assert steps[5] == [True, 3, [me]] and steps[6] == [False, 3, [me]]
 
 
-def test_task_list_in_a_child_of_a_lone_thread_forked_without_atfork_handlers_lists_its_threads():
+def test_bind_in_a_child_of_a_lone_thread_forked_without_atfork_handlers_lists_its_threads():
     """After glibc's _Fork the cached descriptor is the parent's, whose directory counts one thread; the
-    child's own threads must still be listed: the count is trusted only in the process that opened it."""
-    out = run_python("""
-        import _thread, ctypes, os, sys
-        from numabind import _native
-        ffi, lib = _native.ffi, _native.lib
+    child's own threads must still be listed: the count stands for the caller only in the process that opened
+    the descriptor, whose main thread the caller is."""
+    out = run_python(_COUNTING_BIND + """
+        import _thread, ctypes, json, os, sys
         libc = ctypes.CDLL(None, use_errno=True)
         if not hasattr(libc, "_Fork"):
             print("no _Fork"); sys.exit(0)
-        buf = ffi.new("int[]", 64)
-        assert lib.nb_task_list(0, buf, 64) == 1 and lib.nb_task_list(0, buf, 64) == 1   # a lone thread
+        assert bound()[0] and bound()[0]    # a lone thread, counted (the descriptor cached)
         r, w = os.pipe()
         pid = libc._Fork()
         if pid == 0:
+            alone = bound()                 # the child alone: its own directory, counted once reopened
             # a second thread in the child, started by C (the child's Python has not been told it forked)
             tid = ctypes.c_ulong()
             sleep = ctypes.cast(libc.sleep, ctypes.c_void_p)
             assert libc.pthread_create(ctypes.byref(tid), None, sleep, ctypes.c_void_p(30)) == 0
             while len(os.listdir("/proc/self/task")) < 2:
                 pass
-            n = lib.nb_task_list(0, buf, 64)
-            os.write(w, " ".join(map(str, [n, _thread.get_native_id()] + list(buf[0:max(n, 0)]))).encode())
+            os.write(w, json.dumps([_thread.get_native_id(), alone, bound()]).encode())
             os._exit(0)
         os.close(w)
-        print(os.read(r, 200).decode())
+        print(os.read(r, 4000).decode())
         os.waitpid(pid, 0)
     """)
     assert out.returncode == 0, out.stderr
     if out.stdout.strip() == "no _Fork":
         pytest.skip("this C library has no _Fork (glibc 2.34 and newer have it)")
-    n, child, *listed = map(int, out.stdout.split())
-    assert n == 2 and listed[0] == child and len(set(listed)) == 2, out.stdout
+    child, alone, two = json.loads(out.stdout)
+    assert alone == [True, 3, [child]]
+    counted, links, listed = two
+    assert not counted and links == 4 and listed[0] == child and len(set(listed)) == 2, out.stdout
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
@@ -425,19 +455,32 @@ def test_swap_mempolicy_saves_sets_and_reads_back(prefix):
 
 
 # --------------------------------------------------------------------------- a whole bind in one call
-def _bind(prefix: str, mode: int, node_ids, cpu_ids, flags: int = 0, cap: int = 64, need_old: int = 0,
-          words: int = 16):
-    """nb_<prefix>_bind with one word of nodes; returns (rc, header, tids, statuses, old/now nodes, before, after)."""
+def _request(mode: int, node_ids, cpu_ids, words: int = 16):
+    """A struct nb_bind_request with one word of nodes (and the masks it points to, kept alive with it)."""
     nodes = ffi.NULL if node_ids is None else nodemask(*node_ids)
     cpus = ffi.NULL if cpu_ids is None else ffi.new("unsigned long[]", [sum(1 << c for c in cpu_ids if c // 64 == w)
                                                                         for w in range(words)])
+    req = ffi.new("struct nb_bind_request *", {"mode": mode, "nodemask": nodes, "maxnode": MAXNODE, "node_words": 1,
+                                                "cpumask": cpus, "words": words})
+    return req, (nodes, cpus)
+
+
+#: The facts of a policy set and read back as asked, and of the caller's CPUs likewise.
+POLICY_AS_SET = lib.NB_OLD_READ | lib.NB_POLICY_SET | lib.NB_NOW_READ | lib.NB_MODE_AS_SET | lib.NB_NODES_AS_SET
+CPUS_AS_SET = lib.NB_WALKED | lib.NB_CALLER_SET | lib.NB_CALLER_AS_SET
+
+
+def _bind(prefix: str, mode: int, node_ids, cpu_ids, flags: int = 0, cap: int = 64, need_old: int = 0,
+          words: int = 16):
+    """nb_<prefix>_bind with one word of nodes; returns (rc, header, tids, statuses, old/now nodes, before, after)."""
+    req, keep = _request(mode, node_ids, cpu_ids, words)
     head = lib.NB_BIND_HEADER
     at = head + 2 * cap + (head + 2 * cap) % 2          # the masks start at the next even int
     ints = ffi.new("int[]", at + 2 * (2 + 2 * cap * words))
     masks = ffi.cast("unsigned long *", ints + at)
-    rc = fn(prefix, "bind")(mode, nodes, MAXNODE, 1, need_old, cpus, words, flags, cap, ints)
-    alone_and_done = rc == 1 and ints[lib.NB_BIND_CLEAN] == 1 and not flags & lib.NB_KEEP_LOCK
-    assert ints[lib.NB_BIND_HELD] == (0 <= rc <= cap and not alone_and_done)   # the bind lock: kept to undo
+    rc = fn(prefix, "bind")(req, flags | (lib.NB_NEED_OLD if need_old else 0), cap, ints)
+    # the bind lock: held whenever something may have changed, whatever happened (releasing it is the caller's)
+    assert ints[lib.NB_BIND_HELD] == (0 <= rc <= cap)
     assert lib.nb_bind_release(ints) == 0 and ints[lib.NB_BIND_HELD] == 0
     n = max(0, min(rc, cap))
     return (rc, list(ints[0:head]), list(ints[head:head + n]), list(ints[head + cap:head + cap + n]),
@@ -460,8 +503,8 @@ def test_bind_sets_the_policy_and_every_thread_and_reads_both_back(prefix):
             assert (head[lib.NB_BIND_OLD_MODE], old) == (MPOL_PREFERRED, {N})
             assert (head[lib.NB_BIND_NOW_MODE], now) == (MPOL_BIND, {N}) == get_policy(prefix)
             assert head[lib.NB_BIND_ERRS:lib.NB_BIND_ERRS + 3] == [0, 0, 0]
-            assert head[lib.NB_BIND_WALKED] == 1 and head[lib.NB_BIND_PROCESSED] == rc
-            assert head[lib.NB_BIND_EXITED] == 0 and head[lib.NB_BIND_CLEAN] == 1
+            assert head[lib.NB_BIND_FACTS] == POLICY_AS_SET | CPUS_AS_SET and head[lib.NB_BIND_PROCESSED] == rc
+            assert head[lib.NB_BIND_EXITED] == 0 and head[lib.NB_BIND_SETTLED] == 1
             assert status == [lib.NB_BOUND] * rc and after == [{CPU_B}] * rc and before[0] == before_me
             for tid in parked.tids:
                 assert os.sched_getaffinity(tid) == {CPU_B}
@@ -511,7 +554,7 @@ def test_bind_stops_before_the_walk_when_the_policy_is_refused(prefix):
     before_me, policy = os.sched_getaffinity(0), get_policy(prefix)
     rc, head, tids, status, *_ = _bind(prefix, MPOL_BIND, {MISSING}, {CPU_B})
     assert rc >= 1 and head[lib.NB_BIND_ERRS + 1] == -errno.EINVAL
-    assert head[lib.NB_BIND_WALKED] == 0 and head[lib.NB_BIND_CLEAN] == 0
+    assert head[lib.NB_BIND_FACTS] == lib.NB_OLD_READ          # read the old policy; refused; nothing walked
     assert os.sched_getaffinity(0) == before_me and get_policy(prefix) == policy
 
 
@@ -524,26 +567,28 @@ def test_bind_without_a_policy_reads_it_and_with_only_the_caller_leaves_the_othe
             rc, head, tids, status, (_, now), _, after = _bind(prefix, -1, None, {CPU_A}, flags=lib.NB_ONLY_CALLER)
             assert rc == 1 and tids == [threading.get_native_id()] and status == [lib.NB_BOUND]
             assert (head[lib.NB_BIND_NOW_MODE], now) == (MPOL_INTERLEAVE, {N}) == get_policy(prefix)
-            assert head[lib.NB_BIND_ERRS:lib.NB_BIND_ERRS + 3] == [1, 1, 0] and head[lib.NB_BIND_CLEAN] == 1
+            assert head[lib.NB_BIND_ERRS:lib.NB_BIND_ERRS + 3] == [1, 1, 0]
+            assert head[lib.NB_BIND_FACTS] == lib.NB_NOW_READ | CPUS_AS_SET
             assert os.sched_getaffinity(0) == {CPU_A} and os.sched_getaffinity(parked.tids[0]) == before_me
     finally:
         os.sched_setaffinity(0, before_me)
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
-def test_bind_that_reads_back_other_cpus_is_not_clean(prefix):
-    """CPUs partly outside the machine: the kernel keeps the others, the read-back differs, nothing is clean."""
+def test_bind_that_reads_back_other_cpus_says_so(prefix):
+    """CPUs partly outside the machine: the kernel keeps the others; the caller was set, but not as asked."""
     before_me = os.sched_getaffinity(0)
     words = max(16, OUTSIDE_CPU // 64 + 1)
     try:
         rc, head, tids, status, _, _, after = _bind(prefix, MPOL_BIND, {N}, {CPU_A, OUTSIDE_CPU}, words=words)
-        assert head[lib.NB_BIND_WALKED] == 1 and status[0] == lib.NB_BOUND and after[0] == {CPU_A}
-        assert head[lib.NB_BIND_CLEAN] == 0
-        assert fn(prefix, "bind")(MPOL_BIND, nodemask(N), MAXNODE, 1, 0, ffi.NULL, 0, 0, 4,
-                                  ffi.new("int[]", 28)) == -errno.EINVAL                # no words
+        assert status[0] == lib.NB_BOUND and after[0] == {CPU_A}
+        assert head[lib.NB_BIND_FACTS] == POLICY_AS_SET | lib.NB_WALKED | lib.NB_CALLER_SET
+        req, keep = _request(MPOL_BIND, {N}, None, words=0)
+        assert fn(prefix, "bind")(req, 0, 4, ffi.new("int[]", 28)) == -errno.EINVAL    # no words
+        req, keep = _request(MPOL_BIND, {N}, None, words=1)
         misaligned = ffi.new("int[]", 29) + 1
-        assert fn(prefix, "bind")(MPOL_BIND, nodemask(N), MAXNODE, 1, 0, ffi.NULL, 1, 0, 4,
-                                  misaligned) == -errno.EINVAL                          # masks would be unaligned
+        assert fn(prefix, "bind")(req, 0, 4, misaligned) == -errno.EINVAL           # masks would be unaligned
+        assert fn(prefix, "bind")(ffi.NULL, 0, 4, ffi.new("int[]", 28)) == -errno.EINVAL   # no request
     finally:
         os.sched_setaffinity(0, before_me)
 
@@ -560,21 +605,22 @@ def test_bind_lists_the_threads_again_after_the_walk_and_says_it_settled(prefix)
         with Parked(2):
             rc, head, tids, status, *_ = _bind(prefix, MPOL_BIND, {N}, {CPU_B}, flags=_rounds(8))
             assert rc == len(os.listdir("/proc/self/task")) == 3
-            assert head[lib.NB_BIND_SETTLED] == 1 and head[lib.NB_BIND_UNSEEN] == 0 and head[lib.NB_BIND_CLEAN] == 1
+            assert head[lib.NB_BIND_SETTLED] == 1 and head[lib.NB_BIND_UNSEEN] == 0
+            assert head[lib.NB_BIND_FACTS] == POLICY_AS_SET | CPUS_AS_SET
     finally:
         os.sched_setaffinity(0, before_me)
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
 def test_bind_without_room_to_list_again_binds_and_says_it_did_not_look(prefix):
-    """cap == the thread count: the walk binds them all, but a second listing has no room: NB_NO_ROOM, not
-    clean (the caller lists again itself)."""
+    """cap == the thread count: the walk binds them all, but a second listing has no room: NB_NO_ROOM (the caller
+    lists again itself)."""
     before_me = os.sched_getaffinity(0)
     try:
         with Parked(2) as parked:
             rc, head, tids, status, *_ = _bind(prefix, MPOL_BIND, {N}, {CPU_B}, flags=_rounds(8), cap=3)
             assert rc == 3 and status == [lib.NB_BOUND] * 3
-            assert head[lib.NB_BIND_SETTLED] == lib.NB_NO_ROOM and head[lib.NB_BIND_CLEAN] == 0
+            assert head[lib.NB_BIND_SETTLED] == lib.NB_NO_ROOM
             assert all(os.sched_getaffinity(t) == {CPU_B} for t in parked.tids)
     finally:
         os.sched_setaffinity(0, before_me)
@@ -608,11 +654,11 @@ def _spawning_bind(flags: int, tries: int, done) -> tuple[list[int], list[int], 
                                           "to run on (one CPU here)")
 def test_bind_says_which_threads_still_appeared_after_its_last_listing():
     """No more rounds (R = 0): threads started during the walk are listed, not walked: NB_BIND_SETTLED 0 and
-    their ids after the walked ones, not clean."""
+    their ids after the walked ones."""
     unseen = lambda head, tids, status, before: head[lib.NB_BIND_SETTLED] == 0   # noqa: E731
     head, tids, status, _ = _spawning_bind(_rounds(0), 50, unseen)
     assert head[lib.NB_BIND_SETTLED] == 0, "in 50 binds no thread started during the walk"
-    assert head[lib.NB_BIND_UNSEEN] > 0 and head[lib.NB_BIND_CLEAN] == 0
+    assert head[lib.NB_BIND_UNSEEN] > 0
 
 
 def test_bind_walks_the_threads_started_during_the_walk_and_matching_binds_those_already_moved():
@@ -624,3 +670,125 @@ def test_bind_walks_the_threads_started_during_the_walk_and_matching_binds_those
     assert len(set(tids)) == len(tids)
     assert lib.NB_LEFT_ALONE not in status and set(status) <= {lib.NB_BOUND, lib.NB_EXITED}, status
     assert head[lib.NB_BIND_SETTLED] in (0, 1)
+
+
+# --------------------------------------------------------------------------- the verdict and the lock, in Python
+def _facts_table(policy, cpus, n: int = 1, cap: int = 4, facts: int | None = None, others=(), settled: int = 1):
+    """A bind buffer (a plain list) that says ``facts`` for a request of ``policy`` and ``cpus``, ``n`` threads."""
+    from numabind import backends
+
+    be = backends.SyscallBackend()
+    req = be._request(policy, frozenset({N}) if policy else frozenset(), cpus)
+    ints = [0] * (lib.NB_BIND_HEADER + 2 * cap)
+    ints[lib.NB_BIND_FACTS] = req.want & ~lib.NB_COUNTED if facts is None else facts
+    ints[lib.NB_BIND_PROCESSED], ints[lib.NB_BIND_SETTLED] = n, settled
+    first = lib.NB_BIND_HEADER + cap
+    ints[first] = lib.NB_UNCHANGED if cpus is None else lib.NB_BOUND
+    ints[first + 1:first + n] = list(others) or [ints[first]] * (n - 1)
+    return ints, req
+
+
+@pytest.mark.parametrize("policy, cpus", [("bind", frozenset({CPU_A})), (None, frozenset({CPU_A})), ("bind", None)])
+def test_the_verdict_is_made_in_python_from_the_facts(policy, cpus):
+    """Clean only when every fact of a bind done exactly as asked is there (the count of threads instead of a
+    listing changes nothing), every other thread was bound as the caller or exited, and it settled."""
+    from numabind.backends import _clean
+
+    ints, req = _facts_table(policy, cpus)
+    assert _clean(ints, 1, 4, req)
+    ints, req = _facts_table(policy, cpus, facts=req.want)                  # counted, not listed
+    assert _clean(ints, 1, 4, req)
+    wanted = [bit for bit in (1 << k for k in range(9)) if req.want & bit and bit != lib.NB_COUNTED]
+    assert len(wanted) == (5 if policy else 1) + (3 if cpus else 1)
+    for bit in wanted:                                                     # any fact missing: not clean
+        ints, req = _facts_table(policy, cpus, facts=req.want & ~bit)
+        assert not _clean(ints, 1, 4, req), bit
+    ints, req = _facts_table(policy, cpus, n=3, others=[lib.NB_EXITED, ints[lib.NB_BIND_HEADER + 4]])
+    assert _clean(ints, 3, 4, req)
+    for other in (lib.NB_LEFT_ALONE, lib.NB_DIFFERS, lib.NB_NOT_TRIED, -errno.EPERM):
+        ints, req = _facts_table(policy, cpus, n=3, others=[other, lib.NB_EXITED])
+        assert not _clean(ints, 3, 4, req), other
+    for settled in (0, lib.NB_NO_ROOM, -errno.EPERM, lib.NB_CALLER_NOT_LISTED):
+        ints, req = _facts_table(policy, cpus, n=2, settled=settled)
+        assert not _clean(ints, 2, 4, req), settled
+    ints, req = _facts_table(policy, cpus, n=2)
+    ints[lib.NB_BIND_PROCESSED] = 1                                        # stopped before the second thread
+    assert not _clean(ints, 2, 4, req)
+
+
+def _lock_is_free() -> bool:
+    """Whether another thread can take the bind lock now (the lock is recursive: this thread always could)."""
+    got = []
+
+    def other():
+        ints = ffi.new("int[]", lib.NB_BIND_HEADER)
+        got.append(lib.nb_bind_hold(ints))
+        lib.nb_bind_release(ints)
+
+    t = threading.Thread(target=other, daemon=True)
+    t.start()
+    t.join(0.5)
+    return bool(got)
+
+
+@pytest.mark.parametrize("backend", ["libnuma", "syscall"])
+def test_python_releases_the_lock_after_a_clean_bind_of_the_caller_alone_and_only_then(backend):
+    from numabind.backends import WALK_ONLY_CALLER, get_backend
+
+    be, _ = get_backend(backend)
+    cpus = frozenset(os.sched_getaffinity(0))
+    pending = [None]
+    call = be.apply_all("bind", frozenset({N}), cpus, WALK_ONLY_CALLER, False, pending)
+    assert call.clean and call.released and not call._ints[lib.NB_BIND_HELD] and _lock_is_free()
+    call = be.apply_all("bind", frozenset({N}), cpus, WALK_ONLY_CALLER, False, pending, keep_lock=True)
+    assert call.clean and not call.released and call._ints[lib.NB_BIND_HELD] and not _lock_is_free()
+    be.end_call(pending)
+    assert not call._ints[lib.NB_BIND_HELD] and _lock_is_free()
+    call = be.apply_all("bind", frozenset({N}), frozenset({CPU_A, OUTSIDE_CPU}), WALK_ONLY_CALLER, False, pending)
+    try:
+        assert not call.clean and not call.released and call._ints[lib.NB_BIND_HELD] and not _lock_is_free()
+    finally:
+        be.end_call(pending)
+        os.sched_setaffinity(0, cpus)
+    assert _lock_is_free()
+
+
+def test_a_report_kept_keeps_its_own_threads_while_later_binds_reuse_a_buffer():
+    """A bind uses the buffer of the plan's last bind again only when nothing refers to it any more: a report
+    whose threads were not decoded yet (it keeps the buffer) still says its own bind's CPUs before."""
+    import numabind
+
+    wide = frozenset(os.sched_getaffinity(0))
+    plan = numabind.Plan(cpus={CPU_A})
+    try:
+        os.sched_setaffinity(0, wide)
+        kept = numabind.bind_current(plan, threads="current")
+        for _ in range(3):                    # binds that find the buffer free, and bind it again
+            os.sched_setaffinity(0, {CPU_B})
+            numabind.bind_current(plan, threads="current")
+        os.sched_setaffinity(0, {CPU_B})
+        later = numabind.bind_current(plan, threads="current")
+        assert kept.threads[0].before == wide and later.threads[0].before == {CPU_B}
+        assert kept.threads[0].after == later.threads[0].after == {CPU_A}
+    finally:
+        os.sched_setaffinity(0, wide)
+
+
+def test_the_link_count_is_trusted_once_it_agreed_with_a_listing():
+    """The backend asks the core to count a lone thread (NB_COUNT_LINKS) only once a listing of this process's
+    one thread agreed with the directory's link count; before that, every bind lists."""
+    out = run_json("""
+        import json, os
+        import numabind
+        from numabind import _native, backends
+        lib = _native.lib
+        be, _ = backends.get_backend("syscall")
+        cpus = frozenset(os.sched_getaffinity(0))
+        steps = []
+        for _ in range(3):
+            trusted = backends._count_links == lib.NB_COUNT_LINKS
+            call = be.apply_all(None, frozenset(), cpus, 0, False)
+            steps.append([trusted, bool(call._ints[lib.NB_BIND_FACTS] & lib.NB_COUNTED), call.clean])
+        print(json.dumps(steps))
+    """)
+    assert out == [[False, False, True], [True, True, True], [True, True, True]]

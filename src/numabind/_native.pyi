@@ -1,6 +1,7 @@
 """Types of numabind._native, the module cffi compiles from csrc/numabind.h (build_ffi.py): ``ffi`` and ``lib``.
 
-Pointers are cffi cdata (``ffi.new(...)``, ``ffi.NULL``, ``ffi.cast(...)``), typed ``Any``. Keep in step with
+Pointers and structs (``struct nb_bind_request``, ``struct nb_tree``, ``struct nb_tree_room``) are cffi cdata
+(``ffi.new(...)``, ``ffi.NULL``, ``ffi.cast(...)``), typed ``Any``. Keep in step with
 csrc/numabind.h (tests/test_native_version.py compares the two).
 """
 
@@ -27,17 +28,27 @@ class _Lib:
     NB_BIND_OLD_MODE: int
     NB_BIND_NOW_MODE: int
     NB_BIND_ERRS: int
-    NB_BIND_WALKED: int
+    NB_BIND_FACTS: int
     NB_BIND_PROCESSED: int
     NB_BIND_EXITED: int
-    NB_BIND_CLEAN: int
+    NB_BIND_LINKS: int
     NB_BIND_HELD: int
     NB_BIND_GEN: int
     NB_BIND_SETTLED: int
     NB_BIND_UNSEEN: int
     NB_BIND_HEADER: int
+    NB_OLD_READ: int
+    NB_POLICY_SET: int
+    NB_NOW_READ: int
+    NB_MODE_AS_SET: int
+    NB_NODES_AS_SET: int
+    NB_WALKED: int
+    NB_CALLER_SET: int
+    NB_CALLER_AS_SET: int
+    NB_COUNTED: int
     NB_ONLY_CALLER: int
-    NB_KEEP_LOCK: int
+    NB_NEED_OLD: int
+    NB_COUNT_LINKS: int
     NB_SETTLE_SHIFT: int
     NB_CALLER_NOT_LISTED: int
     NB_NO_ROOM: int
@@ -52,7 +63,7 @@ class _Lib:
     def nb_sys_sched_getaffinity(self, tid: int, size: int, mask: _Ptr) -> int: ...
     def nb_read_file(self, path: _Ptr, buf: _Ptr, cap: int) -> int: ...
     def nb_list_numbered(self, path: _Ptr, prefix: _Ptr, ids: _Ptr, cap: int) -> int: ...
-    def nb_read_tree(self, dir: _Ptr, names: _Ptr, count: int, sub: _Ptr, prefix: _Ptr, each: _Ptr, per: int, skip: int, ids: _Ptr, idcap: int, buf: _Ptr, cap: int, slot: int, out: _Ptr, files: int) -> int: ...
+    def nb_read_tree(self, dir: _Ptr, skip: int, what: _Ptr, room: _Ptr) -> int: ...
     def nb_task_list(self, first: int, tids: _Ptr, cap: int) -> int: ...
     def nb_sys_swap_mempolicy(self, mode: int, mask: _Ptr, maxnode: int, need_old: int, old_mode: _Ptr, old_mask: _Ptr, now_mode: _Ptr, now_mask: _Ptr, errs: _Ptr) -> int: ...
     def nb_numa_swap_mempolicy(self, mode: int, mask: _Ptr, maxnode: int, need_old: int, old_mode: _Ptr, old_mask: _Ptr, now_mode: _Ptr, now_mask: _Ptr, errs: _Ptr) -> int: ...
@@ -60,8 +71,8 @@ class _Lib:
     def nb_numa_affinity_many(self, tids: _Ptr, n: int, mask: _Ptr, words: int, flags: int, before: _Ptr, after: _Ptr, status: _Ptr) -> int: ...
     def nb_bind_hold(self, out: _Ptr) -> int: ...
     def nb_bind_release(self, out: _Ptr) -> int: ...
-    def nb_sys_bind(self, mode: int, nodemask: _Ptr, maxnode: int, node_words: int, need_old: int, cpumask: _Ptr, words: int, flags: int, cap: int, out: _Ptr) -> int: ...
-    def nb_numa_bind(self, mode: int, nodemask: _Ptr, maxnode: int, node_words: int, need_old: int, cpumask: _Ptr, words: int, flags: int, cap: int, out: _Ptr) -> int: ...
+    def nb_sys_bind(self, req: _Ptr, flags: int, cap: int, out: _Ptr) -> int: ...
+    def nb_numa_bind(self, req: _Ptr, flags: int, cap: int, out: _Ptr) -> int: ...
     def nb_numa_load(self, soname: _Ptr, errbuf: _Ptr, errlen: int) -> int: ...
     def nb_numa_available(self) -> int: ...
     def nb_numa_set_mempolicy(self, mode: int, nodemask: _Ptr, maxnode: int) -> int: ...

@@ -3,8 +3,8 @@
 ``bind_current`` runs one transaction: the memory policy of the calling thread, then the CPU
 affinity of every thread, then a read-back of what the kernel holds, then (``migrate=True``) page
 migration last. With a native backend the first three are one C call (:meth:`Backend.apply_all`)
-that also says whether everything read back exactly as asked; when it did, the report is built
-at once and nothing else runs. Otherwise each change is recorded in an undo log and every refusal
+that returns what it read, set and read back; the backend judges from those facts whether everything
+read back exactly as asked, and when it did, the report is built at once and nothing else runs. Otherwise each change is recorded in an undo log and every refusal
 or difference is explained from the kernel's limits (cpusets, online CPUs, nodes with memory),
 which are read only then. A binding that cannot be applied in full is either raised
 (``strict=True``) after undoing everything, or degraded step by step — hard bind → preferred →
@@ -36,7 +36,6 @@ from .backends import (
     WALK_CHECK_FIRST,
     WALK_DIFFERS,
     WALK_EXITED,
-    WALK_KEEP_LOCK,
     WALK_LEFT_ALONE,
     WALK_MATCHING,
     WALK_ONLY_CALLER,
@@ -426,7 +425,7 @@ def _clean_report(plan: Plan, be: Backend, why: str, threads: str, one: BindCall
             applied = read_back_plan(cpus, plan.mem_policy, plan.mem_nodes or None)
             if plan.cpus is not None:
                 _last_applied = (plan, applied)
-        others = one.processed - 1
+        others = 0 if one.released else one.processed - 1    # released: the caller alone
         if others > 0:
             others -= one.exited
         if others > 0:
@@ -449,6 +448,10 @@ def _clean_report(plan: Plan, be: Backend, why: str, threads: str, one: BindCall
 
 
 _NO_IDS: frozenset[int] = frozenset()
+_STRICT_FLAGS = {threads: WALK_FLAGS[threads, True] for threads in THREAD_MODES}    # WALK_FLAGS without a tuple
+_LENIENT_FLAGS = {threads: WALK_FLAGS[threads, False] for threads in THREAD_MODES}
+
+
 def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str = "matching",
                  backend: str | None = None, set_weights: bool = False) -> BindReport:
     """Bind the running process to ``plan`` and report what the kernel now says.
@@ -515,7 +518,7 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
     try:
         if be.in_process_memory and not weights:
             # the memory policy, the thread list and every thread's CPUs set and read back in one call
-            flags = WALK_FLAGS[threads, strict is True]
+            flags = (_STRICT_FLAGS if strict is True else _LENIENT_FLAGS)[threads]
             try:
                 one = be.apply_all(plan.mem_policy, plan.mem_nodes or _NO_IDS, plan.cpus, flags, strict is True,
                                    pending)
@@ -524,8 +527,8 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str =
                     raise BindError(e.errno, e.syscall, f"{e.detail}; nothing was changed (threads='current' "
                                                         f"binds the calling thread alone)") from None
                 unlisted = e
-                one = be.apply_all(plan.mem_policy, plan.mem_nodes or _NO_IDS, plan.cpus,
-                                   flags | WALK_ONLY_CALLER | WALK_KEEP_LOCK, False, pending)
+                one = be.apply_all(plan.mem_policy, plan.mem_nodes or _NO_IDS, plan.cpus, flags | WALK_ONLY_CALLER,
+                                   False, pending, keep_lock=True)
             if one is not None and not plan.migrate and plan.mem_policy != "weighted-interleave":
                 if one.released:      # the caller alone, bound exactly as asked: nothing to explain or undo
                     report = _clean_report(plan, be, why, threads, one)

@@ -21,6 +21,7 @@ bind through the compiled core loads one backend module.
 
 import _thread
 import os
+import sys
 from abc import ABC, abstractmethod
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
@@ -62,7 +63,6 @@ __all__ = [
     "WALK_CHECK_FIRST",
     "WALK_DIFFERS",
     "WALK_EXITED",
-    "WALK_KEEP_LOCK",
     "WALK_LEFT_ALONE",
     "WALK_MATCHING",
     "WALK_NOT_TRIED",
@@ -93,23 +93,22 @@ MPOL_MODE_FLAGS = MPOL_F_STATIC_NODES | MPOL_F_RELATIVE_NODES | MPOL_F_NUMA_BALA
 # WALK_NOT_TRIED, WALK_DIFFERS (csrc/numabind.h's enum nb_thread_status); a negative value is -errno of a
 # refused sched_setaffinity. Flags of Backend.affinity_many: WALK_MATCHING, WALK_STOP_ON_ERROR, WALK_CHECK_FIRST
 # (enum nb_affinity_flags); of Backend.apply_all only: WALK_ONLY_CALLER (the calling thread alone, no thread
-# list) and WALK_KEEP_LOCK (return holding the bind lock even after a clean bind of the caller alone, which
-# otherwise releases it at once: nothing is left to explain or undo). Read from the compiled core, never
-# written twice; without one, no C code reads them and the Python walk numbers them itself.
+# list). Read from the compiled core, never written twice; without one, no C code reads them and the Python
+# walk numbers them itself.
 _WALK_NAMES = ("BOUND", "LEFT_ALONE", "EXITED", "UNCHANGED", "NOT_TRIED", "DIFFERS", "MATCHING", "STOP_ON_ERROR",
-               "CHECK_FIRST", "ONLY_CALLER", "KEEP_LOCK")
+               "CHECK_FIRST", "ONLY_CALLER")
 
 
 def _walk_constants() -> "tuple[int, ...]":
     try:
         lib = live.native_lib()
     except (ImportError, NumabindError):   # no usable compiled core (missing, or another version's)
-        return (0, 1, 2, 3, 4, 5, 1, 2, 4, 8, 16)   # Python's own numbering: no C code reads them then
+        return (0, 1, 2, 3, 4, 5, 1, 2, 4, 8)   # Python's own numbering: no C code reads them then
     return tuple(getattr(lib, "NB_" + n) for n in _WALK_NAMES)
 
 
 (WALK_BOUND, WALK_LEFT_ALONE, WALK_EXITED, WALK_UNCHANGED, WALK_NOT_TRIED, WALK_DIFFERS, WALK_MATCHING,
- WALK_STOP_ON_ERROR, WALK_CHECK_FIRST, WALK_ONLY_CALLER, WALK_KEEP_LOCK) = _walk_constants()
+ WALK_STOP_ON_ERROR, WALK_CHECK_FIRST, WALK_ONLY_CALLER) = _walk_constants()
 #: How many times a bind lists the threads again after its walk, binding the threads that started meanwhile,
 #: before a list that still shows new threads is a failure (threads keep starting threads faster than binding).
 SETTLE_ROUNDS = 8
@@ -223,7 +222,7 @@ class BindCall:
     """What :meth:`Backend.apply_all` did in one call.
 
     ``clean``: every step succeeded and the kernel read back exactly what was asked (then nothing needs
-    explaining). ``walk`` is the affinity walk, or None when it did not run (the memory policy was
+    explaining): the backend's verdict, made in Python from the facts the call returned. ``walk`` is the affinity walk, or None when it did not run (the memory policy was
     refused, or under ``need_old`` the old one was unreadable); ``processed`` its thread count, of which
     ``exited`` (other than the caller) exited during the walk. :meth:`swap` is the memory-policy swap
     (None when no policy was asked for); :meth:`now` the policy read in the same call when none was
@@ -243,8 +242,8 @@ class BindCall:
 
     @property
     def released(self) -> bool:
-        """True when the call let the bind lock go at once: it bound the caller alone exactly as asked (see
-        :meth:`Backend.apply_all`)."""
+        """True when :meth:`Backend.apply_all` let the bind lock go at once: the call bound the caller alone
+        exactly as asked, and ``keep_lock`` was not given."""
         raise NotImplementedError
 
     @property
@@ -336,7 +335,7 @@ class Backend(ABC):
         return AffinityWalk(tids, status, n, before, after)
 
     def apply_all(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None, flags: int,
-                  need_old: bool, pending: "list[Any] | None" = None) -> BindCall | None:
+                  need_old: bool, pending: "list[Any] | None" = None, keep_lock: bool = False) -> BindCall | None:
         """One call for a whole bind: list the threads, :meth:`swap_mempolicy` (``policy`` None: only
         read it), then :meth:`affinity_many` over them (``flags`` with ``WALK_ONLY_CALLER``: the caller
         only). It stops before the walk when the policy is refused, or under ``need_old`` when the old one
@@ -344,8 +343,8 @@ class Backend(ABC):
         does the steps one by one); native backends make it one C call.
 
         The call takes the process's bind lock (one bind at a time, see :meth:`hold`) and returns holding
-        it, unless it bound the caller alone exactly as asked (``clean``, one thread) without ``WALK_KEEP_LOCK``
-        in ``flags``; ``pending`` (a one-item list of the caller's) receives, just before the native call, what
+        it, unless it bound the caller alone exactly as asked (``clean``, one thread: nothing is left to explain
+        or undo) and ``keep_lock`` is False: then it lets the lock go at once (``released``); ``pending`` (a one-item list of the caller's) receives, just before the native call, what
         the call will have done: an exception that arrives before it returns (a signal handler's, raised the
         moment the native call returns) can still undo it (:meth:`pending_call`) and release the lock
         (:meth:`end_call`).
@@ -372,10 +371,9 @@ class Backend(ABC):
             token[0] = 1
             return True
         if pending[0] is not None and not isinstance(pending[0], list):
-            return native.lib.nb_bind_hold(pending[0][0]) == 1    # type: ignore[no-any-return]
-        ints = native.ffi.new("int[]", _HEADER)
-        pending[0] = (ints, 0, 0, 0, None, frozenset(), native.ffi)   # a call that changed nothing
-        native.lib.nb_bind_hold(ints)
+            return native.lib.nb_bind_hold(pending[0]._ints) == 1    # type: ignore[no-any-return]
+        call = pending[0] = _NativeBindCall(None, 1, native.ffi)   # a call that changed nothing (no thread id)
+        native.lib.nb_bind_hold(call._ints)
         return True
 
     def end_call(self, pending: "list[Any]") -> None:
@@ -386,7 +384,7 @@ class Backend(ABC):
                 raw[0] = 0
                 _serial.release()
         elif raw is not None:
-            load_native().lib.nb_bind_release(raw[0])
+            load_native().lib.nb_bind_release(raw._ints)
 
     @abstractmethod
     def set_mempolicy(self, policy: str, nodes: frozenset[int]) -> None:
@@ -490,7 +488,7 @@ def load_native() -> "Any":
         ) from e
     if _native not in _checked:
         live.check_native_version(_native)
-        _read_slots(_native.lib)
+        _read_slots(_native)
         _checked.append(_native)
     return _native
 
@@ -498,18 +496,38 @@ def load_native() -> "Any":
 _checked: "list[Any]" = []   # the compiled module once its version was checked
 
 
-# Slots of nb_*_bind's int header (csrc/numabind.h's enum nb_bind_slot), read from the core when it loads.
-_NOW_MODE = _ERRS = _WALKED = _PROCESSED = _EXITED = _CLEAN = _HELD = _SETTLED = _UNSEEN = _HEADER = 0
-_NO_ROOM = _SETTLE_SHIFT = 0
+# Slots of nb_*_bind's int header (csrc/numabind.h's enum nb_bind_slot), its facts and flags: read from the core
+# when it loads.
+_NOW_MODE = _ERRS = _FACTS = _PROCESSED = _EXITED = _LINKS = _HELD = _SETTLED = _UNSEEN = _HEADER = 0
+_NO_ROOM = _SETTLE_SHIFT = _NEED_OLD = _COUNT_LINKS = _COUNTED = _WALKED = _ROUNDS = 0
+_POLICY_FACTS = _CPU_FACTS = _NOW_READ = 0   # the facts of a policy, and of CPUs, set and read back as asked
+_ffi: "Any" = None
+#: NB_COUNT_LINKS once this process saw the /proc/self/task directory's link count agree with a listing of one
+#: thread (0 until then): procfs counts a task directory's links as 2 + its threads, and a bind of a lone thread
+#: then lists nothing. Trusted once it agreed (the decision is Python's; the core only reads the count).
+_count_links = 0
 
 
-def _read_slots(lib: "Any") -> None:
-    global _NOW_MODE, _ERRS, _WALKED, _PROCESSED, _EXITED, _CLEAN, _HELD, _SETTLED, _UNSEEN, _HEADER, _NO_ROOM
-    global _SETTLE_SHIFT
-    (_NOW_MODE, _ERRS, _WALKED, _PROCESSED, _EXITED, _CLEAN, _HELD, _SETTLED, _UNSEEN, _HEADER, _NO_ROOM,
-     _SETTLE_SHIFT) = (lib.NB_BIND_NOW_MODE, lib.NB_BIND_ERRS, lib.NB_BIND_WALKED, lib.NB_BIND_PROCESSED,
-                       lib.NB_BIND_EXITED, lib.NB_BIND_CLEAN, lib.NB_BIND_HELD, lib.NB_BIND_SETTLED,
-                       lib.NB_BIND_UNSEEN, lib.NB_BIND_HEADER, lib.NB_NO_ROOM, lib.NB_SETTLE_SHIFT)
+def _read_slots(native: "Any") -> None:
+    global _NOW_MODE, _ERRS, _FACTS, _PROCESSED, _EXITED, _LINKS, _HELD, _SETTLED, _UNSEEN, _HEADER, _NO_ROOM
+    global _SETTLE_SHIFT, _NEED_OLD, _COUNT_LINKS, _COUNTED, _WALKED, _ROUNDS, _POLICY_FACTS, _CPU_FACTS, _NOW_READ
+    global _ffi
+    lib = native.lib
+    (_NOW_MODE, _ERRS, _FACTS, _PROCESSED, _EXITED, _LINKS, _HELD, _SETTLED, _UNSEEN, _HEADER, _NO_ROOM,
+     _SETTLE_SHIFT, _NEED_OLD, _COUNT_LINKS, _COUNTED, _WALKED, _NOW_READ) = (
+        lib.NB_BIND_NOW_MODE, lib.NB_BIND_ERRS, lib.NB_BIND_FACTS, lib.NB_BIND_PROCESSED, lib.NB_BIND_EXITED,
+        lib.NB_BIND_LINKS, lib.NB_BIND_HELD, lib.NB_BIND_SETTLED, lib.NB_BIND_UNSEEN, lib.NB_BIND_HEADER,
+        lib.NB_NO_ROOM, lib.NB_SETTLE_SHIFT, lib.NB_NEED_OLD, lib.NB_COUNT_LINKS, lib.NB_COUNTED, lib.NB_WALKED,
+        lib.NB_NOW_READ)
+    _ROUNDS = SETTLE_ROUNDS << _SETTLE_SHIFT
+    _POLICY_FACTS = lib.NB_OLD_READ | lib.NB_POLICY_SET | lib.NB_NOW_READ | lib.NB_MODE_AS_SET | lib.NB_NODES_AS_SET
+    _CPU_FACTS = lib.NB_CALLER_SET | lib.NB_CALLER_AS_SET
+    _ffi = native.ffi
+
+
+def _trust_links() -> None:
+    global _count_links
+    _count_links = _COUNT_LINKS
 
 
 def _bind_masks_at(cap: int) -> int:
@@ -537,56 +555,85 @@ def _swap_of(ints: "Any", at: int, masks: "Any", words: int, policy: str, nodes:
     return out
 
 
+class _Request:
+    """What nb_*_bind sets for one (policy, nodes, CPUs), kept per plan: its ``struct nb_bind_request`` and the
+    masks it points to, the buffer's size in ints (``size`` + ``per_thread`` * thread capacity), the facts of a
+    bind done exactly as asked (``want``; ``want1`` for a lone thread, -1 when that needs more than the facts),
+    the statuses other threads may end with in such a bind, and the last call, whose buffer the next bind uses
+    again when nothing else holds it."""
+
+    __slots__ = ("struct", "keep", "policy", "nodes", "cpus", "nw", "cw", "size", "per_thread", "want", "want1",
+                 "others", "spare")
+    struct: "Any"
+    keep: "tuple[Any, Any]"
+    policy: str | None
+    nodes: frozenset[int]
+    cpus: frozenset[int] | None
+    nw: int
+    cw: int
+    size: int
+    per_thread: int
+    want: int
+    want1: int
+    others: frozenset[int]
+    spare: "_NativeBindCall | None"
+
+
+def _clean(ints: "Any", n: int, cap: int, req: _Request) -> bool:
+    """The verdict on a call's facts (``n`` threads): every step succeeded and read back exactly what was asked,
+    every other thread was bound as the caller (or exited), and listing again found no thread it missed. Only
+    then is there nothing to explain or undo."""
+    if (ints[_FACTS] | _COUNTED) != req.want:
+        return False
+    if req.cpus is None and ints[_HEADER + cap] != WALK_UNCHANGED:
+        return False
+    if n == 1:
+        return True
+    if ints[_PROCESSED] != n or ints[_SETTLED] != 1:
+        return False
+    start = _HEADER + cap + 1
+    return set(ints[start:start + n - 1]) <= req.others
+
+
 class _NativeBindCall(BindCall):
-    """A BindCall over nb_*_bind's one buffer: the walk and the memory policies are built only when asked for.
+    """A BindCall over nb_*_bind's one buffer (``_ints``, ``_cap`` threads, for ``_req``): the walk and the memory
+    policies are built only when asked for. ``clean`` and ``released`` are set by :meth:`NativeBackend.apply_all`.
+    A walk built from it holds it (its arrays point into the buffer), so that the buffer is used again only once
+    nothing refers to the call."""
 
-    Built without ``__init__`` (a bind's cost is counted in microseconds): ``_raw`` is (the buffer, its
-    thread capacity, node mask words, CPU mask words, the policy asked for, its nodes, the ffi).
-    """
+    __slots__ = ("_ints", "_cap", "_req", "clean", "released")
+    clean: bool
+    released: bool
 
-    __slots__ = ("_raw", "_walk")
-    _raw: "tuple[Any, ...]"
-    _walk: AffinityWalk | None    # unset until the walk is first asked for
-
-    @property
-    def clean(self) -> bool:
-        return self._raw[0][_CLEAN] == 1   # type: ignore[no-any-return]
+    def __init__(self, req: _Request | None, cap: int, ffi: "Any") -> None:
+        self._ints = ffi.new("int[]", _HEADER if req is None else req.size + cap * req.per_thread)
+        self._cap, self._req = cap, req
+        self.clean = self.released = False
 
     @property
     def processed(self) -> int:
-        return self._raw[0][_PROCESSED]   # type: ignore[no-any-return]
-
-    @property
-    def released(self) -> bool:
-        return not self._raw[0][_HELD]
+        return self._ints[_PROCESSED]   # type: ignore[no-any-return]
 
     @property
     def exited(self) -> int:
-        return self._raw[0][_EXITED]   # type: ignore[no-any-return]
+        return self._ints[_EXITED]   # type: ignore[no-any-return]
 
     def _masks(self) -> "Any":
-        ints, cap, ffi = self._raw[0], self._raw[1], self._raw[6]
-        return ffi.cast("unsigned long *", ints + _bind_masks_at(cap))
+        return _ffi.cast("unsigned long *", self._ints + _bind_masks_at(self._cap))
 
     @property
     def walk(self) -> AffinityWalk | None:
-        try:
-            return self._walk
-        except AttributeError:
-            pass
-        ints, cap, nw, cw = self._raw[0:4]
-        walk = None
-        if ints[_WALKED]:
-            masks = self._masks() + 2 * nw
-            walk = AffinityWalk(ints + _HEADER, ints + _HEADER + cap, ints[_PROCESSED], masks, masks + cap * cw, cw,
-                                (ints,))
-        self._walk = walk
-        return walk
+        ints, cap, req = self._ints, self._cap, self._req
+        if req is None or not ints[_FACTS] & _WALKED:
+            return None
+        masks = self._masks() + 2 * req.nw
+        return AffinityWalk(ints + _HEADER, ints + _HEADER + cap, ints[_PROCESSED], masks, masks + cap * req.cw,
+                            req.cw, (self,))
 
     def settle(self) -> "list[int] | BindError | None":
-        ints, cap = self._raw[0], self._raw[1]
+        ints = self._ints
         state = ints[_SETTLED]
-        if state == 1 or not ints[_WALKED]:
+        if state == 1 or not ints[_FACTS] & _WALKED:
             return []
         if state == 0:
             start = _HEADER + ints[_PROCESSED]
@@ -596,22 +643,35 @@ class _NativeBindCall(BindCall):
         return live.unlisted(state, ints[0])
 
     def swap(self) -> MemPolicySwap | None:
-        ints, _, nw, _, policy, nodes, _ = self._raw
-        if policy is None:
+        req = self._req
+        if req is None or req.policy is None:
             return None
-        return _swap_of(ints, 1, self._masks(), nw, policy, nodes)
+        return _swap_of(self._ints, 1, self._masks(), req.nw, req.policy, req.nodes)
 
     def now(self) -> tuple[str, frozenset[int]] | BindError | None:
-        ints, _, nw, _, policy, _, _ = self._raw
-        if policy is not None:
+        ints, req = self._ints, self._req
+        if req is None or req.policy is not None:
             return None
         if ints[_ERRS + 2] < 0:
             return BindError(-ints[_ERRS + 2], "get_mempolicy", "calling thread")
-        return policy_of(ints[_NOW_MODE], decode(self._masks()[nw:2 * nw]))
+        return policy_of(ints[_NOW_MODE], decode(self._masks()[req.nw:2 * req.nw]))
 
 
-_new_call = object.__new__
-_set_raw = _NativeBindCall.__dict__["_raw"].__set__
+_refs = sys.getrefcount
+
+
+def _references_alone() -> int:
+    """What ``_refs`` says of the call a request keeps when nothing else refers to it, read as apply_all reads it
+    (the same statements: interpreters differ in the references an argument takes)."""
+    req = object.__new__(_Request)
+    req.spare = object.__new__(_NativeBindCall)
+    call = req.spare
+    return _refs(call)
+
+
+#: Interpreters that count every reference (CPython up to 3.13) say 3; one that borrows some (3.14) may say less,
+#: and then a buffer is never used twice (-1): a call held elsewhere must never look alone.
+_ALONE = 3 if _references_alone() == 3 else -1
 
 
 def _fit(bits: int, ids: frozenset[int]) -> int:
@@ -637,9 +697,7 @@ class NativeBackend(Backend):
         self._cpu_masks: dict[frozenset[int], tuple[Any, int]] = {}
         self._node_masks: dict[frozenset[int], tuple[Any, int]] = {}
         self._cap = 16       # threads apply_all makes room for: twice the last count (it lists them again), and more
-        self._int_array = self.ffi.typeof("int[]")
-        self._new = self.ffi.new
-        self._args: dict[tuple[str | None, frozenset[int], frozenset[int] | None], tuple[Any, ...]] = {}
+        self._requests: dict[tuple[str | None, frozenset[int], frozenset[int] | None], _Request] = {}
 
     # -- helpers ----------------------------------------------------------
     def _mask(self, cache: "dict[frozenset[int], tuple[Any, int]]", ids: frozenset[int],
@@ -738,13 +796,12 @@ class NativeBackend(Backend):
                                    masks + words, ints + 2)
         return _swap_of(ints, 0, masks, words, policy, nodes)
 
-    def _bind_args(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None) -> "tuple[Any, ...]":
-        """nb_*_bind's arguments for a policy, nodes and CPUs: mode, node mask, maxnode, node words, CPU mask,
-        CPU words, then its buffer's size (ints) as a + b * (thread capacity); kept per (policy, nodes, CPUs),
-        since a plan is bound with the same ones every time."""
+    def _request(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None) -> _Request:
+        """nb_*_bind's request for a policy, nodes and CPUs, kept per (policy, nodes, CPUs): a plan is bound with
+        the same ones every time."""
         key = (policy, nodes, cpus)
-        args = self._args.get(key)
-        if args is None:
+        req = self._requests.get(key)
+        if req is None:
             ffi = self.ffi
             if policy is not None and nodes:
                 nmask, nbits = self._node_mask(nodes)
@@ -755,26 +812,41 @@ class NativeBackend(Backend):
             else:
                 cmask, cbits = self._mask(self._cpu_masks, cpus, live.cpu_mask_bits())
             nw, cw = nbits // 64, cbits // 64   # the masks: old and current nodes, then CPUs before and after
-            args = (-1 if policy is None else MPOL_MODES[policy], nmask, nbits + 1, nw, cmask, cw,
-                    _bind_masks_at(0) + 4 * nw, _bind_masks_at(1) - _bind_masks_at(0) + 4 * cw)
-            if len(self._args) >= self._MASKS_KEPT:
-                self._args.clear()
-            self._args[key] = args
-        return args
+            req = object.__new__(_Request)
+            req.struct = ffi.new("struct nb_bind_request *", {
+                "mode": -1 if policy is None else MPOL_MODES[policy], "nodemask": nmask, "maxnode": nbits + 1,
+                "node_words": nw, "cpumask": cmask, "words": cw})
+            req.keep = (nmask, cmask)            # the struct points into them
+            req.policy, req.nodes, req.cpus, req.nw, req.cw = policy, nodes, cpus, nw, cw
+            req.size = _bind_masks_at(0) + 4 * nw
+            req.per_thread = _bind_masks_at(1) - _bind_masks_at(0) + 4 * cw
+            req.want = (_NOW_READ if policy is None else _POLICY_FACTS) | _WALKED | _COUNTED | \
+                (0 if cpus is None else _CPU_FACTS)
+            req.want1 = -1 if cpus is None else req.want
+            req.others = frozenset({WALK_UNCHANGED if cpus is None else WALK_BOUND, WALK_EXITED})
+            req.spare = None
+            if len(self._requests) >= self._MASKS_KEPT:
+                self._requests.clear()
+            self._requests[key] = req
+        return req
 
     def apply_all(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None, flags: int,
-                  need_old: bool, pending: "list[Any] | None" = None) -> BindCall:
-        mode, nmask, maxnode, nw, cmask, cw, size, per_thread = self._args.get((policy, nodes, cpus)) or \
-            self._bind_args(policy, nodes, cpus)
+                  need_old: bool, pending: "list[Any] | None" = None, keep_lock: bool = False) -> BindCall:
+        req = self._requests.get((policy, nodes, cpus)) or self._request(policy, nodes, cpus)
         only_caller = flags & WALK_ONLY_CALLER
         cap = 1 if only_caller else self._cap
-        flags |= SETTLE_ROUNDS << _SETTLE_SHIFT
+        flags |= _ROUNDS | _count_links
+        if need_old:
+            flags |= _NEED_OLD
         while True:   # one buffer: header, tids, statuses, then the old and current nodes, CPUs before and after
-            ints = self._new(self._int_array, size + cap * per_thread)
-            raw = (ints, cap, nw, cw, policy, nodes, self.ffi)
+            call = req.spare    # the last call's buffer again, when nothing refers to it any more (a report, a walk)
+            if call is None or call._cap != cap or _refs(call) != _ALONE:
+                call = req.spare = _NativeBindCall(req, cap, self.ffi)
+            ints = call._ints
+            ints[0] = 0           # no thread id yet: nothing changed, should the call never run
             if pending is not None:   # recorded before the call: it can be undone even if it never returns here
-                pending[0] = raw
-            n = self._bind(mode, nmask, maxnode, nw, need_old, cmask, cw, flags, cap, ints)
+                pending[0] = call
+            n = self._bind(req.struct, flags, cap, ints)
             if 0 <= n <= cap:
                 break
             if n < 0:
@@ -782,22 +854,27 @@ class NativeBackend(Backend):
             cap = 2 * n + 16     # room to list the threads again after the walk
         if not only_caller:
             self._cap = 2 * n + 16
-        call = _new_call(_NativeBindCall)
-        _set_raw(call, raw)
+            if not flags & _COUNT_LINKS and n == 1 and ints[_LINKS] == 3:
+                _trust_links()   # the link count agreed with a listing of the caller alone
+        # the verdict, on the facts the call returned
+        clean = call.clean = (n == 1 and (ints[_FACTS] | _COUNTED) == req.want1) or _clean(ints, n, cap, req)
+        if clean and n == 1 and not keep_lock:   # the caller alone, all done exactly: nothing to explain or undo
+            self._release(ints)
+            call.released = True
+        else:
+            call.released = False
         return call
 
     def pending_call(self, pending: "list[Any]") -> BindCall | None:
-        raw = pending[0]
-        if raw is None or not raw[0][0]:   # NB_BIND_TID unset: stopped before changing anything
+        call = pending[0]
+        if call is None or not call._ints[0]:   # NB_BIND_TID unset: stopped before changing anything
             return None
-        call = _new_call(_NativeBindCall)
-        _set_raw(call, raw)
-        return call
+        return call    # type: ignore[no-any-return]
 
     def end_call(self, pending: "list[Any]") -> None:
-        raw = pending[0]
-        if raw is not None and raw[0][_HELD]:
-            self._release(raw[0])
+        call = pending[0]
+        if call is not None and call._ints[_HELD]:
+            self._release(call._ints)
 
     def migrate_pages(self, pid: int, from_nodes: frozenset[int], to_nodes: frozenset[int]) -> int:
         old, bits = self._node_mask(from_nodes)
