@@ -21,15 +21,14 @@ from numabind import _proc, live
 from numabind._fs import FsReader
 from numabind.cli import main
 from numabind.residency import Locality
-from tests.kernel import NO_SUCH_TID, ROOT, child_env, wait_zombie
+from tests.kernel import NO_SUCH_TID, ROOT, child_env, numabind_cli, wait_zombie
 from tests.test_residency import Worker, _fake_kernel, _node_with_cpus
 
 pytestmark = pytest.mark.kernel
 
 
-def stat(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "numabind", "stat", *args], capture_output=True, text=True,
-                          env=child_env(), cwd=ROOT, timeout=timeout)
+def stat(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return numabind_cli("stat", *args, env=env, timeout=timeout)
 
 
 def blocks(text: str) -> dict[int, list[str]]:
@@ -368,8 +367,7 @@ def test_a_fork_child_bound_at_birth_shows_its_runtime_record(tmp_path):
     node, cpu = _node_with_cpus()
     with BirthChild(tmp_path, "fork", Plan(cpus={cpu}, mem_policy="bind", mem_nodes={node}),
                     XDG_RUNTIME_DIR=str(run)) as c:
-        cp = subprocess.run([sys.executable, "-m", "numabind", "stat", str(c.pid)], capture_output=True, text=True,
-                            env=c.env, cwd=ROOT, timeout=120)
+        cp = stat(str(c.pid), env=c.env)
     assert cp.returncode == 0, cp.stderr
     [lines] = blocks(cp.stdout).values()
     assert f"bound by numabind: cpus {cpu}, memory bind {node} [runtime record (fork)]" in lines[0]

@@ -30,7 +30,7 @@ from numabind.errors import NumabindError
 from numabind._proc import NodePages, parse_numa_maps
 from numabind.plan import Plan
 from numabind.residency import Locality, ThreadPlacement, locality
-from tests.kernel import MEMORY_NODES, NO_SUCH_TID, ROOT, child_env, ids_of, run_json, wait_zombie
+from tests.kernel import MEMORY_NODES, NO_SUCH_TID, ROOT, child_env, ids_of, numabind_cli, run_json, wait_zombie
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -530,8 +530,7 @@ def runtime_dir(tmp_path):
 
 
 def _stat_json(pid: int, env: dict) -> dict:
-    cp = subprocess.run([sys.executable, "-m", "numabind", "stat", "--json", str(pid)], capture_output=True,
-                        text=True, env=env, cwd=ROOT, timeout=120)
+    cp = numabind_cli("stat", "--json", str(pid), env=env)
     assert cp.returncode == 0, cp.stderr
     [d] = json.loads(cp.stdout)
     return d

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests import proc_targets
-from tests.kernel import MEM_NODE, ROOT, child_env, run_json, run_python
+from tests.kernel import MEM_NODE, ROOT, child_env, numabind_cli, run_json, run_python
 
 pytestmark = pytest.mark.kernel
 
@@ -60,8 +60,7 @@ def put_back(weight: int, auto: tuple[Path, bool] | None) -> None:
 
 
 def numabind(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "numabind", *args], capture_output=True, text=True,
-                          env=env or child_env(), timeout=120, cwd=ROOT)
+    return numabind_cli(*args, env=env)
 
 
 #: A command that prints what the kernel says about the process it runs in (no numabind involved).

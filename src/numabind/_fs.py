@@ -12,6 +12,12 @@ that is not a regular file (a FIFO, a device such as a link to ``/dev/zero``)
 is refused with a :class:`~numabind.errors.NumabindError`, and a file larger
 than :data:`MAX_READ` bytes is an error too. Text ends at the first NUL byte
 (some dump tools pad files with NULs after the kernel's newline).
+
+:func:`read_bounded` is that read, written once: :class:`FsReader` (for a file
+larger than one small read of the compiled core, or without the core),
+``/proc/PID/environ`` (:mod:`numabind._proc`) and the records and birth reports
+in shared directories (:mod:`numabind.records`: relative to a directory
+descriptor, no symbolic link followed, the owner checked) all read through it.
 """
 
 import os
@@ -24,7 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .errors import NumabindError
 
-__all__ = ["FsReader", "resolve_root", "ascii_int", "key_values", "MAX_READ", "WEIGHTS_AUTO_NAMES", "WEIGHTS_DIR"]
+__all__ = ["FsReader", "RefusedFile", "read_bounded", "resolve_root", "ascii_int", "key_values", "MAX_READ",
+           "WEIGHTS_AUTO_NAMES", "WEIGHTS_DIR"]
 
 #: Largest file (bytes) a read without an explicit limit accepts. Kernel sysfs
 #: attributes are at most one page; the largest procfs files discovery reads
@@ -40,6 +47,7 @@ WEIGHTS_DIR = "sys/kernel/mm/mempolicy/weighted_interleave"
 WEIGHTS_AUTO_NAMES = ("auto", "__auto_type")
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+_NOFOLLOW_FLAGS = _OPEN_FLAGS | os.O_NOFOLLOW
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
 
@@ -96,15 +104,18 @@ def _resolve(root: str | os.PathLike[str] | None) -> tuple[str, str]:
     if path == "/":
         return "/", "/"
     where = f"$NUMABIND_FSROOT={given!r}" if from_env else repr(given)
-    from ._dump import dump_root, is_tarball, unpack   # a replayed machine; the live one never needs them
+    from ._dump import dump_root, is_hwloc_xml, is_tarball, materialise_xml, unpack   # a replayed machine only
 
     if os.path.isdir(path):
         return dump_root(path), path
     if os.path.isfile(path):
+        if is_hwloc_xml(path):
+            return materialise_xml(path), path
         if not is_tarball(path):
             raise NumabindError(
-                f"discovery root {where} is a file but not a tar archive; give a directory "
-                f"holding sys/ and proc/, or an hwloc-gather-topology .tar.bz2")
+                f"discovery root {where} is a file but neither an hwloc XML topology nor a tar archive; give a "
+                f"directory holding sys/ and proc/, an hwloc-gather-topology .tar.bz2, or an hwloc XML file "
+                f"(lstopo FILE.xml)")
         return dump_root(unpack(path)), path
     if os.path.lexists(path) or os.path.exists(path):
         raise NumabindError(f"discovery root {where} is neither a directory nor a tarball")
@@ -123,12 +134,75 @@ def resolve_root(root: str | os.PathLike[str] | None = None) -> str:
     return _resolve(root)[0]
 
 
+# -- the bounded read ------------------------------------------------------------
+
+class RefusedFile(NumabindError):
+    """A file :func:`read_bounded` will not read: ``why`` is ``"kind"`` (not a regular file: a FIFO, a
+    device, a directory, a socket; ``mode`` is its ``st_mode``), ``"owner"`` (not the ``uid`` asked for)
+    or ``"size"`` (more than the cap). ``path`` is the path as given, ``reason`` the rest of the message."""
+
+    def __init__(self, path: str, why: str, reason: str, mode: int = 0) -> None:
+        super().__init__(f"{path} {reason}")
+        self.path, self.why, self.reason, self.mode = path, why, reason, mode
+
+
+def _kind_of(mode: int) -> str:
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def read_bounded(path: str, cap: int, *, dir_fd: int | None = None, nofollow: bool = False,
+                 uid: int | None = None, prefix: bool = False) -> bytes:
+    """The bytes of the regular file ``path`` (relative to ``dir_fd`` when given): the one read of a
+    file numabind does not trust to be small, regular or still the same (sysfs, procfs, a dump, a
+    record in a shared directory).
+
+    It never blocks: the file is opened non-blocking (a FIFO without a writer opens at once, a
+    terminal does not become the controlling one) and anything but a regular file is refused before
+    a byte is read. With ``nofollow`` a symbolic link as the last component is refused by the kernel
+    (OSError ELOOP); with ``uid`` a file of another owner is refused. At most ``cap`` bytes are read:
+    a file holding more is refused, unless ``prefix`` asks for its first ``cap`` bytes.
+
+    Errors: OSError as the kernel gives it (missing, permission, ELOOP), ValueError for a path
+    holding a NUL, :class:`RefusedFile` for a file refused.
+    """
+    fd = os.open(path, _NOFOLLOW_FLAGS if nofollow else _OPEN_FLAGS, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile(path, "kind", f"is {_kind_of(st.st_mode)}, not a regular file", st.st_mode)
+        if uid is not None and st.st_uid != uid:
+            raise RefusedFile(path, "owner", f"belongs to uid {st.st_uid}, not {uid}", st.st_mode)
+        if not prefix and st.st_size > cap:
+            raise RefusedFile(path, "size", f"is larger than {cap} bytes", st.st_mode)
+        end = cap if prefix else cap + 1      # one byte more than the cap tells a file over it
+        chunks: list[bytes] = []
+        size = 0
+        while size < end:
+            want = min(65536, end - size)
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            # A short read is the end of a file on disk and of a sysfs attribute (both have a
+            # size); procfs and cgroup files (size 0, seq_file) can return less than asked
+            # before their end, so they are read until read() returns nothing.
+            if len(chunk) < want and st.st_size > 0:
+                break
+    finally:
+        os.close(fd)
+    if size > cap:
+        raise RefusedFile(path, "size", f"is larger than {cap} bytes", st.st_mode)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 # -- the reader ------------------------------------------------------------------
 #: Files up to this size (bytes, less one) are read in one call of the compiled core: a sysfs attribute
 #: is at most a page.
 SMALL_READ = 4097
-NOT_REGULAR = -100000    # csrc/numabind.h's NB_NOT_REGULAR
-RETRY = -200000          # csrc/numabind.h's NB_RETRY
+#: The core's codes for "not a regular file" and "read it alone" (csrc/numabind.h's NB_NOT_REGULAR, NB_RETRY),
+#: read from the compiled core by :func:`_load_core` (codes that only the core returns).
+NOT_REGULAR = RETRY = 0
 #: Room (bytes) of one :meth:`FsReader.prefetch_numbered`, and the most files and ids it takes: the files of
 #: one core are a few hundred bytes, a dozen files, four or five cache indexes.
 BATCH_READ = 16384
@@ -151,7 +225,7 @@ _core_tried = False
 def _load_core() -> "tuple[Any, ...] | None":
     """(ffi.new, nb_read_file, ffi.string, nb_list_numbered, nb_read_tree, ffi.buffer, ffi.unpack) of the
     compiled core, or None without one (then os.read and os.listdir are used)."""
-    global _core, _core_tried
+    global _core, _core_tried, NOT_REGULAR, RETRY
     if not _core_tried:
         try:
             from . import _native
@@ -161,33 +235,45 @@ def _load_core() -> "tuple[Any, ...] | None":
         if module is not None and hasattr(module.lib, "nb_read_tree"):
             _core = (module.ffi.new, module.lib.nb_read_file, module.ffi.string, module.lib.nb_list_numbered,
                      module.lib.nb_read_tree, module.ffi.buffer, module.ffi.unpack)
+            NOT_REGULAR, RETRY = module.lib.NB_NOT_REGULAR, module.lib.NB_RETRY
         _core_tried = True
     return _core
 
 
-def _not_regular(path: str, mode: int) -> NumabindError:
-    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-    return NumabindError(f"{path} is {kind}, not a regular file: a sysfs or procfs file (or a dump of one) "
-                         f"is always a regular file; check the root")
+def _not_regular(path: str, mode: int) -> RefusedFile:
+    return RefusedFile(path, "kind", f"is {_kind_of(mode)}, not a regular file: a sysfs or procfs file (or a dump "
+                                     f"of one) is always a regular file; check the root", mode)
 
 
-_names_seen: "dict[tuple[Any, ...], tuple[bytes, bytes, bytes, bytes] | None]" = {}
+_names_seen: "dict[tuple[Any, ...], tuple[Any, ...] | None]" = {}
 
 
-def _encoded_names(names: "Sequence[str]", sub: str, prefix: str,
-                   each: "Sequence[str]") -> "tuple[bytes, bytes, bytes, bytes] | None":
-    """The names of a :meth:`FsReader.prefetch_numbered` as the core takes them (each list's names ended by
-    NULs), or None when one holds a NUL; kept for the tuples discovery passes on every call."""
+def _encoded_names(new: "Any", names: "Sequence[str]", sub: str, prefix: str,
+                   each: "Sequence[str]") -> "tuple[Any, ...] | None":
+    """The ``struct nb_tree`` of a :meth:`FsReader.prefetch_numbered` (each list's names ended by NULs) and the
+    arrays it points to, made by ``new`` (ffi.new), or None when a name holds a NUL; kept for the tuples
+    discovery passes on every call."""
     key = (tuple(names), sub, prefix, tuple(each))
     if key in _names_seen:
         return _names_seen[key]
-    found = None if any("\0" in part for part in (*names, sub, prefix, *each)) else (
-        "".join(name + "\0" for name in names).encode(_FS_ENCODING, _FS_ERRORS),
-        sub.encode(_FS_ENCODING, _FS_ERRORS), prefix.encode(_FS_ENCODING, _FS_ERRORS),
-        "".join(name + "\0" for name in each).encode(_FS_ENCODING, _FS_ERRORS))
+    found = None
+    if not any("\0" in part for part in (*names, sub, prefix, *each)):
+        arrays = tuple(new(_CHARS, text.encode(_FS_ENCODING, _FS_ERRORS)) for text in (
+            "".join(name + "\0" for name in names), sub, prefix, "".join(name + "\0" for name in each)))
+        found = (new("struct nb_tree *", {"names": arrays[0], "count": len(names), "sub": arrays[1],
+                                          "prefix": arrays[2], "each": arrays[3], "per": len(each)}), arrays)
     if len(_names_seen) < 64:
         _names_seen[key] = found
     return found
+
+
+def _batch_room(new: "Any") -> "tuple[Any, ...]":
+    """The buffers of one :meth:`FsReader.prefetch_numbered` (bytes, spans, ids) and the ``struct nb_tree_room``
+    that points to them, made by ``new`` (ffi.new)."""
+    data, spans, ids = new(_CHARS, BATCH_READ), new(_LONGS, 2 * BATCH_FILES + 1), new(_INTS, BATCH_IDS)
+    return data, spans, ids, new("struct nb_tree_room *", {
+        "ids": ids, "idcap": BATCH_IDS, "buf": data, "cap": BATCH_READ, "slot": SMALL_READ, "out": spans,
+        "files": BATCH_FILES})
 
 
 class FsReader:
@@ -240,36 +326,14 @@ class FsReader:
             if n < 0:
                 return self._failed(path, n)
         try:   # a file too large for one small read, or no compiled core
-            fd = os.open(path, _OPEN_FLAGS)
+            data = read_bounded(path, MAX_READ if limit is None else limit, prefix=limit is not None)
         except (OSError, ValueError):
             return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise _not_regular(path, st.st_mode)
-            cap = MAX_READ + 1 if limit is None else limit
-            chunks = []
-            size = 0
-            while size < cap:
-                want = min(65536, cap - size)
-                chunk = os.read(fd, want)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                # A short read is the end of a file on disk and of a sysfs attribute (both
-                # have a size); procfs and cgroup files (size 0, seq_file) can return less
-                # than asked before their end, so they are read until read() returns nothing.
-                if len(chunk) < want and st.st_size > 0:
-                    break
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        if limit is None and size > MAX_READ:
-            raise NumabindError(f"{self.path(rel)} is larger than {MAX_READ >> 20} MiB; no "
-                                f"sysfs or procfs file discovery reads is that large")
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        except RefusedFile as e:
+            if e.why == "kind":
+                raise _not_regular(path, e.mode) from None
+            raise RefusedFile(path, "size", f"is larger than {MAX_READ} bytes; no sysfs or procfs file "
+                                            f"discovery reads is that large", e.mode) from None
         nul = data.find(b"\0")
         if nul >= 0:
             data = data[:nul]
@@ -299,15 +363,12 @@ class FsReader:
         inside = base.strip("/")
         head = inside + "/" if inside else ""         # the prefetched files' names, as read() is asked for them
         where = self._prefix + inside
-        names_b = _encoded_names(names, sub, prefix, each)    # None: a name holding a NUL
-        if not core or names_b is None or len(names) > BATCH_FILES or "\0" in where:
+        what = _encoded_names(core[0], names, sub, prefix, each) if core else None   # None: a name holding a NUL
+        if not core or what is None or len(names) > BATCH_FILES or "\0" in where:
             self._pre = None
             return self.numbered(f"{base}/{sub}", prefix)
-        bufs = _batch_bufs.pop() if _batch_bufs else (
-            core[0](_CHARS, BATCH_READ), core[0](_LONGS, 2 * BATCH_FILES + 1), core[0](_INTS, BATCH_IDS))
-        listed = core[4](where.encode(_FS_ENCODING, _FS_ERRORS), names_b[0], len(names), names_b[1], names_b[2],
-                         names_b[3], len(each), skip, bufs[2], BATCH_IDS, bufs[0], BATCH_READ, SMALL_READ, bufs[1],
-                         BATCH_FILES)
+        bufs = _batch_bufs.pop() if _batch_bufs else _batch_room(core[0])
+        listed = core[4](where.encode(_FS_ENCODING, _FS_ERRORS), skip, what[0], bufs[3])
         ids = core[6](bufs[2], listed) if 0 < listed <= BATCH_IDS else []
         keys: list[str] = []
         add = keys.append

@@ -4,8 +4,8 @@ status, threads with their CPUs, children and environment, and where its pages a
 
 What ``numabind stat`` (:mod:`numabind.residency`), the bound-process records and page migration
 read about a process; none of it is on the path of a bind. Every read goes through
-:func:`numabind.live.reader` (the live system's :class:`~numabind._fs.FsReader`), except the
-environment, which is NUL-separated bytes.
+:func:`numabind.live.reader` (the live system's :class:`~numabind._fs.FsReader`), and the environment,
+which is NUL-separated bytes, through the same bounded read (:func:`numabind._fs.read_bounded`).
 """
 
 import os
@@ -15,7 +15,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
 from ._base import Value
+from ._fs import key_values, read_bounded
 from .cpulist import parse_cpulist
+from .errors import NumabindError
 from . import live
 
 __all__ = ["ENVIRON_MAX", "NUMA_MAPS_MAX", "NodePages", "ProcessTasks", "environ_value", "has_numa_maps", "node_pages",
@@ -159,7 +161,7 @@ def numa_maps_text(pid: int | str = "self", tid: int | None = None) -> str | Non
     rel = f"proc/{pid}/numa_maps" if tid is None else f"proc/{pid}/task/{tid}/numa_maps"
     try:
         text = live.reader().read(rel, limit=NUMA_MAPS_MAX + 1)
-    except Exception:  # noqa: BLE001 - not a regular file, or a read error: not counted
+    except NumabindError:   # not a regular file: not counted (a read error is None already)
         return None
     if text is None or len(text) > NUMA_MAPS_MAX:
         return None
@@ -204,8 +206,6 @@ def status_fields(pid: int | str = "self", tid: int | None = None) -> dict[str, 
     text = live.reader().read(f"proc/{pid}/status" if tid is None else f"proc/{pid}/task/{tid}/status")
     if text is None:
         return None
-    from ._fs import key_values
-
     return key_values(text)
 
 
@@ -282,35 +282,18 @@ def environ_value(pid: int, name: str) -> str | None:
     """The value of variable ``name`` in the environment ``pid`` was exec'd with (``/proc/PID/environ``),
     or None when it is not there or cannot be read (another user's process, a kernel thread).
 
-    The file holds NUL-separated ``NAME=value`` entries, so it is read here as bytes (FsReader's text
-    ends at the first NUL): non-blocking, a regular file only, at most :data:`ENVIRON_MAX` bytes.
+    The file holds NUL-separated ``NAME=value`` entries, so it is read as bytes (FsReader's text ends
+    at the first NUL) by :func:`numabind._fs.read_bounded`: non-blocking, a regular file only, no
+    symbolic link followed, at most :data:`ENVIRON_MAX` bytes.
     """
     if not _pid_ok(pid) or not name or "=" in name or "\0" in name:
         return None
-    import stat
-
     try:
-        fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, size = [], 0
-        while size <= ENVIRON_MAX:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if size > ENVIRON_MAX:
+        data = read_bounded(live.reader().path(f"proc/{pid}/environ"), ENVIRON_MAX, nofollow=True)
+    except (OSError, NumabindError):   # gone, another user's, not a regular file, larger than the cap
         return None
     key = name.encode() + b"="
-    for entry in b"".join(chunks).split(b"\0"):
+    for entry in data.split(b"\0"):
         if entry.startswith(key):
             return entry[len(key):].decode("utf-8", errors="replace")
     return None

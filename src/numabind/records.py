@@ -26,7 +26,8 @@ that pid reads from any process of the same user (or root):
 * the same verified directory holds the private directories of :class:`numabind.ChildBindings`
   (``births-<pid>.<start>.<random>``), where children write their birth reports;
 * every file is created relative to a directory descriptor verified as above, with
-  ``O_EXCL|O_NOFOLLOW`` and an unpredictable temporary name, and read with ``O_NOFOLLOW|O_NONBLOCK``,
+  ``O_EXCL|O_NOFOLLOW`` and an unpredictable temporary name, and read with ``O_NOFOLLOW|O_NONBLOCK``
+  (:func:`numabind._fs.read_bounded`),
   only when it is a regular file of the user, up to a size cap (:func:`write_private_file`,
   :func:`read_private_file`): a planted symlink is never followed, a FIFO never blocks a reader;
 * the start time (``/proc/PID/stat``, :func:`numabind._proc.start_time`) in the name means a reused pid
@@ -49,6 +50,7 @@ import stat
 
 from . import _proc
 from ._base import environ_get, getLogger
+from ._fs import RefusedFile, read_bounded
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
@@ -225,29 +227,20 @@ def write_private_file(dir_fd: int, name: str, data: bytes, stem: str) -> None:
 
 
 def read_private_file(dir_fd: int, name: str, uid: int, limit: int) -> bytes | None:
-    """The bytes of file ``name`` in the directory ``dir_fd``, or None when there is none. Opened with
-    ``O_NOFOLLOW|O_NONBLOCK`` (a symlink is refused, a FIFO never blocks); UnsafeFileError unless it
-    is a regular file of ``uid`` of at most ``limit`` bytes; other OSErrors as they come."""
+    """The bytes of file ``name`` in the directory ``dir_fd``, or None when there is none. Read by
+    :func:`numabind._fs.read_bounded` with ``nofollow`` and ``uid`` (a symlink is refused, a FIFO never
+    blocks); UnsafeFileError unless it is a regular file of ``uid`` of at most ``limit`` bytes; other
+    OSErrors as they come."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        return read_bounded(name, limit, dir_fd=dir_fd, nofollow=True, uid=uid)
     except FileNotFoundError:
         return None
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UnsafeFileError(errno.ELOOP, f"{name} is a symbolic link") from None
         raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFileError(errno.EPERM, f"{name} is not a regular file (mode {st.st_mode:o})")
-        if st.st_uid != uid:
-            raise UnsafeFileError(errno.EPERM, f"{name} belongs to uid {st.st_uid}, not {uid}")
-        data = os.read(fd, limit + 1) if st.st_size <= limit else b""
-        if st.st_size > limit or len(data) > limit:
-            raise UnsafeFileError(errno.EFBIG, f"{name} is larger than {limit} bytes")
-    finally:
-        os.close(fd)
-    return data
+    except RefusedFile as e:
+        raise UnsafeFileError(errno.EFBIG if e.why == "size" else errno.EPERM, str(e)) from None
 
 
 _own_birth: tuple[str, Plan, Plan] | None = None
