@@ -4,6 +4,9 @@ A dump written by ``hwloc-gather-topology`` (or ``tools/capture_machine.py``) is
 holds ``sys/`` and ``proc/``, or holds one directory that does; or the ``.tar.bz2`` itself, which is
 unpacked safely (no path outside the dump, no link leading out of it, no device or FIFO, caps on
 size and member count) into a private temporary directory that is removed when the process exits.
+An hwloc XML topology (``lstopo t.xml``) is a root too: :func:`materialise_xml` reads it with
+:mod:`numabind._hwloc_xml` and writes the sysfs/procfs tree a kernel would show of that machine into a
+private temporary directory, removed like an unpacked dump's.
 Only a replayed root loads this module (and tarfile, tempfile, shutil and atexit when a dump is
 first unpacked): reading the live system never needs it.
 """
@@ -15,7 +18,12 @@ import _thread
 from ._base import getLogger
 from .errors import NumabindError
 
-__all__ = ["MAX_DUMP_BYTES", "MAX_DUMP_MEMBERS", "dump_root", "is_tarball", "unpack"]
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
+__all__ = ["MAX_DUMP_BYTES", "MAX_DUMP_MEMBERS", "dump_root", "is_hwloc_xml", "is_tarball", "materialise_xml",
+           "unpack"]
 
 log = getLogger(__name__)
 
@@ -81,27 +89,51 @@ def _inside(root: str, path: str) -> bool:
 
 def unpack(tarball: str) -> str:
     """Unpack ``tarball`` into a private temporary directory; returns that directory."""
+    return _made_once(tarball, "numabind-dump-", _extract)
+
+
+def is_hwloc_xml(path: str) -> bool:
+    """Whether the file ``path`` is an hwloc XML topology (by its name, ``.xml``, or its first bytes)."""
+    from ._hwloc_xml import is_hwloc_xml as sniff
+
+    return sniff(path)
+
+
+def materialise_xml(path: str) -> str:
+    """The sysfs/procfs tree of the hwloc XML topology ``path``, written once into a private temporary
+    directory (returned). The whole file is read and checked first: a bad file raises NumabindError naming
+    it and the line, and leaves nothing behind."""
+    def build(source: str, dest: str) -> None:
+        from ._hwloc_xml import read_topology, write_tree
+
+        write_tree(read_topology(source), dest)
+
+    return _made_once(path, "numabind-xml-", build)
+
+
+def _made_once(source: str, prefix: str, make: "Callable[[str, str], None]") -> str:
+    """The directory ``make(source, dest)`` filled, made once per (file, size, mtime) and removed at exit."""
     import atexit
     import shutil
     import tempfile
 
-    st = os.stat(tarball)
-    key = (os.path.realpath(tarball), st.st_size, st.st_mtime_ns)
+    st = os.stat(source)
+    key = (os.path.realpath(source), st.st_size, st.st_mtime_ns)
     with _lock:
         found = _unpacked.get(key)
         if found is not None and os.path.isdir(found):
             return found
-        dest = tempfile.mkdtemp(prefix="numabind-dump-")
+        dest = tempfile.mkdtemp(prefix=prefix)
         if not _cleanup:
             atexit.register(_remove_unpacked)
         _cleanup.append(dest)
         try:
-            _extract(tarball, dest)
+            make(source, dest)
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
         _unpacked[key] = dest
-        log.debug("unpacked %s into %s", tarball, dest)
+        log.debug("made %s from %s", dest, source)
         return dest
 
 

@@ -1,0 +1,870 @@
+"""An hwloc XML topology as a discovery root (see :mod:`numabind._fs`).
+
+``lstopo t.xml`` writes a machine as hwloc XML; bug reports, Slurm, Open MPI and PMIx pass machines around in it.
+:func:`read_topology` reads one (format v2 of hwloc 2.x, v1 of hwloc 1.x, and v3 of hwloc 3.x, which differs from
+v2 only in what numabind does not read), and :func:`write_tree` writes what a Linux kernel would show of that
+machine as a sysfs/procfs tree, which discovery then reads like any dump: no second discovery path to keep in step.
+
+What the tree holds, from the XML:
+
+* ``sys/devices/system/cpu``: ``online`` (the PUs), ``possible`` (with the root's ``complete_cpuset``), and per
+  PU its core (the ``Core`` above it: ``thread_siblings_list``, ``core_id``), its package (``Package``, or v1's
+  ``Socket``: ``physical_package_id``, ``core_siblings_list``) and its caches (``cache/indexK``: ``level``,
+  ``type``, ``shared_cpu_list``, ``size``).
+* ``sys/devices/system/node``: a ``nodeN`` per ``NUMANode`` (``cpulist``, ``cpumap``, ``meminfo`` from
+  ``local_memory``, ``distance`` from the latency matrix). hwloc 2 gives a CPU-less node the cpuset of its
+  locality, so a CPU's home node is the one the kernel would list it in: among the nodes whose cpuset holds it,
+  one that is not a memory tier (hwloc's subtypes ``MCDRAM``, ``HBM``, ``GPUMemory``, ``NVM``, ``SPM``,
+  ``CXL-*``), then the most local (smallest cpuset), then the lowest id. An XML without nodes (v1 without NUMA)
+  gets node 0 with every PU and the machine's memory, as hwloc itself makes it.
+* The latency matrix is the one named ``NUMALatency``, else an unnamed latency matrix of NUMA nodes whose
+  diagonal is the SLIT's 10, else the first such (v1: ``distances`` of as many objects as there are nodes, as
+  hwloc 2 reads them, values times ``latency_base``). Bandwidth matrices and heterogeneous ones (GPU NVLink) are not distances.
+* ``proc/self/status``: ``Cpus_allowed_list`` and ``Mems_allowed_list`` from the root's ``allowed_cpuset`` and
+  ``allowed_nodeset``; where those are not the whole machine (an XML exported inside a cpuset), a cgroup v2
+  cpuset at ``sys/fs/cgroup`` too (``cpuset.cpus.effective``, ``cpuset.mems.effective``, with ``proc/mounts``
+  and ``proc/self/cgroup``), which discovery takes as the limit.
+* ``sys/bus/pci/devices/<bus id>``: ``class``, ``vendor``, ``device``, ``numa_node`` and ``local_cpulist`` of
+  every ``PCIDev``, from its locality (the nearest ancestor that is not an I/O object: its cpuset, and its one
+  node, or its one node with CPUs, else ``-1``). GPU discovery then takes GPUs as on a live machine (NVIDIA, AMD
+  and Intel functions of the display or accelerator class: never an NVSwitch, a BMC's VGA of another vendor, a
+  QEMU display). An NVIDIA GPU gets ``proc/driver/nvidia/gpus/<bus id>/information`` (``Model``, and ``GPU
+  UUID`` from its ``cuda``/``nvml`` OS device); AMD GPUs with ``rsmi`` OS devices get a KFD topology in that
+  order. :func:`gpu_order_note` says how the GPUs were ordered.
+
+Safety: the file is parsed by expat with no DTD: an internal subset (entity declarations: "billion laughs", an
+external entity) is refused when the parser meets it, before any expansion, and external entities are never
+loaded. A file over :data:`MAX_XML_BYTES` is refused from its size before a byte is read (and while read, if it
+grows). Bad XML, a truncated file, another root element, a bitmap that does not parse and an id over
+:data:`numabind.cpulist.MAX_ID` are :class:`~numabind.errors.NumabindError` naming the file and the line. The
+whole file is read and checked before one file of the tree is written, so there is never a half-read topology.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import TYPE_CHECKING, Any
+
+from ._base import getLogger
+from .cpulist import MAX_ID, format_cpulist
+from .errors import NumabindError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable, Mapping
+
+__all__ = ["GPU_NOTE_FILE", "MAX_XML_BYTES", "MAX_XML_DEPTH", "MAX_XML_OBJECTS", "HwlocTopology", "gpu_order_note",
+           "is_hwloc_xml", "read_topology", "write_tree"]
+
+log = getLogger(__name__)
+
+#: Largest hwloc XML file read (bytes). The corpus' largest (384 PUs with I/O) is 335 KB; a machine of 8192
+#: CPUs with every cache and I/O device stays far below.
+MAX_XML_BYTES = 64 << 20
+#: Deepest element nesting accepted (hwloc's deepest trees, with PCI bridges, are a few dozen levels).
+MAX_XML_DEPTH = 256
+#: Most objects (``<object>`` elements) one file may hold.
+MAX_XML_OBJECTS = 1_000_000
+#: The file of the tree, beside ``sys`` and ``proc``, that says where it came from and how its GPUs are ordered.
+GPU_NOTE_FILE = "numabind-hwloc-xml"
+
+_CHUNK = 1 << 20
+_BITMAPS = ("cpuset", "complete_cpuset", "online_cpuset", "allowed_cpuset", "nodeset", "complete_nodeset",
+            "allowed_nodeset")
+_IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev", "Misc"})
+_CACHE_TYPES = {"0": "Unified", "1": "Data", "2": "Instruction"}
+_V2_CACHES = {f"L{n}Cache": n for n in range(1, 6)} | {f"L{n}iCache": n for n in range(1, 4)}
+#: hwloc subtypes of NUMA nodes that are memory tiers (never a CPU's home node when another node holds it).
+_TIERS = ("MCDRAM", "HBM", "GPUMemory", "NVM", "SPM", "CXL")
+_WORD_HEX = frozenset("0123456789abcdefABCDEF")
+#: PCI vendor ids and base classes of GPUs, as live discovery takes them (numabind.devices).
+_GPU_VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
+_GPU_CLASSES = {"nvidia": (0x03, 0x12), "amd": (0x03, 0x12), "intel": (0x03,)}
+_RUNTIME_OSDEVS = {"nvidia": ("nvml", "cuda"), "amd": ("rsmi", "opencl"), "intel": ("ze", "opencl")}
+
+
+def _fail(path: str, line: int | None, problem: str, fix: str = "") -> NumabindError:
+    where = f"hwloc XML {path}" + (f", line {line}" if line else "")
+    tail = f"; {fix}" if fix else ""
+    return NumabindError(f"{where}: {problem}{tail}")
+
+
+_REEXPORT = "export it again with lstopo FILE.xml (or lstopo-no-graphics --of xml FILE.xml)"
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+class _Obj:
+    """One ``<object>``: its attributes, the line of its start tag, its parent's position, its infos."""
+
+    __slots__ = ("type", "attrs", "line", "parent", "depth", "infos", "children")
+
+    def __init__(self, attrs: dict[str, str], line: int, parent: int, depth: int) -> None:
+        self.type = attrs.get("type", "")
+        self.attrs = attrs
+        self.line = line
+        self.parent = parent
+        self.depth = depth
+        self.infos: dict[str, str] = {}
+        self.children: list[int] = []
+
+
+class _Matrix:
+    """A distance matrix as the file gives it (v2 ``distances2`` or v1 ``distances``)."""
+
+    __slots__ = ("attrs", "line", "indexes", "values", "latencies", "owner")
+
+    def __init__(self, attrs: dict[str, str], line: int, owner: int) -> None:
+        self.attrs = attrs
+        self.line = line
+        self.owner = owner              # v1: the object the relative depth counts from
+        self.indexes: list[str] = []
+        self.values: list[str] = []
+        self.latencies: list[tuple[str, int]] = []
+
+
+class _Reader:
+    """The expat handlers: they build the objects and matrices and refuse what hwloc never writes."""
+
+    def __init__(self, path: str) -> None:
+        from xml.parsers import expat
+
+        self.path = path
+        self.objects: list[_Obj] = []
+        self.matrices: list[_Matrix] = []
+        self.version = ""
+        self.stack: list[tuple[str, int]] = []      # (element, object position or -1)
+        self.text: list[str] | None = None
+        self.roots = 0
+        p = expat.ParserCreate()
+        p.buffer_text = True
+        p.StartElementHandler = self.start
+        p.EndElementHandler = self.end
+        p.CharacterDataHandler = self.chars
+        p.StartDoctypeDeclHandler = self.doctype
+        p.EntityDeclHandler = self.entity
+        p.ExternalEntityRefHandler = self.external
+        p.SkippedEntityHandler = self.skipped
+        p.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+        self.parser = p
+
+    def _line(self) -> int:
+        return int(self.parser.CurrentLineNumber)
+
+    def doctype(self, name: str, system_id: str | None, public_id: str | None, internal: int) -> None:
+        if internal:
+            raise _fail(self.path, self._line(), "the DOCTYPE has an internal subset (entity or element "
+                        "declarations); hwloc never writes one and numabind refuses it (entity expansion)",
+                        _REEXPORT)
+
+    def entity(self, *args: Any) -> None:
+        raise _fail(self.path, self._line(), "an entity declaration; numabind expands no entities", _REEXPORT)
+
+    def external(self, *args: Any) -> int:
+        raise _fail(self.path, self._line(), "a reference to an external entity; numabind loads none", _REEXPORT)
+
+    def skipped(self, name: str, is_parameter: int) -> None:
+        raise _fail(self.path, self._line(), f"a reference to the undeclared entity {name!r}", _REEXPORT)
+
+    def start(self, name: str, attrs: dict[str, str]) -> None:
+        depth = len(self.stack)
+        line = self._line()
+        if depth >= MAX_XML_DEPTH:
+            raise _fail(self.path, line, f"elements nested deeper than {MAX_XML_DEPTH}; no hwloc topology is")
+        if depth == 0:
+            if name != "topology":
+                raise _fail(self.path, line, f"the root element is <{name}>, not <topology>: not an hwloc XML "
+                            f"topology", "give a file written by lstopo (lstopo FILE.xml)")
+            self.version = attrs.get("version", "1.0")
+            if self.version.split(".", 1)[0] not in ("1", "2", "3"):
+                raise _fail(self.path, line, f"XML format version {self.version!r}; numabind reads versions 1 "
+                            f"(hwloc 1.x), 2 (hwloc 2.x) and 3 (hwloc 3.x)", "export it with hwloc 2 or 3")
+            self.stack.append((name, -1))
+            return
+        parent_name, parent_obj = self.stack[-1]
+        pos = -1
+        if name == "object":
+            if parent_obj < 0 and parent_name != "topology":
+                self.stack.append((name, -1))       # an object inside something that is not an object: ignored
+                return
+            if parent_obj < 0:
+                self.roots += 1
+                if self.roots > 1:
+                    raise _fail(self.path, line, "a second root object; an hwloc topology has one",
+                                _REEXPORT)
+            if len(self.objects) >= MAX_XML_OBJECTS:
+                raise _fail(self.path, line, f"more than {MAX_XML_OBJECTS} objects; no machine has that many")
+            pos = len(self.objects)
+            parent_depth = self.objects[parent_obj].depth if parent_obj >= 0 else -1
+            self.objects.append(_Obj(dict(attrs), line, parent_obj, parent_depth + 1))
+            if parent_obj >= 0:
+                self.objects[parent_obj].children.append(pos)
+        elif name == "info" and parent_obj >= 0 and parent_name == "object":
+            key = attrs.get("name")
+            if key is not None:
+                self.objects[parent_obj].infos.setdefault(key, attrs.get("value", ""))
+        elif name in ("distances2", "distances"):
+            self.matrices.append(_Matrix(dict(attrs, element=name), line, parent_obj))
+        elif name in ("indexes", "u64values") and parent_name == "distances2":
+            self.text = []
+        elif name == "latency" and parent_name == "distances":
+            self.matrices[-1].latencies.append((attrs.get("value", ""), line))
+        self.stack.append((name, pos))
+
+    def end(self, name: str) -> None:
+        self.stack.pop()
+        if self.text is not None and name in ("indexes", "u64values"):
+            target = self.matrices[-1].indexes if name == "indexes" else self.matrices[-1].values
+            target.extend("".join(self.text).split())
+            self.text = None
+
+    def chars(self, data: str) -> None:
+        if self.text is not None:
+            self.text.append(data)
+
+
+def is_hwloc_xml(path: str) -> bool:
+    """Whether the file ``path`` is to be read as hwloc XML: its name ends in ``.xml``, or it starts (after
+    blanks) with ``<?xml``, ``<!DOCTYPE topology`` or ``<topology``."""
+    if path.lower().endswith(".xml"):
+        return True
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, 256).lstrip()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return head.startswith((b"<?xml", b"<!DOCTYPE topology", b"<topology"))
+
+
+def _parse(path: str) -> _Reader:
+    from xml.parsers import expat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _fail(path, None, f"cannot be opened: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _fail(path, None, "is not a regular file")
+        if st.st_size > MAX_XML_BYTES:
+            raise _fail(path, None, f"is {st.st_size} bytes, more than numabind's cap of {MAX_XML_BYTES >> 20} "
+                        f"MiB for an hwloc XML topology (the largest machines' are a few MiB); is this the "
+                        f"right file?")
+        reader = _Reader(path)
+        total = 0
+        try:
+            while True:
+                chunk = os.read(fd, _CHUNK)
+                total += len(chunk)
+                if total > MAX_XML_BYTES:
+                    raise _fail(path, None, f"grew past numabind's cap of {MAX_XML_BYTES >> 20} MiB while read")
+                reader.parser.Parse(chunk, not chunk)
+                if not chunk:
+                    break
+        except expat.ExpatError as exc:
+            problem = expat.ErrorString(exc.code) if exc.code is not None else str(exc)
+            hint = ("the file ends inside an element: it is truncated" if problem in (
+                "no element found", "unclosed token") or not reader.objects or reader.stack else
+                "it is not well-formed XML")
+            raise _fail(path, exc.lineno, f"{problem} (column {exc.offset}): {hint}", _REEXPORT) from None
+        except OSError as exc:
+            raise _fail(path, None, f"cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if not reader.objects:
+        raise _fail(path, None, "holds no <object>: an hwloc topology has a root object", _REEXPORT)
+    return reader
+
+
+# ----------------------------------------------------------------------------- bitmaps
+
+
+class _Bitmap:
+    """An hwloc bitmap: the ids set, and whether every id from ``tail`` on is set (``0xf...f``)."""
+
+    __slots__ = ("ids", "tail")
+
+    def __init__(self, ids: frozenset[int], tail: int | None) -> None:
+        self.ids = ids
+        self.tail = tail
+
+    def within(self, universe: Iterable[int]) -> frozenset[int]:
+        if self.tail is None:
+            return self.ids & frozenset(universe)
+        return frozenset(i for i in universe if i in self.ids or i >= self.tail)
+
+
+_MAX_WORDS = (MAX_ID + 1) // 32
+
+
+def _bitmap(path: str, obj_line: int, name: str, text: str) -> _Bitmap:
+    """hwloc's bitmap text: 32-bit hex words, most significant first, separated by commas; an empty word is zero;
+    a leading ``0xf...f`` sets every higher bit."""
+    body = text.strip()
+    tail_all = body.startswith("0xf...f")
+    if tail_all:
+        body = body[len("0xf...f"):].lstrip(",")
+    words = body.split(",") if body else []
+    if len(words) > _MAX_WORDS + 1:
+        raise _fail(path, obj_line, f"{name}={_shown(text)} has {len(words)} words: ids above {MAX_ID}, "
+                    f"numabind's cap", _REEXPORT)
+    ids: set[int] = set()
+    for k, word in enumerate(reversed(words)):
+        if word == "" and k < len(words) - 1:
+            continue
+        digits = word[2:] if word[:2] in ("0x", "0X") else None
+        if not digits or len(digits) > 8 or not set(digits) <= _WORD_HEX:
+            raise _fail(path, obj_line, f"{name}={_shown(text)} is not an hwloc bitmap (32-bit hex words such as "
+                        f"0x0000ffff, separated by commas)", _REEXPORT)
+        value = int(digits, 16)
+        while value:
+            low = value & -value
+            bit = 32 * k + low.bit_length() - 1
+            if bit > MAX_ID:
+                raise _fail(path, obj_line, f"{name}={_shown(text)} sets bit {bit}, above numabind's cap of "
+                            f"{MAX_ID} for a CPU or node id", _REEXPORT)
+            ids.add(bit)
+            value ^= low
+    return _Bitmap(frozenset(ids), 32 * len(words) if tail_all else None)
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 60 else f"{text[:60]!r}... ({len(text)} characters)"
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+class HwlocTopology:
+    """What numabind takes from an hwloc XML file: the facts a kernel's sysfs and procfs would hold."""
+
+    def __init__(self, path: str, version: str) -> None:
+        self.path = path
+        self.version = version
+        self.pus: frozenset[int] = frozenset()
+        self.possible_cpus: frozenset[int] = frozenset()
+        self.core_of: dict[int, tuple[int | None, frozenset[int]]] = {}        # PU -> (core id, its threads)
+        self.package_of: dict[int, tuple[int | None, frozenset[int]]] = {}     # PU -> (package id, its PUs)
+        self.caches: list[tuple[int, str, frozenset[int], int | None]] = []    # (level, type, PUs, size)
+        self.nodes: dict[int, tuple[frozenset[int], int, str | None]] = {}     # id -> (home PUs, bytes, subtype)
+        self.node_localities: dict[int, frozenset[int]] = {}                   # id -> hwloc cpuset (locality)
+        self.possible_nodes: frozenset[int] = frozenset()
+        self.distances: dict[int, dict[int, int]] = {}
+        self.allowed_cpus: frozenset[int] = frozenset()
+        self.allowed_nodes: frozenset[int] = frozenset()
+        #: bus id -> (class 16 bits, vendor, device, numa node or -1, local PUs, OS devices [(name, infos)], infos)
+        self.pci: dict[str, tuple[int, int, int, int, frozenset[int], list[tuple[str, dict[str, str]]],
+                                  dict[str, str]]] = {}
+        self.cpu_info: dict[str, str] = {}
+        self.gpu_note = ""
+
+
+def _int_attr(path: str, obj: _Obj, name: str, *, required: bool = False, cap: int | None = MAX_ID) -> int | None:
+    raw = obj.attrs.get(name)
+    if raw is None:
+        if required:
+            raise _fail(path, obj.line, f"a {obj.type} object without {name}", _REEXPORT)
+        return None
+    body = raw.strip()
+    if not body.isascii() or not body.isdigit() or len(body) > 20:
+        raise _fail(path, obj.line, f"{obj.type} {name}={_shown(raw)} is not a non-negative integer", _REEXPORT)
+    value = int(body)
+    if cap is not None and value > cap:
+        raise _fail(path, obj.line, f"{obj.type} {name}={value} is above numabind's cap of {cap} for a CPU or "
+                    f"node id", _REEXPORT)
+    return value
+
+
+def read_topology(path: str) -> HwlocTopology:
+    """The machine an hwloc XML file describes; NumabindError (file and line) for anything it cannot read."""
+    r = _parse(path)
+    objs = r.objects
+    topo = HwlocTopology(path, r.version)
+    root = objs[0]
+
+    def cpuset(obj: _Obj, name: str = "cpuset") -> _Bitmap | None:
+        text = obj.attrs.get(name)
+        return None if text is None else _bitmap(path, obj.line, name, text)
+
+    for obj in objs:                # every bitmap is checked, those numabind does not use too
+        for name in _BITMAPS:
+            if name in obj.attrs:
+                cpuset(obj, name)
+
+    # PUs
+    pus: dict[int, int] = {}                # os index -> object position
+    for pos, obj in enumerate(objs):
+        if obj.type == "PU":
+            cpu = _int_attr(path, obj, "os_index", required=True)
+            assert cpu is not None
+            if cpu in pus:
+                raise _fail(path, obj.line, f"a second PU with os_index {cpu} (the first is on line "
+                            f"{objs[pus[cpu]].line})", _REEXPORT)
+            pus[cpu] = pos
+    if not pus:
+        raise _fail(path, root.line, "no PU object: numabind needs the machine's CPUs", _REEXPORT)
+    online = frozenset(pus)
+    topo.pus = online
+    complete = cpuset(root, "complete_cpuset")
+    topo.possible_cpus = online | (complete.ids if complete is not None else frozenset())
+
+    def below(pos: int) -> frozenset[int]:
+        """The PUs an object holds: its cpuset within the PUs (the PU objects below it where it has none)."""
+        bm = cpuset(objs[pos])
+        if bm is not None:
+            return bm.within(online)
+        found: set[int] = set()
+        todo = [pos]
+        while todo:
+            o = objs[todo.pop()]
+            if o.type == "PU":
+                found.add(int(o.attrs["os_index"]))
+            todo.extend(o.children)
+        return frozenset(found)
+
+    # cores, packages, caches, by each PU's ancestors
+    seen_caches: dict[tuple[int, str, frozenset[int]], int | None] = {}
+    spans: dict[int, frozenset[int]] = {}
+    for cpu, pos in pus.items():
+        core: tuple[int | None, frozenset[int]] | None = None
+        package: tuple[int | None, frozenset[int]] | None = None
+        up = objs[pos].parent
+        while up >= 0:
+            o = objs[up]
+            if o.type == "Core" and core is None:
+                core = (_int_attr(path, o, "os_index", cap=None), spans.setdefault(up, below(up)) | {cpu})
+            elif o.type in ("Package", "Socket") and package is None:
+                package = (_int_attr(path, o, "os_index", cap=None), spans.setdefault(up, below(up)) | {cpu})
+            elif o.type in _V2_CACHES or o.type == "Cache":
+                level = _int_attr(path, o, "depth", cap=None) if "depth" in o.attrs else _V2_CACHES.get(o.type)
+                kind = _CACHE_TYPES.get(o.attrs.get("cache_type", "0"))
+                if o.type.endswith("iCache"):
+                    kind = "Instruction"
+                if level is None or kind is None:
+                    raise _fail(path, o.line, f"a {o.type} without a level (depth) or with cache_type="
+                                f"{_shown(o.attrs.get('cache_type', ''))}", _REEXPORT)
+                shared = spans.setdefault(up, below(up)) | {cpu}
+                seen_caches.setdefault((level, kind, shared), _int_attr(path, o, "cache_size", cap=None))
+            up = o.parent
+        topo.core_of[cpu] = core if core is not None else (None, frozenset({cpu}))
+        if package is not None:
+            topo.package_of[cpu] = package
+    topo.caches = [(lv, kind, cpus, size) for (lv, kind, cpus), size in seen_caches.items()]
+
+    # NUMA nodes
+    node_objs: dict[int, int] = {}
+    for pos, obj in enumerate(objs):
+        if obj.type == "NUMANode":
+            nid = _int_attr(path, obj, "os_index", required=True)
+            assert nid is not None
+            if nid in node_objs:
+                raise _fail(path, obj.line, f"a second NUMANode with os_index {nid} (the first is on line "
+                            f"{objs[node_objs[nid]].line})", _REEXPORT)
+            node_objs[nid] = pos
+    homes: dict[int, int] = {}
+    if node_objs:
+        locality = {nid: below(pos) for nid, pos in node_objs.items()}
+        for cpu in sorted(online):
+            holders = [nid for nid, cpus in locality.items() if cpu in cpus]
+            if holders:
+                homes[cpu] = min(holders, key=lambda n: (_is_tier(objs[node_objs[n]]), len(locality[n]), n))
+        for nid, pos in sorted(node_objs.items()):
+            obj = objs[pos]
+            memory = _int_attr(path, obj, "local_memory", cap=None) or 0
+            mine = frozenset(c for c, h in homes.items() if h == nid)
+            topo.nodes[nid] = (mine, memory, obj.attrs.get("subtype") or obj.infos.get("Type"))
+            topo.node_localities[nid] = locality[nid]
+        unhomed = online - frozenset(homes)
+        if unhomed:
+            log.warning("hwloc XML %s: no NUMA node holds PUs %s; they are in no node", path,
+                        format_cpulist(unhomed))
+    else:
+        memory = _int_attr(path, root, "local_memory", cap=None) or 0
+        topo.nodes[0] = (online, memory, None)
+        topo.node_localities[0] = online
+        log.debug("hwloc XML %s has no NUMANode: one node 0 with every PU and %d bytes", path, memory)
+    node_ids = frozenset(topo.nodes)
+    complete_nodes = cpuset(root, "complete_nodeset")
+    topo.possible_nodes = node_ids | (complete_nodes.ids if complete_nodes is not None and node_objs
+                                      else frozenset())
+
+    # what the process may use
+    allowed = cpuset(root, "allowed_cpuset")
+    topo.allowed_cpus = online if allowed is None else allowed.within(online)
+    allowed_n = cpuset(root, "allowed_nodeset") if node_objs else None
+    topo.allowed_nodes = node_ids if allowed_n is None else allowed_n.within(node_ids)
+
+    topo.distances = _distances(path, r, objs, node_objs, node_ids)
+
+    # the CPU's name, as proc/cpuinfo has it
+    for pos in sorted({p for c, p in pus.items()}):
+        up = objs[pos].parent
+        while up >= 0 and objs[up].type not in ("Package", "Socket"):
+            up = objs[up].parent
+        infos = dict(root.infos)
+        if up >= 0:
+            infos.update(objs[up].infos)
+        topo.cpu_info = {k: infos[k] for k in ("CPUVendor", "CPUFamilyNumber", "CPUModel") if infos.get(k)}
+        break
+
+    _read_pci(path, topo, objs, node_objs, cpuset)
+    return topo
+
+
+def _is_tier(obj: _Obj) -> bool:
+    subtype = obj.attrs.get("subtype") or obj.infos.get("Type") or ""
+    return subtype.startswith(_TIERS)
+
+
+def _distances(path: str, r: _Reader, objs: list[_Obj], node_objs: Mapping[int, int],
+               node_ids: frozenset[int]) -> dict[int, dict[int, int]]:
+    """The NUMA latency matrix (see the module doc), as {node: {node: distance}}; {} when the file has none."""
+    gp_to_node = {objs[pos].attrs.get("gp_index"): nid for nid, pos in node_objs.items()}
+    found: list[tuple[str | None, int, list[int], list[int]]] = []   # (name, line, node ids, values)
+    for m in r.matrices:
+        a = m.attrs
+        if a["element"] == "distances2":
+            if a.get("type") != "NUMANode":
+                continue
+            kind = a.get("kind", "")
+            if kind.isascii() and kind.isdigit() and len(kind) < 6 and int(kind) & 8:
+                continue                                 # HWLOC_DISTANCES_KIND_MEANS_BANDWIDTH
+            n = _count(path, m.line, a.get("nbobjs"))
+            if len(m.indexes) != n or len(m.values) != n * n:
+                raise _fail(path, m.line, f"distances2 of {n} objects lists {len(m.indexes)} indexes and "
+                            f"{len(m.values)} values (expected {n} and {n * n})", _REEXPORT)
+            ids: list[int] = []
+            for text in m.indexes:
+                if a.get("indexing", "os") == "gp":
+                    nid = gp_to_node.get(text)
+                else:
+                    nid = int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else None
+                if nid is None or nid not in node_ids:
+                    raise _fail(path, m.line, f"distances2 names NUMA node {_shown(text)}, which the file does "
+                                f"not hold", _REEXPORT)
+                ids.append(nid)
+            values = [_distance(path, m.line, v) for v in m.values]
+            found.append((a.get("name"), m.line, ids, values))
+        else:
+            # v1: hwloc 2 takes a matrix of as many objects as there are NUMA nodes for the nodes, in their
+            # logical (document) order, whatever its relative_depth says (hwloc 2's own v1 export writes the
+            # node matrix at the depth of the level below the nodes).
+            n = _count(path, m.line, a.get("nbobjs"))
+            if n != len(node_objs) or not n:
+                continue
+            if len(m.latencies) != n * n:
+                raise _fail(path, m.line, f"distances of {n} objects lists {len(m.latencies)} latencies "
+                            f"(expected {n * n})", _REEXPORT)
+            at = sorted(node_objs.values())
+            base = _float(path, m.line, a.get("latency_base", "1"))
+            ids = [int(objs[p].attrs["os_index"]) for p in at]
+            values = [_distance(path, line, str(round(_float(path, line, v) * base))) for v, line in m.latencies]
+            found.append((None, m.line, ids, values))
+    if not found:
+        return {}
+    slit = [f for f in found if all(f[3][i * len(f[2]) + i] == 10 for i in range(len(f[2])))]
+    chosen = next((f for f in found if f[0] == "NUMALatency"), None) or (slit or found)[0]
+    _name, line, ids, values = chosen
+    n = len(ids)
+    if set(ids) != node_ids or len(set(ids)) != n:
+        log.warning("hwloc XML %s, line %d: the latency matrix covers nodes %s, not every node (%s); the nodes "
+                    "get no distances", path, line, format_cpulist(ids), format_cpulist(node_ids))
+        return {}
+    return {a: {b: values[i * n + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
+
+
+def _count(path: str, line: int, text: str | None) -> int:
+    if text is None or not text.isascii() or not text.isdigit() or len(text) > 6:
+        raise _fail(path, line, f"a distance matrix size {_shown(text or '')} that is not a count", _REEXPORT)
+    return int(text)
+
+
+def _float(path: str, line: int, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1e12 or len(text) > 40:
+        raise _fail(path, line, f"latency {_shown(text)} is not a non-negative number", _REEXPORT)
+    return value
+
+
+def _distance(path: str, line: int, text: str) -> int:
+    if not text.isascii() or not text.isdigit() or len(text) > 9:
+        raise _fail(path, line, f"distance {_shown(text)} is not an integer of at most 9 digits (the kernel's "
+                    f"SLIT distances are below 256)", _REEXPORT)
+    return int(text)
+
+
+def _pci_type(text: str) -> tuple[int, int, int] | None:
+    """(class, vendor, device) of ``pci_type="0302 [10de:1db8] [10de:131d] a1"``; None when malformed."""
+    parts = text.split()
+    if len(parts) < 2 or len(parts[0]) != 4 or not set(parts[0]) <= _WORD_HEX:
+        return None
+    ids = parts[1]
+    if len(ids) != 11 or ids[0] != "[" or ids[5] != ":" or ids[10] != "]" or not (
+            set(ids[1:5]) | set(ids[6:10])) <= _WORD_HEX:
+        return None
+    return int(parts[0], 16), int(ids[1:5], 16), int(ids[6:10], 16)
+
+
+def _bus_id(text: str) -> str | None:
+    t = text.strip().lower()
+    parts = t.replace(".", ":").split(":")
+    if len(parts) != 4 or not all(p and set(p) <= _WORD_HEX for p in parts):
+        return None
+    dom, bus, dev, fn = parts
+    if len(dom) > 8 or len(bus) != 2 or len(dev) != 2 or len(fn) != 1 or int(fn, 16) > 7:
+        return None
+    return f"{int(dom, 16):04x}:{bus}:{dev}.{fn}"
+
+
+def _read_pci(path: str, topo: HwlocTopology, objs: list[_Obj], node_objs: Mapping[int, int],
+              cpuset: Any) -> None:
+    cpu_nodes = {nid for nid, (cpus, _m, _s) in topo.nodes.items() if cpus}
+    for obj in objs:
+        if obj.type != "PCIDev":
+            continue
+        bus = _bus_id(obj.attrs.get("pci_busid", ""))
+        kind = _pci_type(obj.attrs.get("pci_type", ""))
+        if bus is None or kind is None:
+            raise _fail(path, obj.line, f"a PCIDev with pci_busid={_shown(obj.attrs.get('pci_busid', ''))} "
+                        f"pci_type={_shown(obj.attrs.get('pci_type', ''))}, not a bus id and class [vendor:device]",
+                        _REEXPORT)
+        up = obj.parent
+        while up >= 0 and objs[up].type in _IO_TYPES:
+            up = objs[up].parent
+        if up < 0:
+            local, nodes = topo.pus, frozenset(topo.nodes)
+        else:
+            holder = objs[up]
+            bm = cpuset(holder)
+            local = bm.within(topo.pus) if bm is not None else topo.pus
+            ns = cpuset(holder, "nodeset")
+            nodes = ns.within(topo.nodes) if ns is not None and node_objs else frozenset(topo.nodes)
+            if holder.type == "NUMANode":                  # v1: I/O below a node
+                nodes = frozenset({int(holder.attrs["os_index"])})
+        with_cpus = nodes & cpu_nodes
+        node = (min(nodes) if len(nodes) == 1 else min(with_cpus) if len(with_cpus) == 1 else -1)
+        osdevs = [(objs[c].attrs.get("name", ""), objs[c].infos) for c in obj.children
+                  if objs[c].type == "OSDev"]
+        if bus in topo.pci:
+            log.warning("hwloc XML %s, line %d: a second PCIDev %s (class %04x); a bus id names one device, "
+                        "the first is kept", path, obj.line, bus, kind[0])
+            continue
+        topo.pci[bus] = (kind[0], kind[1], kind[2], node, local, osdevs, obj.infos)
+    topo.gpu_note = _gpu_note(path, topo)
+
+
+def _gpus(topo: HwlocTopology, vendor: str) -> list[str]:
+    return sorted(bus for bus, (cls, ven, _d, _n, _l, _o, _i) in topo.pci.items()
+                  if _GPU_VENDORS.get(ven) == vendor and cls >> 8 in _GPU_CLASSES[vendor])
+
+
+def _runtime_index(name: str, prefixes: tuple[str, ...]) -> tuple[int, int] | None:
+    """(rank of the prefix, index) of an OS device ``cuda3``/``nvml3``/``rsmi0``/``opencl0d2``/``ze1``."""
+    for rank, prefix in enumerate(prefixes):
+        if name.startswith(prefix):
+            tail = name[len(prefix):]
+            if prefix == "opencl":
+                tail = tail.partition("d")[2]
+            if tail.isascii() and tail.isdigit() and len(tail) <= 6:
+                return rank, int(tail)
+    return None
+
+
+def _gpu_note(path: str, topo: HwlocTopology) -> str:
+    """How the GPUs of the runtime discovery will pick are ordered, said for the identity note."""
+    name = os.path.basename(path)
+    notes = []
+    for vendor in ("nvidia", "amd", "intel"):
+        gpus = _gpus(topo, vendor)
+        if not gpus:
+            continue
+        prefixes = _RUNTIME_OSDEVS[vendor]
+        indexed: dict[str, dict[str, int]] = {}       # OS device kind -> {bus id: its index}
+        for bus in gpus:
+            for osdev, _infos in topo.pci[bus][5]:
+                hit = _runtime_index(osdev, prefixes)
+                if hit is not None:
+                    indexed.setdefault(prefixes[hit[0]], {}).setdefault(bus, hit[1])
+        if not indexed:
+            notes.append(f"{name} carries no {'/'.join(prefixes)} OS devices for its {vendor} GPUs (exported "
+                         f"without them, or with I/O filtered): numabind numbers them in PCI bus order")
+            continue
+        for kind, found in indexed.items():
+            by_runtime = sorted(found, key=lambda b: found[b])
+            by_bus = [b for b in gpus if b in found]
+            if by_runtime != by_bus:
+                notes.append(f"{name}'s {kind} OS devices number its {vendor} GPUs {', '.join(by_runtime)}; "
+                             f"numabind numbers them in PCI bus order ({', '.join(by_bus)})")
+        covered = max(len(found) for found in indexed.values())
+        if covered < len(gpus):
+            notes.append(f"{name} has OS devices for {covered} of its {len(gpus)} {vendor} GPUs; numabind "
+                         f"numbers all {len(gpus)}")
+    return "; ".join(notes)
+
+
+# ----------------------------------------------------------------------------- the tree
+
+
+def _mask(ids: Iterable[int]) -> str:
+    """The kernel's hex mask text: 32-bit words, most significant first, comma-separated."""
+    values = sorted(ids)
+    words = [0] * ((values[-1] // 32 + 1) if values else 1)
+    for i in values:
+        words[i // 32] |= 1 << (i % 32)
+    return ",".join(f"{w:08x}" for w in reversed(words))
+
+
+def _size_text(size: int | None) -> str | None:
+    if size is None:
+        return None
+    return f"{size >> 10}K" if size and size % 1024 == 0 else str(size)
+
+
+def write_tree(topo: HwlocTopology, dest: str) -> None:
+    """Write the sysfs/procfs files a kernel would show of ``topo`` under the directory ``dest``."""
+    files: dict[str, str] = {}
+    cpu_dir = "sys/devices/system/cpu"
+    node_dir = "sys/devices/system/node"
+    files[f"{cpu_dir}/online"] = format_cpulist(topo.pus)
+    files[f"{cpu_dir}/possible"] = format_cpulist(topo.possible_cpus)
+    order = {"Data": 0, "Instruction": 1, "Unified": 2}
+    per_cpu: dict[int, list[tuple[int, str, frozenset[int], int | None]]] = {}
+    for cache in sorted(topo.caches, key=lambda c: (c[0], order[c[1]])):
+        for cpu in cache[2]:
+            per_cpu.setdefault(cpu, []).append(cache)
+    for cpu in sorted(topo.pus):
+        base = f"{cpu_dir}/cpu{cpu}"
+        core, threads = topo.core_of[cpu]
+        files[f"{base}/topology/thread_siblings_list"] = format_cpulist(threads)
+        files[f"{base}/topology/thread_siblings"] = _mask(threads)
+        if core is not None:
+            files[f"{base}/topology/core_id"] = str(core)
+        package = topo.package_of.get(cpu)
+        if package is not None:
+            files[f"{base}/topology/core_siblings_list"] = format_cpulist(package[1])
+            if package[0] is not None:
+                files[f"{base}/topology/physical_package_id"] = str(package[0])
+        for k, (level, kind, cpus, size) in enumerate(per_cpu.get(cpu, ())):
+            idir = f"{base}/cache/index{k}"
+            files[f"{idir}/level"] = str(level)
+            files[f"{idir}/type"] = kind
+            files[f"{idir}/shared_cpu_list"] = format_cpulist(cpus)
+            files[f"{idir}/shared_cpu_map"] = _mask(cpus)
+            size_text = _size_text(size)
+            if size_text is not None:
+                files[f"{idir}/size"] = size_text
+    ids = sorted(topo.nodes)
+    files[f"{node_dir}/online"] = format_cpulist(ids)
+    files[f"{node_dir}/possible"] = format_cpulist(topo.possible_nodes)
+    files[f"{node_dir}/has_cpu"] = format_cpulist(n for n in ids if topo.nodes[n][0])
+    files[f"{node_dir}/has_memory"] = format_cpulist(n for n in ids if topo.nodes[n][1])
+    total = 0
+    for nid in ids:
+        cpus, memory, _subtype = topo.nodes[nid]
+        base = f"{node_dir}/node{nid}"
+        files[f"{base}/cpulist"] = format_cpulist(cpus)
+        files[f"{base}/cpumap"] = _mask(cpus)
+        files[f"{base}/meminfo"] = f"Node {nid} MemTotal:       {memory >> 10} kB\n"
+        total += memory >> 10
+        if topo.distances:
+            files[f"{base}/distance"] = " ".join(str(topo.distances[nid][o]) for o in ids)
+    files["proc/meminfo"] = f"MemTotal:       {total} kB\n"
+    files["proc/self/status"] = (f"Name:\tlstopo\nCpus_allowed:\t{_mask(topo.allowed_cpus)}\n"
+                                 f"Cpus_allowed_list:\t{format_cpulist(topo.allowed_cpus)}\n"
+                                 f"Mems_allowed:\t{_mask(topo.allowed_nodes)}\n"
+                                 f"Mems_allowed_list:\t{format_cpulist(topo.allowed_nodes)}\n")
+    if topo.allowed_cpus != topo.pus or topo.allowed_nodes != frozenset(ids):
+        # an XML exported inside a cpuset: the cpuset (a cgroup v2 one) is what discovery takes as the limit
+        files["proc/mounts"] = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime 0 0\n"
+        files["proc/self/cgroup"] = "0::/\n"
+        files["sys/fs/cgroup/cpuset.cpus.effective"] = format_cpulist(topo.allowed_cpus)
+        files["sys/fs/cgroup/cpuset.mems.effective"] = format_cpulist(topo.allowed_nodes)
+    info = topo.cpu_info
+    if info:
+        lines = ["processor\t: 0"]
+        if info.get("CPUVendor") and info.get("CPUFamilyNumber"):
+            lines += [f"vendor_id\t: {info['CPUVendor']}", f"cpu family\t: {info['CPUFamilyNumber']}"]
+        if info.get("CPUModel"):
+            lines.append(f"model name\t: {info['CPUModel']}")
+        files["proc/cpuinfo"] = "\n".join(lines) + "\n\n"
+    _pci_files(topo, files)
+    files[GPU_NOTE_FILE] = f"source: {topo.path}\nversion: {topo.version}\ngpu_order: {topo.gpu_note}\n"
+    made: set[str] = set()
+    for rel, text in files.items():
+        parent = os.path.dirname(rel)
+        if parent not in made:
+            os.makedirs(os.path.join(dest, parent), mode=0o700, exist_ok=True)
+            made.add(parent)
+        with open(os.path.join(dest, rel), "x", encoding="utf-8") as out:
+            out.write(text if text.endswith("\n") else text + "\n")
+
+
+def _pci_files(topo: HwlocTopology, files: dict[str, str]) -> None:
+    amd_rank: dict[str, tuple[int, int]] = {}
+    for bus, (cls, vendor, device, node, local, osdevs, infos) in sorted(topo.pci.items()):
+        base = f"sys/bus/pci/devices/{bus}"
+        files[f"{base}/class"] = f"0x{cls:04x}00"
+        files[f"{base}/vendor"] = f"0x{vendor:04x}"
+        files[f"{base}/device"] = f"0x{device:04x}"
+        files[f"{base}/numa_node"] = str(node)
+        files[f"{base}/local_cpulist"] = format_cpulist(local)
+        files[f"{base}/local_cpus"] = _mask(local)
+        name = _GPU_VENDORS.get(vendor)
+        if name is None or cls >> 8 not in _GPU_CLASSES[name]:
+            continue
+        uuid = next((v for _n, i in osdevs for k, v in i.items() if k.endswith("UUID") and v), None)
+        model = next((i["GPUModel"] for _n, i in osdevs if i.get("GPUModel")), None) or infos.get("PCIDevice")
+        if name == "nvidia":
+            lines = [f"Model: \t\t {model or 'NVIDIA GPU'}"]
+            if uuid:
+                lines.append(f"GPU UUID: \t {uuid}")
+            lines.append(f"Bus Location: \t {bus}")
+            files[f"proc/driver/nvidia/gpus/{bus}/information"] = "\n".join(lines) + "\n"
+        elif name == "amd":
+            hits = [_runtime_index(n, ("rsmi",)) for n, _i in osdevs]
+            index = min((h for h in hits if h is not None), default=None)
+            if index is not None:
+                amd_rank[bus] = index
+    for k, bus in enumerate(sorted(amd_rank, key=lambda b: amd_rank[b])):
+        dom, b, rest = bus.split(":")
+        dev, fn = rest.split(".")
+        location = int(b, 16) << 8 | int(dev, 16) << 3 | int(fn, 16)
+        osdevs = topo.pci[bus][5]
+        uuid = next((v for _n, i in osdevs for key, v in i.items() if key.endswith("UUID") and v), "")
+        tail = uuid[4:] if uuid.upper().startswith("GPU-") else uuid
+        unique = int(tail, 16) if tail and len(tail) <= 16 and set(tail) <= _WORD_HEX else 0
+        props = ["simd_count 1", f"location_id {location}", f"domain {int(dom, 16)}"]
+        if unique:
+            props.append(f"unique_id {unique}")
+        files[f"sys/class/kfd/kfd/topology/nodes/{k + 1}/properties"] = "\n".join(props) + "\n"
+        model = next((i["GPUModel"] for _n, i in osdevs if i.get("GPUModel")), None)
+        if model:
+            files[f"sys/class/kfd/kfd/topology/nodes/{k + 1}/name"] = model
+    if amd_rank:
+        files["sys/class/kfd/kfd/topology/nodes/0/properties"] = "cpu_cores_count 1\nsimd_count 0\n"
+
+
+def gpu_order_note(reader: Any) -> str:
+    """What the tree of an XML root says about its GPUs' order (for their identity note); "" for another root."""
+    if getattr(reader, "is_live", True):
+        return ""
+    text: str | None = reader.read(GPU_NOTE_FILE)
+    if not text:
+        return ""
+    for line in text.splitlines():
+        key, _sep, value = line.partition(": ")
+        if key == "gpu_order":
+            return value.strip()
+    return ""
