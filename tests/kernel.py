@@ -1,7 +1,7 @@
 """Helpers shared by the tests that touch the real kernel of this host (test_bind, test_backends,
 test_native, test_process, test_cli, ...): independent readers of what the kernel holds, threads
-parked for a test, children run with the checkout's numabind, a seccomp filter, and the autouse
-fixture that puts the process's binding back.
+parked for a test, children run with the checkout's numabind, a seccomp filter, and what the autouse
+fixture ``restore_process`` of tests/conftest.py (every test's) uses to put the process's binding back.
 
 Nothing here assumes this host's CPU ids or node count: ``CPU_A``/``CPU_B`` are two CPUs this
 process may use (the same one on a one-CPU machine), ``MEM_NODE`` a node with memory, and
@@ -209,8 +209,9 @@ def run_python(code: str, env: dict | None = None, timeout: float = 60) -> subpr
                           env=full, timeout=timeout, cwd=ROOT)
 
 
-def numabind_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    """``python -m numabind ARGS`` in a child (with :func:`child_env` unless ``env`` is given)."""
+def numabind_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m numabind ARGS`` in a child (with :func:`child_env` unless ``env`` is given), in the checkout:
+    the one CLI runner of the tests (``timeout`` is a deadline against a hang)."""
     return subprocess.run([sys.executable, "-m", "numabind", *args], capture_output=True, text=True,
                           env=env if env is not None else child_env(), timeout=timeout, cwd=ROOT)
 
@@ -307,33 +308,6 @@ def mempolicy_refusal() -> str | None:
     return _refusal[0]
 
 
-@pytest.fixture(autouse=True)
-def restore_process(request, monkeypatch):
-    """Save every thread's affinity and the memory policy; restore them after the test.
-
-    Where the memory-policy calls are refused (:func:`mempolicy_refusal`) a test marked ``kernel`` skips
-    with that reason, and any other test runs with only the affinity saved and restored."""
-    for var in ("NUMABIND_BACKEND", "NUMABIND_STRICT", "NUMABIND_FSROOT", "_NUMABIND_LIBNUMA"):
-        monkeypatch.delenv(var, raising=False)
-    refusal = mempolicy_refusal()
-    if refusal is not None and request.node.get_closest_marker("kernel") is not None:
-        pytest.skip(refusal)
-    affinity = thread_affinities()
-    policy = word = None
-    if refusal is None:
-        policy = raw_mempolicy()
-        word = raw_word()
-    yield affinity, policy
-    for tid, cpus in affinity.items():
-        try:
-            os.sched_setaffinity(tid, cpus)
-        except OSError:  # a thread that exited
-            pass
-    if word is not None:
-        raw_set_word(*word)
-        assert raw_word() == word
-
-
 @pytest.fixture
 def all_cpus() -> frozenset[int]:
     """Every CPU this process may use now (what an unbound process has)."""
@@ -360,8 +334,6 @@ def forced(request, monkeypatch):
         return {}, f"{name} forced by NUMABIND_BACKEND"
 
     return force
-
-
 
 
 # --------------------------------------------------------------------------- the machine, derived at run time
@@ -413,41 +385,3 @@ def process_node_pages() -> dict[int, int]:
 
 
 # --------------------------------------------------------------------------- numactl's cpuset against our affinity
-def cpuset_cpus() -> frozenset[int]:
-    """The CPUs of this process's cpuset (cgroup v2 ``cpuset.cpus.effective``, v1 ``cpuset.effective_cpus``,
-    the nearest ancestor that has one), read here; the online CPUs where no cpuset says otherwise."""
-    try:
-        with open("/proc/self/cpuset") as f:
-            path = f.read().strip()
-    except OSError:
-        return ONLINE_CPUS
-    while True:
-        for base, name in (("/sys/fs/cgroup", "cpuset.cpus.effective"),              # cgroup v2
-                           ("/sys/fs/cgroup/cpuset", "cpuset.effective_cpus")):     # cgroup v1
-            try:
-                with open(os.path.join(base + path, name)) as f:
-                    text = f.read().strip()
-            except OSError:
-                continue
-            if text:
-                return ids_of(text)
-        if path in ("", "/"):
-            return ONLINE_CPUS
-        path = os.path.dirname(path)
-
-
-def node_cpus(node: int) -> frozenset[int]:
-    with open(f"/sys/devices/system/node/node{node}/cpulist") as f:
-        return ids_of(f.read())
-
-
-#: The reason of the tests that xfail where numactl and numabind read different CPUs (strict: they fail once fixed).
-CPUSET_GAP = "numactl reads the cpuset, numabind the affinity: issue 32 cause 1/2"
-
-
-def cpuset_gap(node: int | None = None) -> pytest.MarkDecorator:
-    """xfail (strict) where the CPUs numactl would take from the cpuset for ``node`` (None: every node) differ
-    from those of this process's affinity, as under ``taskset -c 0``; a plain mark elsewhere."""
-    within = ONLINE_CPUS if node is None else node_cpus(node)
-    differs = (cpuset_cpus() & within) != (frozenset(ALLOWED) & within)
-    return pytest.mark.xfail(differs, strict=True, reason=CPUSET_GAP)

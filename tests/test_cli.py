@@ -22,8 +22,8 @@ from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import two_sockets
 from tests.kernel import BLOCK_NATIVE, GPU_ENV, child_env  # noqa: F401
 from tests.kernel import (ALLOWED, CPU_A, CPU_B, MEM_NODE, ROOT, numabind_cli, numactl_show,  # noqa: F401
-                          restore_process, run_main, show_fields)
-# (restore_process is autouse: state put back; CPU_A/CPU_B/MEM_NODE: no test assumes this host's ids)
+                          run_main, show_fields)
+# (CPU_A/CPU_B/MEM_NODE: no test assumes this host's ids; tests/conftest.py puts the process state back)
 
 kernel = pytest.mark.kernel
 
@@ -54,7 +54,7 @@ def test_main_job_on_this_host():
     assert [out.index(s) for s in sections] == sorted(out.index(s) for s in sections)
     topo = discover()
     # the plan for a node: its CPUs that this process may use now
-    cpus = numabind.format_cpulist(topo.nodes[MEM_NODE].cpus & frozenset(ALLOWED))
+    cpus = numabind.format_cpulist(topo.nodes[MEM_NODE].cpus & topo.allowed_cpus)   # the cpuset's, not the affinity's
     assert f"online cpus: {numabind.format_cpulist(topo.online_cpus)}" in out
     gpus = out.split("== GPUs ==")[1].split("== plans ==")[0]
     assert "none found" in gpus
@@ -338,8 +338,9 @@ def test_run_console_script():
 #: What ``numabind run``'s fast path loads besides what ``python -c pass`` has: the modules a bind needs
 #: and nothing of argparse, logging, typing, ``__future__`` or discovery. Each module more costs about
 #: 1 % of the path's start (``python -m bench``, P7), so a new one here is a decision, not an accident.
+# numabind._cgroup: the cpuset is the limit a plan is checked against (issue 32), read as discovery reads it
 RUN_PATH_MODULES = {"numabind", "numabind.cli", "numabind._base", "numabind.errors", "numabind.cpulist",
-                    "numabind.plan", "numabind.live", "numabind._fs", "numabind.backends",
+                    "numabind.plan", "numabind.live", "numabind._fs", "numabind._cgroup", "numabind.backends",
                     "numabind.bind", "numabind._native", "numabind._native.lib", "_cffi_backend", "gc"}
 
 
@@ -410,7 +411,7 @@ def test_run_with_the_none_backend_binds_cpus_and_warns_only_when_lenient(tmp_pa
 ])
 def test_run_numactl_like_options(opts, expect):
     ids = {"A": CPU_A, "B": CPU_B, "N": MEM_NODE, "ALL": " ".join(map(str, ALLOWED)),
-           "NODE": " ".join(map(str, sorted(discover().nodes[MEM_NODE].cpus & frozenset(ALLOWED))))}
+           "NODE": " ".join(map(str, sorted(discover().nodes[MEM_NODE].cpus & discover().allowed_cpus)))}  # cpuset
     opts = [o.format(**ids) for o in opts]
     expect = (expect[0].format(**ids), expect[1])
     cp = numabind_cli("run", *opts, "--", "numactl", "--show")

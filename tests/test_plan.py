@@ -264,9 +264,9 @@ def test_validate_names_only_the_offending_ids():
     assert str(info.value).startswith("CPUs 7 ")
 
 
-def test_validate_without_a_source_says_affinity():
+def test_validate_without_a_source_says_the_cpuset():
     topo = make_topology({0: ({0, 1}, GiB)}, allowed_cpus={0}, source="")
-    with pytest.raises(PlanError, match=r"from affinity"):
+    with pytest.raises(PlanError, match=r"its cpuset \(0, from the cpuset\); pick CPUs inside that set or widen"):
         Plan(cpus={1}).validate(topo)
 
 
@@ -339,13 +339,13 @@ def test_from_numactl_args_quoted_values():
         ("-N1", Plan(cpus="4-6")),
         ("--cpunodebind 0,1", Plan(cpus="0-6")),
         ("-N 3", Plan(cpus="8-9")),  # CPU-only node
-        ("-N all", Plan(cpus="0-6,8-9")),  # every node with an allowed CPU, CPU-only ones too
-        ("-N !0", Plan(cpus="4-6,8-9")),
+        ("-N all", Plan(cpus="0-6")),  # Mems_allowed (0-2), as libnuma: CPU-only node 3 is not in it
+        ("-N !0", Plan(cpus="4-6")),   # node 2 (memory only) adds no CPU
         ("-N !0,3", Plan(cpus="4-6")),
-        ("-N +0", Plan(cpus="0-3")),  # relative to the nodes with allowed CPUs: 0, 1, 3
-        ("-N +2", Plan(cpus="8-9")),
-        ("-N +1-2", Plan(cpus="4-6,8-9")),
-        ("-N !+0", Plan(cpus="4-6,8-9")),
+        ("-N +0", Plan(cpus="0-3")),  # relative to Mems_allowed: 0, 1, 2
+        ("-N +1", Plan(cpus="4-6")),
+        ("-N +1-2", Plan(cpus="4-6")),
+        ("-N !+0", Plan(cpus="4-6")),
         # --physcpubind with all / ! / +
         ("-C all", Plan(cpus=ALLOWED)),
         ("--physcpubind=all", Plan(cpus=ALLOWED)),
@@ -375,7 +375,7 @@ def test_from_numactl_args_with_topology(args, expected):
 
 def test_cpunodebind_result_validates():
     # the nodes' CPUs that are allowed (node 1's CPU 7 and node 5 are not): validate() keeps the plan as it is
-    for args, cpus in (("-N all", {0, 1, 2, 3, 4, 5, 6, 8, 9}), ("-N 1", {4, 5, 6}), ("-N !0 -m all", {4, 5, 6, 8, 9}),
+    for args, cpus in (("-N all", {0, 1, 2, 3, 4, 5, 6}), ("-N 1", {4, 5, 6}), ("-N !0 -m all", {4, 5, 6}),
                        ("-C all -i all", {0, 1, 2, 3, 4, 5, 6, 8, 9})):
         plan = Plan.from_numactl_args(args, topology=TOPO)
         assert plan.cpus == cpus, args
@@ -406,8 +406,8 @@ def test_from_numactl_args_needs_topology(args, pattern):
         ("-N 2", r"node 2 has no CPUs \(a memory-only node\)"),
         ("--cpunodebind=0,2", r"node 2 has no CPUs"),
         ("-N 4", r"node 4 does not exist.*0-3,5"),
-        ("-N 5", r"--cpunodebind=5.*10-11.*outside the allowed CPUs 0-6,8-9"),
-        ("-N !0,1,3", r"--cpunodebind.*selects nothing"),
+        ("-N 5", r"--cpunodebind=5.*10-11.*outside the CPUs this process may use \(0-6,8-9, from test cpuset\)"),
+        ("-N !0,1,3", r"--cpunodebind='!0,1,3': nodes 2 have no CPUs"),
         ("-C !all", r"--physcpubind.*selects nothing"),
         ("-C +9", r"relative ids 9 exceed the 9 allowed entries"),
         ("-C +all", r"'\+all' is not a list"),
@@ -835,16 +835,18 @@ def test_from_numactl_args_short_preferred_many_and_old_cpubind():
 
 
 @pytest.mark.parametrize("args, cpuset_aware, whole", [
-    ("-C all", Plan(cpus=ALLOWED), Plan(cpus="0-11")),                 # every online CPU
-    ("-C !0-3", Plan(cpus="4-6,8-9"), Plan(cpus="4-11")),
-    ("-C +7", Plan(cpus={8}), Plan(cpus={7})),                         # the 8th online CPU
-    ("-N 1", Plan(cpus="4-6"), Plan(cpus="4-7")),                      # CPU 7 is outside the cpuset
-    ("-N all", Plan(cpus="0-6,8-9"), Plan(cpus="0-11")),               # node 5's CPUs are all outside it
+    # CPUs: the lists count every online CPU, and the kernel keeps those of the cpuset (CPU 7, 10-11 are not)
+    ("-C !0,9", Plan(cpus="1-6,8"), Plan(cpus="1-6,8")),
+    ("-C +8", Plan(cpus={9}), Plan(cpus={8})),                         # the 9th online CPU
+    ("-N 1", Plan(cpus="4-6"), Plan(cpus="4-6")),                      # CPU 7 is outside the cpuset
+    ("-N !0", Plan(cpus="4-6"), Plan(cpus="4-6,8-9")),                 # nodes: every node, not Mems_allowed
+    ("-N all", Plan(cpus="0-6"), Plan(cpus="0-6,8-9")),
     ("-m all", Plan(mem_policy="bind", mem_nodes="0-2"), Plan(mem_policy="bind", mem_nodes="0-2,5")),
     ("-i !0", Plan(mem_policy="interleave", mem_nodes="1-2"), Plan(mem_policy="interleave", mem_nodes="1-2,5")),
 ])
 def test_all_widens_every_list_to_the_whole_machine(args, cpuset_aware, whole):
-    """numactl's -a/--all: 'all', '!' and '+' count the whole machine, not the cpuset, on the whole line."""
+    """numactl's -a/--all: 'all', '!' and '+' count the whole machine, not the process's sets, on the whole
+    line; the CPUs the kernel would keep are those of the cpuset."""
     assert Plan.from_numactl_args(args, topology=TOPO) == cpuset_aware
     for flag in ("-a", "--all"):
         assert Plan.from_numactl_args(f"{flag} {args}", topology=TOPO) == whole

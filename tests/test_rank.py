@@ -28,7 +28,7 @@ from numabind.topology import discover_from
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import FakeMachine, snc
 from tests.launchers import TWO_CPUS, host_gpu_machine, json_lines, numabind_command, report_command
-from tests.kernel import ROOT, restore_process, run_main  # noqa: F401  (autouse: process state put back)
+from tests.kernel import ROOT, run_main
 
 kernel = pytest.mark.kernel
 

@@ -14,18 +14,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from numabind._cgroup import Cpuset, read_cpuset
 from numabind._fs import FsReader
 from numabind.cpulist import format_cpulist, parse_cpulist
 from numabind.errors import NumabindError
 from numabind.topology import (
     Cache,
     Cpu,
-    Cpuset,
     MemoryAccess,
     Topology,
     discover,
     discover_from,
-    read_cpuset,
 )
 
 from .fakegpu import add_nvidia_gpu, nv_uuid
@@ -317,7 +316,8 @@ def test_status_masks_without_lists(tmp_path):
                "Name:\tx\nCpus_allowed:\t00000000,0000f00f\nMems_allowed:\t00000000,00000002\n")
     m.write()
     t = discover(tmp_path)
-    assert (t.allowed_cpus, t.allowed_nodes) == (L("0-3,12-15"), {1})
+    assert (t.affinity, t.allowed_nodes) == (L("0-3,12-15"), {1})     # the affinity beside, not the limit
+    assert t.allowed_cpus == t.online_cpus
     assert t.allowed_source == "status"
 
 
@@ -500,7 +500,7 @@ def test_missing_root_is_an_error_not_an_empty_machine(tmp_path, monkeypatch):
 def test_root_that_is_a_plain_file_is_an_error(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("not a dump\n")
-    with pytest.raises(NumabindError, match="not a tar archive"):
+    with pytest.raises(NumabindError, match="neither an hwloc XML topology nor a tar archive"):
         discover(f)
 
 
@@ -514,11 +514,11 @@ def test_sysfs_without_any_cpu_is_an_error(tmp_path):
 def test_live_kernel_root(monkeypatch):
     t = discover()
     assert t.root == "/"
-    assert t.allowed_cpus == os.sched_getaffinity(0)
+    assert t.affinity == os.sched_getaffinity(0) and t.allowed_cpus >= t.affinity   # the cpuset is the limit
     assert 0 in t.nodes
     assert t.allowed_cpus <= t.online_cpus
     assert set(t.cpus) == t.online_cpus
-    assert t.allowed_source.startswith("sched_getaffinity")
+    assert "sched_getaffinity" not in t.allowed_source
     assert frozenset().union(*(n.cpus for n in t.nodes.values())) == t.online_cpus
     json.dumps(t.to_dict())
 
@@ -527,9 +527,11 @@ def test_live_kernel_root(monkeypatch):
 def test_live_kernel_uses_the_real_affinity():
     before = os.sched_getaffinity(0)
     one = {min(before)}
+    limit = discover("/").allowed_cpus
     os.sched_setaffinity(0, one)
     try:
-        assert discover("/").allowed_cpus == one
+        t = discover("/")
+        assert (t.affinity, t.allowed_cpus) == (one, limit)     # reported beside the cpuset, never a limit
     finally:
         os.sched_setaffinity(0, before)
     assert os.sched_getaffinity(0) == before

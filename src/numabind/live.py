@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from ._base import Value
 from .cpulist import parse_cpulist
-from .plan import Limits
+from .plan import Allowed
 
 __all__ = ["LiveMachine", "LiveNode", "check_native_version", "cpu_mask_bits", "gettid", "interleave_weights",
            "limits", "machine", "mems_allowed", "native_lib", "node_mask_bits", "reader", "thread_ids", "thread_name",
@@ -97,27 +97,30 @@ def mems_allowed() -> frozenset[int] | None:
         return None
 
 
-def limits() -> Limits:
-    """What the live kernel lets this process use now: online CPUs in its cpuset, memory nodes in
-    ``Mems_allowed``, and where each came from."""
-    from .topology import read_cpuset   # the one cpuset reader (cgroup v2, v1, legacy)
+def _online() -> frozenset[int]:
+    return _ids("sys/devices/system/cpu/online") or frozenset(os.sched_getaffinity(0))
 
-    online = _ids("sys/devices/system/cpu/online") or frozenset(os.sched_getaffinity(0))
-    nodes = _ids("sys/devices/system/node/online")
+
+def _node_ids(nodes: "frozenset[int] | None") -> tuple[frozenset[int], frozenset[int]]:
+    """(online nodes, nodes with memory) from ``node/online`` as read (``nodes``); one node 0 with the memory
+    on a kernel without NUMA."""
     memory = _ids("sys/devices/system/node/has_memory")
     if nodes is None:       # a kernel without NUMA: one node 0
         nodes = frozenset({0})
     if memory is None:
         memory = frozenset({0}) if nodes == {0} else nodes
-    mems = mems_allowed()
-    cpuset = read_cpuset(reader())
-    allowed, source = online, "online CPUs"
-    if cpuset is not None and cpuset.cpus is not None:
-        allowed = online & cpuset.cpus
-        source = f"online CPUs in the cpuset ({cpuset.source})"
-    return Limits(online_cpus=online, allowed_cpus=allowed, cpus_source=source, nodes=nodes,
-                  memory_nodes=memory, allowed_nodes=mems if mems is not None else memory,
-                  nodes_source="Mems_allowed (cpuset)" if mems is not None else "nodes with memory")
+    return nodes, memory
+
+
+def limits() -> Allowed:
+    """What the live kernel lets this process use now (:class:`~numabind.plan.Allowed`): the online CPUs of
+    its cpuset, ``Mems_allowed``, where each came from, and its affinity beside them
+    (:func:`numabind._cgroup.read_allowed`, as discovery reads it)."""
+    from ._cgroup import read_allowed   # the one cpuset reader (cgroup v2, v1, legacy)
+
+    online = _online()
+    nodes, memory = _node_ids(_ids("sys/devices/system/node/online"))
+    return read_allowed(reader(), online, nodes, memory, frozenset(os.sched_getaffinity(0)))
 
 
 # ----------------------------------------------------------------------------- threads
@@ -258,42 +261,56 @@ class LiveNode(Value):
 
 
 class LiveMachine(Value):
-    """The few facts of the live machine that numactl-style options need (``numabind run``):
-    what :meth:`Plan.from_numactl_args` and :meth:`Plan.validate` read from a Topology, read in a
-    handful of files instead of a whole discovery. ``allowed_cpus`` is the process's affinity
-    (always inside its cpuset) among the online CPUs, ``allowed_nodes`` its ``Mems_allowed``."""
+    """The few facts of the live machine that numactl-style options need (``numabind run``): its nodes and
+    what this process may use (``allowed``, :class:`~numabind.plan.Allowed`: the cpuset, with the affinity
+    beside it), read in a handful of files instead of a whole discovery. ``online_cpus``, ``allowed_cpus``,
+    ``allowed_nodes``, ``affinity`` and ``allowed_source`` read ``allowed``, as a Topology's do."""
 
-    __slots__ = ("nodes", "online_cpus", "allowed_cpus", "allowed_nodes", "allowed_source")
+    __slots__ = ("nodes", "allowed")
     nodes: dict[int, LiveNode]
-    online_cpus: frozenset[int]
-    allowed_cpus: frozenset[int]
-    allowed_nodes: frozenset[int]
-    allowed_source: str
+    allowed: Allowed
 
-    def __init__(self, nodes: dict[int, LiveNode], online_cpus: frozenset[int], allowed_cpus: frozenset[int],
-                 allowed_nodes: frozenset[int], allowed_source: str) -> None:
-        for k, v in (("nodes", dict(nodes)), ("online_cpus", frozenset(online_cpus)),
-                     ("allowed_cpus", frozenset(allowed_cpus)), ("allowed_nodes", frozenset(allowed_nodes)),
-                     ("allowed_source", allowed_source)):
-            object.__setattr__(self, k, v)
+    def __init__(self, nodes: dict[int, LiveNode], allowed: Allowed) -> None:
+        object.__setattr__(self, "nodes", dict(nodes))
+        object.__setattr__(self, "allowed", allowed)
 
     def __hash__(self) -> int:
-        return hash((self.online_cpus, self.allowed_cpus, self.allowed_nodes))
+        return hash(self.allowed)
+
+    @property
+    def online_cpus(self) -> frozenset[int]:
+        return self.allowed.online_cpus
+
+    @property
+    def allowed_cpus(self) -> frozenset[int]:
+        return self.allowed.allowed_cpus
+
+    @property
+    def allowed_nodes(self) -> frozenset[int]:
+        return self.allowed.allowed_nodes
+
+    @property
+    def affinity(self) -> "frozenset[int] | None":
+        return self.allowed.affinity
+
+    @property
+    def allowed_source(self) -> str:
+        return self.allowed.cpus_source
 
 
 def machine() -> LiveMachine:
     """The live machine's nodes (CPUs, memory), online CPUs, and what this process may use."""
-    online = _ids("sys/devices/system/cpu/online") or frozenset(os.sched_getaffinity(0))
-    node_ids = _ids("sys/devices/system/node/online")
+    from ._cgroup import read_allowed
+
+    online = _online()
+    listed = _ids("sys/devices/system/node/online")
+    node_ids, memory = _node_ids(listed)
     nodes: dict[int, LiveNode] = {}
-    if node_ids is None:     # a kernel without NUMA: one node 0 with every CPU and the memory
+    if listed is None:     # a kernel without NUMA: one node 0 with every CPU and the memory
         nodes[0] = LiveNode(0, online, True)
     else:
-        memory = _ids("sys/devices/system/node/has_memory")
         for n in sorted(node_ids):
             cpus = _ids(f"sys/devices/system/node/node{n}/cpulist") or frozenset()
-            nodes[n] = LiveNode(n, cpus & online, n in memory if memory is not None else True)
-    mems = mems_allowed()
-    allowed_nodes = frozenset(nodes) if mems is None else mems & frozenset(nodes)
-    return LiveMachine(nodes=nodes, online_cpus=online, allowed_cpus=frozenset(os.sched_getaffinity(0)) & online,
-                       allowed_nodes=allowed_nodes, allowed_source="the process's affinity and Mems_allowed")
+            nodes[n] = LiveNode(n, cpus & online, n in memory)
+    allowed = read_allowed(reader(), online, node_ids, memory, frozenset(os.sched_getaffinity(0)))
+    return LiveMachine(nodes=nodes, allowed=allowed)

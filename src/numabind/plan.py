@@ -1,11 +1,14 @@
-"""The frozen :class:`Plan`: which CPUs and which memory policy a process gets, and :class:`Limits`:
+"""The frozen :class:`Plan`: which CPUs and which memory policy a process gets, and :class:`Allowed`:
 what a process may use.
 
 Pure: nothing here reads a file or calls the kernel. Checks that need the
 machine take a :class:`~numabind.topology.Topology` argument.
 
-:class:`Limits` is built either from a :class:`~numabind.topology.Topology` (planning, on any root)
-or, for the running process, by :func:`numabind.live.limits` from the live kernel.
+:class:`Allowed` is the one answer to "what may this process use": discovery puts it in a
+:class:`~numabind.topology.Topology` (``topo.allowed``; planning, on any root), and
+:func:`numabind.live.limits` reads it for the running process (both through
+:func:`numabind._cgroup.read_allowed`). Its rule: the limit is the cpuset; the affinity a parent left
+behind is reported beside it, never a silent limit (numactl's ``-C`` without ``-a`` aside).
 :func:`narrow_cpus` and :func:`narrow_nodes` are the one place that says which CPUs and nodes of a
 request fit, and why the others do not: :meth:`Plan.validate`, the placement strategies and
 :func:`numabind.bind_current` all use them.
@@ -42,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
         @property
         def allowed_nodes(self) -> frozenset[int]: ...
 
-__all__ = ["DEVICE_SPECIFIERS", "Limits", "MAX_WEIGHT", "MEM_POLICIES", "MIN_WEIGHT", "NODE_POLICIES", "Plan", "check_plan",
+__all__ = ["Allowed", "DEVICE_SPECIFIERS", "Limits", "MAX_WEIGHT", "MEM_POLICIES", "MIN_WEIGHT", "NODE_POLICIES", "Plan", "check_affinity", "check_plan",
            "format_weights", "narrow_cpus", "narrow_nodes", "parse_weights", "plannable_policy", "read_back_plan"]
 
 #: Memory policies a plan may carry (``None`` means "leave as is"). ``weighted-interleave`` is
@@ -66,26 +69,33 @@ _TEXT_MAX = 65536
 
 
 # ----------------------------------------------------------------------------- what a process may use
-class Limits(Value):
-    """The CPUs and memory nodes a process may use, and where each limit came from.
+class Allowed(Value):
+    """What a process may use: the one answer, read by discovery, planning and the live process alike.
 
-    ``online_cpus``: CPUs the kernel has online; ``allowed_cpus``: the online CPUs the process may
-    be bound to (its cpuset, or for a dump the dumped process's allowed set); ``nodes``: the NUMA
-    nodes that exist; ``memory_nodes``: those with memory; ``allowed_nodes``: the memory nodes the
-    process may allocate from (``Mems_allowed`` / ``cpuset.mems``).
+    The limit is the **cpuset**, what ``sched_setaffinity`` accepts: ``allowed_cpus`` is the online CPUs in
+    the process's cpuset (cgroup ``cpuset.cpus.effective``, or the dump's), every online CPU without one.
+    The affinity the process inherited from its parent (``affinity``; ``None`` where unknown) is reported
+    beside it and is never a silent limit: a plan may bind CPUs outside it, as ``numactl -N`` does. Only
+    numactl's own ``-C`` without ``-a`` is checked against it (libnuma reads ``Cpus_allowed``), and
+    planning narrows to it when asked (``within_affinity=True``, :meth:`within_affinity`).
+
+    ``online_cpus``: CPUs the kernel has online; ``cpus_source``: where ``allowed_cpus`` came from;
+    ``nodes``: the NUMA nodes that exist; ``memory_nodes``: those with memory; ``allowed_nodes``: the memory
+    nodes the process may allocate from (``Mems_allowed`` / ``cpuset.mems``), from ``nodes_source``.
     """
 
     __slots__ = ("online_cpus", "allowed_cpus", "cpus_source", "nodes", "memory_nodes", "allowed_nodes",
-                 "nodes_source")
+                 "nodes_source", "affinity")
 
     def __init__(self, online_cpus: frozenset[int], allowed_cpus: frozenset[int], cpus_source: str,
                  nodes: frozenset[int], memory_nodes: frozenset[int], allowed_nodes: frozenset[int],
-                 nodes_source: str) -> None:
+                 nodes_source: str, affinity: "frozenset[int] | None" = None) -> None:
         for name, value in (("online_cpus", online_cpus), ("allowed_cpus", allowed_cpus), ("nodes", nodes),
                             ("memory_nodes", memory_nodes), ("allowed_nodes", allowed_nodes)):
             object.__setattr__(self, name, frozenset(value))
         object.__setattr__(self, "cpus_source", cpus_source)
         object.__setattr__(self, "nodes_source", nodes_source)
+        object.__setattr__(self, "affinity", None if affinity is None else frozenset(affinity))
 
     online_cpus: frozenset[int]
     allowed_cpus: frozenset[int]
@@ -94,32 +104,89 @@ class Limits(Value):
     memory_nodes: frozenset[int]
     allowed_nodes: frozenset[int]
     nodes_source: str
+    affinity: "frozenset[int] | None"
 
     @classmethod
-    def from_topology(cls, topology: "MachineView") -> "Limits":
-        source = getattr(topology, "allowed_source", "") or ""
-        return cls(online_cpus=topology.online_cpus, allowed_cpus=topology.allowed_cpus,
-                   cpus_source=source or "affinity", nodes=frozenset(topology.nodes),
-                   memory_nodes=frozenset(n for n, node in topology.nodes.items() if node.has_memory),
-                   allowed_nodes=topology.allowed_nodes, nodes_source=source or "Mems_allowed")
+    def of(cls, machine: "MachineView | Allowed") -> "Allowed":
+        """The :class:`Allowed` of a :class:`~numabind.topology.Topology`, the live machine, or any object with
+        ``nodes``, ``online_cpus``, ``allowed_cpus`` and ``allowed_nodes`` (its ``affinity`` when it has one)."""
+        if isinstance(machine, Allowed):
+            return machine
+        own = getattr(machine, "allowed", None)
+        if isinstance(own, Allowed):
+            return own
+        source = getattr(machine, "allowed_source", "") or ""
+        return cls(online_cpus=machine.online_cpus, allowed_cpus=machine.allowed_cpus,
+                   cpus_source=source or "the cpuset", nodes=frozenset(machine.nodes),
+                   memory_nodes=frozenset(n for n, node in machine.nodes.items() if node.has_memory),
+                   allowed_nodes=machine.allowed_nodes, nodes_source=source or "Mems_allowed",
+                   affinity=getattr(machine, "affinity", None))
+
+    from_topology = of
+
+    @property
+    def inherited(self) -> bool:
+        """Whether the affinity is known and narrower than the cpuset (a parent or launcher bound the process)."""
+        return self.affinity is not None and not self.allowed_cpus <= self.affinity
+
+    def within_affinity(self) -> "Allowed":
+        """The same limits narrowed to the inherited affinity (the explicit ``within_affinity=True``): a
+        :class:`PlanError` when the affinity is unknown or shares no CPU with the cpuset."""
+        if self.affinity is None:
+            raise PlanError("within_affinity: this machine's affinity is unknown (a dump without "
+                            "Cpus_allowed in proc/self/status); plan without within_affinity")
+        kept = self.allowed_cpus & self.affinity
+        if not kept:
+            raise PlanError(f"within_affinity: the inherited affinity (CPUs {format_cpulist(self.affinity)}) "
+                            f"shares no CPU with the cpuset (CPUs {format_cpulist(self.allowed_cpus)}, from "
+                            f"{self.cpus_source}); plan without within_affinity")
+        return self.replace(allowed_cpus=kept, cpus_source=f"{self.cpus_source}, within the inherited affinity")
 
 
-def narrow_cpus(cpus: frozenset[int], limits: Limits) -> tuple[frozenset[int], str | None]:
-    """``(the CPUs of cpus the process may use, None)`` or, when some do not fit, the kept ones and why."""
+#: The earlier name of :class:`Allowed` (the same class).
+Limits = Allowed
+
+
+def narrow_cpus(cpus: frozenset[int], limits: Allowed) -> tuple[frozenset[int], str | None]:
+    """``(the CPUs of cpus the process may use, None)`` or, when some do not fit, the kept ones and why: the
+    set that refuses them is named (CPUs not online, or outside the cpuset) with the fix for it."""
     kept = cpus & limits.allowed_cpus
     outside = cpus - kept
     if not outside:
         return kept, None
-    why = (f"CPUs {format_cpulist(outside)} are outside the CPUs this process may use "
-           f"({format_cpulist(limits.allowed_cpus) or 'none'}, from {limits.cpus_source})")
+    why = []
     offline = outside - limits.online_cpus
     if offline:
-        why += (f"; CPUs {format_cpulist(offline)} are not online on this machine "
-                f"(online: {format_cpulist(limits.online_cpus)})")
-    return kept, why + "; pick CPUs inside that set or widen the cpuset"
+        why.append(f"CPUs {format_cpulist(offline)} are not online on this machine "
+                   f"(online: {format_cpulist(limits.online_cpus)}); pick online CPUs")
+    fenced = outside - offline
+    if fenced:
+        if "within the inherited affinity" in limits.cpus_source:
+            why.append(f"CPUs {format_cpulist(fenced)} are outside the CPUs this process may use within its "
+                       f"inherited affinity ({format_cpulist(limits.allowed_cpus) or 'none'}, from "
+                       f"{limits.cpus_source}); drop within_affinity (--within-affinity) to bind any CPU of "
+                       f"the cpuset, or pick CPUs inside that set")
+        else:
+            why.append(f"CPUs {format_cpulist(fenced)} are outside the CPUs this process may use: its cpuset "
+                       f"({format_cpulist(limits.allowed_cpus) or 'none'}, from {limits.cpus_source}); pick "
+                       f"CPUs inside that set or widen the cpuset")
+    return kept, "; ".join(why)
 
 
-def narrow_nodes(nodes: frozenset[int], limits: Limits, policy: str | None = None) -> tuple[frozenset[int], str | None]:
+def check_affinity(cpus: frozenset[int], limits: Allowed, flag: str = "--physcpubind") -> None:
+    """numactl's ``-C`` without ``-a``: a :class:`PlanError` when ``cpus`` leave the inherited affinity
+    (libnuma checks ``-C`` against ``Cpus_allowed``); nothing when the affinity is unknown."""
+    if limits.affinity is None:
+        return
+    outside = cpus - limits.affinity
+    if outside:
+        raise PlanError(f"{flag}: CPUs {format_cpulist(outside)} are outside this process's affinity (CPUs "
+                        f"{format_cpulist(limits.affinity)}, inherited from its parent), which numactl checks "
+                        f"{flag} against: add -a/--all to bind any CPU of the cpuset "
+                        f"({format_cpulist(limits.allowed_cpus)}), or start the process with a wider affinity")
+
+
+def narrow_nodes(nodes: frozenset[int], limits: Allowed, policy: str | None = None) -> tuple[frozenset[int], str | None]:
     """``(the memory nodes of nodes the process may allocate from, None)`` or the kept ones and why."""
     kept = nodes & limits.nodes & limits.memory_nodes & limits.allowed_nodes
     if kept == nodes:
@@ -134,8 +201,9 @@ def narrow_nodes(nodes: frozenset[int], limits: Limits, policy: str | None = Non
         why.append(f"NUMA nodes {format_cpulist(memless)} have no memory; {what} cannot place pages there")
     outside = nodes - missing - memless - limits.allowed_nodes
     if outside:
-        why.append(f"NUMA nodes {format_cpulist(outside)} are outside the memory nodes this process may use "
-                   f"({format_cpulist(limits.allowed_nodes) or 'none'}, from {limits.nodes_source})")
+        why.append(f"NUMA nodes {format_cpulist(outside)} are outside the memory nodes this process may use: its "
+                   f"cpuset's ({format_cpulist(limits.allowed_nodes) or 'none'}, from {limits.nodes_source}); "
+                   f"pick nodes inside that set or widen the cpuset's mems")
     return kept, "; ".join(why)
 
 
@@ -369,9 +437,14 @@ class Plan(Value):
         return hash((self.cpus, self.mem_policy, self.mem_nodes, self.migrate, self.weights))
 
     # ------------------------------------------------------------------ checks
-    def validate(self, topology: "MachineView | Limits") -> "Plan":
-        """Raise :class:`PlanError` unless this plan fits ``topology`` (or :class:`Limits`); return self."""
-        limits = topology if isinstance(topology, Limits) else Limits.from_topology(topology)
+    def validate(self, topology: "MachineView | Allowed", *, within_affinity: bool = False) -> "Plan":
+        """Raise :class:`PlanError` unless this plan fits ``topology`` (or :class:`Allowed`); return self.
+
+        The limit is the cpuset (``allowed_cpus``), not the affinity the process inherited;
+        ``within_affinity=True`` checks against the affinity too (the explicit narrowing)."""
+        limits = Allowed.of(topology)
+        if within_affinity:
+            limits = limits.within_affinity()
         if self.cpus is not None:
             _, why = narrow_cpus(self.cpus, limits)
             if why:
@@ -434,6 +507,7 @@ class Plan(Value):
     def from_numactl_args(
         cls, args: "str | Sequence[str]", topology: "MachineView | None" = None, *, migrate: bool = False,
         device_node: "Callable[[str], int] | None" = None, reason: str | None = None,
+        within_affinity: bool = False,
     ) -> "Plan":
         """Build a plan from numactl options.
 
@@ -444,13 +518,20 @@ class Plan(Value):
         and ``-o V`` forms, and numabind's own ``--weights 0:3,1:1`` with
         ``--weighted-interleave`` (numactl has no such option). Values may be
         lists, ``all``, ``!list`` (everything allowed but the list) or ``+list``
-        (relative to the allowed set, as numactl does); for ``--cpunodebind`` the
-        allowed set is the nodes with at least one allowed CPU. ``-a/--all``
-        widens "allowed" to the whole machine for every list on the line (every
-        online CPU, every node with CPUs, every node with memory), as numactl's
-        ``--all`` turns off its cpuset awareness; the kernel still enforces the
-        cpuset when the plan is applied. Node lists for CPUs, ``all``, ``!`` and
-        ``+`` need ``topology``.
+        (relative to the allowed set), with libnuma's sets: for CPUs the affinity
+        the process inherited (``Cpus_allowed``), for nodes ``Mems_allowed``
+        (``topology.allowed_nodes``), for ``--cpunodebind`` too. ``-a/--all``
+        widens them to the whole machine for every list on the line (every online
+        CPU, every node, every node with memory), as numactl's ``--all`` does.
+
+        The limit of the CPUs is the cpuset (``topology.allowed_cpus``), not the
+        affinity (:class:`Allowed`): ``--cpunodebind`` takes the nodes' CPUs in
+        the cpuset, as numactl and the kernel do, whatever the parent left; and the
+        reason says so when the plan leaves the inherited affinity. Only
+        ``--physcpubind`` without ``-a`` is checked against the affinity, as
+        libnuma checks it. ``within_affinity=True`` narrows everything to the
+        affinity (the explicit choice; never the default). Node lists for CPUs,
+        ``all``, ``!`` and ``+`` need ``topology``.
 
         A node list may instead name a device, as numactl's do:
         ``pci:[SEG:]BUS:DEV[.FN]``, ``netdev:IFACE``, ``block:DEV`` or ``file:PATH``
@@ -477,31 +558,50 @@ class Plan(Value):
                     raise PlanError(f"numactl args must be strings, got {tok!r}")
         opts = _parse_numactl_argv(argv)
         whole = "all" in opts
+        limits = None if topology is None else Allowed.of(topology)
+        if within_affinity:
+            limits = Allowed.of(_need(topology, "within_affinity")).within_affinity()
         cpus = None
+        said = ""
         if "physcpubind" in opts and "cpunodebind" in opts:
             raise PlanError("give either --physcpubind or --cpunodebind, not both")
         if "physcpubind" in opts:
-            cpus = _resolve_ids(opts["physcpubind"], "--physcpubind", topology, "cpus", whole, device_node)
+            cpus = _resolve_ids(opts["physcpubind"], "--physcpubind", topology, "cpus", whole, device_node, limits)
+            if limits is not None and not whole:
+                check_affinity(cpus, limits)      # libnuma checks -C against Cpus_allowed, unless -a
         elif "cpunodebind" in opts:
-            nodes = _resolve_ids(opts["cpunodebind"], "--cpunodebind", topology, "cpu-nodes", whole, device_node)
+            value = opts["cpunodebind"]
+            nodes = _resolve_ids(value, "--cpunodebind", topology, "cpu-nodes", whole, device_node, limits)
             topo = _need(topology, "--cpunodebind")
+            lim = limits if limits is not None else Allowed.of(topo)
+            derived = value.startswith(("!", "+", "all"))     # a set numactl computes: memory-only nodes add nothing
             spanned: set[int] = set()
             for n in sorted(nodes):
                 if n not in topo.nodes:
                     raise PlanError(f"--cpunodebind: node {n} does not exist (nodes: {format_cpulist(topo.nodes)})")
-                if not topo.nodes[n].cpus:
+                if not topo.nodes[n].cpus and not derived:
                     raise PlanError(
                         f"--cpunodebind: node {n} has no CPUs (a memory-only node); it can only be a memory target"
                     )
                 spanned |= topo.nodes[n].cpus
-            usable = topo.online_cpus if whole else topo.allowed_cpus
-            allowed = spanned & usable
+            if not spanned:
+                raise PlanError(f"--cpunodebind={value!r}: nodes {format_cpulist(nodes)} have no CPUs "
+                                f"(memory-only nodes); they can only be a memory target")
+            # numactl sets every CPU of the nodes and the kernel keeps those of the cpuset: so does the plan
+            allowed = frozenset(spanned) & lim.allowed_cpus
             if not allowed:
                 raise PlanError(
                     f"--cpunodebind={format_cpulist(nodes)}: the nodes' CPUs {format_cpulist(spanned)} are all "
-                    f"outside the {'online' if whole else 'allowed'} CPUs {format_cpulist(usable)}"
+                    f"outside the CPUs this process may use ({format_cpulist(lim.allowed_cpus)}, from "
+                    f"{lim.cpus_source}); pick another node or widen the cpuset"
                 )
-            cpus = frozenset(allowed)
+            cpus = allowed
+            said = f"node{'s' if len(nodes) > 1 else ''} {format_cpulist(nodes)}'s CPUs {format_cpulist(cpus)}"
+        if cpus is not None and limits is not None and limits.inherited and not cpus <= (limits.affinity or cpus):
+            said = f"inherited CPUs {format_cpulist(limits.affinity or ())} from the parent; binding " + (
+                said or f"CPUs {format_cpulist(cpus)}")
+        else:
+            said = ""
         mem_policy = mem_nodes = None
         mem_opts = [k for k in ("membind", "preferred", "preferred-many", "interleave", "weighted-interleave",
                                 "localalloc") if k in opts]
@@ -512,14 +612,15 @@ class Plan(Value):
             key = mem_opts[0]
             mem_policy = {"membind": "bind", "localalloc": "local"}.get(key, key)
             if key != "localalloc":
-                mem_nodes = _resolve_ids(opts[key], f"--{key}", topology, "mem-nodes", whole, device_node)
+                mem_nodes = _resolve_ids(opts[key], f"--{key}", topology, "mem-nodes", whole, device_node, limits)
         weights = None
         if "weights" in opts:
             if mem_policy != "weighted-interleave":
                 raise PlanError("--weights goes with --weighted-interleave (-w)")
             weights = parse_weights(opts["weights"], "--weights")
+        reason = f"numactl {' '.join(argv)}" if reason is None else reason
         return cls(cpus=cpus, mem_policy=mem_policy, mem_nodes=mem_nodes, migrate=migrate,
-                   reason=f"numactl {' '.join(argv)}" if reason is None else reason, weights=weights)
+                   reason=f"{reason}; {said}" if said else reason, weights=weights)
 
     # ------------------------------------------------------------ text form
     def to_text(self) -> str:
@@ -663,12 +764,16 @@ def _device(value: str, flag: str, kind: str, device_node: "Callable[[str], int]
 
 
 def _resolve_ids(value: str, flag: str, topology: "MachineView | None", kind: str, whole: bool = False,
-                 device_node: "Callable[[str], int] | None" = None) -> frozenset[int]:
+                 device_node: "Callable[[str], int] | None" = None,
+                 limits: "Allowed | None" = None) -> frozenset[int]:
     """Resolve a numactl list value ('all', '!list', '+list', a plain list or a device specifier).
 
     numactl has no ``N-M:step`` stride form (the kernel's cpulist grammar, which
     :func:`~numabind.cpulist.parse_cpulist` accepts): a value using one is refused.
-    ``whole`` (``--all``): "allowed" is the whole machine, not this process's cpuset.
+    ``whole`` (``--all``): "allowed" is the whole machine, not this process's sets. Without it the sets are
+    libnuma's: CPUs from the inherited affinity (``Cpus_allowed``) within the cpuset, nodes (``--cpunodebind``
+    too) from ``Mems_allowed``. A CPU list ``all``/``!``/``+`` takes under ``--all`` keeps the cpuset's CPUs,
+    as the kernel does when it applies it.
     """
     shown = value
     negate = value.startswith("!")
@@ -682,16 +787,18 @@ def _resolve_ids(value: str, flag: str, topology: "MachineView | None", kind: st
     if relative:
         value = value[1:]
     def universe_of(t: "MachineView") -> frozenset[int]:
+        lim = limits if limits is not None else Allowed.of(t)
         if kind == "cpus":
-            return frozenset(t.online_cpus if whole else t.allowed_cpus)
+            if whole:
+                return lim.online_cpus
+            return lim.allowed_cpus & lim.affinity if lim.affinity is not None else lim.allowed_cpus
         if kind == "cpu-nodes":
-            # Nodes with at least one allowed CPU. Not allowed_nodes: Mems_allowed never lists
-            # a CPU-only (memory-less) node, yet its CPUs are valid --cpunodebind targets.
-            usable = t.online_cpus if whole else t.allowed_cpus
-            return frozenset(n for n, node in t.nodes.items() if node.cpus & usable)
+            # libnuma's numa_parse_nodestring: Mems_allowed (so a CPU-only node is not in 'all' or '+N'),
+            # every node under --all
+            return frozenset(t.nodes) if whole else lim.allowed_nodes
         if whole:
             return frozenset(n for n, node in t.nodes.items() if node.has_memory)
-        return frozenset(t.allowed_nodes)
+        return lim.allowed_nodes
 
     if device is not None:
         ids = device
@@ -712,6 +819,8 @@ def _resolve_ids(value: str, flag: str, topology: "MachineView | None", kind: st
             ids = frozenset(map(universe.__getitem__, ids))
     if negate:
         ids = universe_of(_need(topology, flag)) - ids
+    if kind == "cpus" and whole and device is None and (negate or relative or value == "all"):
+        ids = ids & (limits or Allowed.of(_need(topology, flag))).allowed_cpus    # what the kernel keeps of them
     if not ids:
         raise PlanError(f"{flag}={shown!r} selects nothing")
     return frozenset(ids)

@@ -30,8 +30,10 @@ rank, or, when the launcher gave each rank exactly one visible device (Slurm
 
 :func:`place_rank` plans it with :func:`numabind.plan_for_gpu` and never
 widens what the launcher left the process: the plan is intersected with the
-CPUs the process may use (its affinity and cpuset, plus ``within``), and in
-strict mode a plan that falls outside them is an error. ``exclusive`` and
+cpuset and with the launcher's affinity (``within``; by default the affinity
+the process was started with, ``topology.affinity``: for a rank the launcher's
+per-rank binding is a choice, not a leftover), and in strict mode a plan that
+falls outside them is an error. ``exclusive`` and
 ``core-complex`` split a node between the ranks that share it: the local ranks
 ``0 .. local world size - 1`` when ranks index the visible GPUs, the machine's
 GPUs when each rank has its own.
@@ -73,7 +75,8 @@ SIZE_OVERRIDE = "NUMABIND_LOCAL_WORLD_SIZE"
 #: Most digits accepted in a rank or size variable (a machine never runs a million ranks).
 _MAX_DIGITS = 6
 #: Variables that narrow the GPUs a process sees (stripped to list every GPU of the machine).
-_DEVICE_FILTERS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+_DEVICE_FILTERS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
+                   "ASCEND_RT_VISIBLE_DEVICES")
 #: Modes whose share depends on the other ranks that use the same node.
 _SHARED_MODES = ("exclusive", "core-complex")
 
@@ -287,22 +290,9 @@ def discover_for_env(env: Mapping[str, str]) -> Any:
 
 
 def _shared_limit(topology: Any) -> frozenset[int]:
-    """The CPUs every rank of this machine may use (the cpuset), before the launcher narrowed this one.
-
-    On the live system the process's own affinity may be the launcher's
-    per-rank choice (Slurm's task/affinity), so the shares of ``exclusive`` are
-    cut from the cpuset instead; a replayed machine's allowed CPUs are its own.
-    """
-    if topology.root != "/":
-        return frozenset(topology.allowed_cpus)
-    from ._fs import FsReader
-    from .topology import read_cpuset
-
-    cpuset = read_cpuset(FsReader("/"))
-    shared = frozenset(topology.online_cpus)
-    if cpuset is not None and cpuset.cpus:
-        shared &= cpuset.cpus
-    return shared or frozenset(topology.allowed_cpus)
+    """The CPUs every rank of this machine may use: the cpuset (``topology.allowed_cpus``, on any root),
+    never the affinity the launcher gave this one, so the shares of ``exclusive`` are cut from the cpuset."""
+    return frozenset(topology.allowed_cpus)
 
 
 def _all_gpus(topology: Any, env: Mapping[str, str]) -> tuple[Any, ...]:
@@ -430,7 +420,7 @@ def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: 
     if not placed:
         return Plan(reason="; ".join(reasons + warnings))
     allowed = frozenset(topology.allowed_cpus)
-    allowed_source = f"allowed CPUs from {topology.allowed_source or 'affinity'}"
+    allowed_source = f"the cpuset's CPUs, from {topology.allowed_source or 'the cpuset'}"
     if within is not None:
         allowed &= frozenset(within)
         allowed_source += " and the launcher's affinity"
@@ -458,9 +448,9 @@ def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = 
     ``mode`` and ``policy`` are those of :func:`numabind.plan_for_gpu`;
     ``env`` defaults to ``os.environ`` (the rank variables, ``NUMABIND_STRICT``,
     and, with ``topology=None``, ``NUMABIND_FSROOT`` and the visibility
-    variables for discovery). ``within`` further limits the CPUs (e.g. the
-    affinity the launcher gave the process, when ``topology`` is a replayed
-    machine). ``strict`` (default ``NUMABIND_STRICT``) makes a plan outside
+    variables for discovery). ``within`` further limits the CPUs: the affinity
+    the launcher gave the process (default: ``topology.affinity``, the one it
+    was started with, or a replayed machine's ``Cpus_allowed``). ``strict`` (default ``NUMABIND_STRICT``) makes a plan outside
     the allowed CPUs, or a GPU with no NUMA node, an error (``"partial"``: only
     when nothing of the plan is left); otherwise the plan is narrowed (or left
     empty) with a warning in ``warnings``, logged.
@@ -475,6 +465,8 @@ def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = 
     if topology is None:
         topology = discover_for_env(env)
     index, rule = rank_gpu(topology, rank, rank_source)
+    if within is None:      # the launcher's per-rank binding, as discovery recorded it (None: unknown)
+        within = topology.affinity
     gpu = next(g for g in topology.gpus if g.index == index)
     label = f"local rank {rank} ({rank_source})"
     reasons = [f"{label} -> GPU {index} ({gpu.pci_address}): {rule}"]

@@ -15,12 +15,15 @@ Placement of one GPU:
    with memory the process may use (memory-only and CPU-only layouts);
 4. the mode picks CPUs of the CPU node (``node``, ``exclusive``,
    ``core-complex``, ``pct``) or of its whole package (``socket``);
-5. CPUs are intersected with ``topology.allowed_cpus`` and memory nodes with
-   ``topology.allowed_nodes``; an empty result is a :class:`PlanError`.
+5. CPUs are intersected with ``topology.allowed_cpus`` (the cpuset: never the affinity the
+   process inherited, unless ``within_affinity=True`` asks for it) and memory nodes with
+   ``topology.allowed_nodes``; an empty result is a :class:`PlanError`. A plan that leaves the
+   inherited affinity says so in its reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -48,6 +51,7 @@ __all__ = [
     "pct_priority_cpus",
     "plan_for_gpu",
     "plan_for_gpus",
+    "narrowed_to_affinity",
     "plan_table",
     "weights_from_bandwidth",
 ]
@@ -93,6 +97,36 @@ def topology_or_discover(topology: Topology | None) -> Topology:
 _topology = topology_or_discover
 
 
+def _planned_on(topology: Topology | None, within_affinity: bool) -> Topology:
+    """The machine a plan is made on: ``topology`` (or the live one), whose limit is its cpuset
+    (``allowed_cpus``); with ``within_affinity``, narrowed to the affinity the process inherited (the explicit
+    choice, :meth:`numabind.plan.Allowed.within_affinity`)."""
+    topology = topology_or_discover(topology)
+    return narrowed_to_affinity(topology) if within_affinity else topology
+
+
+def narrowed_to_affinity(topology: Topology) -> Topology:
+    """``topology`` with its allowed CPUs narrowed to the affinity the process inherited (``within_affinity``,
+    ``--within-affinity``); a :class:`PlanError` when that affinity is unknown or outside the cpuset."""
+    narrowed = topology.allowed.within_affinity()
+    return dataclasses.replace(topology, allowed_cpus=narrowed.allowed_cpus, allowed_source=narrowed.cpus_source)
+
+
+def _widen_fix(topology: Topology) -> str:
+    """The fix for CPUs the limit refuses: widen the cpuset, or (when narrowed on request) drop within_affinity."""
+    if "within the inherited affinity" in _allowed_source(topology):
+        return "drop within_affinity (--within-affinity) to plan within the cpuset"
+    return "widen the cpuset"
+
+
+def _inherited(topology: Topology, chosen: frozenset[int], what: str) -> str | None:
+    """The reason that says a plan leaves the affinity the parent left behind (None when it does not)."""
+    affinity = getattr(topology, "affinity", None)
+    if affinity is None or topology.allowed_cpus <= affinity or chosen <= affinity:
+        return None
+    return f"inherited CPUs {_fmt(affinity)} from the parent; binding {what} {_fmt(chosen)}"
+
+
 def _fmt(ids: Iterable[int]) -> str:
     return format_cpulist(ids) if ids else "none"
 
@@ -109,7 +143,7 @@ def _nearest(topology: Topology, origin: int, candidates: Iterable[int]) -> int:
 
 
 def _allowed_source(topology: Topology) -> str:
-    return getattr(topology, "allowed_source", "") or "affinity"
+    return getattr(topology, "allowed_source", "") or "the cpuset"
 
 
 # ------------------------------------------------------------------- PCT
@@ -214,7 +248,7 @@ def _place(topology: Topology, index: int, nodes: Sequence[int] | None) -> _Plac
             if not usable:
                 raise PlanError(
                     f"{label}: node {node} has no CPUs and no node has CPUs in the allowed set "
-                    f"{_fmt(topology.allowed_cpus)} (from {_allowed_source(topology)})"
+                    f"{_fmt(topology.allowed_cpus)} (from {_allowed_source(topology)}); {_widen_fix(topology)}"
                 )
             cpu_node = _nearest(topology, node, usable)
             reasons.append(
@@ -225,7 +259,7 @@ def _place(topology: Topology, index: int, nodes: Sequence[int] | None) -> _Plac
             raise PlanError(
                 f"{label}: node {node} has CPUs {_fmt(topology.nodes[node].cpus)} but none of them is in "
                 f"the allowed CPUs {_fmt(topology.allowed_cpus)} (from {_allowed_source(topology)}); "
-                f"widen the cpuset or choose another GPU/node"
+                f"{_widen_fix(topology)} or choose another GPU/node"
             )
 
     mem_node = cpu_node
@@ -252,7 +286,7 @@ def _trim(topology: Topology, cpus: frozenset[int], what: str, reasons: list[str
     if not allowed:
         raise PlanError(
             f"{label}: {what} {_fmt(cpus)} (node {node}) are all outside the allowed CPUs "
-            f"{_fmt(topology.allowed_cpus)} (from {_allowed_source(topology)})"
+            f"{_fmt(topology.allowed_cpus)} (from {_allowed_source(topology)}); {_widen_fix(topology)}"
         )
     if allowed != cpus:
         reasons.append(
@@ -484,6 +518,9 @@ def _plan_one(topology: Topology, index: int, mode: str, policy: str | None, nod
         mem_nodes = frozenset({p.mem_node})
     else:
         chosen, mem_nodes = _mode_cpus(topology, p, mode, nodes, reasons)
+    said = _inherited(topology, chosen, f"node {p.cpu_node}'s CPUs" if mode == "node" and cpus is None else "CPUs")
+    if said:
+        reasons.append(said)
     mem_policy, mem = _mem_plan(policy, mem_nodes, reasons)
     if mem is not None:
         reasons.append(
@@ -498,7 +535,7 @@ def _plan_one(topology: Topology, index: int, mode: str, policy: str | None, nod
 # ------------------------------------------------------------- public API
 def plan_for_gpu(gpu_index: int, mode: str = "node", topology: Topology | None = None, *, policy: str | None = "bind",
                  nodes: Sequence[int] | None = None, cpus: Sequence[object] | None = None,
-                 migrate: bool = False, strict: bool | None = None) -> Plan:
+                 migrate: bool = False, strict: bool | None = None, within_affinity: bool = False) -> Plan:
     """The plan for a worker that drives visible GPU ``gpu_index``.
 
     ``mode`` is one of :data:`MODES`; ``policy`` the memory policy (``bind``,
@@ -511,8 +548,13 @@ def plan_for_gpu(gpu_index: int, mode: str = "node", topology: Topology | None =
     A GPU whose identity is uncertain (``gpu.identity``) is planned with that
     said in the plan's reason, or refused when ``strict`` (default
     ``NUMABIND_STRICT``); explicit ``nodes`` do not depend on it.
+
+    The limit is the cpuset (``topology.allowed_cpus``), never the affinity the process inherited: a
+    worker whose parent was bound to node 0 is planned on its GPU's node all the same, and the plan's
+    reason says so ("inherited CPUs 0-1 from the parent; binding node 1's CPUs 2-3").
+    ``within_affinity=True`` plans within the inherited affinity instead (the explicit choice).
     """
-    topology = _topology(topology)
+    topology = _planned_on(topology, within_affinity)
     plan, _, _ = _plan_one(topology, gpu_index, mode, policy, nodes, cpus, migrate, strict)
     log.debug("plan for GPU %d: %s (%s)", gpu_index, plan.describe(), plan.reason)
     return plan
@@ -520,15 +562,16 @@ def plan_for_gpu(gpu_index: int, mode: str = "node", topology: Topology | None =
 
 def plan_for_gpus(indices: Iterable[int], topology: Topology | None = None, *, mode: str = "node", policy: str | None = "bind",
                   nodes: Sequence[int] | None = None, cpus: Sequence[object] | None = None,
-                  migrate: bool = False, strict: bool | None = None) -> Plan:
+                  migrate: bool = False, strict: bool | None = None, within_affinity: bool = False) -> Plan:
     """The plan for a process driving a shard of GPUs (EngineCore, DP rank, torchrun agent).
 
     CPUs are the allowed CPUs of the members' CPU nodes (for ``pct``, the
     members' priority CPUs), united with each member's own CPUs, so the plan
     is always a superset of every member's plan and members spawned from it
-    can narrow their affinity. Memory is the union of the members' nodes.
+    can narrow their affinity. Memory is the union of the members' nodes. ``within_affinity``: as
+    :func:`plan_for_gpu`.
     """
-    topology = _topology(topology)
+    topology = _planned_on(topology, within_affinity)
     indices = list(indices)
     if not indices:
         raise PlanError("a shard needs at least one GPU index")
@@ -596,7 +639,8 @@ class PlanRow:
 
 def plan_table(topology: Topology | None = None, mode: str = "node", policy: str | None = "bind", *,
                gpus: Iterable[int] | None = None, nodes: Sequence[int] | None = None,
-               cpus: Sequence[object] | None = None, strict: bool | None = None) -> tuple[PlanRow, ...]:
+               cpus: Sequence[object] | None = None, strict: bool | None = None,
+               within_affinity: bool = False) -> tuple[PlanRow, ...]:
     """One :class:`PlanRow` per GPU (``gpus``, default every visible GPU); never raises PlanError per GPU.
 
     A GPU that cannot be placed gets a row with ``plan=None`` and ``error``
@@ -607,7 +651,7 @@ def plan_table(topology: Topology | None = None, mode: str = "node", policy: str
         raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if policy not in POLICIES:
         raise PlanError(f"policy {policy!r} is not one of bind, preferred, preferred-many, interleave (or None)")
-    topology = _topology(topology)
+    topology = _planned_on(topology, within_affinity)
     wanted = sorted({g.index for g in topology.gpus}) if gpus is None else list(gpus)
     rows = []
     for i in wanted:
@@ -655,7 +699,8 @@ def auto_gate(topology: Topology, *, affinity: Iterable[int] | None = None, mem_
         is_live = getattr(topology, "root", None) == "/"
         current = live
         if affinity is None:
-            affinity = topology.allowed_cpus if not is_live else (current.cpus if current is not None else None)
+            dumped = topology.affinity if topology.affinity is not None else topology.allowed_cpus
+            affinity = dumped if not is_live else (current.cpus if current is not None else None)
             if affinity is None:
                 return False, "the process CPU affinity is unreadable"
         affinity = frozenset(affinity)

@@ -22,13 +22,13 @@ way hwloc does:
   ``core_cpus(_list)``, plus ``core_id`` and ``physical_package_id``; per
   cache instance ``shared_cpu_list``, else ``shared_cpu_map`` (an empty map,
   as ia64 writes, means the core's threads), ``level``, ``type`` and ``size``.
-* What the process (or the dumped one) may use: ``proc/self/status``, and the
-  cpusets of every hierarchy mounted according to ``proc/mounts``: cgroup v2
-  (``cpuset.cpus.effective``), cgroup v1 (``cpuset.effective_cpus``, else
-  ``cpuset.cpus``; without the prefix when mounted ``noprefix``) and the
-  legacy cpuset filesystem (``mount -t cpuset``: ``cpus``/``mems``, the path
-  from ``proc/self/cpuset``). Memory nodes without CPUs (CXL, HBM, GPU
-  memory) stay in the allowed nodes.
+* What the process (or the dumped one) may use, :attr:`Topology.allowed`, read by
+  :func:`numabind._cgroup.read_allowed` (as the live process reads it): the
+  online CPUs of its cpuset (cgroup v2, cgroup v1 or the legacy cpuset
+  filesystem, wherever ``proc/mounts`` says they are), ``Mems_allowed`` and the
+  cpuset's mems; the affinity it inherited (``sched_getaffinity`` live, a dump's
+  ``Cpus_allowed``) beside it as :attr:`Topology.affinity`, never a limit.
+  Memory nodes without CPUs (CXL, HBM, GPU memory) stay in the allowed nodes.
 * Per cluster (Linux 5.16+) ``cluster_cpus_list``, else ``cluster_cpus`` (mask),
   read for one CPU of each cluster, and ``cluster_id`` where the cluster holds
   more than one core; not on x86 (``proc/cpuinfo`` with ``vendor_id`` and
@@ -49,8 +49,8 @@ Where hwloc and the kernel disagree numabind follows what the kernel
 enforces: for cgroup v1 it reads ``cpuset.effective_cpus`` (hwloc reads
 ``cpuset.cpus``); for cgroup v2 a cgroup without the cpuset controller is
 limited by its nearest ancestor's ``cpuset.cpus.effective`` (hwloc reads only
-the process's own cgroup); in a dump, ``proc/self/status`` also restricts the
-allowed CPUs (hwloc ignores it); distance rows over the possible nodes are
+the process's own cgroup); the affinity is no limit (hwloc's "allowed" set on the
+live system is the cpuset too); distance rows over the possible nodes are
 mapped by node id (hwloc takes the first values); memory nodes of NVIDIA GPUs
 are kept (hwloc drops them unless ``HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES=1``).
 
@@ -65,27 +65,29 @@ from __future__ import annotations
 
 import logging
 import os
-import posixpath
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._cgroup import read_allowed
 from ._fs import WEIGHTS_AUTO_NAMES, WEIGHTS_DIR, FsReader, ascii_int, key_values
 from ._util import FrozenMap
 from .cpulist import format_cpulist, parse_cpulist, parse_mask
 from .devices import Gpu, discover_gpus
 from .errors import NumabindError, PlanError
+from .plan import Allowed
 
-__all__ = ["ARM_CPU_PARTS", "Cache", "Cpu", "Cpuset", "InterleaveWeights", "MemoryAccess", "Node", "Topology",
-           "arm_cpu_name", "discover", "discover_from", "read_cpuset", "read_interleave_weights"]
+if TYPE_CHECKING:  # pragma: no cover
+    from .iodevices import Nic
+
+__all__ = ["ARM_CPU_PARTS", "Cache", "Cpu", "InterleaveWeights", "MemoryAccess", "Node", "Topology",
+           "arm_cpu_name", "discover", "discover_from", "read_interleave_weights"]
 
 log = logging.getLogger(__name__)
 
 _NODE_DIR = "sys/devices/system/node"
 _CPU_DIR = "sys/devices/system/cpu"
-_CGROUP_DIR = "sys/fs/cgroup"
 
 #: SLIT distance of a node to itself (the kernel's LOCAL_DISTANCE).
 LOCAL_DISTANCE = 10
@@ -205,7 +207,7 @@ class Topology:
     cpus: FrozenMap[int, Cpu]        # online CPUs
     online_cpus: frozenset[int]
     possible_cpus: frozenset[int]
-    allowed_cpus: frozenset[int]     # the process's (or the dump's cpuset's) CPUs
+    allowed_cpus: frozenset[int]     # the online CPUs in the process's (or the dump's) cpuset: the limit
     online_nodes: frozenset[int]
     possible_nodes: frozenset[int]
     allowed_nodes: frozenset[int]    # Mems_allowed / cpuset.mems
@@ -215,8 +217,30 @@ class Topology:
     gpus: tuple[Gpu, ...] = ()
     allowed_source: str = ""         # where allowed_cpus/allowed_nodes were read from
     interleave_weights: InterleaveWeights | None = None   # None: no weighted interleave (before Linux 6.9)
+    affinity: frozenset[int] | None = None   # the affinity inherited (live) or dumped (Cpus_allowed), beside
+                                             # the limit, never one; None where unknown
 
     # -- queries -------------------------------------------------------------
+
+    @property
+    def nics(self) -> "tuple[Nic, ...]":
+        """Network and RDMA devices on PCI functions, with their PCI places (:func:`numabind.iodevices.scan_nics`:
+        read under ``root`` when asked, so discovery itself stays off the NIC scan)."""
+        from .iodevices import scan_nics
+
+        return tuple(scan_nics(self.root))
+
+    @property
+    def allowed(self) -> Allowed:
+        """What the process may use, as planning and the live process read it (:class:`numabind.plan.Allowed`):
+        ``allowed_cpus`` (the cpuset), ``allowed_nodes``, their source, and the inherited ``affinity`` beside."""
+        # allowed_source joins both sources; proc/self/status ("status") limits the nodes only
+        cpus_source = "+".join(p for p in self.allowed_source.split("+") if p and p != "status")
+        return Allowed(online_cpus=self.online_cpus, allowed_cpus=self.allowed_cpus,
+                       cpus_source=cpus_source or ("online" if self.allowed_source else "the cpuset"),
+                       nodes=frozenset(self.nodes),
+                       memory_nodes=self.nodes_with_memory, allowed_nodes=self.allowed_nodes,
+                       nodes_source=self.allowed_source or "Mems_allowed", affinity=self.affinity)
 
     @property
     def nodes_with_memory(self) -> frozenset[int]:
@@ -300,6 +324,7 @@ class Topology:
             "possible_nodes": format_cpulist(self.possible_nodes),
             "allowed_nodes": format_cpulist(self.allowed_nodes),
             "allowed_source": self.allowed_source,
+            "affinity": None if self.affinity is None else format_cpulist(self.affinity),
             "cpus": {
                 "online": len(self.online_cpus),
                 "allowed": len(self.allowed_cpus),
@@ -785,174 +810,22 @@ def _discover_cpu_details(
     return cpus, ordered
 
 
-def _status_set(reader: FsReader, fields: dict[str, str], name: str) -> frozenset[int] | None:
-    rel = "proc/self/status"
-    if f"{name}_list" in fields:
-        return _parse_list_text(reader, rel, fields[f"{name}_list"], f"{name}_list")
-    if name in fields:
-        return _parse_mask_text(reader, rel, fields[name], name)
-    return None
+def _discover_allowed(reader: FsReader, online_cpus: frozenset[int], nodes: Mapping[int, Node]) -> Allowed:
+    """What the process under the root may use (:func:`numabind._cgroup.read_allowed`): the cpuset, with the
+    affinity beside it (on the live system this process's ``sched_getaffinity``)."""
+    affinity = frozenset(os.sched_getaffinity(0)) if reader.is_live else None
+    memory = frozenset(n for n, node in nodes.items() if node.memory_bytes > 0)
+    return read_allowed(reader, online_cpus, frozenset(nodes), memory, affinity)
 
 
-def _cgroup_lines(reader: FsReader) -> list[tuple[str, str, str]]:
-    text = reader.read("proc/self/cgroup")
-    if text is None:
-        return []
-    out = []
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            out.append((parts[0], parts[1], parts[2]))
-    return out
-
-
-def _clean_cgroup_path(path: str) -> str:
-    # posixpath.normpath clamps "/.." at "/", so the path never leaves the mount.
-    # A leading "//" would survive normpath (POSIX keeps it), hence the lstrip.
-    path = path.strip()
-    if path.endswith(" (deleted)"):           # a cgroup removed while the process is in it
-        path = path[:-len(" (deleted)")]
-    return posixpath.normpath("/" + path.lstrip("/"))
-
-
-_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
-
-
-@dataclass(frozen=True)
-class _Hierarchy:
-    kind: str          # "cgroup2" | "cgroup1" | "cpuset"
-    mount: str         # relative to the root
-    prefix: str        # "cpuset." or "" (legacy cpuset filesystem, cgroup v1 -o noprefix)
-
-
-def _hierarchies(reader: FsReader, lines: list[tuple[str, str, str]]) -> list[_Hierarchy]:
-    """Every cpuset-bearing mount: from proc/mounts, else the usual mount points."""
-    found: list[_Hierarchy] = []
-    text = reader.read("proc/mounts")
-    for line in (text or "").splitlines():
-        fields = line.split()
-        if len(fields) < 4:
-            continue
-        mount = _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), fields[1])
-        rel = posixpath.normpath("/" + mount.lstrip("/")).lstrip("/")
-        fstype, options = fields[2], fields[3].split(",")
-        if fstype == "cgroup2":
-            found.append(_Hierarchy("cgroup2", rel, "cpuset."))
-        elif fstype == "cpuset":
-            found.append(_Hierarchy("cpuset", rel, ""))
-        elif fstype == "cgroup" and "cpuset" in options:
-            found.append(_Hierarchy("cgroup1", rel, "" if "noprefix" in options else "cpuset."))
-    if found:
-        return found
-    # No mounts file (or no cgroup in it): the places systemd, Docker and the
-    # cpuset(7) manual page use.
-    found = [_Hierarchy("cgroup2", _CGROUP_DIR, "cpuset."),
-             _Hierarchy("cgroup2", f"{_CGROUP_DIR}/unified", "cpuset."),
-             _Hierarchy("cgroup1", f"{_CGROUP_DIR}/cpuset", "cpuset.")]
-    for _h, controllers, _p in lines:
-        if "cpuset" in controllers.split(",") and controllers != "cpuset":
-            found.append(_Hierarchy("cgroup1", f"{_CGROUP_DIR}/{controllers}", "cpuset."))
-    found.append(_Hierarchy("cpuset", "dev/cpuset", ""))
-    return found
-
-
-_Found = tuple[str, "frozenset[int] | None", "frozenset[int] | None"]
-
-
-def _nearest(reader: FsReader, mount: str, path: str,
-             names: tuple[tuple[str, ...], tuple[str, ...]]) -> _Found | None:
-    """(cgroup path, cpus, mems) at ``path`` or its nearest ancestor that has the files."""
-    current = path
-    while True:
-        d = mount + ("" if current == "/" else current)
-        cpus = mems = None
-        for name in names[0]:
-            cpus = _read_list(reader, f"{d}/{name}")
-            if cpus is not None:
-                break
-        for name in names[1]:
-            mems = _read_list(reader, f"{d}/{name}", "nodelist")
-            if mems is not None:
-                break
-        if cpus is not None or mems is not None:
-            return current, cpus, mems
-        if current == "/":
-            return None
-        current = posixpath.dirname(current)
-
-
-def _cpusets(
-    reader: FsReader,
-) -> list[tuple[str, str, frozenset[int] | None, frozenset[int] | None]]:
-    """(kind, path, cpus, mems) of the process's cpuset in each kind of hierarchy
-    found (cgroup v2, cgroup v1, legacy cpuset filesystem), the first mount of
-    each kind that holds it."""
-    lines = _cgroup_lines(reader)
-    v2_path = next((p for h, c, p in lines if h == "0" and c == ""), None)
-    v1_path = next((p for _h, c, p in lines if "cpuset" in c.split(",")), None)
-    own = None
-    if v1_path is None:
-        own = reader.read_strip("proc/self/cpuset")
-    out = []
-    done: set[str] = set()
-    for h in _hierarchies(reader, lines):
-        if h.kind in done:
-            continue
-        names: tuple[tuple[str, ...], tuple[str, ...]]
-        if h.kind == "cgroup2":
-            raw = v2_path
-            names = (("cpuset.cpus.effective",), ("cpuset.mems.effective",))
-        else:
-            raw = v1_path if v1_path is not None else own
-            p = h.prefix
-            names = ((f"{p}effective_cpus", f"{p}cpus"), (f"{p}effective_mems", f"{p}mems"))
-        if not raw:
-            continue
-        found = _nearest(reader, h.mount, _clean_cgroup_path(raw), names)
-        if found is not None:
-            done.add(h.kind)
-            out.append((h.kind, *found))
-    order = ("cgroup2", "cgroup1", "cpuset")
-    return sorted(out, key=lambda item: order.index(item[0]))
-
-
-def _discover_allowed(
-    reader: FsReader, online_cpus: frozenset[int], node_ids: frozenset[int]
-) -> tuple[frozenset[int], frozenset[int], str]:
-    """(allowed CPUs, allowed nodes, source): the intersection of what was found."""
-    cpus: frozenset[int] | None = None
-    mems: frozenset[int] | None = None
-    sources: list[str] = []
-
-    def meet(current: frozenset[int] | None, found: frozenset[int]) -> frozenset[int]:
-        return found if current is None else current & found
-
-    if reader.is_live:
-        cpus = frozenset(os.sched_getaffinity(0))
-        sources.append("sched_getaffinity")
-    status = reader.read("proc/self/status")
-    if status is not None:
-        fields = key_values(status)
-        st_cpus = None if reader.is_live else _status_set(reader, fields, "Cpus_allowed")
-        st_mems = _status_set(reader, fields, "Mems_allowed")
-        if st_cpus is not None:
-            cpus = meet(cpus, st_cpus)
-        if st_mems is not None:
-            mems = meet(mems, st_mems)
-        if st_cpus is not None or st_mems is not None:
-            sources.append("status")
-    for kind, path, cg_cpus, cg_mems in _cpusets(reader):
-        if cg_cpus is not None and not reader.is_live:
-            cpus = meet(cpus, cg_cpus)
-        if cg_mems is not None:
-            mems = meet(mems, cg_mems)
-        sources.append(f"{kind}:{path}")
-    if cpus is None:
-        cpus = online_cpus
-    elif not reader.is_live:
-        cpus = cpus & online_cpus
-    mems = node_ids if mems is None else mems & node_ids
-    return cpus, mems, "+".join(sources) or "online"
+def _joined_source(allowed: Allowed) -> str:
+    """``Topology.allowed_source``: where the CPUs and the nodes came from, "+"-joined, each once."""
+    parts: list[str] = []
+    for source in (allowed.nodes_source, allowed.cpus_source):
+        for part in source.split("+"):
+            if part not in parts and part not in ("online", "every node"):
+                parts.append(part)
+    return "+".join(parts) or "online"
 
 
 _MODEL_KEYS = ("model name", "Processor", "cpu model", "cpu")
@@ -1025,7 +898,8 @@ def discover(root: str | os.PathLike[str] | None = None) -> Topology:
 
     ``root`` may be a directory holding ``sys/`` and ``proc/`` or an
     ``hwloc-gather-topology`` tarball. On the live system (root ``/``)
-    ``allowed_cpus`` is this process's real affinity, ``os.sched_getaffinity(0)``.
+    ``allowed_cpus`` is this process's cpuset and ``affinity`` its real affinity,
+    ``os.sched_getaffinity(0)``.
     A root that does not exist or holds no sysfs raises NumabindError.
     """
     return discover_from(FsReader(root))
@@ -1058,9 +932,8 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
         cpus, caches = _discover_cpu_details(reader, sets, online_cpus, node_of, clusters=not _is_x86(cpuinfo))
     finally:
         reader.forget()
-    allowed_cpus, allowed_nodes, source = _discover_allowed(
-        reader, online_cpus, frozenset(nodes)
-    )
+    allowed = _discover_allowed(reader, online_cpus, nodes)
+    allowed_cpus, allowed_nodes, source = allowed.allowed_cpus, allowed.allowed_nodes, _joined_source(allowed)
     frozen_nodes = FrozenMap(nodes)
     gpus = tuple(discover_gpus(reader, frozen_nodes, env=env))
     topo = Topology(
@@ -1079,6 +952,7 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
         gpus=gpus,
         allowed_source=source,
         interleave_weights=read_interleave_weights(reader),
+        affinity=allowed.affinity,
     )
     log.debug(
         "discovered %s in %.1f ms: %d nodes (%s), %d online CPUs, allowed CPUs %s "
@@ -1088,24 +962,3 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
         format_cpulist(allowed_nodes), source, len(caches), len(gpus),
     )
     return topo
-
-
-@dataclass(frozen=True)
-class Cpuset:
-    """The CPUs and memory nodes a process's cpuset allows."""
-
-    cpus: frozenset[int] | None
-    mems: frozenset[int] | None
-    source: str                      # e.g. "cgroup2:/system.slice/x.service"
-
-
-def read_cpuset(reader: FsReader) -> Cpuset | None:
-    """The nearest cpuset of the process under ``reader``'s root, or None.
-
-    The first found of cgroup v2, cgroup v1 and the legacy cpuset filesystem.
-    The backends use it on the live system to tell a CPU outside the cpuset
-    (a PlanError) from a CPU the process merely is not bound to yet.
-    """
-    for kind, path, cpus, mems in _cpusets(reader):
-        return Cpuset(cpus=cpus, mems=mems, source=f"{kind}:{path}")
-    return None

@@ -8,6 +8,10 @@ may be abbreviated while it stays unambiguous) and applied in the order given:
   nodes (``--cpu-compress``: CPU ranges and counts) and exits 0, whatever follows.
 * ``-a/--all`` after a CPU or node list, ``-b/--balancing``, ``-H`` or ``--version`` after a memory policy,
   and a second memory policy are refused; a later ``-C``/``-N``/``-c`` replaces an earlier one.
+* numactl reads the CPU lists of ``-C`` (without ``-a``) against the affinity the process inherited and
+  node lists against ``Mems_allowed``; ``-N`` binds every CPU of the nodes in the cpuset, whatever affinity
+  a parent left. numabind's own ``--within-affinity`` (spelled in full) narrows the binding to that
+  affinity instead.
 * ``-t/--strict`` (numactl's strict flag for shared memory) is ignored for a process with a warning, as
   numactl ignores it; numabind's own ``--strict`` (``numabind run``) is another option.
 * The shared-memory options (``--shm``, ``--file``, ...) are not supported: refused, naming them.
@@ -34,6 +38,8 @@ LONG = {
     "shmid": ("I", True), "huge": ("u", False), "touch": ("T", False), "cpu-compress": (None, False),
     "verify": ("V", False), "version": (None, False),
 }
+#: numabind's own options in numactl's form (spelled in full: they never take an abbreviation of numactl's).
+OWN = {"within-affinity": (None, False)}
 SHORT = {short: long for long, (short, _) in LONG.items() if short}
 #: Options numabind does not implement: numactl's shared-memory policy (and its debugging --verify).
 SHM = ("shm", "file", "offset", "length", "shmmode", "shmid", "huge", "touch", "dump", "dump-nodes", "verify")
@@ -69,6 +75,8 @@ def is_numactl_form(args: list[str], subcommands: tuple[str, ...]) -> bool:
 def _long(tok: str) -> tuple[str, str | None]:
     """(option, value given with '=') of ``--name[=value]``, an abbreviation resolved as getopt_long does."""
     name, eq, value = tok[2:].partition("=")
+    if name in OWN:
+        return name, (value if eq else None)
     if name in LONG:
         full = name
     else:
@@ -95,7 +103,7 @@ def parse(args: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
         k += 1
         if tok.startswith("--"):
             name, value = _long(tok)
-            takes = LONG[name][1]
+            takes = {**LONG, **OWN}[name][1]
             if value is not None and not takes:
                 raise NumactlUsage(f"option '--{name}' doesn't allow an argument")
             if takes and value is None:
@@ -162,7 +170,7 @@ def run_args(opts: list[tuple[str, str | None]]) -> list[str]:
             continue
         if name == "cpubind":
             name = "cpunodebind"
-        if name in CPU_OPTIONS + POLICIES + ("all", "balancing") and name != "localalloc":
+        if name in CPU_OPTIONS + POLICIES + ("all", "balancing", "within-affinity") and name != "localalloc":
             out.append(f"--{name}" if value is None else f"--{name}={value}")
         elif name == "localalloc":
             out.append("--localalloc")

@@ -12,8 +12,8 @@ What both adapters share lives here:
 
   - a new process: a forked child never reuses its parent's cache (its
     affinity, cpuset or environment may differ), it discovers once for itself;
-  - a different CPU affinity of the calling thread (``allowed_cpus`` is the
-    affinity on the live machine);
+  - a different CPU affinity of the calling thread (``topology.affinity``; the
+    hosts' own helpers read the affinity, while ``allowed_cpus`` is the cpuset);
   - a different ``NUMABIND_FSROOT``;
   - different GPU-visibility variables (``CUDA_VISIBLE_DEVICES`` & co.). When
     only ``CUDA_VISIBLE_DEVICES`` changed and each of its new entries names,
@@ -77,6 +77,7 @@ VISIBILITY_VARS = (
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
     "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
     "ZE_AFFINITY_MASK", "ZE_ENABLE_PCI_ID_DEVICE_ORDER", "ZE_FLAT_DEVICE_HIERARCHY",
+    "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES",
     "NUMABIND_GPU_VENDOR",
 )
 

@@ -1,0 +1,233 @@
+"""The cpuset a process lives in, and what it may use (a reader: files under a root only).
+
+:func:`read_cpuset` finds the process's cpuset in every hierarchy mounted according to ``proc/mounts``:
+cgroup v2 (``cpuset.cpus.effective``; a cgroup without the cpuset controller is limited by its nearest
+ancestor's), cgroup v1 (``cpuset.effective_cpus``, else ``cpuset.cpus``; without the prefix when mounted
+``noprefix``) and the legacy cpuset filesystem (``mount -t cpuset``: ``cpus``/``mems``, the path from
+``proc/self/cpuset``). :func:`read_allowed` turns it, with ``proc/self/status``, into the one answer to
+"what may this process use", :class:`numabind.plan.Allowed`: discovery (:mod:`numabind.topology`) and the
+live process (:func:`numabind.live.limits`) both call it.
+
+The rule: the limit is the cpuset (what ``sched_setaffinity`` accepts), online CPUs without one. The
+affinity a parent left behind (``sched_getaffinity`` on the live system, ``Cpus_allowed`` in a dump's
+``proc/self/status``) is reported beside it, never a limit.
+
+On the run path of ``numabind run``: no ``re``, ``dataclasses`` or ``logging`` at import.
+"""
+
+import posixpath
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from ._fs import FsReader
+
+from ._base import Value
+from .cpulist import parse_cpulist, parse_mask
+from .errors import NumabindError, PlanError
+from .plan import Allowed
+
+__all__ = ["CGROUP_DIR", "Cpuset", "cpusets", "read_allowed", "read_cpuset", "status_set"]
+
+#: Where systemd, Docker and the cpuset(7) manual page mount cgroups (used when ``proc/mounts`` lists none).
+CGROUP_DIR = "sys/fs/cgroup"
+
+
+class Cpuset(Value):
+    """The CPUs and memory nodes a process's cpuset allows (None: that file is not there), and where."""
+
+    __slots__ = ("cpus", "mems", "source")
+    cpus: "frozenset[int] | None"
+    mems: "frozenset[int] | None"
+    source: str                      # e.g. "cgroup2:/system.slice/x.service"
+
+    def __init__(self, cpus: "frozenset[int] | None", mems: "frozenset[int] | None", source: str) -> None:
+        object.__setattr__(self, "cpus", None if cpus is None else frozenset(cpus))
+        object.__setattr__(self, "mems", None if mems is None else frozenset(mems))
+        object.__setattr__(self, "source", source)
+
+
+def _malformed(reader: "FsReader", rel: str, text: str, why: str) -> NumabindError:
+    shown = text.strip()
+    if len(shown) > 200:
+        shown = shown[:200] + "..."
+    return NumabindError(f"malformed {reader.path(rel)}: {why} (content: {shown!r})")
+
+
+def _read_list(reader: "FsReader", rel: str, what: str) -> "frozenset[int] | None":
+    text = reader.read(rel)
+    if text is None:
+        return None
+    try:
+        return parse_cpulist(text, what=what)
+    except PlanError as exc:
+        raise _malformed(reader, rel, text, str(exc)) from None
+
+
+def status_set(reader: "FsReader", fields: "dict[str, str]", name: str) -> "frozenset[int] | None":
+    """``name`` (``Cpus_allowed``, ``Mems_allowed``) of ``proc/self/status``'s ``fields``: its ``_list`` form,
+    else its hex mask; None when neither is there. A malformed one raises NumabindError naming the file."""
+    rel = "proc/self/status"
+    try:
+        if f"{name}_list" in fields:
+            return parse_cpulist(fields[f"{name}_list"], what=f"{name}_list")
+        if name in fields:
+            return parse_mask(fields[name], what=name)
+    except PlanError as exc:
+        raise _malformed(reader, rel, fields.get(f"{name}_list", fields.get(name, "")), str(exc)) from None
+    return None
+
+
+def _cgroup_lines(reader: "FsReader") -> "list[tuple[str, str, str]]":
+    text = reader.read("proc/self/cgroup")
+    if text is None:
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            out.append((parts[0], parts[1], parts[2]))
+    return out
+
+
+def _clean_cgroup_path(path: str) -> str:
+    # posixpath.normpath clamps "/.." at "/", so the path never leaves the mount.
+    # A leading "//" would survive normpath (POSIX keeps it), hence the lstrip.
+    path = path.strip()
+    if path.endswith(" (deleted)"):           # a cgroup removed while the process is in it
+        path = path[:-len(" (deleted)")]
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+def _unescape(field: str) -> str:
+    """A ``proc/mounts`` field with its octal escapes (``\\040`` for a space) decoded."""
+    if "\\" not in field:
+        return field
+    out, k = [], 0
+    while k < len(field):
+        chunk = field[k + 1:k + 4]
+        if field[k] == "\\" and len(chunk) == 3 and all(c in "01234567" for c in chunk):
+            out.append(chr(int(chunk, 8)))
+            k += 4
+        else:
+            out.append(field[k])
+            k += 1
+    return "".join(out)
+
+
+def _hierarchies(reader: "FsReader", lines: "list[tuple[str, str, str]]") -> "list[tuple[str, str, str]]":
+    """(kind, mount relative to the root, file prefix) of every cpuset-bearing mount: from proc/mounts, else
+    the usual mount points. kind: "cgroup2" | "cgroup1" | "cpuset"; prefix: "cpuset." or "" (legacy cpuset
+    filesystem, cgroup v1 -o noprefix)."""
+    found: "list[tuple[str, str, str]]" = []
+    text = reader.read("proc/mounts")
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        rel = posixpath.normpath("/" + _unescape(fields[1]).lstrip("/")).lstrip("/")
+        fstype, options = fields[2], fields[3].split(",")
+        if fstype == "cgroup2":
+            found.append(("cgroup2", rel, "cpuset."))
+        elif fstype == "cpuset":
+            found.append(("cpuset", rel, ""))
+        elif fstype == "cgroup" and "cpuset" in options:
+            found.append(("cgroup1", rel, "" if "noprefix" in options else "cpuset."))
+    if found:
+        return found
+    found = [("cgroup2", CGROUP_DIR, "cpuset."), ("cgroup2", f"{CGROUP_DIR}/unified", "cpuset."),
+             ("cgroup1", f"{CGROUP_DIR}/cpuset", "cpuset.")]
+    for _h, controllers, _p in lines:
+        if "cpuset" in controllers.split(",") and controllers != "cpuset":
+            found.append(("cgroup1", f"{CGROUP_DIR}/{controllers}", "cpuset."))
+    found.append(("cpuset", "dev/cpuset", ""))
+    return found
+
+
+def _nearest(reader: "FsReader", mount: str, path: str, names: "tuple[tuple[str, ...], tuple[str, ...]]"
+             ) -> "tuple[str, frozenset[int] | None, frozenset[int] | None] | None":
+    """(cgroup path, cpus, mems) at ``path`` or its nearest ancestor that has the files."""
+    current = path
+    while True:
+        d = mount + ("" if current == "/" else current)
+        cpus = mems = None
+        for name in names[0]:
+            cpus = _read_list(reader, f"{d}/{name}", "cpulist")
+            if cpus is not None:
+                break
+        for name in names[1]:
+            mems = _read_list(reader, f"{d}/{name}", "nodelist")
+            if mems is not None:
+                break
+        if cpus is not None or mems is not None:
+            return current, cpus, mems
+        if current == "/":
+            return None
+        current = posixpath.dirname(current)
+
+
+def cpusets(reader: "FsReader") -> "list[Cpuset]":
+    """The process's cpuset in each kind of hierarchy found (cgroup v2, cgroup v1, legacy cpuset filesystem,
+    in that order), the first mount of each kind that holds it."""
+    lines = _cgroup_lines(reader)
+    v2_path = next((p for h, c, p in lines if h == "0" and c == ""), None)
+    v1_path = next((p for _h, c, p in lines if "cpuset" in c.split(",")), None)
+    own = reader.read_strip("proc/self/cpuset") if v1_path is None else None
+    out: "dict[str, Cpuset]" = {}
+    for kind, mount, prefix in _hierarchies(reader, lines):
+        if kind in out:
+            continue
+        names: "tuple[tuple[str, ...], tuple[str, ...]]"
+        if kind == "cgroup2":
+            raw = v2_path
+            names = (("cpuset.cpus.effective",), ("cpuset.mems.effective",))
+        else:
+            raw = v1_path if v1_path is not None else own
+            names = ((f"{prefix}effective_cpus", f"{prefix}cpus"), (f"{prefix}effective_mems", f"{prefix}mems"))
+        if not raw:
+            continue
+        found = _nearest(reader, mount, _clean_cgroup_path(raw), names)
+        if found is not None:
+            out[kind] = Cpuset(cpus=found[1], mems=found[2], source=f"{kind}:{found[0]}")
+    return [out[k] for k in ("cgroup2", "cgroup1", "cpuset") if k in out]
+
+
+def read_cpuset(reader: "FsReader") -> "Cpuset | None":
+    """The nearest cpuset of the process under ``reader``'s root (the first of cgroup v2, cgroup v1 and the
+    legacy cpuset filesystem), or None."""
+    found = cpusets(reader)
+    return found[0] if found else None
+
+
+def read_allowed(reader: "FsReader", online_cpus: "frozenset[int]", nodes: "frozenset[int]",
+                 memory_nodes: "frozenset[int]", affinity: "frozenset[int] | None" = None) -> Allowed:
+    """What the process under ``reader``'s root may use (:class:`~numabind.plan.Allowed`).
+
+    CPUs: the online CPUs in every cpuset found (``cpus_source`` names them), every online CPU without one.
+    Nodes: ``Mems_allowed`` of ``proc/self/status`` and the cpusets' mems, among ``nodes``; ``nodes`` without
+    either. ``affinity`` is the inherited affinity when the caller knows it (the live process:
+    ``sched_getaffinity``); otherwise ``Cpus_allowed`` of ``proc/self/status`` (a dump), or None.
+    """
+    from ._fs import key_values
+
+    text = reader.read("proc/self/status")
+    fields = key_values(text) if text is not None else {}
+    mems = status_set(reader, fields, "Mems_allowed")
+    node_sources = ["status"] if mems is not None else []
+    if affinity is None:
+        affinity = status_set(reader, fields, "Cpus_allowed")
+    cpus = online_cpus
+    cpu_sources = []
+    for cpuset in cpusets(reader):
+        if cpuset.cpus is not None:
+            cpus = cpus & cpuset.cpus
+            cpu_sources.append(cpuset.source)
+        if cpuset.mems is not None:
+            mems = cpuset.mems if mems is None else mems & cpuset.mems
+            node_sources.append(cpuset.source)
+    cpus_source = "+".join(cpu_sources) or "online"
+    if not cpus:      # a cpuset of offline CPUs only (a dump caught mid-hotplug): the kernel would refuse all
+        cpus, cpus_source = online_cpus, f"online (the cpuset {cpus_source} holds no online CPU)"
+    return Allowed(online_cpus=online_cpus, allowed_cpus=cpus, cpus_source=cpus_source, nodes=nodes,
+                   memory_nodes=memory_nodes, allowed_nodes=nodes if mems is None else mems & nodes,
+                   nodes_source="+".join(node_sources) or "every node",
+                   affinity=None if affinity is None else affinity & online_cpus)
