@@ -1,8 +1,11 @@
 """Test-suite wiring shared by all tests.
 
 Tests marked ``numa_vm`` run inside a QEMU guest with several NUMA nodes; see
-``tests/vm/plugin.py`` and ``python3 -m tests.vm.harness prepare``.
+``tests/vm/plugin.py`` and ``python3 -m tests.vm.harness prepare``. Every test runs under the autouse
+fixture :func:`restore_process`, which puts the process's binding back after it.
 """
+
+import os
 
 import pytest
 
@@ -24,3 +27,30 @@ def pytest_runtest_setup(item):
     for mark in item.iter_markers("launcher_needs"):
         if not mark.kwargs["ok"]:
             unavailable(mark.kwargs["reason"])
+
+
+@pytest.fixture(autouse=True)
+def restore_process(request, monkeypatch):
+    """Every test: save every thread's affinity and the memory policy, restore them after the test,
+    and run without numabind's settings from the runner's environment (``NUMABIND_BACKEND``, ...).
+
+    Where the memory-policy calls are refused (:func:`tests.kernel.mempolicy_refusal`) a test marked
+    ``kernel`` skips with that reason, and any other test runs with only the affinity saved and restored."""
+    from tests.kernel import mempolicy_refusal, raw_set_word, raw_word, thread_affinities
+
+    for var in ("NUMABIND_BACKEND", "NUMABIND_STRICT", "NUMABIND_FSROOT", "_NUMABIND_LIBNUMA"):
+        monkeypatch.delenv(var, raising=False)
+    refusal = mempolicy_refusal()
+    if refusal is not None and request.node.get_closest_marker("kernel") is not None:
+        pytest.skip(refusal)
+    affinity = thread_affinities()
+    word = None if refusal is not None else raw_word()
+    yield
+    for tid, cpus in affinity.items():
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:  # a thread that exited
+            pass
+    if word is not None:
+        raw_set_word(*word)
+        assert raw_word() == word

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from numabind.cli import main
-from tests.kernel import ROOT, ids_of, raw_set_word, raw_word, restore_process, thread_affinities  # noqa: F401
+from tests.kernel import ROOT, ids_of, raw_set_word, raw_word, thread_affinities
 
 pytestmark = pytest.mark.kernel
 

@@ -28,7 +28,7 @@ from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import FakeMachine, snc
 from tests.launchers import (REPORT_DIR_VAR, host_gpu_machine, json_documents, json_lines, numabind_command,
                              needs, needs_two_cpus, rank_reports, report_command, unavailable)
-from tests.kernel import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
+from tests.kernel import ROOT
 
 # torch is only ever imported by the children (torchrun, tests/torch_numa.py): never into the test process
 pytestmark = needs(importlib.util.find_spec("torch") is not None,
