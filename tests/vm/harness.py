@@ -12,12 +12,18 @@ Command line::
     python3 -m tests.vm.harness status             # what is ready, what is missing
     python3 -m tests.vm.harness run [-t TOPO] [-k KERNEL] -- CMD ARGS...   # boot, run CMD inside, power off
 
-Two Debian kernels are prepared (:data:`KERNELS`): ``6.1``, bookworm's own ``linux-image-amd64``
-(the default: every test that does not ask for another), and ``6.12`` from bookworm-backports,
-which has weighted interleave (``MPOL_WEIGHTED_INTERLEAVE``, Linux 6.9+). The backports kernel is
-fetched through a private apt configuration in the cache (its own sources list, package lists and
-archive folder: the system's apt sources are never changed), so apt checks the signed index and the
-package's SHA256 as it does for any download.
+Three Debian kernels are prepared (:data:`KERNELS`): ``6.1``, bookworm's own ``linux-image-amd64``
+(the default: every test that does not ask for another), ``6.12`` from bookworm-backports, which
+has weighted interleave (``MPOL_WEIGHTED_INTERLEAVE``, Linux 6.9+), and ``arm64``, bookworm's
+``linux-image-arm64`` under ``qemu-system-aarch64 -M virt -cpu max``. ``tools/vm_kernel.py`` fetches
+them; a suite or an architecture other than the system's goes through a private apt configuration in
+the cache (its own sources list, package lists and archive folder: the system's apt sources are never
+changed), so apt checks the signed index and the package's SHA256 as it does for any download.
+
+The arm64 guest cannot run the host's x86 Python: it chroots into an arm64 Debian userland
+(``scripts/arm64_userland.sh``: python3.11, cffi's backend, libnuma, numactl, busybox) and sees the
+checkout and the host's pure-Python packages (pytest) bound in at their own paths, with numabind's C
+core cross-compiled for arm64 (``aarch64-linux-gnu-gcc``) bound over the checkout's x86 one.
 
 Everything downloaded or built lives in the cache folder (``tests/vm/_cache``,
 or ``$NUMABIND_VM_CACHE``), which git ignores.
@@ -27,9 +33,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import io
 import json
-import lzma
 import os
 import re
 import shlex
@@ -38,10 +44,9 @@ import signal
 import struct
 import subprocess
 import sys
-import tarfile
+import sysconfig
 import tempfile
 import time
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,19 +55,44 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
 DEFAULT_CACHE = HERE / "_cache"
 
+
+def _load_vm_kernel():
+    """``tools/vm_kernel.py`` (tools/ is not a package), loaded once by its path, on the host only: the guest
+    imports this file too, and compiling the tool there would cost seconds of emulated start-up."""
+    name = "numabind_tools_vm_kernel"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "tools" / "vm_kernel.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod     # one module (one FetchError) however often the harness is imported
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def __getattr__(name: str):
+    if name == "vm_kernel":     # harness.vm_kernel: the tool, loaded when first asked for
+        return _load_vm_kernel()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 #: Debian packages the harness needs, each with the file that shows it is installed.
 APT_PACKAGES: tuple[tuple[str, str], ...] = (
     ("qemu-system-x86", "qemu-system-x86_64"),
     ("busybox-static", "/bin/busybox"),
     ("numactl", "numactl"),              # the numactl backend and the discovery cross-check
     ("hwloc-nox", "lstopo-no-graphics"),  # the discovery cross-check
+    # the arm64 guest: its QEMU, and the cross compiler of numabind's C core
+    ("qemu-system-arm", "qemu-system-aarch64"),
+    ("gcc-aarch64-linux-gnu", "aarch64-linux-gnu-gcc"),
+    ("libc6-dev-arm64-cross", "/usr/aarch64-linux-gnu/include/stdio.h"),
 )
 
-#: Kernel modules the guest needs for the 9p shares (the Debian kernel builds them as modules).
+#: Kernel modules the amd64 guest needs for the 9p shares (the Debian kernel builds them as modules); the
+#: same as tools/vm_kernel.py's default for amd64, which setup.sh fetches with (a test holds them equal).
 MODULES = ("virtio", "virtio_ring", "virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci",
            "netfs", "fscache", "9pnet", "9pnet_virtio", "9p")
-
-KERNEL_META_PACKAGE = "linux-image-amd64"
+#: The arm64 guest's (Debian's arm64 6.1 builds virtio and virtio_ring in), as tools/vm_kernel.py's for arm64.
+MODULES_ARM64 = ("virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio_pci", "netfs", "fscache", "9pnet",
+                 "9pnet_virtio", "9p")
 
 
 @dataclass(frozen=True)
@@ -78,16 +108,12 @@ class KernelSpec:
     release_prefix: str
     suite: str | None = None
     cache_name: str = "kernel"          # folder under the cache
+    arch: str = "amd64"                 # Debian's name of the guest's architecture (tools/vm_kernel.ARCHES)
 
     @property
     def initramfs_name(self) -> str:
         return "initramfs.cpio" if self.cache_name == "kernel" else f"initramfs-{self.name}.cpio"
 
-
-#: The Debian mirror the backports kernel comes from ($NUMABIND_VM_DEBIAN_MIRROR).
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-#: The keyring apt checks a private suite's signed index with.
-DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 
 KERNELS: Mapping[str, KernelSpec] = {
     k.name: k
@@ -97,6 +123,10 @@ KERNELS: Mapping[str, KernelSpec] = {
         KernelSpec("6.12", "Debian bookworm-backports' linux-image-amd64 (Linux 6.12: weighted interleave)",
                    ("netfs", "9pnet", "9pnet_virtio", "9p"), "6.12.", suite="bookworm-backports",
                    cache_name="kernel-6.12"),
+        # arm64 (Grace, Kunpeng, Graviton): the same topologies on QEMU's virt board, NUMA from its device tree
+        KernelSpec("arm64", "Debian bookworm's linux-image-arm64 (Linux 6.1) under qemu-system-aarch64 -M virt "
+                   "-cpu max (TCG), chrooted into an arm64 userland", MODULES_ARM64, "6.1.",
+                   cache_name="kernel-arm64", arch="arm64"),
     )
 }
 DEFAULT_KERNEL = "6.1"
@@ -105,6 +135,12 @@ BOOT_MARKER = "numavm-booted"
 DONE_MARKER = "numavm-done"
 KERNEL_CMDLINE = ("console=ttyS0 panic=-1 loglevel=4 numa_balancing=disable mitigations=off lpj=10000000 "
                   "rdinit=/init")
+#: arm64: the virt board's PL011 console; no lpj= (the generic timer needs no delay-loop calibration)
+KERNEL_CMDLINE_ARM64 = "console=ttyAMA0 panic=-1 loglevel=4 numa_balancing=disable mitigations=off rdinit=/init"
+#: arm64: the CPU QEMU emulates ($NUMABIND_VM_CPU_ARM64); impdef pointer authentication is much cheaper under TCG
+ARM64_CPU = "max,pauth-impdef=on"
+#: the interpreter of the arm64 userland (scripts/arm64_userland.sh)
+ARM64_PYTHON = "/usr/bin/python3.11"
 
 ProgressFn = Callable[[str], None]
 
@@ -244,6 +280,14 @@ TOPOLOGIES: Mapping[str, TopologySpec] = {
             distances=_all_pairs([[10, 16, 32], [26, 10, 21], [32, 21, 10]]),
             sockets=4,
         ),
+        TopologySpec(   # numactl's own test/ scripts, through numactl and numabind (test_vm_numactl_scripts.py)
+            name="numactl-scripts",
+            description="like mem-only (0: CPUs 0-1, 1: CPUs 2-3, 2: memory only), for numactl's test/ scripts",
+            nodes=(NodeSpec((0, 1), 512), NodeSpec((2, 3), 512), NodeSpec((), 256)),
+            distances=_all_pairs([[10, 21, 30], [21, 10, 30], [30, 30, 10]]),
+            sockets=2,
+            timeout_s=2400,
+        ),
         TopologySpec(   # the host test suite itself runs here (tests/vm/test_vm_suite.py)
             name="suite",
             description="like asym (3 nodes: CPUs 0-1, 2, 3), 512 MiB each, for the suite's kernel tests",
@@ -276,9 +320,14 @@ def cache_dir() -> Path:
     return Path(os.environ.get("NUMABIND_VM_CACHE") or DEFAULT_CACHE).resolve()
 
 
-def qemu_binary() -> str | None:
-    name = os.environ.get("NUMABIND_VM_QEMU") or "qemu-system-x86_64"
-    return shutil.which(name)
+def qemu_name(arch: str = "amd64") -> str:
+    if arch == "arm64":
+        return os.environ.get("NUMABIND_VM_QEMU_ARM64") or "qemu-system-aarch64"
+    return os.environ.get("NUMABIND_VM_QEMU") or "qemu-system-x86_64"
+
+
+def qemu_binary(arch: str = "amd64") -> str | None:
+    return shutil.which(qemu_name(arch))
 
 
 def _is_static_elf(path: str) -> bool:
@@ -304,6 +353,8 @@ def _package_present(package: str, probe: str) -> bool:
         return os.path.exists(probe)
     if package == "qemu-system-x86":
         return qemu_binary() is not None
+    if package == "qemu-system-arm":
+        return qemu_binary("arm64") is not None
     return shutil.which(probe) is not None
 
 
@@ -357,19 +408,20 @@ def cached_artifacts(kernel: str | None = None) -> Artifacts | None:
 
 def _refresh_initramfs(kernel: str | None = None) -> None:
     """Rebuild a stale initramfs (this file's init script changed) when the kernel is cached: no network."""
-    kdir = _kernel_dir(kernel)
-    kman = _read_json(kdir / "manifest.json")
-    if kman and (kdir / kman["image"]).is_file() and all(
-            (kdir / "modules" / f"{m}.ko").is_file() for m in kman["modules"]):
+    kman = _load_vm_kernel().cached_manifest(_kernel_dir(kernel))
+    if kman:
         build_initramfs(kman, kernel=kernel)
 
 
 def problems(kernel: str | None = None) -> list[str]:
     """Why a guest with ``kernel`` (default: :data:`DEFAULT_KERNEL`) cannot run here (empty when it can)."""
     out = []
-    if qemu_binary() is None:
-        which = os.environ.get("NUMABIND_VM_QEMU") or "qemu-system-x86_64"
-        out.append(f"{which} not found (apt package qemu-system-x86)")
+    arch = kernel_spec(kernel).arch
+    if qemu_binary(arch) is None:
+        out.append(f"{qemu_name(arch)} not found (apt package "
+                   f"{'qemu-system-arm' if arch == 'arm64' else 'qemu-system-x86'})")
+    if arch == "arm64":
+        out += arm64_problems()
     try:
         arts = cached_artifacts(kernel)
         if arts is None:
@@ -417,213 +469,22 @@ def install_packages(progress: ProgressFn = _quiet) -> list[str]:
     return missing
 
 
-def _kernel_package(progress: ProgressFn) -> str:
-    try:
-        out = _run(["apt-cache", "depends", KERNEL_META_PACKAGE], progress).stdout
-    except HarnessError:  # a fresh machine without package lists
-        sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-        _run(sudo + ["apt-get", "update"], progress)
-        out = _run(["apt-cache", "depends", KERNEL_META_PACKAGE], progress).stdout
-    for m in re.finditer(r"^\s*Depends:\s*(linux-image-\S+)", out, re.M):
-        if m[1] != KERNEL_META_PACKAGE and not m[1].startswith("<"):
-            return m[1]
-    raise HarnessError(f"apt-cache depends {KERNEL_META_PACKAGE} names no linux-image package:\n{out}")
-
-
-def _private_apt(suite: str, progress: ProgressFn) -> list[str]:
-    """apt options for a private configuration in the cache that knows only ``suite`` of the Debian
-    mirror (its own sources list, package lists, archive folder and an empty dpkg status): the
-    system's apt sources stay as they are. The lists are fetched (``apt-get update``) each time."""
-    keyring = os.environ.get("NUMABIND_VM_DEBIAN_KEYRING") or DEBIAN_KEYRING
-    if not os.path.isfile(keyring):
-        raise HarnessError(f"{keyring} is missing: apt cannot check the signed index of {suite} "
-                           f"(apt package debian-archive-keyring, or set $NUMABIND_VM_DEBIAN_KEYRING)")
-    mirror = os.environ.get("NUMABIND_VM_DEBIAN_MIRROR") or DEBIAN_MIRROR
-    root = cache_dir() / "apt" / suite
-    for sub in ("lists/partial", "archives/partial", "preferences.d"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    for d in (root, *root.rglob("*")):   # apt-get drops privileges to _apt for downloads where it can
-        if d.is_dir():
-            os.chmod(d, 0o777)
-    sources = root / "sources.list"
-    sources.write_text(f"deb [signed-by={keyring}] {mirror} {suite} main\n")
-    status = root / "status"
-    status.touch()
-    opts = [f"-oDir::Etc::SourceList={sources}", "-oDir::Etc::SourceParts=/nonexistent",
-            f"-oDir::State::Lists={root / 'lists'}", f"-oDir::Cache={root}",
-            f"-oDir::Cache::Archives={root / 'archives'}", f"-oDir::State::status={status}",
-            "-oDir::Etc::Preferences=/nonexistent", f"-oDir::Etc::PreferencesParts={root / 'preferences.d'}",
-            "-oAPT::Get::List-Cleanup=0"]
-    _run(["apt-get", *opts, "update"], progress)
-    return opts
-
-
-def _kernel_package_in(apt_opts: Sequence[str], progress: ProgressFn) -> str:
-    out = _run(["apt-cache", *apt_opts, "depends", KERNEL_META_PACKAGE], progress).stdout
-    for m in re.finditer(r"^\s*Depends:\s*(linux-image-\S+)", out, re.M):
-        if m[1] != KERNEL_META_PACKAGE and not m[1].startswith("<"):
-            return m[1]
-    raise HarnessError(f"apt-cache depends {KERNEL_META_PACKAGE} names no linux-image package:\n{out}")
-
-
-def _module_wanted(member: str, modules: Sequence[str] = MODULES) -> str | None:
-    """The module name if a tar member is one of ``modules`` (a .ko, possibly .xz/.gz compressed)."""
-    m = re.fullmatch(r"\.?/?(?:usr/)?lib/modules/[^/]+/kernel/.*/([^/]+)\.ko(\.xz|\.gz)?", member)
-    if m and m[1] in modules:
-        return m[1]
-    return None
-
-
-def _decompress_module(name: str, data: bytes) -> bytes:
-    if name.endswith(".xz"):
-        return lzma.decompress(data)
-    if name.endswith(".gz"):
-        return zlib.decompress(data, 31)
-    return data
-
-
-def _modinfo_depends(ko: bytes) -> list[str]:
-    """The ``depends=`` field of a module's .modinfo section."""
-    m = re.search(rb"(?:^|\x00)depends=([^\x00]*)\x00", ko)
-    if not m or not m[1]:
-        return []
-    return [d.replace("-", "_") for d in m[1].decode().split(",") if d]
-
-
-def _module_order(deps: Mapping[str, list[str]], modules: Sequence[str] = MODULES) -> list[str]:
-    order: list[str] = []
-    state: dict[str, int] = {}
-
-    def visit(mod: str, chain: tuple[str, ...]) -> None:
-        if state.get(mod) == 2:
-            return
-        if state.get(mod) == 1:
-            raise HarnessError(f"module dependency cycle: {' -> '.join(chain + (mod,))}")
-        if mod not in deps:
-            raise HarnessError(f"module {chain[-1]} needs {mod}, which is not in the harness's MODULES list")
-        state[mod] = 1
-        for d in deps[mod]:
-            visit(d, chain + (mod,))
-        state[mod] = 2
-        order.append(mod)
-
-    for mod in modules:
-        visit(mod, ())
-    return order
-
-
-def _find_payload(image: bytes) -> bytes | None:
-    """Decompress the kernel ELF out of a bzImage (as the kernel tree's extract-vmlinux does)."""
-    candidates: list[tuple[bytes, Callable[[bytes], bytes]]] = [
-        (b"\xfd7zXZ\x00", lambda d: lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(d)),
-        (b"\x1f\x8b\x08", lambda d: zlib.decompressobj(31).decompress(d)),
-        (b"\x5d\x00\x00", lambda d: lzma.LZMADecompressor(format=lzma.FORMAT_ALONE).decompress(d)),
-    ]
-    for magic, fn in candidates:
-        start = image.find(magic)
-        while start != -1:
-            try:
-                out = fn(image[start:])
-            except (lzma.LZMAError, zlib.error, EOFError):
-                out = b""
-            if out[:4] == b"\x7fELF":
-                return out
-            start = image.find(magic, start + 1)
-    return None
-
-
-def _has_pvh_note(elf: bytes) -> bool:
-    """True if an ELF kernel carries XEN_ELFNOTE_PHYS32_ENTRY, which QEMU needs to boot it directly."""
-    if elf[:4] != b"\x7fELF" or elf[4] != 2:
-        return False
-    phoff, = struct.unpack_from("<Q", elf, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
-    for k in range(phnum):
-        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", elf, phoff + k * phentsize)
-        if p_type != 4:  # PT_NOTE
-            continue
-        pos, end = p_offset, p_offset + p_filesz
-        while pos + 12 <= end:
-            namesz, descsz, ntype = struct.unpack_from("<III", elf, pos)
-            name = elf[pos + 12:pos + 12 + namesz].rstrip(b"\x00")
-            if name == b"Xen" and ntype == 18:
-                return True
-            pos += 12 + ((namesz + 3) & ~3) + ((descsz + 3) & ~3)
-    return False
-
-
 def fetch_kernel(progress: ProgressFn = _quiet, refresh: bool = False, kernel: str | None = None) -> dict:
-    """Download the Debian kernel package and keep only the image and the modules the guest needs."""
+    """Download the Debian kernel package and keep only the image and the modules the guest needs
+    (``tools/vm_kernel.py``, into the kernel's cache folder)."""
     spec = kernel_spec(kernel)
-    kdir = _kernel_dir(kernel)
-    man = _read_json(kdir / "manifest.json")
-    if man and not refresh and (kdir / man["image"]).is_file() and all(
-            (kdir / "modules" / f"{m}.ko").is_file() for m in man["modules"]):
-        progress(f"kernel {man['release']} already in {kdir}")
-        return man
+    vm_kernel = _load_vm_kernel()
     cache_dir().mkdir(parents=True, exist_ok=True)
-    apt_opts: list[str] = []
-    if spec.suite is None:
-        package = _kernel_package(progress)
-    else:
-        apt_opts = _private_apt(spec.suite, progress)
-        package = _kernel_package_in(apt_opts, progress)
-    modules = spec.modules
-    with tempfile.TemporaryDirectory(prefix="kernel-", dir=cache_dir()) as tmp:
-        os.chmod(tmp, 0o777)  # apt-get download drops privileges to _apt where it can
-        _run(["apt-get", *apt_opts, "download", package], progress, cwd=tmp)
-        debs = sorted(Path(tmp).glob("*.deb"))
-        if len(debs) != 1:
-            raise HarnessError(f"apt-get download {package} left {[d.name for d in debs]} in {tmp}")
-        progress(f"unpacking {debs[0].name}")
-        staging = Path(tmp) / "out"
-        (staging / "modules").mkdir(parents=True)
-        image = release = None
-        found: dict[str, bytes] = {}
-        dpkg = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(debs[0])], stdout=subprocess.PIPE)
-        assert dpkg.stdout is not None
-        with tarfile.open(fileobj=dpkg.stdout, mode="r|") as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
-                base = member.name.rsplit("/", 1)[-1]
-                mod = _module_wanted(member.name, modules)
-                if base.startswith("vmlinuz-"):
-                    release = base[len("vmlinuz-"):]
-                    image = tar.extractfile(member).read()
-                elif mod is not None:
-                    found[mod] = _decompress_module(base, tar.extractfile(member).read())
-        if dpkg.wait() != 0:
-            raise HarnessError(f"dpkg-deb --fsys-tarfile {debs[0]} exited with {dpkg.returncode}")
-        if image is None:
-            raise HarnessError(f"{debs[0].name} holds no boot/vmlinuz-*")
-        if release is None or not release.startswith(spec.release_prefix):
-            raise HarnessError(f"{debs[0].name} holds kernel {release}, not the {spec.name} this cache folder is for "
-                               f"({spec.description})")
-        absent = [m for m in modules if m not in found]
-        if absent:
-            raise HarnessError(f"{debs[0].name} lacks the modules {', '.join(absent)} (built into the kernel? "
-                               f"then drop them from MODULES)")
-        order = _module_order({m: _modinfo_depends(ko) for m, ko in found.items()}, modules)
-        for mod, ko in found.items():
-            (staging / "modules" / f"{mod}.ko").write_bytes(ko)
-        (staging / "vmlinuz").write_bytes(image)
-        elf = _find_payload(image)
-        if elf is not None and _has_pvh_note(elf):
-            (staging / "vmlinux").write_bytes(elf)
-            image_name = "vmlinux"
-            progress(f"uncompressed vmlinux: {len(elf) >> 20} MiB (boots faster than the bzImage)")
-        else:
-            image_name = "vmlinuz"
-            progress("no PVH-bootable ELF could be extracted; booting the compressed bzImage")
-        man = {"package": package, "release": release, "image": image_name, "modules": order,
-               "deb": debs[0].name, "kernel": spec.name, "suite": spec.suite}
-        (staging / "manifest.json").write_text(json.dumps(man, indent=1) + "\n")
-        if kdir.exists():
-            shutil.rmtree(kdir)
-        staging.rename(kdir)
-    progress(f"kernel {release} ready in {kdir}")
-    return man
+    suites = (spec.suite,) if spec.suite else ()
+    # the backports configuration keeps the folder it always had
+    apt_root = cache_dir() / "apt" / (spec.suite if spec.arch == "amd64" and spec.suite
+                                      else f"{spec.arch}-{'+'.join(suites or (vm_kernel.DEFAULT_SUITE,))}")
+    try:
+        return vm_kernel.fetch(_kernel_dir(kernel), spec.arch, suites=suites, modules=spec.modules,
+                               release_prefix=spec.release_prefix, apt_root=apt_root, refresh=refresh,
+                               progress=progress, extra={"kernel": spec.name, "suite": spec.suite})
+    except vm_kernel.FetchError as exc:
+        raise HarnessError(str(exc)) from exc
 
 
 INIT_SCRIPT = r"""#!/bin/busybox sh
@@ -665,12 +526,71 @@ poweroff -f
 """
 
 
-def _init_script(modules: Sequence[str]) -> str:
-    return (INIT_SCRIPT.replace("@MODULES@", " ".join(modules)).replace("@SHARE@", GUEST_SHARE)
+INIT_SCRIPT_ARM64 = r"""#!/bin/busybox sh
+/bin/busybox --install -s
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+say() { echo "numavm: $*" > /dev/console; }
+die() { say "FATAL: $*"; poweroff -f; }
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in @MODULES@; do insmod /modules/$m.ko || say "insmod $m failed"; done
+o="trans=virtio,version=9p2000.L,msize=262144"
+mount -t 9p -o "$o,ro,cache=loose" hostroot /host || die "cannot mount the host root (9p tag hostroot)"
+mkdir -p /results && mount -t 9p -o "$o" results /results || die "cannot mount the results share"
+# The command runs in the arm64 userland: a tmpfs root holding its folders (bound from the host's copy,
+# named in the share's file "root"), the guest's own proc/sys/dev/tmp/run, and the host folders it needs.
+read -r userland < /results/root || die "the results share names no arm64 userland"
+r=/newroot
+mkdir -p $r && mount -t tmpfs -o mode=755 tmpfs $r || die "cannot mount the new root's tmpfs"
+for d in /host$userland/*; do
+  n=${d##*/}
+  if [ -L "$d" ]; then cp -a "$d" "$r/$n"
+  elif [ -d "$d" ]; then mkdir "$r/$n" && mount --bind "$d" "$r/$n" || die "cannot bind $userland/$n"
+  fi
+done
+mkdir -p $r/proc $r/sys $r/dev $r/tmp $r/run
+mount -t proc proc $r/proc && mount -t sysfs sysfs $r/sys && mount -t devtmpfs devtmpfs $r/dev \
+  && mount -t tmpfs -o mode=1777 tmpfs $r/tmp && mount -t tmpfs tmpfs $r/run \
+  || die "cannot mount proc/sys/dev/tmp inside the new root"
+mkdir -p $r/dev/shm $r/dev/pts && mount -t tmpfs -o mode=1777 tmpfs $r/dev/shm
+mount -t cgroup2 cgroup2 $r/sys/fs/cgroup || say "no cgroup2"
+mkdir -p $r@SHARE@ && mount --bind /results $r@SHARE@ || die "cannot bind the results share"
+# Host folders (the checkout, pure-Python packages) and files (the arm64 C core over the x86 one), each
+# "SOURCE|TARGET": the host's SOURCE appears at TARGET.
+while IFS='|' read -r src dst; do
+  [ -n "$src" ] || continue
+  if [ -d "/host$src" ]; then mkdir -p "$r$dst"
+  elif [ ! -e "$r$dst" ]; then die "cannot bind the file $src over $dst: $dst is missing"
+  fi
+  mount --bind "/host$src" "$r$dst" || die "cannot bind the host's $src into the guest at $dst"
+done < /results/binds
+echo "@BOOTED@ uptime=$(cut -d' ' -f1 /proc/uptime)" > /dev/console
+chroot $r /bin/sh @SHARE@/run.sh > /results/output.log 2>&1 < /dev/null
+rc=$?
+echo $rc > /results/exit_code
+dmesg > /results/dmesg.log
+echo "@DONE@ rc=$rc uptime=$(cut -d' ' -f1 /proc/uptime)" > /dev/console
+sync
+umount $r@SHARE@
+umount /results
+poweroff -f
+"""
+
+
+def _init_script(modules: Sequence[str], arch: str = "amd64") -> str:
+    text = INIT_SCRIPT_ARM64 if arch == "arm64" else INIT_SCRIPT
+    return (text.replace("@MODULES@", " ".join(modules)).replace("@SHARE@", GUEST_SHARE)
             .replace("@BOOTED@", BOOT_MARKER).replace("@DONE@", DONE_MARKER))
 
 
-def _busybox_bytes() -> bytes:
+def _busybox_bytes(arch: str = "amd64") -> bytes:
+    if arch == "arm64":   # busybox-static:arm64 of the arm64 userland
+        path = arm64_dir() / "root" / "bin" / "busybox"
+        if not path.is_file():
+            raise HarnessError(f"{path} is missing: the arm64 userland is not built "
+                               f"(python3 -m tests.vm.harness prepare, or bash scripts/arm64_userland.sh)")
+        return path.read_bytes()
     if not _is_static_elf("/bin/busybox"):
         raise HarnessError("/bin/busybox is missing or not static; install busybox-static "
                            "(python3 -m tests.vm.harness prepare)")
@@ -678,9 +598,10 @@ def _busybox_bytes() -> bytes:
 
 
 def _initramfs_digest(kman: Mapping, kernel: str | None = None) -> str:
+    arch = kernel_spec(kernel).arch
     h = hashlib.sha256()
-    h.update(_init_script(kman["modules"]).encode())
-    h.update(_busybox_bytes())
+    h.update(_init_script(kman["modules"], arch).encode())
+    h.update(_busybox_bytes(arch))
     for mod in kman["modules"]:
         h.update((_kernel_dir(kernel) / "modules" / f"{mod}.ko").read_bytes())
     return h.hexdigest()
@@ -714,11 +635,12 @@ def build_initramfs(kman: Mapping, progress: ProgressFn = _quiet, kernel: str | 
     if old and old.get("digest") == digest and target.is_file():
         progress(f"initramfs up to date: {target}")
         return target
+    arch = kernel_spec(kernel).arch
     d, x, r = 0o040755, 0o100755, 0o100644
     entries = [(p, d, b"") for p in ("bin", "sbin", "usr", "usr/bin", "usr/sbin", "proc", "sys", "dev",
                                      "host", "modules", "tmp")]
-    entries.append(("bin/busybox", x, _busybox_bytes()))
-    entries.append(("init", x, _init_script(kman["modules"]).encode()))
+    entries.append(("bin/busybox", x, _busybox_bytes(arch)))
+    entries.append(("init", x, _init_script(kman["modules"], arch).encode()))
     for mod in kman["modules"]:
         entries.append((f"modules/{mod}.ko", r, (_kernel_dir(kernel) / "modules" / f"{mod}.ko").read_bytes()))
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")  # concurrent sessions may rebuild at once
@@ -739,12 +661,149 @@ def prepare(progress: ProgressFn = print, refresh: bool = False,
     out = []
     for name in kernels or list(KERNELS):
         kman = fetch_kernel(progress, refresh=refresh, kernel=name)
+        if kernel_spec(name).arch == "arm64":
+            prepare_arm64_userland(progress)
         build_initramfs(kman, progress, kernel=name)
         arts = cached_artifacts(name)
         if arts is None:
             raise HarnessError(f"prepare finished but the cache in {cache_dir()} is not usable for kernel {name}")
         out.append(arts)
     return out
+
+
+# ----------------------------------------------------------------------------- the arm64 userland and C core
+def arm64_dir() -> Path:
+    """Where scripts/arm64_userland.sh puts the arm64 userland (``root/``, ``headers/``) and the harness the
+    cross-compiled C core (``native/``)."""
+    return cache_dir() / "arm64"
+
+
+def arm64_cc() -> str:
+    return os.environ.get("NUMABIND_VM_ARM64_CC") or "aarch64-linux-gnu-gcc"
+
+
+def _native_sources() -> list[Path]:
+    return [REPO_ROOT / "csrc" / "numabind.c", REPO_ROOT / "csrc" / "numabind.h", REPO_ROOT / "build_ffi.py"]
+
+
+def _load_build_ffi():
+    """The project's cffi builder (build_ffi.py), for the C source of numabind._native and the version."""
+    spec = importlib.util.spec_from_file_location("numabind_build_ffi", REPO_ROOT / "build_ffi.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _native_digest(version: str) -> str:
+    h = hashlib.sha256(f"{arm64_cc()}\0{version}\0".encode())
+    for path in _native_sources():
+        h.update(path.read_bytes())
+    h.update((arm64_dir() / "userland.txt").read_bytes() if (arm64_dir() / "userland.txt").is_file() else b"")
+    return h.hexdigest()
+
+
+def arm64_native(build: bool = False, progress: ProgressFn = _quiet) -> Path | None:
+    """numabind's C core cross-compiled for arm64 (``native/_native.abi3.so``), the same way
+    build_ffi.py compiles it for the host (cffi's generated C, ``-O2 -Wall -Wextra``, NB_VERSION, -ldl),
+    against the arm64 Python headers. ``build``: compile it when it is missing or its sources changed
+    (about 2 s, no network); else None when it is not up to date."""
+    version = _read_version()
+    out = arm64_dir() / "native" / "_native.abi3.so"
+    stamp = out.with_suffix(".json")
+    digest = _native_digest(version)
+    old = _read_json(stamp)
+    if old and old.get("digest") == digest and out.is_file():
+        return out
+    if not build:
+        return None
+    cc = shutil.which(arm64_cc())
+    if cc is None:
+        raise HarnessError(f"{arm64_cc()} not found: the arm64 C core cannot be compiled (apt packages "
+                           f"gcc-aarch64-linux-gnu libc6-dev-arm64-cross)")
+    inc = arm64_dir() / "headers" / "usr" / "include"
+    if not (inc / "python3.11" / "Python.h").is_file():
+        raise HarnessError(f"no arm64 Python headers in {inc} (bash scripts/arm64_userland.sh)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="native-", dir=out.parent) as tmp:
+        csource = Path(tmp) / "_native.c"
+        _load_build_ffi().ffibuilder.emit_c_code(str(csource))
+        target = Path(tmp) / out.name
+        argv = [cc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                "-I", str(REPO_ROOT / "csrc"), "-I", str(inc), "-I", str(inc / "python3.11"),
+                "-I", str(inc / "aarch64-linux-gnu" / "python3.11"), f'-DNB_VERSION="{version}"',
+                str(csource), str(REPO_ROOT / "csrc" / "numabind.c"), "-ldl", "-o", str(target)]
+        _run(argv, progress)
+        target.replace(out)
+    stamp.write_text(json.dumps({"digest": digest, "version": version}) + "\n")
+    progress(f"arm64 C core built: {out}")
+    return out
+
+
+def _read_version() -> str:
+    text = (REPO_ROOT / "src" / "numabind" / "__init__.py").read_text()
+    m = re.search(r"^__version__\s*=\s*[\"']([^\"'\\]+)[\"']", text, flags=re.M)
+    if not m:
+        raise HarnessError("src/numabind/__init__.py has no __version__ line")
+    return m[1]
+
+
+def _arm64_python_ok() -> bool:
+    return (arm64_dir() / "root" / ARM64_PYTHON.lstrip("/")).is_file()
+
+
+def arm64_problems() -> list[str]:
+    """Why the arm64 guest's userland or C core is not ready (rebuilding a stale C core when it can)."""
+    if not _arm64_python_ok():
+        return [f"no arm64 userland in {arm64_dir()} (python3 -m tests.vm.harness prepare, or "
+                f"bash scripts/arm64_userland.sh)"]
+    if not (REPO_ROOT / "src" / "numabind" / "_native.abi3.so").is_file():
+        return [f"{REPO_ROOT / 'src/numabind/_native.abi3.so'} is missing: the arm64 C core is bound over the "
+                f"checkout's own, built in place (pip install -e .)"]
+    try:
+        arm64_native(build=True)
+    except HarnessError as exc:
+        return [str(exc)]
+    return []
+
+
+def prepare_arm64_userland(progress: ProgressFn = _quiet) -> None:
+    """scripts/arm64_userland.sh (idempotent), then the arm64 C core."""
+    env = dict(os.environ, NUMABIND_VM_CACHE=str(cache_dir()), PYTHON=sys.executable)
+    proc = _run(["bash", str(REPO_ROOT / "scripts" / "arm64_userland.sh"), str(arm64_dir())], progress, env=env)
+    progress(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "arm64 userland ready")
+    arm64_native(build=True, progress=progress)
+
+
+def arm64_binds() -> list[tuple[str, str]]:
+    """(host path, guest path) pairs the arm64 guest binds into its userland: the checkout, the cache (for the
+    C core), the host interpreter's pure-Python packages (pytest and its plugins) where they are outside the
+    checkout, and the arm64 C core over the checkout's x86 one."""
+    wanted = [str(REPO_ROOT), str(cache_dir()), sysconfig.get_paths()["purelib"]]
+    dirs: list[str] = []
+    for p in sorted({os.path.realpath(w) for w in wanted}):
+        if not any(p == q or p.startswith(q + "/") for q in dirs):
+            dirs.append(p)
+    core = arm64_native()
+    if core is None:
+        raise HarnessError("the arm64 C core is not built or out of date (python3 -m tests.vm.harness prepare)")
+    out = [(d, d) for d in dirs]
+    out.append((str(core), str(REPO_ROOT / "src" / "numabind" / "_native.abi3.so")))
+    return out
+
+
+def guest_python(kernel: str | None = None) -> str:
+    """The interpreter a guest runs Python with: the host's own, or the arm64 userland's."""
+    return ARM64_PYTHON if kernel_spec(kernel).arch == "arm64" else sys.executable
+
+
+def guest_env(kernel: str | None = None) -> dict[str, str]:
+    """Environment a guest command needs on top of :func:`guest_script`'s: in the arm64 userland, the
+    checkout's package and the host's pure-Python packages on PYTHONPATH (no .pth file is read there, so the
+    host's editable install of numabind does not apply)."""
+    if kernel_spec(kernel).arch != "arm64":
+        return {}
+    return {"PYTHONPATH": ":".join([str(REPO_ROOT / "src"), str(REPO_ROOT), sysconfig.get_paths()["purelib"]])}
 
 
 # ----------------------------------------------------------------------------- running a guest
@@ -819,25 +878,37 @@ def run_guest(topology_name: str, script: str, *, run_dir: Path | None = None, a
     :data:`DEFAULT_KERNEL`), run the shell ``script`` in it (chrooted into the host root,
     writable folder ``GUEST_SHARE``), power it off; never takes longer than ``timeout`` seconds.
 
-    ``boot_timeout`` bounds QEMU start -> init ready ($NUMABIND_VM_BOOT_TIMEOUT, default 120 s);
-    ``timeout`` bounds the whole run ($NUMABIND_VM_TIMEOUT, default 600 s).
+    ``boot_timeout`` bounds QEMU start -> init ready ($NUMABIND_VM_BOOT_TIMEOUT, default 120 s; 300 s for
+    arm64); ``timeout`` bounds the whole run ($NUMABIND_VM_TIMEOUT, default 600 s).
     """
     spec = topology(topology_name)
-    kernel = kernel_spec(kernel).name
+    kspec = kernel_spec(kernel)
+    kernel = kspec.name
+    arm64 = kspec.arch == "arm64"
+    if arm64 and spec.hmat:
+        raise HarnessError(f"topology {spec.name} needs ACPI HMAT, which the arm64 guest (device tree boot) "
+                           f"does not have")
     arts = artifacts or cached_artifacts(kernel)
-    qemu = qemu_binary()
+    qemu = qemu_binary(kspec.arch)
     if arts is None or qemu is None:
         raise HarnessError("the VM is not ready: " + "; ".join(problems(kernel)) +
                            " (run: python3 -m tests.vm.harness prepare)")
-    boot_timeout = boot_timeout if boot_timeout is not None else _env_float("NUMABIND_VM_BOOT_TIMEOUT", 120)
+    boot_timeout = boot_timeout if boot_timeout is not None else _env_float("NUMABIND_VM_BOOT_TIMEOUT",
+                                                                            300 if arm64 else 120)
     timeout = timeout if timeout is not None else _env_float("NUMABIND_VM_TIMEOUT", spec.timeout_s)
     run_dir = run_dir or new_run_dir(topology_name)
     (run_dir / "run.sh").write_text(script)
-    (run_dir / "binds").write_text("".join(f"{p}\n" for p in paths_to_bind()))
+    if arm64:
+        (run_dir / "root").write_text(f"{arm64_dir() / 'root'}\n")
+        (run_dir / "binds").write_text("".join(f"{src}|{dst}\n" for src, dst in arm64_binds()))
+        machine, cpu, cmdline = "virt", os.environ.get("NUMABIND_VM_CPU_ARM64") or ARM64_CPU, KERNEL_CMDLINE_ARM64
+    else:
+        (run_dir / "binds").write_text("".join(f"{p}\n" for p in paths_to_bind()))
+        machine, cpu, cmdline = spec.machine, os.environ.get("NUMABIND_VM_CPU") or "max,l3-cache=off", KERNEL_CMDLINE
     console = run_dir / "console.log"
-    argv = [qemu, "-nodefaults", "-no-user-config", "-machine", spec.machine, "-accel", "tcg,thread=multi",
-            "-cpu", os.environ.get("NUMABIND_VM_CPU") or "max,l3-cache=off", *spec.qemu_args(),
-            "-kernel", str(arts.kernel), "-initrd", str(arts.initramfs), "-append", KERNEL_CMDLINE,
+    argv = [qemu, "-nodefaults", "-no-user-config", "-machine", machine, "-accel", "tcg,thread=multi",
+            "-cpu", cpu, *spec.qemu_args(),
+            "-kernel", str(arts.kernel), "-initrd", str(arts.initramfs), "-append", cmdline,
             "-serial", f"file:{console}", "-display", "none", "-monitor", "none", "-no-reboot",
             "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
             "-virtfs", f"local,path={run_dir},mount_tag=results,security_model=none"]
@@ -977,7 +1048,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, spec in TOPOLOGIES.items():
                 print(f"topology {name}: {spec.description}")
             return 1 if missing else 0
-        run = run_guest(args.topology, guest_script(args.command), timeout=args.timeout,
+        run = run_guest(args.topology, guest_script(args.command, env=guest_env(args.kernel)), timeout=args.timeout,
                         progress=lambda s: print(s, file=sys.stderr), kernel=args.kernel)
         sys.stdout.write(run.read("output.log"))
         if run.failure:

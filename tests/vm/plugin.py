@@ -15,8 +15,10 @@ console log. Without qemu or a prepared kernel the tests skip, unless
     @pytest.mark.numa_vm                        # topology "2n", kernel "6.1"
     @pytest.mark.numa_vm(topology="mem-only")   # or "asym"; see harness.TOPOLOGIES
     @pytest.mark.numa_vm(kernel="6.12")         # another kernel; see harness.KERNELS
+    @pytest.mark.numa_vm(kernel="arm64")        # the arm64 guest (its own userland and interpreter)
 
-One guest boots per (topology, kernel) pair.
+One guest boots per (topology, kernel) pair. The guest's interpreter and its extra environment come
+from the kernel (``harness.guest_python``, ``harness.guest_env``).
 """
 
 from __future__ import annotations
@@ -205,8 +207,9 @@ class GuestSession:
         return "\n".join(lines)
 
 
-def guest_pytest_argv(config: pytest.Config, nodeids: Iterable[str]) -> list[str]:
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no",
+def guest_pytest_argv(config: pytest.Config, nodeids: Iterable[str], python: str | None = None) -> list[str]:
+    """The guest's pytest command line; ``python``: the guest's interpreter (default: the host's own)."""
+    argv = [python or sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no",
             "-o", "addopts=", "--rootdir", str(config.rootpath)]
     if config.inipath is not None:
         argv += ["-c", str(config.inipath)]
@@ -329,9 +332,10 @@ class VmHost:
             run_dir = harness.new_run_dir(topology if kernel == harness.DEFAULT_KERNEL else f"{topology}-{kernel}")
             results = run_dir / RESULTS_FILE
             script = harness.guest_script(
-                guest_pytest_argv(self.config, nodeids),
+                guest_pytest_argv(self.config, nodeids, harness.guest_python(kernel)),
                 cwd=self.config.rootpath,
-                env={GUEST_ENV: topology, KERNEL_ENV: kernel, RESULTS_ENV: f"{harness.GUEST_SHARE}/{RESULTS_FILE}",
+                env={**harness.guest_env(kernel),
+                     GUEST_ENV: topology, KERNEL_ENV: kernel, RESULTS_ENV: f"{harness.GUEST_SHARE}/{RESULTS_FILE}",
                      # Entry-point plugins (hypothesis's alone costs ~12 s under emulation) stay out.
                      "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
                      # what tests/vm/test_vm_suite.py runs in the guest, when asked for other paths

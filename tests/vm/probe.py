@@ -26,10 +26,9 @@ from collections.abc import Callable, Mapping
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MIB = 1 << 20
 
-SYS_MBIND = 237
-SYS_SET_MEMPOLICY = 238
-SYS_GET_MEMPOLICY = 239
-SYS_MOVE_PAGES = 279
+# (mbind, set_mempolicy, get_mempolicy, move_pages) of this machine: x86_64's, or arm64's asm-generic numbers
+SYS_MBIND, SYS_SET_MEMPOLICY, SYS_GET_MEMPOLICY, SYS_MOVE_PAGES = {
+    "x86_64": (237, 238, 239, 279), "aarch64": (235, 237, 236, 239)}[os.uname().machine]
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -186,6 +185,9 @@ SECCOMP_MODE_FILTER = 2
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
 AUDIT_ARCH_X86_64 = 0xC000003E
+AUDIT_ARCH_AARCH64 = 0xC00000B7
+#: The seccomp_data.arch of this machine's system calls (a filter for another arch would deny nothing).
+AUDIT_ARCH = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}[os.uname().machine]
 _BPF_LD_W_ABS = 0x20
 _BPF_JEQ_K = 0x15
 _BPF_RET_K = 0x06
@@ -204,7 +206,7 @@ def deny_mempolicy(err: int = errno.EPERM, syscalls: tuple[int, ...] = (SYS_SET_
         raise ValueError("the filter is laid out for exactly two system calls")
     insns = [
         (_BPF_LD_W_ABS, 0, 0, 4),                        # A = seccomp_data.arch
-        (_BPF_JEQ_K, 0, 5, AUDIT_ARCH_X86_64),           # other arch: allow (jump to 7)
+        (_BPF_JEQ_K, 0, 5, AUDIT_ARCH),                  # other arch: allow (jump to 7)
         (_BPF_LD_W_ABS, 0, 0, 0),                        # A = seccomp_data.nr
         (_BPF_JEQ_K, 2, 0, syscalls[0]),                 # -> 6
         (_BPF_JEQ_K, 1, 0, syscalls[1]),                 # -> 6

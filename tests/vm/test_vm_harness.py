@@ -72,8 +72,8 @@ def test_a_checkout_under_tmp_is_bound_back_into_the_guest(monkeypatch):
 
 def test_a_stale_initramfs_is_rebuilt_without_network(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path))
-    monkeypatch.setattr(harness, "_busybox_bytes", lambda: b"busybox stand-in")
-    monkeypatch.setattr(harness, "qemu_binary", lambda: "/usr/bin/qemu-system-x86_64")
+    monkeypatch.setattr(harness, "_busybox_bytes", lambda arch="amd64": b"busybox stand-in")
+    monkeypatch.setattr(harness, "qemu_binary", lambda arch="amd64": "/usr/bin/qemu-system-x86_64")
     kdir = tmp_path / "kernel"
     (kdir / "modules").mkdir(parents=True)
     for mod in harness.MODULES:
@@ -92,24 +92,43 @@ def test_a_stale_initramfs_is_rebuilt_without_network(tmp_path, monkeypatch):
     assert harness.problems() == [f"no prepared kernel/initramfs in {tmp_path}"]
 
 
-def test_module_order_follows_modinfo_depends():
-    deps = {m: [] for m in harness.MODULES}
-    deps["9p"] = ["9pnet", "netfs", "fscache"]
-    deps["9pnet_virtio"] = ["9pnet", "virtio", "virtio_ring"]
-    deps["virtio_pci"] = ["virtio_pci_modern_dev", "virtio_pci_legacy_dev", "virtio", "virtio_ring"]
-    order = harness._module_order(deps)
-    assert sorted(order) == sorted(harness.MODULES)
-    for mod, needs in deps.items():
-        assert all(order.index(d) < order.index(mod) for d in needs), mod
-    deps["virtio"] = ["9pnet_virtio"]
-    with pytest.raises(harness.HarnessError, match="cycle"):
-        harness._module_order(deps)
-    deps["virtio"] = ["not_there"]
-    with pytest.raises(harness.HarnessError, match="not_there"):
-        harness._module_order(deps)
-    ko = b"\x7fELF...\x00license=GPL\x00depends=virtio,virtio_ring\x00retpoline=Y\x00"
-    assert harness._modinfo_depends(ko) == ["virtio", "virtio_ring"]
-    assert harness._modinfo_depends(b"\x00depends=\x00") == []
+def test_the_harness_fetches_through_tools_vm_kernel(tmp_path, monkeypatch):
+    """Kernel fetching lives in tools/vm_kernel.py: the harness hands it each kernel's folder, architecture,
+    suite, modules and release series, and turns its errors into HarnessError."""
+    monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path))
+    seen = []
+
+    def fake_fetch(dest, arch, **kw):
+        seen.append((Path(dest), arch, kw["suites"], tuple(kw["modules"]), kw["release_prefix"], Path(kw["apt_root"])))
+        if arch == "arm64":
+            raise harness.vm_kernel.FetchError("no arm64 mirror here")
+        return {"fetched": str(dest)}
+
+    monkeypatch.setattr(harness.vm_kernel, "fetch", fake_fetch)
+    assert harness.fetch_kernel(kernel="6.1") == {"fetched": str(tmp_path / "kernel")}
+    assert harness.fetch_kernel(kernel="6.12") == {"fetched": str(tmp_path / "kernel-6.12")}
+    with pytest.raises(harness.HarnessError, match="no arm64 mirror here"):
+        harness.fetch_kernel(kernel="arm64")
+    assert seen == [
+        (tmp_path / "kernel", "amd64", (), harness.MODULES, "6.1.", tmp_path / "apt" / "amd64-bookworm"),
+        (tmp_path / "kernel-6.12", "amd64", ("bookworm-backports",), ("netfs", "9pnet", "9pnet_virtio", "9p"),
+         "6.12.", tmp_path / "apt" / "bookworm-backports"),
+        (tmp_path / "kernel-arm64", "arm64", (), harness.vm_kernel.ARCHES["arm64"].modules, "6.1.",
+         tmp_path / "apt" / "arm64-bookworm"),
+    ]
+    assert not hasattr(harness, "_module_order") and not hasattr(harness, "_find_payload")   # not copied back
+    # what setup.sh fetches with the tool's defaults is what the harness's guests load
+    assert harness.MODULES == harness.vm_kernel.ARCHES["amd64"].modules
+    assert harness.MODULES_ARM64 == harness.kernel_spec("arm64").modules == harness.vm_kernel.ARCHES["arm64"].modules
+
+
+def test_the_guest_does_not_load_the_kernel_tool():
+    """The guest imports the harness (tests/conftest.py) with no bytecode cache: the tool stays unloaded."""
+    code = ("import sys; import tests.vm.harness, tests.vm.plugin; "
+            "print(sorted(m for m in sys.modules if 'vm_kernel' in m))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=harness.REPO_ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_cpio_newc_layout():
@@ -322,8 +341,8 @@ def test_real_guest_failure_and_hang_reach_the_host(tmp_path):
 def test_each_kernel_has_its_own_cache_folder_and_initramfs(tmp_path, monkeypatch):
     """The 6.12 guest (weighted interleave) is prepared next to the default 6.1 one, never instead of it."""
     monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path))
-    monkeypatch.setattr(harness, "_busybox_bytes", lambda: b"busybox stand-in")
-    monkeypatch.setattr(harness, "qemu_binary", lambda: "/usr/bin/qemu-system-x86_64")
+    monkeypatch.setattr(harness, "_busybox_bytes", lambda arch="amd64": b"busybox stand-in")
+    monkeypatch.setattr(harness, "qemu_binary", lambda arch="amd64": "/usr/bin/qemu-system-x86_64")
     spec = harness.kernel_spec("6.12")
     assert spec.suite == "bookworm-backports" and "virtio_pci" not in spec.modules   # built into that kernel
     kdir = tmp_path / "kernel-6.12"
@@ -339,7 +358,7 @@ def test_each_kernel_has_its_own_cache_folder_and_initramfs(tmp_path, monkeypatc
     arts = harness.cached_artifacts("6.12")
     assert arts.initramfs == tmp_path / "initramfs-6.12.cpio" and arts.release.startswith("6.12.")
     assert harness.cached_artifacts() is None
-    with pytest.raises(harness.HarnessError, match=r"unknown VM kernel '5.4'; known: 6.1, 6.12"):
+    with pytest.raises(harness.HarnessError, match=r"unknown VM kernel '5.4'; known: 6.1, 6.12, arm64"):
         harness.kernel_spec("5.4")
 
 
@@ -364,3 +383,82 @@ def test_the_hmat_topology_gives_qemu_its_bandwidth_figures():
     assert "hmat-lb,initiator=1,target=1,hierarchy=memory,data-type=access-latency,latency=10" in args
     pairs = {(i, t) for i, t, _, _ in spec.hmat}
     assert pairs == {(i, t) for i in range(2) for t in range(2)}      # QEMU wants every pair
+
+
+# ----------------------------------------------------------------------------- host: the arm64 guest
+FAKE_QEMU_ARGV = """#!/bin/sh
+# Stands in for qemu-system-aarch64: writes its argv to the -serial file and exits without booting.
+for a in "$@"; do case "$a" in file:*) console="${a#file:}";; esac; done
+printf '%s\\n' "$@" > "$console"
+"""
+
+
+def test_the_arm64_guest_is_a_virt_board_chrooted_into_the_arm64_userland(tmp_path, monkeypatch):
+    qemu = tmp_path / "qemu-system-aarch64"
+    qemu.write_text(FAKE_QEMU_ARGV)
+    qemu.chmod(0o755)
+    monkeypatch.setenv("NUMABIND_VM_QEMU_ARM64", str(qemu))
+    monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("NUMABIND_VM_CPU_ARM64", raising=False)
+    core = tmp_path / "cache" / "arm64" / "native" / "_native.abi3.so"
+    monkeypatch.setattr(harness, "arm64_binds", lambda: [("/work/x", "/work/x"),
+                                                         (str(core), "/work/x/src/numabind/_native.abi3.so")])
+    arts = harness.Artifacts(tmp_path / "Image", tmp_path / "initramfs-arm64.cpio", "6.1.0-50-arm64", "test")
+    run = harness.run_guest("mem-only", "true\n", artifacts=arts, boot_timeout=5, timeout=10, kernel="arm64")
+    argv = run.read("console.log").splitlines()
+    joined = " ".join(argv)
+    assert "-machine virt -accel tcg,thread=multi -cpu max,pauth-impdef=on" in joined
+    assert "-smp 4,sockets=2,cores=2,threads=1" in joined and "node,nodeid=2,memdev=mem2" in argv
+    assert argv[argv.index("-append") + 1].startswith("console=ttyAMA0 ")
+    assert argv[argv.index("-kernel") + 1] == str(tmp_path / "Image")
+    assert run.read("root") == f"{tmp_path / 'cache' / 'arm64' / 'root'}\n"
+    assert run.read("binds") == f"/work/x|/work/x\n{core}|/work/x/src/numabind/_native.abi3.so\n"
+    assert run.failure == "QEMU exited with 0 before the guest booted"
+    with pytest.raises(harness.HarnessError, match="HMAT"):
+        harness.run_guest("hmat", "true\n", artifacts=arts, kernel="arm64")
+
+
+def test_the_arm64_guest_runs_its_own_python_with_the_checkout_on_its_path():
+    assert harness.guest_python("arm64") == harness.ARM64_PYTHON and harness.guest_python() == sys.executable
+    assert harness.guest_env() == {}
+    path = harness.guest_env("arm64")["PYTHONPATH"].split(":")
+    assert path[:2] == [str(harness.REPO_ROOT / "src"), str(harness.REPO_ROOT)]
+    import _pytest
+
+    assert str(Path(_pytest.__file__).parent.parent) in path       # pytest itself: pure Python, from the host
+    init = harness._init_script(("9p",), "arm64")
+    assert "for m in 9p; do insmod" in init and "chroot $r /bin/sh /tmp/numavm/run.sh" in init
+    assert harness._init_script(("9p",)) != init and "chroot /host " in harness._init_script(("9p",))
+
+
+def test_the_arm64_c_core_is_rebuilt_when_its_sources_change(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path / "cache"))
+    inc = tmp_path / "cache" / "arm64" / "headers" / "usr" / "include" / "python3.11"
+    inc.mkdir(parents=True)
+    (inc / "Python.h").write_text("/* stand-in */\n")
+    log = tmp_path / "cc.log"
+    cc = tmp_path / "aarch64-linux-gnu-gcc"
+    cc.write_text(f'#!/bin/sh\necho "$*" >> {log}\nwhile [ "$1" != -o ]; do shift; done; echo core > "$2"\n')
+    cc.chmod(0o755)
+    monkeypatch.setenv("NUMABIND_VM_ARM64_CC", str(cc))
+    source = tmp_path / "numabind.c"
+    source.write_text("int a;\n")
+    monkeypatch.setattr(harness, "_native_sources", lambda: [source])
+
+    class FakeBuilder:
+        @staticmethod
+        def emit_c_code(path):
+            Path(path).write_text("/* cffi */\n")
+
+    monkeypatch.setattr(harness, "_load_build_ffi", lambda: type("M", (), {"ffibuilder": FakeBuilder}))
+    assert harness.arm64_native() is None                          # not built yet, and not asked to
+    out = harness.arm64_native(build=True)
+    assert out.read_text() == "core\n" and len(log.read_text().splitlines()) == 1
+    assert f'-DNB_VERSION="{harness._read_version()}"' in log.read_text() and "-ldl" in log.read_text()
+    assert harness.arm64_native(build=True) == out and len(log.read_text().splitlines()) == 1   # up to date
+    source.write_text("int b;\n")
+    assert harness.arm64_native() is None                          # stale
+    assert harness.arm64_native(build=True) == out and len(log.read_text().splitlines()) == 2
+    monkeypatch.setenv("NUMABIND_VM_ARM64_CC", str(tmp_path / "no-such-gcc"))
+    with pytest.raises(harness.HarnessError, match="gcc-aarch64-linux-gnu"):
+        harness.arm64_native(build=True)
