@@ -6,7 +6,13 @@
 #
 #   bash scripts/numactl_oracle.sh     # prints the binary's path on stdout (progress goes to stderr)
 #
-# Idempotent: when the binary is already built (and says 2.0.19) it only prints the path.
+# It also keeps, for tests/vm/test_vm_numactl_scripts.py (numactl's own test/ scripts run in the 3-node guest), the
+# source tree in tests/_cache/numactl-2.0.19/src (the scripts are run from there, never copied into the repository;
+# the tree's *.md files are removed, as MANIFEST.in takes tests/**/*.md) and the helpers those scripts call, built
+# from the same tree in tests/_cache/numactl-2.0.19/helpers: memhog, numastat and test/{pagesize,distance,nodemap,
+# tbitmap,ftok}.
+#
+# Idempotent: when the binary is already built (and says 2.0.19) and the helpers are there, it only prints the path.
 # Needs gcc and the C library's headers (scripts/setup.sh installs gcc) and, on the first run, the network
 # (or NUMACTL_ORACLE_TARBALL=/path/to/numactl_2.0.19.orig.tar.gz, e.g. from a CI cache).
 #
@@ -33,7 +39,13 @@ CC=${CC:-gcc}
 
 say() { echo "numactl_oracle: $*" >&2; }
 
-if [ -x "$BIN" ] && [ "$("$BIN" --version 2>/dev/null)" = "$VERSION" ]; then
+SRC=$DEST/src                   # the source tree, for its test/ scripts
+HELPERS=$DEST/helpers           # memhog, numastat, test/*: what the test/ scripts call, from the same tree
+HELPER_PROGRAMS=(memhog numastat test/pagesize test/distance test/nodemap test/tbitmap test/ftok)
+
+bin_ok() { [ -x "$BIN" ] && [ "$("$BIN" --version 2>/dev/null)" = "$VERSION" ]; }
+helpers_ok() { [ "$(cat "$HELPERS/.complete" 2>/dev/null)" = "$VERSION" ] && [ -f "$SRC/test/regress" ]; }
+if bin_ok && helpers_ok; then
     echo "$PWD/$BIN"
     exit 0
 fi
@@ -77,11 +89,35 @@ cat >"$src/config.h" <<'EOF'
 #define TLS __thread
 #define HAVE_ATTRIBUTE_SYMVER 1
 EOF
-say "compiling numactl $VERSION with $CC"
-(cd "$src" && "$CC" -O2 -DVERSION="\"$VERSION\"" -I. -o numactl \
-    numactl.c util.c shm.c libnuma.c syscall.c distance.c affinity.c sysfs.c rtnetlink.c)
-[ "$("$src/numactl" --version)" = "$VERSION" ] || { say "the built numactl does not say $VERSION"; exit 1; }
-mv "$src/numactl" "$BIN.part"
-mv "$BIN.part" "$BIN"
-say "built $BIN"
+LIBNUMA=(libnuma.c syscall.c distance.c affinity.c sysfs.c rtnetlink.c)   # Makefile.am's libnuma_la_SOURCES
+if ! bin_ok; then
+    say "compiling numactl $VERSION with $CC"
+    (cd "$src" && "$CC" -O2 -DVERSION="\"$VERSION\"" -I. -o numactl numactl.c util.c shm.c "${LIBNUMA[@]}")
+    [ "$("$src/numactl" --version)" = "$VERSION" ] || { say "the built numactl does not say $VERSION"; exit 1; }
+    mv "$src/numactl" "$BIN.part"
+    mv "$BIN.part" "$BIN"
+    say "built $BIN"
+fi
+
+if ! helpers_ok; then
+    # the helpers, each as Makefile.am builds it (its *_SOURCES, libnuma linked in as for the binary)
+    say "compiling the test/ scripts' helpers (${HELPER_PROGRAMS[*]}) with $CC"
+    mkdir -p "$src/out/test"
+    for prog in "${HELPER_PROGRAMS[@]}"; do
+        case $prog in
+            memhog)      srcs=(memhog.c util.c "${LIBNUMA[@]}") ;;
+            numastat)    srcs=(-std=gnu99 numastat.c) ;;
+            test/tbitmap) srcs=(test/tbitmap.c util.c "${LIBNUMA[@]}") ;;
+            *)           srcs=("$prog.c" "${LIBNUMA[@]}") ;;
+        esac
+        (cd "$src" && "$CC" -O2 -DVERSION="\"$VERSION\"" -I. -o "out/$prog" "${srcs[@]}")
+    done
+    rm -rf "$HELPERS" "$SRC"
+    mv "$src/out" "$HELPERS"
+    # the tree itself, for its scripts: no *.md (MANIFEST.in takes tests/**/*.md into the sdist)
+    find "$src" -name '*.md' -delete
+    mv "$src" "$SRC"
+    echo "$VERSION" >"$HELPERS/.complete"
+    say "built the helpers in $HELPERS; the source tree is $SRC"
+fi
 echo "$PWD/$BIN"
