@@ -1,4 +1,4 @@
-"""numabind's benchmarks in one command: P1-P7 as ratios measured side by side, with the machine.
+"""numabind's benchmarks in one command: P1-P8 as ratios measured side by side, with the machine.
 
     python -m bench [--quick] [--only P1,P2,...] [--json] [--extras DIR]
     python bench/run.py ...
@@ -21,6 +21,8 @@ the same process or pair by pair, never an absolute time compared with a budget:
 * P5: pages on the plan's node, in a QEMU guest with two nodes (tests/vm/harness.py), when it can start.
 * P6: ``import numabind`` / ``import psutil`` (``-X importtime``, bytecode cache warm).
 * P7: ``numabind run -N N -m N -- /bin/true`` / ``python -c pass`` (same interpreter).
+* P8: ``numabind move`` / (``taskset -a -p`` + ``migratepages``) on the same running process (bench/bench_move.py):
+  CPUs only on a one-node machine (P8-affinity), the whole move in the 3-node guest (P8-guest, one run).
 
 ``--quick`` runs every part at its smallest size (the test suite does, so the runner cannot rot).
 """
@@ -44,7 +46,7 @@ REPO = os.path.dirname(HERE)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-TARGETS = {"P1": 5.0, "P2": 1.5, "P3": 1.03, "P3-numactl": 1.0, "P4": 0.5, "P6": 2.0, "P7": 1.3}
+TARGETS = {"P1": 5.0, "P2": 1.5, "P3": 1.03, "P3-numactl": 1.0, "P4": 0.5, "P6": 2.0, "P7": 1.3, "P8": 1.0}
 
 
 # ----------------------------------------------------------------------------- timing
@@ -345,7 +347,14 @@ def skipped(pid: str, what: str, why: str) -> dict:
     return {"id": pid, "what": what, "ratio": None, "target": TARGETS.get(pid), "skipped": why}
 
 
-PARTS: dict[str, Callable[[bool], list[dict]]] = {"P1": p1_p2, "P3": p3, "P4": p4, "P5": p5, "P6": p6, "P7": p7}
+def p8(quick: bool) -> list[dict]:
+    from bench import bench_move
+
+    return bench_move.p8(quick)
+
+
+PARTS: dict[str, Callable[[bool], list[dict]]] = {"P1": p1_p2, "P3": p3, "P4": p4, "P5": p5, "P6": p6, "P7": p7,
+                                                  "P8": p8}
 
 
 def fmt_time(s: float | None) -> str:

@@ -20,11 +20,11 @@ ROOT = Path(numabind.__file__).resolve().parent
 # ``numabind/__init__`` re-exports the public API and sits above everything.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("values", ("errors", "_util", "_base", "cpulist", "plan", "_native")),
-    ("readers", ("_fs", "_dump")),
+    ("readers", ("_fs", "_dump", "_cgroup", "_hwloc_xml")),
     ("the machine", ("_nvml", "devices", "iodevices", "topology", "live", "_proc")),
     ("planning", ("strategies", "rank")),
     ("the kernel door", ("backends",)),
-    ("apply / verify", ("records", "residency", "weights", "_transaction", "bind", "verify", "auto", "memory")),
+    ("apply / verify", ("records", "residency", "weights", "_transaction", "bind", "verify", "auto", "memory", "relocate")),
     ("process integration", ("process",)),
     ("adapters", ("compat", "integrations")),
     ("CLI", ("cli", "__main__")),

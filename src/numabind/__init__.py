@@ -19,7 +19,7 @@ _LAYERS: dict[str, tuple[str, ...]] = {
     # values and errors
     "errors": ("NumabindError", "PlanError", "BindError", "BirthBindError"),
     "cpulist": ("parse_cpulist", "format_cpulist"),
-    "plan": ("Plan", "MEM_POLICIES"),
+    "plan": ("Plan", "MEM_POLICIES", "Allowed"),
     # discovery
     "topology": ("discover", "Topology", "Node", "Cpu", "Cache"),
     "devices": ("Gpu",),
@@ -34,6 +34,8 @@ _LAYERS: dict[str, tuple[str, ...]] = {
     "verify": ("verify_current", "current_binding", "Binding"),
     # the memory policy of one buffer (mbind), read back per page
     "memory": ("bind_memory", "page_placement", "MemoryReport", "PagePlacement"),
+    # processes that are already running (taskset -a -p + migratepages)
+    "relocate": ("move", "MoveReport", "ProcessMove"),
     # where a process's memory is (numabind stat)
     "residency": ("locality", "Locality"),
     "backends": ("backend_info",),
@@ -88,7 +90,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same nam
                          PlanError as PlanError)
     from .memory import (MemoryReport as MemoryReport, PagePlacement as PagePlacement, bind_memory as bind_memory,
                          page_placement as page_placement)
-    from .plan import MEM_POLICIES as MEM_POLICIES, Plan as Plan
+    from .plan import MEM_POLICIES as MEM_POLICIES, Allowed as Allowed, Plan as Plan
+    from .relocate import MoveReport as MoveReport, ProcessMove as ProcessMove, move as move
     from .process import (BoundCall as BoundCall, ChildBindings as ChildBindings, ChildReport as ChildReport,
                           birth_report as birth_report, bound as bound, configure_subprocess as configure_subprocess,
                           pool_plans as pool_plans, popen_kwargs as popen_kwargs, wrap_command as wrap_command,

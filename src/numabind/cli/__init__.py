@@ -20,7 +20,10 @@ The fast path takes ``[-C|--physcpubind|--cpus L] [-N|--cpunodebind N] [-m|--mem
 command ...``, each option once, in the ``--opt=V``, ``--opt V``, ``-oV`` and ``-o V`` forms, and the
 command after ``--``. The plan is built by :meth:`Plan.from_numactl_args` against
 :func:`numabind.live.machine` (a few sysfs files; a device specifier such as ``pci:0000:18:00.0`` is
-looked up through :class:`numabind.iodevices.DeviceNodes`) and validated like the full CLI's, bound
+looked up through :class:`numabind.iodevices.DeviceNodes`) and validated like the full CLI's against what the
+process may use (:class:`numabind.plan.Allowed`: its cpuset, not the affinity it inherited, except numactl's
+``-C`` without ``-a``, which is checked against the affinity as libnuma does; ``--within-affinity`` narrows to
+the affinity on request and goes to the full CLI), bound
 through one backend, and the command is exec'd. Anything else, and any error before binding, is left
 to the full CLI (:mod:`numabind.cli.commands`), which gives the usage errors, messages and exit codes;
 so does ``--weights bandwidth`` (it reads the firmware's bandwidth figures through a whole discovery).
@@ -181,7 +184,7 @@ def fast_run(args: list[str]) -> int | None:
 
 
 #: numabind's subcommands: any other first word (or a numactl option) is numactl's command line.
-SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat", "instrument")
+SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat", "instrument", "move")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -210,6 +213,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         from .instrument import main as instrument_main   # its own small parser: the command is not numabind's
 
         return instrument_main(args[1:])
+    elif args and args[0] == "move" and prog != "numactl":
+        from .move import main as move_main   # its own parser: PIDs and numactl options, no command
+
+        return move_main(args[1:])
     else:
         from .numactl import is_numactl_form, numactl_main
 

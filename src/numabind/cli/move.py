@@ -1,0 +1,261 @@
+"""``numabind move``: move processes that are already running (``taskset -a -p`` + ``migratepages``).
+
+    numabind move PID... [-C CPUS | -N NODES] [-m NODES | -p NODE | -P NODES | -i NODES | -w NODES | -l] [-a]
+    numabind move PID... --gpu N [--mode M] [--policy P]
+    numabind move PID... --node N
+    numabind move PID... --plan 'v1;cpus=2-3;mem=bind:1;migrate=0'
+    numabind move --restore PID...
+    [--all-children] [--strict | --lenient] [--backend B] [--json] [-v]
+
+Every thread of each process gets the binding's CPUs (threads born meanwhile too), then its pages are migrated
+onto the binding's memory nodes, and both are read back (:func:`numabind.move`). numactl's options are read by
+:meth:`Plan.from_numactl_args` against the whole machine, as numactl's ``-a`` reads them: the process moved has
+its own cpuset, which the kernel applies (what it narrows is reported). ``--node N`` is ``-N N -m N``; ``--plan``
+takes a plan's text form (:meth:`Plan.to_text`). ``--restore`` puts back what numabind recorded when it bound the
+process at birth (``numabind run``'s exec marker, or a runtime record); without a record it says so and exits 1.
+
+The kernel has no call that sets another process's memory policy: what the process allocates after the move
+follows its own policy (the report says so).
+
+Exit status: 0 when every process was moved as asked (``--lenient``: moved, with the warnings printed); 1 when a
+process could not be moved (it does not exist or exited, the kernel refused, under ``--strict`` the default: any
+degradation, or no record for ``--restore``); 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind move starts faster
+
+from .._base import EXIT_NOT_APPLIED, EXIT_USAGE
+from ..errors import NumabindError, PlanError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
+    from .._base import Strictness
+    from ..plan import Plan
+
+__all__ = ["add_parser", "build_parser", "cmd_move", "main", "move_plan"]
+
+#: numactl's options ``numabind move`` takes: dest -> numactl's long option.
+NUMACTL_OPTIONS = (("physcpubind", "--physcpubind"), ("cpunodebind", "--cpunodebind"), ("membind", "--membind"),
+                   ("preferred", "--preferred"), ("preferred_many", "--preferred-many"),
+                   ("interleave", "--interleave"), ("weighted_interleave", "--weighted-interleave"))
+
+
+class _Usage(NumabindError):
+    """A command line ``numabind move`` cannot take (exit 2)."""
+
+
+def _pid(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id (a positive number)")
+    return int(text)
+
+
+class _Once(argparse.Action):
+    """Store an option's value, refusing a second one (argparse would silently keep the last)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice: give it once")
+        setattr(namespace, self.dest, values)
+
+
+def _arguments(m: argparse.ArgumentParser) -> None:
+    m.add_argument("pids", nargs="*", type=_pid, metavar="PID", help="the processes to move")
+    m.add_argument("-C", "--physcpubind", "--cpus", dest="physcpubind", metavar="CPUS", action=_Once,
+                   help="every thread on these CPUs")
+    m.add_argument("-N", "--cpunodebind", "--cpubind", dest="cpunodebind", metavar="NODES", action=_Once,
+                   help="every thread on the CPUs of these nodes")
+    m.add_argument("-m", "--membind", metavar="NODES", action=_Once, help="migrate the pages onto these nodes")
+    m.add_argument("-p", "--preferred", metavar="NODE", action=_Once, help="migrate the pages onto this node")
+    m.add_argument("-P", "--preferred-many", dest="preferred_many", metavar="NODES", action=_Once,
+                   help="migrate the pages onto these nodes")
+    m.add_argument("-i", "--interleave", metavar="NODES", action=_Once, help="migrate the pages onto these nodes")
+    m.add_argument("-w", "--weighted-interleave", dest="weighted_interleave", metavar="NODES", action=_Once,
+                   help="migrate the pages onto these nodes")
+    m.add_argument("-l", "--localalloc", action="store_true", help="no page is moved (a policy without nodes)")
+    m.add_argument("-a", "--all", action="store_true",
+                   help="accepted for numactl's sake: lists are always read against the whole machine here")
+    m.add_argument("--gpu", type=int, action=_Once, help="the plan of this visible GPU (see numabind plan)")
+    m.add_argument("--mode", default=None, action=_Once, help="placement mode of --gpu (default node)")
+    m.add_argument("--policy", default=None, action=_Once, help="memory policy of --gpu (default bind)")
+    m.add_argument("--node", type=int, action=_Once, help="the CPUs and memory of this node (-N N -m N)")
+    m.add_argument("--plan", metavar="TEXT", action=_Once,
+                   help="a plan's text form, e.g. 'v1;cpus=2-3;mem=bind:1;migrate=0' (Plan.to_text)")
+    m.add_argument("--restore", action="store_true",
+                   help="put back the binding numabind recorded when it bound the process at birth")
+    m.add_argument("--all-children", action="store_true", help="each process and all its descendants")
+    m.add_argument("--strict", action="store_true", help="exit 1 on any degradation, the CPUs put back (default)")
+    m.add_argument("--lenient", action="store_true", help="move what can be moved; print the warnings, exit 0")
+    m.add_argument("--backend", default=None, action=_Once,
+                   help="force a backend (default: $NUMABIND_BACKEND, else the first usable)")
+    m.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="one JSON list: each process's MoveReport.to_dict(), or its error")
+    m.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log INFO (-v) or DEBUG (-vv)")
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``move`` on the CLI's subparsers (for ``numabind --help``); :func:`main` runs it."""
+    m = sub.add_parser("move", help="move running processes: every thread's CPUs and their pages "
+                                    "(taskset -a -p + migratepages)",
+                       usage=USAGE, description=DESCRIPTION, allow_abbrev=False)
+    _arguments(m)
+    return m  # type: ignore[no-any-return]
+
+
+DESCRIPTION = ("Move running processes: every thread gets the binding's CPUs (threads born meanwhile too), then "
+               "the pages are migrated onto its memory nodes (migrate_pages), and both are read back. numactl's "
+               "options are read against the whole machine (as with -a); the kernel applies the process's own "
+               "cpuset. The process keeps its own memory policy (no kernel call sets another process's): what it "
+               "allocates later follows that policy. Exit: 0 moved; 1 not moved (no such process, refused, "
+               "--strict degradations, no record for --restore); 2 usage.")
+USAGE = ("numabind move PID... [numactl options | --gpu N | --node N | --plan TEXT | --restore] [--all-children] "
+         "[--strict | --lenient] [--json]")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="numabind move", usage=USAGE, allow_abbrev=False, description=DESCRIPTION)
+    _arguments(p)
+    return p
+
+
+def _strictness(args: argparse.Namespace) -> Strictness:
+    from . import run_strictness
+
+    try:
+        return run_strictness(args.strict, args.lenient)
+    except ValueError as e:
+        raise _Usage(str(e)) from None
+
+
+def move_plan(args: argparse.Namespace) -> Plan | None:
+    """The plan the options ask for (None for ``--restore``: each process's own); usage errors as _Usage, the rest
+    as PlanError."""
+    from ..plan import Plan
+
+    given = [f"--{d.replace('_', '-')}" for d, _ in NUMACTL_OPTIONS if getattr(args, d) is not None]
+    if args.localalloc:
+        given.append("--localalloc")
+    sources = [flag for flag, on in (("numactl options", bool(given)), ("--gpu", args.gpu is not None),
+                                     ("--node", args.node is not None), ("--plan", args.plan is not None),
+                                     ("--restore", args.restore)) if on]
+    if len(sources) > 1:
+        raise _Usage(f"{' and '.join(sources)} each give the binding: give one of them")
+    if not sources:
+        raise _Usage("give the binding to move to: numactl options (-N 1 -m 1, -C 2-3, ...), --gpu N, --node N, "
+                     "--plan TEXT, or --restore")
+    if (args.mode is not None or args.policy is not None) and args.gpu is None:
+        raise _Usage("--mode and --policy shape the plan of --gpu N; give --gpu")
+    if args.restore:
+        return None
+    if args.plan is not None:
+        return Plan.from_text(args.plan)
+    if args.gpu is not None:
+        from ..strategies import plan_for_gpu
+        from ..topology import discover
+
+        return plan_for_gpu(args.gpu, mode=args.mode or "node", topology=discover("/"), policy=args.policy or "bind")
+    from .. import live
+    from . import device_node
+
+    argv = [f"{flag}={getattr(args, d)}" for d, flag in NUMACTL_OPTIONS if getattr(args, d) is not None]
+    if args.localalloc:
+        argv.append("--localalloc")
+    if args.node is not None:
+        if args.node < 0:
+            raise _Usage(f"--node {args.node} is not a node id")
+        argv = [f"--cpunodebind={args.node}", f"--membind={args.node}"]
+    # the whole machine, as numactl's -a: the process moved has its own cpuset, which the kernel applies
+    return Plan.from_numactl_args([*argv, "--all"], topology=live.machine(), device_node=device_node,
+                                  reason="numabind move " + " ".join(argv))
+
+
+def _live_root() -> None:
+    root = os.environ.get("NUMABIND_FSROOT")
+    if root and os.path.realpath(root) != "/":
+        raise _Usage(f"numabind move moves processes of this machine, but NUMABIND_FSROOT={root!r} is another "
+                     f"discovery root (a replayed machine): unset NUMABIND_FSROOT")
+
+
+def _message(e: BaseException) -> str:
+    text = str(e)
+    for prefix in ("numabind move --restore: ", "numabind move: "):
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text
+
+
+def _pids(args: argparse.Namespace) -> list[int]:
+    out: list[int] = []
+    for pid in args.pids:
+        if pid not in out:
+            out.append(pid)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``numabind move ARGS`` (``argv`` default ``sys.argv[1:]``, as ``python -m numabind.cli.move ARGS``): the exit
+    status."""
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    verbose = getattr(args, "verbose", 0)
+    if verbose:   # else logging stays unimported (it costs the start of every numabind move): warnings are printed
+        import logging
+
+        level = logging.INFO if verbose == 1 else logging.DEBUG
+        logging.basicConfig(level=level, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr)
+    return cmd_move(args, parser)
+
+
+def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    """Run ``numabind move`` from parsed options (:func:`add_parser`'s or :func:`build_parser`'s): the exit status."""
+    from ..relocate import move, recorded_plan
+
+    as_json = getattr(args, "json", False)
+    try:
+        _live_root()
+        if not args.pids:
+            raise _Usage("give at least one PID")
+        strict = _strictness(args)
+        plan = move_plan(args)
+    except _Usage as e:
+        (parser or build_parser()).print_usage(sys.stderr)
+        print(f"numabind move: error: {_message(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except NumabindError as e:   # a plan the machine cannot hold
+        print(f"numabind move: error: {_message(e)}", file=sys.stderr)
+        return EXIT_NOT_APPLIED
+    rc = 0
+    out: list[dict[str, Any]] = []
+    for pid in _pids(args):
+        try:
+            target = recorded_plan(pid) if plan is None else plan
+            report = move(pid, target, strict=strict, all_children=args.all_children, backend=args.backend)
+        except (NumabindError, PlanError) as e:
+            rc = EXIT_NOT_APPLIED
+            print(f"numabind move: error: {_message(e)}", file=sys.stderr)
+            out.append({"pid": pid, "error": str(e)})
+            continue
+        if report.warnings and "logging" not in sys.modules:   # what the WARNING the library logs says
+            sys.stderr.write(f"numabind.move: WARNING: pid {pid}: " + "; ".join(report.warnings) + "\n")
+        if as_json:
+            out.append(dict(report.to_dict(), pid=pid))
+        else:
+            print(report.describe())
+    if as_json:
+        import json
+
+        print(json.dumps(out, indent=2, sort_keys=True))
+    sys.stdout.flush()
+    return rc
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

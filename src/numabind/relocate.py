@@ -1,0 +1,668 @@
+"""Move a process that is already running: :func:`move` (``taskset -a -p`` and ``migratepages`` in one call).
+
+``move(pid, plan)`` sets the plan's CPUs on **every thread** of process ``pid`` (listed from
+``/proc/PID/task``, and listed again until no unseen thread appears, at most
+:data:`~numabind.backends.SETTLE_ROUNDS` more times, as :func:`numabind.bind_current` does for its own
+process), through the backend's :meth:`~numabind.backends.Backend.affinity_many`; then migrates the
+pages the process already has onto the plan's memory nodes (``migrate_pages(2)``, from every other node
+the process may use); then reads everything back (each thread's CPUs; where the pages are now, from
+``/proc/PID/numa_maps`` through :func:`numabind.residency.locality`) and returns a frozen
+:class:`MoveReport`.
+
+The kernel has no call that sets another process's memory policy (``set_mempolicy`` and ``mbind`` act
+on the caller only): the process keeps its own, so the pages it allocates after the move follow that
+policy, not the plan's. The report says so once (``notes``).
+
+``all_children=True`` moves the whole process tree (children from ``/proc/PID/task/*/children``,
+listed again once after the first pass for those born meanwhile). A child that exits meanwhile is in
+the report (``error``), never an error of the call; the process named by ``pid`` that does not exist,
+or exits before it could be moved, is a :class:`~numabind.errors.NumabindError`.
+
+Strictness (default ``$NUMABIND_STRICT``): ``True`` raises :class:`~numabind.errors.BindError` (a
+refused call, a thread holding other CPUs than asked, threads that kept appearing) or
+:class:`~numabind.errors.PlanError` (a plan the machine cannot hold), naming the pid and the fix, after
+putting back the CPUs it set (pages already moved stay where they are); ``False`` (and ``"partial"``)
+report every degradation in ``warnings`` and log them in one WARNING. Private pages that stayed on other
+nodes (pinned, locked, busy, a full node) are a warning in every mode, as for ``bind_current(migrate=True)``;
+pages in mappings other processes share are a note.
+
+Permissions: setting another user's threads' CPUs needs CAP_SYS_NICE; ``migrate_pages`` needs the right
+to trace the process (the same user, and Yama's ``kernel.yama.ptrace_scope`` not forbidding it) or
+CAP_SYS_NICE, which also lets it move pages that other processes map.
+
+:func:`recorded_plan` is what numabind recorded when it bound a process at birth (the exec marker of
+``numabind run``, or a runtime record): ``numabind move --restore PID`` moves it back there.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from . import _proc, live
+from ._base import Value, getLogger
+from .backends import (SETTLE_ROUNDS, WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_STOP_ON_ERROR, Backend,
+                       get_backend)
+from .bind import ThreadResult, strict_default, strict_label
+from .cpulist import format_cpulist
+from .errors import BindError, NumabindError, PlanError
+from .plan import Plan, check_plan
+from .residency import BoundBy, Locality, locality
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind move starts faster
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+    from typing import Any
+
+    from ._base import Strictness
+    from .backends import AffinityWalk
+
+__all__ = ["MEMORY_POLICY_NOTE", "MoveReport", "ProcessMove", "move", "recorded_binding", "recorded_plan"]
+
+log = getLogger(__name__)   # logging is imported only by a program that uses it (the CLI's -v)
+
+#: The fix of a refused sched_setaffinity on another process's thread.
+AFFINITY_FIX = ("setting the CPUs of another user's threads needs CAP_SYS_NICE: run numabind move as the "
+                "process's owner, or as root")
+#: The fix of a refused migrate_pages.
+MIGRATE_FIX = ("migrate_pages needs the right to trace the process (the same user, with kernel.yama.ptrace_scope "
+               "allowing it) or CAP_SYS_NICE: run numabind move as the process's owner, or as root")
+#: The report's one note about the memory policy ({policy}: the plan's; {theirs}: what the process's mappings show).
+MEMORY_POLICY_NOTE = ("the kernel has no call that sets another process's memory policy: the moved process keeps "
+                      "its own ({theirs}), so pages it allocates from now on follow that policy, not {policy}; only "
+                      "the pages it already had were migrated (to place later allocations too, start it bound "
+                      "with numabind run, or have it call numabind.bind_current)")
+#: Passes over a process tree: the first, then this many more for children born while it was moved.
+TREE_ROUNDS = 2
+
+
+def _pid(value: object, what: str = "pid") -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise PlanError(f"numabind.move: {what} must be a process id (a positive int), got {value!r}")
+    return value
+
+
+# ----------------------------------------------------------------------------- reports
+class ProcessMove(Value):
+    """What :func:`move` did to one process (frozen).
+
+    ``threads``: one :class:`~numabind.bind.ThreadResult` per thread (main thread first); ``pages_moved``:
+    pages that left the other nodes; ``pages_left``: pages still on them afterwards, of which
+    ``pages_left_shared`` are in file-backed or shared mappings; ``pages_refused``: what ``migrate_pages``
+    said it could not move (None when it did not run); ``locality``: where the pages are after the move
+    (:class:`~numabind.residency.Locality`, None when not read); ``error``: why the process could not be
+    moved at all (it exited, it does not exist), else None; ``warnings``: this process's degradations; ``notes``:
+    facts that are not (pages in mappings other processes share, which stayed).
+    """
+
+    __slots__ = ("pid", "name", "threads", "pages_moved", "pages_left", "pages_left_shared", "pages_refused",
+                 "locality", "error", "warnings", "notes")
+    _compare = ("pid", "name", "threads", "pages_moved", "pages_left", "pages_left_shared", "pages_refused",
+                "error", "warnings", "notes")
+    pid: int
+    name: str
+    threads: tuple[ThreadResult, ...]
+    pages_moved: int | None
+    pages_left: int | None
+    pages_left_shared: int | None
+    pages_refused: int | None
+    locality: Locality | None
+    error: str | None
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    def __init__(self, pid: int, name: str = "?", threads: Sequence[ThreadResult] = (),
+                 pages_moved: int | None = None, pages_left: int | None = None, pages_left_shared: int | None = None,
+                 pages_refused: int | None = None, locality: Locality | None = None, error: str | None = None,
+                 warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
+        for k, v in (("pid", pid), ("name", name), ("threads", tuple(threads)), ("pages_moved", pages_moved),
+                     ("pages_left", pages_left), ("pages_left_shared", pages_left_shared),
+                     ("pages_refused", pages_refused), ("locality", locality), ("error", error),
+                     ("warnings", tuple(warnings)), ("notes", tuple(notes))):
+            object.__setattr__(self, k, v)
+
+    def _count(self, status: str) -> int:
+        return sum(1 for t in self.threads if t.status == status)
+
+    @property
+    def threads_bound(self) -> int:
+        return self._count("bound")
+
+    @property
+    def threads_exited(self) -> int:
+        return self._count("exited")
+
+    @property
+    def threads_refused(self) -> int:
+        return self._count("failed")
+
+    def describe(self) -> str:
+        head = f"pid {self.pid} ({self.name})"
+        if self.error:
+            return f"{head}: {self.error}"
+        parts = [f"{self.threads_bound} thread(s) bound"]
+        if self.threads_exited:
+            parts.append(f"{self.threads_exited} exited meanwhile")
+        if self.threads_refused:
+            parts.append(f"{self.threads_refused} refused")
+        cpus = {t.after for t in self.threads if t.status == "bound" and t.after is not None}
+        if len(cpus) == 1:
+            parts.append(f"on CPUs {format_cpulist(next(iter(cpus)))}")
+        line = f"{head}: " + ", ".join(parts)
+        if self.pages_moved is not None or self.pages_left is not None:
+            left = "?" if self.pages_left is None else str(self.pages_left)
+            shared = f" ({self.pages_left_shared} shared or file-backed)" if self.pages_left_shared else ""
+            line += (f"; pages: {self.pages_moved if self.pages_moved is not None else '?'} moved, "
+                     f"{left} left on other nodes{shared}")
+        loc = self.locality
+        if loc is not None and loc.pages is not None:
+            mib = loc.page_size / (1 << 20)
+            line += "; now " + (", ".join(f"node {n}: {p * mib:.1f} MiB" for n, p in sorted(loc.node_pages.items()))
+                                or "no resident pages")
+        return line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "name": self.name, "error": self.error,
+                "threads": [t.to_dict() for t in self.threads], "threads_bound": self.threads_bound,
+                "threads_exited": self.threads_exited, "threads_refused": self.threads_refused,
+                "pages_moved": self.pages_moved, "pages_left": self.pages_left,
+                "pages_left_shared": self.pages_left_shared, "pages_refused": self.pages_refused,
+                "node_pages": None if self.locality is None or self.locality.pages is None else
+                {str(n): c for n, c in sorted(self.locality.node_pages.items())},
+                "warnings": list(self.warnings), "notes": list(self.notes)}
+
+
+class MoveReport(Value):
+    """The outcome of :func:`move` (frozen): the plan asked for, the backend, one :class:`ProcessMove` per
+    process (the one named first, then its descendants with ``all_children=True``), every degradation
+    (``warnings``) and the facts that are not degradations (``notes``: among them, once, that the kernel
+    cannot set another process's memory policy)."""
+
+    __slots__ = ("requested", "backend", "backend_reason", "processes", "warnings", "notes")
+    requested: Plan
+    backend: str
+    backend_reason: str
+    processes: tuple[ProcessMove, ...]
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    def __init__(self, requested: Plan, backend: str, backend_reason: str, processes: Sequence[ProcessMove] = (),
+                 warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
+        for k, v in (("requested", requested), ("backend", backend), ("backend_reason", backend_reason),
+                     ("processes", tuple(processes)), ("warnings", tuple(warnings)), ("notes", tuple(notes))):
+            object.__setattr__(self, k, v)
+
+    @property
+    def ok(self) -> bool:
+        """Everything asked is in force: no warning."""
+        return not self.warnings
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(p.pid for p in self.processes)
+
+    @property
+    def threads(self) -> tuple[ThreadResult, ...]:
+        return tuple(t for p in self.processes for t in p.threads)
+
+    @property
+    def threads_bound(self) -> int:
+        return sum(p.threads_bound for p in self.processes)
+
+    @property
+    def threads_exited(self) -> int:
+        return sum(p.threads_exited for p in self.processes)
+
+    @property
+    def threads_refused(self) -> int:
+        return sum(p.threads_refused for p in self.processes)
+
+    def _pages(self, name: str) -> int | None:
+        got = [getattr(p, name) for p in self.processes if getattr(p, name) is not None]
+        return sum(got) if got else None
+
+    @property
+    def pages_moved(self) -> int | None:
+        return self._pages("pages_moved")
+
+    @property
+    def pages_left(self) -> int | None:
+        return self._pages("pages_left")
+
+    def describe(self) -> str:
+        lines = [f"requested: {self.requested.describe()}", f"backend:   {self.backend} ({self.backend_reason})"]
+        lines += [f"moved:     {p.describe()}" for p in self.processes]
+        lines += [f"warning:   {w}" for w in self.warnings]
+        lines += [f"note:      {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requested": self.requested.to_text(), "backend": self.backend, "backend_reason": self.backend_reason,
+                "processes": [p.to_dict() for p in self.processes], "threads_bound": self.threads_bound,
+                "threads_exited": self.threads_exited, "threads_refused": self.threads_refused,
+                "pages_moved": self.pages_moved, "pages_left": self.pages_left, "ok": self.ok,
+                "warnings": list(self.warnings), "notes": list(self.notes)}
+
+
+# ----------------------------------------------------------------------------- reading the target
+def _alive(pid: int, started: int) -> bool:
+    """Whether ``pid`` is still the process that started at ``started`` (not exited, not reused)."""
+    return _proc.start_time(pid) == started
+
+
+def _thread_name(pid: int, tid: int) -> str:
+    return live.reader().read_strip(f"proc/{pid}/task/{tid}/comm") or "?"
+
+
+def _tids(pid: int) -> list[int]:
+    """The threads of ``pid``, its main thread first (empty when /proc/PID/task cannot be listed)."""
+    tids = live.reader().numbered(f"proc/{pid}/task", "")
+    if pid in tids:
+        tids.remove(pid)
+        tids.insert(0, pid)
+    return tids
+
+
+def _started(pid: int) -> int:
+    """The start time of ``pid``, or a NumabindError saying that it does not exist or has exited."""
+    if not _proc.process_exists(pid):
+        raise NumabindError(f"numabind move: no process {pid}: /proc/{pid} does not exist (it exited, or the PID "
+                            f"is wrong; numabind stat or ps lists the running ones)")
+    started = _proc.start_time(pid)
+    if not started:
+        raise NumabindError(f"numabind move: process {pid} has exited (a zombie its parent has not reaped): "
+                            f"nothing is left to move")
+    return started
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and every descendant, parents before children."""
+    out, queue, seen = [], [root], set()
+    while queue:
+        pid = queue.pop(0)
+        if pid in seen:
+            continue
+        seen.add(pid)
+        out.append(pid)
+        queue.extend(_proc.process_children(pid))
+    return out
+
+
+# ----------------------------------------------------------------------------- one process
+class _Walk:
+    """The threads of one process as they were set: per thread its status and its CPUs before and after."""
+
+    __slots__ = ("tids", "status", "before", "after")
+
+    def __init__(self) -> None:
+        self.tids: list[int] = []
+        self.status: list[int] = []
+        self.before: list[frozenset[int]] = []
+        self.after: list[frozenset[int]] = []
+
+    def add(self, walk: AffinityWalk) -> None:
+        for i in range(walk.processed):
+            self.tids.append(walk.tids[i])
+            self.status.append(walk.status[i])
+            self.before.append(walk.before(i))
+            self.after.append(walk.after(i) if walk.status[i] in (WALK_BOUND, WALK_DIFFERS) else walk.before(i))
+
+    def results(self, pid: int) -> tuple[ThreadResult, ...]:
+        out = []
+        for tid, st, before, after in zip(self.tids, self.status, self.before, self.after):
+            name = _thread_name(pid, tid)
+            if st == WALK_EXITED:
+                out.append(ThreadResult(tid, name, before, None, "exited"))
+            elif st in (WALK_BOUND, WALK_DIFFERS):
+                out.append(ThreadResult(tid, name, before, after, "bound"))
+            elif st < 0:
+                out.append(ThreadResult(tid, name, before, before, "failed",
+                                        str(BindError(-st, "sched_setaffinity", f"thread {tid} of pid {pid}"))))
+            else:
+                out.append(ThreadResult(tid, name, before, before, "unchanged"))
+        return tuple(out)
+
+
+class _Mover:
+    """One call of :func:`move`: the backend, strictness, what was set (to put back under strict)."""
+
+    def __init__(self, plan: Plan, strict: Strictness, be: Backend) -> None:
+        self.plan, self.strict, self.be = plan, strict, be
+        self.walks: list[tuple[int, _Walk]] = []     # what was set, per process: the undo log of strict
+
+    # -- CPUs ------------------------------------------------------------------
+    def _refused(self, pid: int, err: int, tid: int) -> BindError:
+        fix = AFFINITY_FIX if err == errno.EPERM else (
+            "the CPUs are outside the process's cpuset (see its /proc/PID/status Cpus_allowed_list)"
+            if err == errno.EINVAL else "")
+        return BindError(err, "sched_setaffinity", f"thread {tid} of pid {pid}" + (f": {fix}" if fix else ""))
+
+    def set_cpus(self, pid: int, started: int, warnings: list[str]) -> _Walk:
+        """Every thread of ``pid`` set to the plan's CPUs, the list read again until it settles."""
+        cpus, be = self.plan.cpus, self.be
+        flags = WALK_STOP_ON_ERROR if self.strict is True else 0
+        walk = _Walk()
+        self.walks.append((pid, walk))
+        seen: set[int] = set()
+        for rounds in range(SETTLE_ROUNDS + 2):
+            listed = _tids(pid)
+            if not listed and not seen and _alive(pid, started):
+                message = (f"pid {pid}: /proc/{pid}/task cannot be listed, so its threads cannot be found; their "
+                           f"CPUs were not changed")
+                if self.strict is True:
+                    raise BindError(errno.EACCES, "getdents64", message)
+                warnings.append(message)
+                break
+            new = [t for t in listed if t not in seen]
+            if not new:
+                break
+            if rounds == SETTLE_ROUNDS + 1:
+                shown = ", ".join(map(str, new[:8])) + (f" and {len(new) - 8} more" if len(new) > 8 else "")
+                message = (f"pid {pid}: threads kept starting threads during the move: after {SETTLE_ROUNDS} more "
+                           f"listings of /proc/{pid}/task, {len(new)} new thread(s) still appeared ({shown}); they "
+                           f"and the threads they start may keep their old CPUs (run numabind move again)")
+                if self.strict is True:
+                    raise BindError(errno.EAGAIN, "sched_setaffinity", message)
+                warnings.append(message)
+                break
+            seen.update(new)
+            while new:    # a walk stops at a refusal of its first thread: the rest are tried in a walk of their own
+                one = be.affinity_many(new, cpus, flags)
+                walk.add(one)
+                refused = [i for i in range(one.processed) if one.status[i] < 0]
+                if refused and self.strict is True:
+                    i = refused[0]
+                    raise self._refused(pid, -one.status[i], one.tids[i])
+                new = new[max(1, one.processed):]
+            if not _alive(pid, started):
+                break
+        return walk
+
+    def check_cpus(self, pid: int, walk: _Walk, warnings: list[str]) -> None:
+        """Refused threads and threads the kernel gave other CPUs (its cpuset): warnings, or raised when strict."""
+        cpus = self.plan.cpus
+        assert cpus is not None
+        refused: dict[int, list[int]] = {}
+        other: dict[frozenset[int], list[int]] = {}
+        for tid, st, after in zip(walk.tids, walk.status, walk.after):
+            if st < 0:
+                refused.setdefault(-st, []).append(tid)
+            elif st in (WALK_BOUND, WALK_DIFFERS) and after != cpus:
+                other.setdefault(after, []).append(tid)
+        for err, tids in sorted(refused.items()):
+            e = self._refused(pid, err, tids[0])
+            warnings.append(f"{e}" + (f" (and {len(tids) - 1} more thread(s) of pid {pid}, refused alike)"
+                                      if len(tids) > 1 else "") + "; they keep their CPUs")
+        for got, tids in sorted(other.items(), key=lambda kv: sorted(kv[0])):
+            message = (f"pid {pid}: the kernel holds CPUs {format_cpulist(got)} for {len(tids)} thread(s) "
+                       f"({', '.join(map(str, tids[:8]))}{' ...' if len(tids) > 8 else ''}), not "
+                       f"{format_cpulist(cpus)} (the process's cpuset allows only those)")
+            if self.strict is True:
+                raise BindError(errno.EINVAL, "sched_setaffinity", message)
+            warnings.append(message)
+
+    def verify_cpus(self, pid: int, started: int, warnings: list[str], refused: frozenset[int]) -> None:
+        """Read every thread's CPUs again at the end: a thread that holds others now (it re-pinned itself, or
+        started unseen) is a warning (strict: raised); ``refused``: threads whose refusal was said already."""
+        cpus = self.plan.cpus
+        assert cpus is not None
+        tids = _tids(pid)
+        if not tids or not _alive(pid, started):
+            return
+        now = self.be.affinity_many(tids, None)
+        off = [(now.tids[i], now.before(i)) for i in range(now.processed)
+               if now.status[i] != WALK_EXITED and now.status[i] >= 0 and now.before(i) != cpus
+               and now.tids[i] not in refused]
+        if off:
+            shown = ", ".join(f"{t} on {format_cpulist(c)}" for t, c in off[:8])
+            message = (f"pid {pid}: read back after the move, {len(off)} thread(s) hold other CPUs than "
+                       f"{format_cpulist(cpus)}: {shown}{' ...' if len(off) > 8 else ''} (the process re-pinned "
+                       f"them, or its cpuset narrowed them)")
+            if self.strict is True:
+                raise BindError(errno.EINVAL, "sched_setaffinity", message)
+            if not any(w.startswith(f"pid {pid}: the kernel holds CPUs") for w in warnings):
+                warnings.append(message)
+
+    def undo(self) -> list[str]:
+        """Put back the CPUs this call set (strict failures); what could not be put back, said."""
+        stayed = []
+        for pid, walk in self.walks:
+            for tid, st, before in zip(walk.tids, walk.status, walk.before):
+                if st not in (WALK_BOUND, WALK_DIFFERS):
+                    continue
+                try:
+                    self.be.set_affinity(tid, before)
+                except BindError as e:
+                    if e.errno != errno.ESRCH:
+                        stayed.append(f"thread {tid} of pid {pid} keeps the new CPUs ({e})")
+        self.walks.clear()
+        return stayed
+
+    # -- pages -----------------------------------------------------------------
+    def migrate(self, pid: int, started: int, warnings: list[str],
+                notes: list[str]) -> tuple[int | None, int | None, int | None, int | None, Locality | None]:
+        """Pages of ``pid`` moved onto the plan's nodes: (moved, left, left shared, refused by the kernel,
+        locality after)."""
+        target = frozenset(self.plan.mem_nodes or ())
+        status = _proc.status_fields(pid) or {}
+        mems = live.machine()
+        memory = frozenset(n for n, node in mems.nodes.items() if node.has_memory)
+        allowed = memory
+        if "Mems_allowed_list" in status:
+            from .cpulist import parse_cpulist
+
+            try:
+                allowed = parse_cpulist(status["Mems_allowed_list"], what=f"/proc/{pid}/status Mems_allowed_list")
+            except ValueError:
+                allowed = memory
+        source = (allowed & memory) - target
+        outside = target - allowed
+        if outside:
+            message = (f"pid {pid}: nodes {format_cpulist(outside)} are outside the process's cpuset memory nodes "
+                       f"({format_cpulist(allowed)}): its pages cannot go there")
+            if self.strict is True:
+                raise PlanError(message)
+            warnings.append(message)
+        before = _proc.node_pages(pid)
+        refused = None
+        if source and target & allowed:
+            try:
+                refused = self.be.migrate_pages(pid, source, target)
+            except BindError as e:
+                if e.errno == errno.ESRCH or not _alive(pid, started):
+                    raise
+                fix = MIGRATE_FIX if e.errno == errno.EPERM else ""
+                err = BindError(e.errno, e.syscall, f"{e.detail}" + (f": {fix}" if fix else ""))
+                if self.strict is True:
+                    raise err from None
+                warnings.append(f"{err}; its pages stay where they are")
+                return None, None, None, None, locality(pid)
+        after = locality(pid)
+        pages = after.pages
+        if before is None or pages is None:
+            why = after.error or f"/proc/{pid}/numa_maps is unreadable"
+            warnings.append(f"pid {pid}: where its pages are could not be read ({why}): pages moved were not counted")
+            return None, None, None, refused, after
+        moved = max(0, before.on(source) - pages.on(source))
+        left = pages.on(source)
+        shared = min(pages.shared_on(source), left)
+        private = left - shared
+        src, dst = format_cpulist(source), format_cpulist(target)
+        log.info("pid %d: migrated %d pages from nodes %s to nodes %s; %d stayed (%d shared or file-backed)",
+                 pid, moved, src or "-", dst, left, shared)
+        if private or refused:
+            warnings.append(f"pid {pid}: {private} private pages stayed on nodes {src} (pinned, locked, busy, or "
+                            f"node {dst} is full)" + (f"; migrate_pages reported {refused} pages it could not move"
+                                                     if refused else ""))
+        if shared:
+            notes.append(f"pid {pid}: {shared} pages in shared or file-backed mappings stayed on nodes {src} "
+                            f"(other processes map them: moving them needs CAP_SYS_NICE)")
+        return moved, left, shared, refused, after
+
+    # -- the whole process -----------------------------------------------------
+    def one(self, pid: int, root: bool) -> ProcessMove:
+        """Move process ``pid``; ``root``: the process named by the caller (its exit is an error)."""
+        try:
+            started = _started(pid)
+        except NumabindError as e:
+            if root:
+                raise
+            return ProcessMove(pid, error=str(e).removeprefix("numabind move: "))
+        name = (_proc.status_fields(pid) or {}).get("Name", "?")
+        warnings: list[str] = []
+        notes: list[str] = []
+        walk = None
+        try:
+            if self.plan.cpus is not None:
+                walk = self.set_cpus(pid, started, warnings)
+            if not _alive(pid, started) or (walk is not None and walk.status and
+                                            all(s == WALK_EXITED for s in walk.status)):
+                raise _Exited(pid)
+            if walk is not None:
+                self.check_cpus(pid, walk, warnings)
+            moved = left = shared = refused = None
+            after = None
+            if self.plan.mem_nodes:
+                moved, left, shared, refused, after = self.migrate(pid, started, warnings, notes)
+            if self.plan.cpus is not None:
+                refusals = frozenset(t for t, st in zip(walk.tids, walk.status) if st < 0) if walk else frozenset()
+                self.verify_cpus(pid, started, warnings, refusals)
+            if not _alive(pid, started):
+                raise _Exited(pid)
+        except _Exited:
+            message = f"process {pid} ({name}) exited while it was being moved"
+            if root:
+                raise NumabindError(f"numabind move: {message}; nothing is left to move") from None
+            return ProcessMove(pid, name, () if walk is None else walk.results(pid), error=message)
+        except BindError as e:
+            if e.errno == errno.ESRCH and not _alive(pid, started):
+                message = f"process {pid} ({name}) exited while it was being moved"
+                if root:
+                    raise NumabindError(f"numabind move: {message}; nothing is left to move") from None
+                return ProcessMove(pid, name, () if walk is None else walk.results(pid), error=message)
+            raise
+        threads = () if walk is None else walk.results(pid)
+        return ProcessMove(pid, name, threads, moved, left, shared, refused, after, None, warnings, notes)
+
+
+class _Exited(Exception):
+    """The process exited while it was being moved."""
+
+
+def _policy_note(plan: Plan, processes: Sequence[ProcessMove]) -> str:
+    theirs: dict[str, int] = {}
+    for p in processes:
+        if p.locality is not None and p.locality.pages is not None:
+            for pol, n in p.locality.pages.policies.items():
+                theirs[pol] = theirs.get(pol, 0) + n
+    said = max(theirs, key=lambda k: theirs[k]) if theirs else "unknown from outside"
+    what = f"{plan.mem_policy} {format_cpulist(plan.mem_nodes or ())}".rstrip()
+    return MEMORY_POLICY_NOTE.format(theirs=f"its mappings show {said}" if theirs else said, policy=what)
+
+
+def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children: bool = False,
+         backend: str | None = None) -> MoveReport:
+    """Move a running process (``taskset -a -p`` + ``migratepages``): every thread's CPUs, then its pages.
+
+    * Every thread of ``pid`` gets ``plan.cpus`` (None: the CPUs are left as they are), threads started while
+      it runs included: ``/proc/PID/task`` is listed again until no unseen thread appears (at most
+      :data:`~numabind.backends.SETTLE_ROUNDS` more times).
+    * The pages the process has are migrated onto ``plan.mem_nodes`` from every other node it may use
+      (``migrate_pages``); a plan without nodes (no policy, ``local``, ``default``) moves no page.
+    * Both are read back: each thread's CPUs, and where the pages are (``/proc/PID/numa_maps``).
+    * The process's memory policy cannot be set from outside: its later allocations follow its own policy
+      (``notes`` says so once).
+    * ``all_children=True``: the process and every descendant (``/proc/PID/task/*/children``).
+    * ``strict`` (default ``$NUMABIND_STRICT``): True raises BindError/PlanError naming the pid and the fix,
+      after putting back the CPUs it set; otherwise every degradation is in ``warnings``, logged as one WARNING.
+
+    A ``pid`` that does not exist, or exits before it is moved, raises :class:`~numabind.errors.NumabindError`.
+    """
+    pid = _pid(pid)
+    check_plan(plan, "numabind.move")
+    if not isinstance(all_children, bool):
+        raise PlanError(f"numabind.move: all_children must be True or False, got {all_children!r}")
+    strict = strict_default(strict)
+    _check_fits(plan)
+    be, why = get_backend(backend)
+    _started(pid)
+    mover = _Mover(plan, strict, be)
+    processes: list[ProcessMove] = []
+    try:
+        processes.append(mover.one(pid, root=True))
+        if all_children:
+            done = {pid}
+            for _ in range(TREE_ROUNDS):
+                todo = [p for p in _tree(pid) if p not in done]
+                if not todo:
+                    break
+                for child in todo:
+                    done.add(child)
+                    processes.append(mover.one(child, root=False))
+    except NumabindError as exc:
+        stayed = mover.undo() if strict is True else []
+        if strict is True and isinstance(exc, (BindError, PlanError)):
+            done_pages = bool(plan.mem_nodes)     # a migrate_pages that failed may have moved some: it does not say
+            stay = f", but pages already moved (if any) stay on nodes {format_cpulist(plan.mem_nodes or ())}"
+            tail = "; the CPUs it set were put back" + (stay if done_pages else "")
+            if stayed:
+                tail += "; not put back: " + "; ".join(stayed)
+            if isinstance(exc, BindError):
+                raise BindError(exc.errno, exc.syscall, f"pid {pid} (strict): {exc.detail}{tail}") from None
+            raise PlanError(f"numabind move pid {pid} (strict): {exc}{tail}") from None
+        raise
+    warnings = [w for p in processes for w in p.warnings]
+    notes = []
+    if plan.mem_policy is not None:
+        notes.append(_policy_note(plan, processes))
+    notes += [n for p in processes for n in p.notes]
+    exited = [p for p in processes if p.error]
+    if exited:
+        notes.append(f"{len(exited)} child process(es) could not be moved: " +
+                     "; ".join(f"{p.pid}: {p.error}" for p in exited[:8]))
+    report = MoveReport(plan, be.name, why, processes, warnings, notes)
+    if warnings:
+        log.warning("numabind move pid %d (%s): %s", pid, strict_label(strict), "; ".join(warnings))
+    log.info("moved pid %d via %s: %s", pid, be.name, "; ".join(p.describe() for p in processes))
+    return report
+
+
+def _check_fits(plan: Plan) -> None:
+    """A PlanError unless the plan's CPUs are online and its nodes have memory (the target's cpuset is the
+    kernel's to apply: what it narrows is reported)."""
+    machine = live.machine()
+    if plan.cpus is not None:
+        offline = plan.cpus - machine.online_cpus
+        if offline:
+            raise PlanError(f"numabind move: CPUs {format_cpulist(offline)} are not online (online: "
+                            f"{format_cpulist(machine.online_cpus)}); give online CPUs")
+    if plan.mem_nodes:
+        memory = frozenset(n for n, node in machine.nodes.items() if node.has_memory)
+        lacking = plan.mem_nodes - memory
+        if lacking:
+            raise PlanError(f"numabind move: nodes {format_cpulist(lacking)} have no memory (nodes with memory: "
+                            f"{format_cpulist(memory)}); give nodes with memory")
+
+
+# ----------------------------------------------------------------------------- restore
+def recorded_binding(pid: int) -> BoundBy | None:
+    """What numabind recorded when it bound ``pid`` at birth (:attr:`numabind.residency.Locality.bound`: the exec
+    marker of ``numabind run``, or a runtime record); None when it recorded nothing."""
+    pid = _pid(pid)
+    _started(pid)
+    return locality(pid).bound
+
+
+def recorded_plan(pid: int) -> Plan:
+    """The plan to put ``pid`` back to: what the kernel held right after numabind bound it at birth (else what
+    was asked). A NumabindError when numabind recorded nothing for it, or only an unverified marker."""
+    bound = recorded_binding(pid)
+    if bound is None:
+        raise NumabindError(f"numabind move --restore: numabind recorded no binding for process {pid} (it was not "
+                            f"started by numabind run, wrap_command or configure_subprocess, or its record is gone): "
+                            f"give the binding to move it to instead")
+    if not bound.verified:
+        raise NumabindError(f"numabind move --restore: process {pid} carries an older numabind's marker without a "
+                            f"start time ({bound.source}); it may be another process's, so it is not restored: "
+                            f"give the binding to move it to instead")
+    plan = bound.applied if bound.applied is not None else bound.requested
+    return plan.replace(reason=f"restored: what numabind bound pid {pid} to at birth ({bound.source})")
