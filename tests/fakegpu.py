@@ -7,7 +7,8 @@ Writes what the kernel and the drivers expose for a GPU:
 * NVIDIA: ``proc/driver/nvidia/gpus/<addr>/information``, MIG capabilities
   under ``proc/driver/nvidia/capabilities/gpu<minor>/mig``
 * AMD: ``sys/class/kfd/kfd/topology/nodes/<n>/{properties,name,gpu_id}``
-* device files under ``dev/`` (``nvidia<minor>``, ``kfd``, ``dri/renderD<N>``)
+* Huawei Ascend NPUs: the PCI function only (the driver's ``davinci<N>`` has no sysfs parent)
+* device files under ``dev/`` (``nvidia<minor>``, ``kfd``, ``dri/renderD<N>``, ``davinci<N>``)
   as plain files: a replayed root cannot hold device nodes, and numabind reads
   a replayed device file's owner read/write bits as "accessible" (mode 000 is
   a device this process may not open).
@@ -292,3 +293,59 @@ def fake_pynvml(devices, *, init_fails=False):
     mod.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
     mod.calls = calls
     return mod
+
+
+# ------------------------------------------------------------ Huawei Ascend NPUs
+#: Huawei's PCI vendor id; the device ids of Ascend NPUs are ``numabind.devices.ASCEND_NPUS``.
+HUAWEI = 0x19E5
+ASCEND_910B = 0xD802
+
+
+def add_ascend_npu(root, address: str, *, numa_node: int | None = 0, local_cpulist: str | None = "",
+                   device: int = ASCEND_910B, pci_class: int = 0x120000) -> str:
+    """A Huawei PCI function (an Ascend 910B NPU unless ``device`` says otherwise)."""
+    return add_pci_device(root, address, vendor=HUAWEI, numa_node=numa_node, local_cpulist=local_cpulist,
+                          device=device, pci_class=pci_class)
+
+
+def add_ascend_control_nodes(root, *, mode: int = 0o666) -> None:
+    """``dev/davinci_manager``, ``dev/devmm_svm`` and ``dev/hisi_hdc``, which every process using an NPU opens."""
+    for name in ("davinci_manager", "devmm_svm", "hisi_hdc"):
+        add_dev_node(root, name, mode=mode)
+
+
+#: PCI addresses of :func:`ascend_box`'s NPUs in PCI order (an Atlas 800-like layout); the first 4 on node 0.
+ASCEND_ADDRS = ["0000:01:00.0", "0000:02:00.0", "0000:41:00.0", "0000:42:00.0",
+                "0000:81:00.0", "0000:82:00.0", "0000:c1:00.0", "0000:c2:00.0"]
+
+
+def ascend_box(root, *, cpus=None) -> list[str]:
+    """A 2-socket server with 8 Ascend 910B NPUs (4 per socket) as bare metal shows it.
+
+    ``dev/davinci0-7`` (physical ids 0-7) and the control nodes. ``cpus`` is
+    ``{node: cpulist}`` (default :data:`BOX_CPUS`). Returns the PCI addresses.
+    """
+    cpus = cpus or BOX_CPUS
+    for k, addr in enumerate(ASCEND_ADDRS):
+        node = box_node(k)
+        add_ascend_npu(root, addr, numa_node=node, local_cpulist=cpus[node])
+        add_dev_node(root, f"davinci{k}")
+    add_ascend_control_nodes(root)
+    return list(ASCEND_ADDRS)
+
+
+def ascend_container(root, expose, *, denied: bool = False) -> dict[str, str]:
+    """Turn an :func:`ascend_box` root into what a container given physical NPUs ``expose`` sees.
+
+    Ascend's container runtime mounts the chosen ``/dev/davinci<N>`` under the
+    host's N (the others are absent; ``denied=True`` leaves them present with
+    mode 000, as a privileged container whose device cgroup denies them).
+    sysfs still lists all 8. Returns the environment the runtime sets.
+    """
+    for k in range(len(ASCEND_ADDRS)):
+        if k not in expose:
+            if denied:
+                os.chmod(os.path.join(os.fspath(root), "dev", f"davinci{k}"), 0o000)
+            else:
+                remove_dev_node(root, f"davinci{k}")
+    return {"ASCEND_VISIBLE_DEVICES": ",".join(str(k) for k in sorted(expose))}

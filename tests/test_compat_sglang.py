@@ -654,3 +654,283 @@ def test_crash_on_failure_raises_only_when_nothing_applied(tmp_path, monkeypatch
     assert sorted(os.sched_getaffinity(0)) == cpus
     assert format_cpulist(cpus) in seen.at(logging.INFO)[-1]
     assert seen.at(logging.WARNING)          # numabind's degradation, shown on SGLang's logger
+
+
+# ----------------------------------------------------------------------------- Huawei Ascend NPUs
+# SGLang's NPU path (server_args.device == "npu"), restated from the facts of its own NPU tests: an NPU whose
+# V2 binding gives nothing gets --preferred=<its node>; an explicit --numa-node that contradicts the NPU's node
+# is a RuntimeError even with V2 off; SGLANG_SET_CPU_AFFINITY alone makes the parent look nothing up.
+from .fakegpu import ascend_box, ascend_container  # noqa: E402  (the NPU machine builders, kept with their section)
+
+NPU_VARS = ("SGLANG_SET_CPU_AFFINITY", "SGLANG_NPU_MEMORY_PREFERRED_BIND", "SGLANG_NPU_AFFINITY_PCORES_PER_PROC",
+            "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES")
+NPU_CPUS = {0: "0-7,16-23", 1: "8-15,24-31"}
+NPU_TOPO = """\
+        NPU0  NPU1  NPU2  NPU3  NPU4  NPU5  NPU6  NPU7  CPU Affinity
+NPU0    X     HCCS  HCCS  HCCS  SYS   SYS   SYS   SYS   8-15,24-31
+NPU1    HCCS  X     HCCS  HCCS  SYS   SYS   SYS   SYS   8-15,24-31
+NPU2    HCCS  HCCS  X     HCCS  SYS   SYS   SYS   SYS   8-15,24-31
+NPU3    HCCS  HCCS  HCCS  X     SYS   SYS   SYS   SYS   8-15,24-31
+NPU4    SYS   SYS   SYS   SYS   X     HCCS  HCCS  HCCS  0-7,16-23
+NPU5    SYS   SYS   SYS   SYS   HCCS  X     HCCS  HCCS  0-7,16-23
+NPU6    SYS   SYS   SYS   SYS   HCCS  HCCS  X     HCCS  0-7,16-23
+NPU7    SYS   SYS   SYS   SYS   HCCS  HCCS  HCCS  X     0-7,16-23
+
+Legend:
+  X    = Self
+  SYS  = Path traversing PCIe and NUMA nodes. Nodes are connected through SMP, such as QPI, UPI.
+"""
+
+
+@pytest.fixture(autouse=True)
+def clean_npu_env(monkeypatch):
+    for name in NPU_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def npu_args(numa_node=None, device="npu"):
+    return types.SimpleNamespace(numa_node=numa_node, device=device)
+
+
+def npu_box(root, env=None, *, expose=None):
+    """2 sockets x 16 CPUs with 8 Ascend 910B NPUs (physical ids 0-3 on node 0, 4-7 on node 1), discovered
+    under ``env`` (a container given the physical ids ``expose``) and made the compat layer's machine."""
+    two_sockets(root, cpus_per_socket=16)
+    ascend_box(root, cpus=NPU_CPUS)
+    if expose is not None:
+        ascend_container(root, expose)
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in (env or {}).items():
+            mp.setenv(name, value)
+        return use(discover(root))
+
+
+@pytest.fixture
+def npu_smi(tmp_path, monkeypatch):
+    """A live-looking machine (the pinned NPU box) with an ``npu-smi`` on PATH printing ``output[0]`` and
+    exiting with ``output[1]``."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "topo.txt").write_text(NPU_TOPO)
+    tool = bindir / "npu-smi"
+    tool.write_text(f'#!/bin/sh\n[ "$*" = "info -t topo" ] || exit 9\ncat "{bindir}/topo.txt"\n'
+                    f'exit $(cat "{bindir}/rc" 2>/dev/null || echo 0)\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setattr(sglang, "on_live_machine", lambda: True)
+    return bindir
+
+
+def test_the_npu_names_sglang_code_uses():
+    for name in ("resolve_npu_affinity_assignment", "resolve_physical_npu_id", "query_npu_smi_topology"):
+        assert callable(getattr(sglang, name)) and name in sglang.__all__
+    assert issubclass(sglang.NpuAffinityError, RuntimeError)
+
+
+def test_physical_npu_ids_follow_the_visibility_variables(tmp_path, monkeypatch):
+    npu_box(tmp_path, {"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7"})
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "4,5,6,7")
+    assert [sglang.resolve_physical_npu_id(k) for k in range(4)] == [4, 5, 6, 7]
+    with pytest.raises(sglang.NpuAffinityError, match="outside ASCEND_RT_VISIBLE_DEVICES") as raised:
+        sglang.resolve_physical_npu_id(4)
+    assert raised.value.stage == "resolve_visible_device" and raised.value.logical_npu_id == 4
+    for bad in ("4,x", "4,4", "4,,5", "²"):
+        monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", bad)
+        with pytest.raises(sglang.NpuAffinityError, match="distinct physical NPU ids"):
+            sglang.resolve_physical_npu_id(0)
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", " ")        # blank: the next variable, as in SGLang
+    monkeypatch.setenv("ASCEND_VISIBLE_DEVICES", "6,7")
+    with pytest.raises(sglang.NpuAffinityError, match="outside ASCEND_VISIBLE_DEVICES"):
+        sglang.resolve_physical_npu_id(2)
+    with pytest.raises(sglang.NpuAffinityError, match="negative"):
+        sglang.resolve_physical_npu_id(-1)
+
+
+def test_a_containers_own_numbering_gives_the_host_physical_ids(tmp_path):
+    # a container given physical NPUs 2 and 5 (its /dev holds davinci2 and davinci5): runtime ids 0 and 1
+    npu_box(tmp_path, expose=[5, 2])
+    assert [sglang.resolve_physical_npu_id(k) for k in range(2)] == [2, 5]
+    assert [sglang._npu_numa_node(k)[0] for k in range(2)] == [0, 1]
+
+
+def test_the_npu_topology_from_numabinds_discovery(tmp_path):
+    npu_box(tmp_path)
+    topo = sglang.query_npu_smi_topology()
+    assert topo.source.startswith("numabind discovery")
+    assert sorted(topo.entries) == list(range(8))
+    assert [topo.entries[k].numa_node for k in range(8)] == [box_node(k) for k in range(8)]
+    assert topo.entries[5].local_cpu_ids == L(NPU_CPUS[1]) and topo.entries[5].raw_cpu_affinity == NPU_CPUS[1]
+
+
+def test_the_live_npu_topology_is_npu_smis(tmp_path, npu_smi, on_logger):
+    # npu-smi (SGLang's source) numbers the NPUs its own way: here NPU0-3 are on node 1, unlike sysfs's guess
+    npu_box(tmp_path / "box")
+    topo = sglang.query_npu_smi_topology()
+    assert topo.source == "npu-smi info -t topo"
+    assert [topo.entries[k].numa_node for k in range(8)] == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert topo.entries[0].raw_cpu_affinity == "8-15,24-31"
+    # npu-smi failing: a warning, and numabind's discovery answers
+    (npu_smi / "rc").write_text("3")
+    seen = on_logger("sglang")
+    assert sglang.query_npu_smi_topology().source.startswith("numabind discovery")
+    assert any("exited with 3" in m for m in seen.at(logging.WARNING))
+    # a row whose CPU affinity lies in no single node has no node
+    (npu_smi / "rc").unlink()
+    (npu_smi / "topo.txt").write_text("NPU0 CPU Affinity\nNPU0 X 7-8\n")
+    assert sglang.query_npu_smi_topology().entries[0].numa_node is None
+    (npu_smi / "topo.txt").write_text("NPU0 CPU Affinity\nNPU0 X 0-3\nNPU0 X 0-3\n")
+    assert sglang.query_npu_smi_topology().source.startswith("numabind discovery")
+    assert any("twice" in m for m in seen.at(logging.WARNING))
+
+
+def test_an_npu_box_without_v2_node_gets_its_npus_node_preferred(tmp_path, monkeypatch, children, on_logger):
+    npu_box(tmp_path)
+    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: None)
+    with sglang.configure_subprocess(npu_args(), 5):     # automatic V2 finds no NVIDIA/Intel GPU: no node
+        pass
+    assert children == []                               # SGLANG_NPU_MEMORY_PREFERRED_BIND is off by default
+    monkeypatch.setenv("SGLANG_NPU_MEMORY_PREFERRED_BIND", "1")
+    seen = on_logger("sglang")
+    with sglang.configure_subprocess(npu_args(), 5):
+        pass
+    [(plan, strict)] = children
+    assert (plan.cpus, plan.mem_policy, plan.mem_nodes, strict) == (None, "preferred", frozenset({1}), False)
+    assert any("NPU 5" in m and "--preferred=1" in m for m in seen.at(logging.INFO))
+    # the same with V2 off: the preference is SGLang's NPU path, not V2's; it reads the NPU's node only,
+    # never the parent's CPUs or a scheduler's CPU share (with SGLANG_SET_CPU_AFFINITY on as well)
+    monkeypatch.setenv("SGLANG_NUMA_BIND_V2", "0")
+    monkeypatch.setenv("SGLANG_SET_CPU_AFFINITY", "1")
+    for name in ("resolve_npu_affinity_assignment", "_process_cpus"):
+        monkeypatch.setattr(sglang, name, lambda *a, **k: pytest.fail("computed a CPU share in the parent"))
+    with sglang.configure_subprocess(npu_args(), 2):
+        pass
+    assert children[1][0].mem_nodes == frozenset({0})
+
+
+def test_a_successful_v2_binding_adds_no_preference(tmp_path, monkeypatch, children):
+    npu_box(tmp_path)
+    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: None)
+    monkeypatch.setenv("SGLANG_NPU_MEMORY_PREFERRED_BIND", "1")
+    with sglang.configure_subprocess(npu_args([0, 0, 0, 0, 1, 1, 1, 1]), 5):
+        pass
+    [(plan, _)] = children
+    assert (plan.cpus, plan.mem_policy, plan.mem_nodes) == (L(NPU_CPUS[1]), "bind", frozenset({1}))
+
+
+def test_a_failed_v2_binding_falls_through_to_the_npu_preference(tmp_path, monkeypatch, children, on_logger):
+    npu_box(tmp_path)
+    # the kernel refuses every CPU binding: V2's whole ladder fails, a bare memory preference does not
+    monkeypatch.setattr(sglang, "probe_plan",
+                        lambda plan, topology: "sched_setaffinity failed with EPERM" if plan.cpus else None)
+    monkeypatch.setenv("SGLANG_NPU_MEMORY_PREFERRED_BIND", "1")
+    seen = on_logger("sglang")
+    with sglang.configure_subprocess(npu_args([0, 0, 0, 0, 1, 1, 1, 1]), 6):
+        pass
+    [(plan, _)] = children
+    assert (plan.cpus, plan.mem_policy, plan.mem_nodes) == (None, "preferred", frozenset({1}))
+    assert any("skipping NUMA binding for GPU 6" in m for m in seen.at(logging.WARNING))
+
+
+def test_a_refused_npu_preference_starts_the_child_unbound(tmp_path, monkeypatch, children, on_logger):
+    npu_box(tmp_path)
+    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: "set_mempolicy failed with EPERM")
+    monkeypatch.setenv("SGLANG_NPU_MEMORY_PREFERRED_BIND", "1")
+    monkeypatch.setenv("SGLANG_NUMA_BIND_V2", "0")
+    seen = on_logger("sglang")
+    entered = []
+    with sglang.configure_subprocess(npu_args(), 0):
+        entered.append(True)
+    assert entered == [True] and children == []
+    assert any("'--preferred=0'" in m and "EPERM" in m for m in seen.at(logging.WARNING))
+
+
+@pytest.mark.parametrize("flag", ["SGLANG_SET_CPU_AFFINITY", "SGLANG_NPU_MEMORY_PREFERRED_BIND"])
+def test_an_explicit_node_that_contradicts_the_npu_is_refused_even_without_v2(tmp_path, monkeypatch, children,
+                                                                               flag):
+    npu_box(tmp_path)
+    monkeypatch.setenv(flag, "1")
+    monkeypatch.setenv("SGLANG_NUMA_BIND_V2", "0")
+    entered = []
+    with pytest.raises(RuntimeError, match="conflicts with NPU topology") as raised:
+        with sglang.configure_subprocess(npu_args([1, 0]), 0):
+            entered.append(True)
+    assert entered == [] and children == []
+    assert isinstance(raised.value, sglang.NpuAffinityError) and "give it node 0" in str(raised.value)
+    # an agreeing node passes; without either NPU switch, or on a GPU, nothing is checked
+    with sglang.configure_subprocess(npu_args([0, 0]), 1):
+        entered.append(True)
+    monkeypatch.delenv(flag)
+    with sglang.configure_subprocess(npu_args([1, 0]), 0):
+        entered.append(True)
+    monkeypatch.setenv(flag, "1")
+    with sglang.configure_subprocess(npu_args([1, 0], device="cuda"), 0):
+        entered.append(True)
+    assert entered == [True, True, True]
+
+
+def test_the_live_check_uses_npu_smis_topology(tmp_path, npu_smi, monkeypatch):
+    npu_box(tmp_path / "box")
+    monkeypatch.setenv("SGLANG_SET_CPU_AFFINITY", "1")
+    monkeypatch.setenv("SGLANG_NUMA_BIND_V2", "0")
+    with pytest.raises(RuntimeError, match=r"conflicts with .*NPU.* topology.*npu-smi"):
+        with sglang.configure_subprocess(npu_args([0]), 0):    # npu-smi puts NPU0 on node 1
+            pass
+
+
+def test_cpu_affinity_alone_looks_nothing_up_in_the_parent(tmp_path, monkeypatch, children):
+    npu_box(tmp_path)
+    monkeypatch.setenv("SGLANG_SET_CPU_AFFINITY", "1")
+    monkeypatch.setenv("SGLANG_NUMA_BIND_V2", "0")
+    for name in ("query_npu_smi_topology", "resolve_physical_npu_id", "resolve_npu_affinity_assignment"):
+        monkeypatch.setattr(sglang, name, lambda *a, **k: pytest.fail("looked the NPU up"))
+    with sglang.configure_subprocess(npu_args(), 0):
+        pass
+    assert children == []
+
+
+def test_an_npu_of_unknown_node_gets_no_preference(tmp_path, monkeypatch, children, on_logger):
+    npu_box(tmp_path)
+    monkeypatch.setenv("SGLANG_NPU_MEMORY_PREFERRED_BIND", "1")
+    monkeypatch.setattr(sglang, "query_npu_smi_topology",
+                        lambda: sglang.NpuTopology("test", {0: sglang.NpuTopologyEntry(0, "7-8", L("7-8"), None)},
+                                                   L("0-31")))
+    seen = on_logger("sglang")
+    with sglang.configure_subprocess(npu_args(), 0):
+        pass
+    with sglang.configure_subprocess(npu_args(), 1):
+        pass
+    assert children == []
+    warned = seen.at(logging.WARNING)
+    assert any("no single NUMA node" in m for m in warned) and any("not in the NPU topology" in m for m in warned)
+
+
+def test_each_npu_scheduler_owns_a_fixed_share_of_whole_cores(tmp_path, monkeypatch, on_logger):
+    npu_box(tmp_path)
+    shares = [sglang.resolve_npu_affinity_assignment(logical_npu_id=k) for k in range(8)]
+    assert [a.logical_cpu_ids for a in shares[:2]] == [(0, 1, 16, 17), (2, 3, 18, 19)]
+    assert (shares[5].numa_node, shares[5].slot_index, shares[5].slots_on_node) == (1, 1, 4)
+    assert shares[5].logical_cpu_ids == (10, 11, 26, 27) and shares[5].physical_core_keys == ((1, 2), (1, 3))
+    owned = [set(a.logical_cpu_ids) for a in shares]
+    assert set().union(*owned) == set(range(32)) and sum(map(len, owned)) == 32
+    # a process missing one sibling of a core loses that core, not its neighbour's
+    monkeypatch.setattr(sglang, "_process_cpus", lambda topology: L("0-31") - {16})
+    assert sglang.resolve_npu_affinity_assignment(logical_npu_id=0).logical_cpu_ids == (1, 17)
+    assert sglang.resolve_npu_affinity_assignment(logical_npu_id=1).logical_cpu_ids == (2, 3, 18, 19)
+    monkeypatch.setattr(sglang, "_process_cpus", lambda topology: L("0-7"))
+    with pytest.raises(sglang.NpuAffinityError, match="no whole core in its share") as raised:
+        sglang.resolve_npu_affinity_assignment(logical_npu_id=0)
+    assert raised.value.stage == "filter_process_cpuset"
+
+
+def test_the_core_budget_caps_the_share(tmp_path, monkeypatch, on_logger):
+    npu_box(tmp_path)
+    monkeypatch.setenv("SGLANG_NPU_AFFINITY_PCORES_PER_PROC", "1")
+    one = sglang.resolve_npu_affinity_assignment(logical_npu_id=1)
+    assert (one.requested_pcores, one.effective_pcores, one.logical_cpu_ids) == (1, 1, (2, 18))
+    monkeypatch.setenv("SGLANG_NPU_AFFINITY_PCORES_PER_PROC", "99")
+    seen = on_logger("sglang")
+    assert sglang.resolve_npu_affinity_assignment(logical_npu_id=1).effective_pcores == 2
+    assert any("more than the 2 whole cores" in m for m in seen.at(logging.WARNING))
+    monkeypatch.setenv("SGLANG_NPU_AFFINITY_PCORES_PER_PROC", "-1")
+    with pytest.raises(ValueError, match="must be >= 0"):
+        sglang.resolve_npu_affinity_assignment(logical_npu_id=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 
 import pytest
@@ -450,3 +451,198 @@ def test_ze_affinity_mask_filters_and_never_permutes(n, entries):
     chosen, _ = select_visible("intel", _records(n), {"ZE_AFFINITY_MASK": ",".join(map(str, entries))})
     ks = [k for k, _ in chosen]
     assert ks == sorted({e for e in entries if e < n})
+
+
+# ------------------------------------------------------ Huawei Ascend NPUs
+from .fakegpu import (  # noqa: E402  (the Ascend helpers, kept with their section)
+    ASCEND_ADDRS, BOX_CPUS, HUAWEI, add_ascend_control_nodes, add_ascend_npu, add_dev_node, ascend_box,
+    ascend_container,
+)
+
+
+def one_node_ascend(root, n=4):
+    """A 1-socket box: ``n`` 910B NPUs on node 0, all with the same CPU list."""
+    for k in range(n):
+        add_ascend_npu(root, ASCEND_ADDRS[k], numa_node=0, local_cpulist="0-7")
+        add_dev_node(root, f"davinci{k}")
+    add_ascend_control_nodes(root)
+    return root
+
+
+ONE_NODE = nodes_of({0: "0-7"})
+
+
+def test_scan_keeps_ascend_npus_only(tmp_path):
+    add_ascend_npu(tmp_path, "0000:01:00.0")                                      # 910B (0xd802)
+    add_ascend_npu(tmp_path, "0000:02:00.0", device=0xD803)                      # 910_93 / A3
+    add_ascend_npu(tmp_path, "0000:03:00.0", device=0xD500)                      # 310P
+    add_ascend_npu(tmp_path, "0000:04:00.0", device=0xA250)                      # a Kunpeng SoC engine
+    add_ascend_npu(tmp_path, "0000:05:00.0", device=0xD802, pci_class=0x020000)  # not an accelerator class
+    add_pci_device(tmp_path, "0000:06:00.0", vendor=HUAWEI, device=0xD802, pci_class=0x030000)
+    found = scan_pci_gpus(FsReader(tmp_path))
+    assert [(g.pci_address, g.vendor, g.name, g.device_id) for g in found] == [
+        ("0000:01:00.0", "ascend", "Ascend 910B", 0xD802),
+        ("0000:02:00.0", "ascend", "Ascend 910_93", 0xD803),
+        ("0000:03:00.0", "ascend", "Ascend 310P", 0xD500),
+    ]
+    assert {g.render_minor for g in found} == {None}
+
+
+def test_ascend_box_numbers_physical_ids_with_uncertain_identity(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="numabind.devices")
+    ascend_box(tmp_path)
+    found = gpus(tmp_path)
+    assert [(g.index, g.minor, g.physical_index, g.pci_address, g.numa_node, g.vendor) for g in found] == [
+        (k, k, k, ASCEND_ADDRS[k], box_node_of(k), "ascend") for k in range(8)
+    ]
+    assert found[5].local_cpus == parse_cpulist(BOX_CPUS[1])
+    assert found[0].name == "Ascend 910B" and found[0].to_dict()["device_id"] == "0xd802"
+    # which PCI function /dev/davinciN is cannot be read, and it decides the node here: uncertain, with the fix
+    assert {g.identity for g in found} == {"uncertain"}
+    assert "npu-smi info -t topo" in found[0].identity_note
+    assert "/dev/davinci<N>" in found[0].identity_note and "not all on one NUMA node" in caplog.text
+    assert "GPU 3 ascend 0000:42:00.0 node 0 [identity uncertain]" == found[3].describe()
+
+
+def box_node_of(k):
+    return 0 if k < 4 else 1
+
+
+def test_ascend_npus_sharing_one_node_are_certain(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="numabind.devices")
+    found = gpus(one_node_ascend(tmp_path), nodes=ONE_NODE)
+    assert [(g.index, g.minor, g.numa_node) for g in found] == [(k, k, 0) for k in range(4)]
+    assert {g.identity for g in found} == {"certain"} and caplog.text == ""
+
+
+@pytest.mark.parametrize("value,expected,warned", [
+    ("4,5,6,7", [4, 5, 6, 7], ""),
+    ("6", [6], ""),
+    ("", list(range(8)), ""),                 # empty: every NPU (as SGLang reads it)
+    ("1, 2,3", [1], "' 2' is not a device id"),   # CANN's own example: only 1 is read
+    ("1,3,8", [1, 3], "names no device"),          # CANN's own example: 8 is invalid, 1 and 3 are read
+    ("2,x,3", [2], "'x' is not a device id"),
+    ("0,²", [0], "is not a device id"),            # not an ASCII digit
+    ("1" * 12, [], "is not a device id"),          # too many digits to be an id
+])
+def test_ascend_rt_visible_devices(tmp_path, caplog, value, expected, warned):
+    caplog.set_level(logging.WARNING, logger="numabind.devices")
+    ascend_box(tmp_path)
+    found = gpus(tmp_path, {"ASCEND_RT_VISIBLE_DEVICES": value})
+    assert [g.minor for g in found] == expected
+    assert [g.index for g in found] == list(range(len(expected)))
+    assert [g.physical_index for g in found] == expected
+    if warned:
+        assert warned in caplog.text and "CANN reads only the ids before it" in caplog.text
+    if expected and expected[0] >= 4:
+        assert {g.numa_node for g in found} == {1}
+
+
+def test_ascend_rt_visible_devices_out_of_order_is_cut_and_uncertain(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="numabind.devices")
+    found = gpus(one_node_ascend(tmp_path), {"ASCEND_RT_VISIBLE_DEVICES": "2,1,3"}, nodes=ONE_NODE)
+    assert [g.minor for g in found] == [2]
+    assert found[0].identity == "uncertain" and "ascending lists only" in found[0].identity_note
+    assert "ascending lists only" in caplog.text
+
+
+@pytest.mark.parametrize("denied", [False, True])
+def test_ascend_container_with_two_of_eight_nodes(tmp_path, denied):
+    ascend_box(tmp_path)
+    ascend_container(tmp_path, expose=[5, 2], denied=denied)
+    found = gpus(tmp_path)
+    # the container's logical ids 0 and 1 are the physical ids 2 and 5, ascending; sysfs still lists 8 NPUs
+    assert [(g.index, g.physical_index, g.minor, g.pci_address, g.numa_node) for g in found] == [
+        (0, 0, 2, ASCEND_ADDRS[2], 0), (1, 1, 5, ASCEND_ADDRS[5], 1),
+    ]
+    # ASCEND_RT_VISIBLE_DEVICES indexes the container's logical ids, not the host's physical ones
+    (g,) = gpus(tmp_path, {"ASCEND_RT_VISIBLE_DEVICES": "1"})
+    assert (g.index, g.minor, g.numa_node) == (0, 5, 1)
+    assert gpus(tmp_path, {"ASCEND_RT_VISIBLE_DEVICES": "2"}) == ()
+
+
+def test_ascend_visible_devices_decides_only_without_device_nodes(tmp_path):
+    for k, addr in enumerate(ASCEND_ADDRS):     # a dump: sysfs only, no /dev
+        add_ascend_npu(tmp_path, addr, numa_node=box_node_of(k), local_cpulist=BOX_CPUS[box_node_of(k)])
+    assert [g.minor for g in gpus(tmp_path, {"ASCEND_VISIBLE_DEVICES": "0-2,6"})] == [0, 1, 2, 6]
+    assert gpus(tmp_path, {"ASCEND_VISIBLE_DEVICES": "void"}) == ()
+    # a processor name cannot be resolved from files: every NPU, said and uncertain
+    named = gpus(tmp_path, {"ASCEND_VISIBLE_DEVICES": "Ascend910-3"})
+    assert len(named) == 8 and "cannot resolve" in named[0].identity_note
+    # with device nodes, the nodes decide and the variable (what the runtime was asked) is not needed
+    for k in (1, 4):
+        add_dev_node(tmp_path, f"davinci{k}")
+    add_ascend_control_nodes(tmp_path)
+    assert [g.minor for g in gpus(tmp_path, {"ASCEND_VISIBLE_DEVICES": "0-2,6"})] == [1, 4]
+    # the variable describes the calling process's container: a replayed root without env= ignores it
+    assert len(discover_gpus(FsReader(tmp_path), TWO_NODES)) == 2
+
+
+def test_ascend_without_davinci_manager_is_reported(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="numabind.devices")
+    one_node_ascend(tmp_path, n=2)
+    os.remove(tmp_path / "dev" / "davinci_manager")
+    found = gpus(tmp_path, nodes=ONE_NODE)
+    assert len(found) == 2 and found[0].identity == "uncertain"
+    assert "/dev/davinci_manager is missing" in caplog.text and "--device /dev/davinci_manager" in caplog.text
+
+
+def test_ascend_device_node_without_npu_in_sysfs_is_dropped(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="numabind.devices")
+    one_node_ascend(tmp_path, n=2)
+    add_dev_node(tmp_path, "davinci7")
+    found = gpus(tmp_path, nodes=ONE_NODE)
+    assert [g.minor for g in found] == [0, 1] and "davinci7" in caplog.text
+
+
+def test_ascend_firmware_minus_one(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="numabind.devices")
+    add_ascend_npu(tmp_path, ASCEND_ADDRS[0], numa_node=-1, local_cpulist="56-60")
+    add_ascend_npu(tmp_path, ASCEND_ADDRS[1], numa_node=-1, local_cpulist="0-223")
+    add_ascend_npu(tmp_path, ASCEND_ADDRS[2], numa_node=-1, local_cpulist=None)
+    found = gpus(tmp_path)
+    assert [(g.numa_node, g.numa_source) for g in found] == [(1, "local_cpulist"), (None, "unknown"),
+                                                             (None, "unknown")]
+    assert "spans nodes 0-1" in found[1].numa_note and "no local_cpulist" in found[2].numa_note
+    # on a machine with one node with CPUs, that node
+    assert {g.numa_node for g in gpus(tmp_path, nodes=nodes_of({0: "0-223"}))} == {0}
+
+
+def test_ascend_passthrough_npu_is_not_counted(tmp_path):
+    from .fakegpu import add_driver_link
+
+    one_node_ascend(tmp_path, n=2)
+    add_driver_link(tmp_path, ASCEND_ADDRS[1], "vfio-pci")
+    add_driver_link(tmp_path, ASCEND_ADDRS[0], "some_ascend_driver")
+    assert [g.pci_address for g in gpus(tmp_path, nodes=ONE_NODE)] == [ASCEND_ADDRS[0]]
+
+
+def test_ascend_vendor_selection(tmp_path):
+    add_intel_gpu(tmp_path, "0000:00:02.0", pci_class=0x030000)
+    one_node_ascend(tmp_path, n=1)
+    (g,) = gpus(tmp_path, nodes=ONE_NODE)
+    assert g.vendor == "ascend"             # a discrete NPU wins over an integrated GPU
+    (i,) = gpus(tmp_path, {"NUMABIND_GPU_VENDOR": "intel"}, nodes=ONE_NODE)
+    assert i.vendor == "intel"
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", numa_node=0, local_cpulist="0-7")
+    assert gpus(tmp_path, nodes=ONE_NODE)[0].vendor == "nvidia"
+    assert gpus(tmp_path, {"NUMABIND_GPU_VENDOR": "ascend"}, nodes=ONE_NODE)[0].vendor == "ascend"
+    assert gpus(tmp_path, nodes=ONE_NODE, vendor="ascend")[0].minor == 0
+
+
+def test_select_visible_for_ascend(tmp_path):
+    ascend_box(tmp_path)
+    devices = [g for g in scan_pci_gpus(FsReader(tmp_path))]
+    assert select_visible("ascend", devices, {"ASCEND_RT_VISIBLE_DEVICES": "3,5"}) == ([(3, None), (5, None)], [])
+    picks, notes = select_visible("ascend", devices, {"ASCEND_RT_VISIBLE_DEVICES": "3,9"})
+    assert picks == [(3, None)] and "names no device" in notes[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 8), data=st.data())
+def test_ascend_ascending_list_of_valid_ids_is_taken_whole(n, data):
+    ids = sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1)))
+    devices = [PciGpu(pci_address=f"0000:{k + 1:02x}:00.0", vendor="ascend", pci_class=0x120000, device_id=0xD802,
+                      firmware_node=0, local_cpus=frozenset()) for k in range(n)]
+    picks, notes = select_visible("ascend", devices, {"ASCEND_RT_VISIBLE_DEVICES": ",".join(map(str, ids))})
+    assert [p for p, _ in picks] == ids and notes == []

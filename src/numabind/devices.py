@@ -1,16 +1,17 @@
-"""Accelerator (GPU) discovery from sysfs, procfs, device files and optionally NVML.
+"""Accelerator (GPU, NPU) discovery from sysfs, procfs, device files and optionally NVML.
 
 Reads only through an :class:`numabind._fs.FsReader` under the discovery root:
 file contents through ``reader.read``, device files (``dev/nvidia4``,
-``dev/dri/renderD128``, ``dev/kfd``) only by ``stat`` of ``reader.path(...)``,
-never opened. NVML (``pynvml``) is used only for the live root and only when
-it imports.
+``dev/dri/renderD128``, ``dev/kfd``, ``dev/davinci3``) only by ``stat`` of
+``reader.path(...)``, never opened. NVML (``pynvml``) is used only for the live
+root and only when it imports.
 
 Which GPUs, and in which order
 ------------------------------
 ``topology.gpus`` is what a worker of one vendor's runtime sees: NVIDIA if any
-NVIDIA GPU is present, else AMD, else Intel; ``vendor=`` or
-``$NUMABIND_GPU_VENDOR`` picks another. Three steps:
+NVIDIA GPU is present, else AMD, else Intel, else Huawei Ascend NPUs (a
+discrete accelerator of a later vendor wins over an integrated Intel GPU);
+``vendor=`` or ``$NUMABIND_GPU_VENDOR`` picks another. Three steps:
 
 1. **The GPUs this process can open** (the runtime's own numbering, "physical
    index"). sysfs is not namespaced: inside a container given 2 of 8 GPUs,
@@ -61,6 +62,33 @@ NVIDIA GPU is present, else AMD, else Intel; ``vendor=`` or
      loader documents that discrete GPU solutions come first. numabind then
      numbers discrete cards in PCI order and the integrated GPU (PCI bus 0)
      last, and when both kinds are visible their identity is uncertain.
+   * Huawei Ascend ("ascend"). An NPU is a PCI function of vendor 0x19e5 in
+     the processing-accelerator class (0x12) with one of the device ids of
+     :data:`ASCEND_NPUS` (0xd100 Ascend 310, 0xd500 310P, 0xd801 910, 0xd802
+     910B / Atlas A2, 0xd803 910_93 / Atlas A3, as Huawei's CANN log-collection
+     script names them); other 0x19e5 functions of that class (the Kunpeng
+     SoC's own crypto and compression engines) are not NPUs. The driver
+     creates ``/dev/davinci<N>`` per NPU, N being the chip's *physical id*
+     (Huawei's DCMI and npu-smi manuals: "ls /dev/davinci*" lists the
+     physical ids), plus ``/dev/davinci_manager``, ``/dev/devmm_svm`` and
+     ``/dev/hisi_hdc``, which a container needs as well. Ascend's container
+     runtime mounts the selected ``davinci<N>`` under the host's N
+     (``ASCEND_VISIBLE_DEVICES`` names host physical ids, ``0-2,4`` ranges
+     allowed) and restricts the device cgroup to them. CANN numbers *logical*
+     ids: on bare metal the logical id is the physical id; in a container
+     its own devices are numbered from 0, which numabind takes in ascending
+     physical id. So: the accessible ``dev/davinci<N>`` nodes decide, in
+     ascending N (``Gpu.minor`` is N); with none under the root,
+     ``ASCEND_VISIBLE_DEVICES`` (read like ``NVIDIA_VISIBLE_DEVICES``); else
+     every NPU in sysfs. Which PCI function ``davinci<N>`` is cannot be read
+     from sysfs: the driver creates the node with no parent device, and
+     ``npu-smi info`` on 910B servers numbers NPU 0 at bus ``c1`` before bus
+     ``01``, so the driver's order is not PCI bus order. numabind pairs the
+     k-th physical id with the k-th NPU in PCI bus order; when the NPUs of
+     the machine do not all share one NUMA node and CPU list, that guess
+     decides the placement and every NPU's identity is uncertain (pass an
+     explicit node per NPU; ``npu-smi info -t topo`` prints each NPU's CPU
+     affinity).
 
    *Accessible* means: on the live root, a character device that
    ``os.access(path, R_OK | W_OK)`` allows (a device cgroup that denies a node
@@ -92,6 +120,13 @@ NVIDIA GPU is present, else AMD, else Intel; ``vendor=`` or
      empty value means all devices. Tile-as-device mode
      (``ZE_FLAT_DEVICE_HIERARCHY=FLAT``) numbers tiles, which sysfs cannot
      count, so numabind numbers whole cards.
+   * Ascend: ``ASCEND_RT_VISIBLE_DEVICES`` lists logical ids separated by
+     commas, in ascending order (CANN's environment-variable reference); CANN
+     reads the ids before the first entry that is not a plain id or names no
+     device (``1, 2,3`` is ``1``; ``1,3,8`` on 8 NPUs is ``1,3``), and so does
+     numabind, with a warning. An entry that is not larger than the one
+     before ends the list too (CANN supports ascending lists only), and then
+     the identity is uncertain. Unset or empty: every NPU.
 
 Identity
 --------
@@ -151,14 +186,20 @@ __all__ = [
 ]
 
 #: PCI vendor id -> numabind vendor name.
-VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
+VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel", 0x19E5: "ascend"}
+#: PCI device ids (vendor 0x19e5) of Huawei Ascend NPUs -> model, as Huawei's CANN log-collection script names them.
+ASCEND_NPUS = {0xD100: "Ascend 310", 0xD500: "Ascend 310P", 0xD801: "Ascend 910", 0xD802: "Ascend 910B",
+               0xD803: "Ascend 910_93"}
 #: Values of :attr:`Gpu.identity`.
 IDENTITIES = ("certain", "uncertain")
-_VENDOR_ORDER = ("nvidia", "amd", "intel")
+_VENDOR_ORDER = ("nvidia", "amd", "intel", "ascend")
 #: PCI base classes accepted per vendor (0x03 display, 0x12 processing accelerator).
-_BASE_CLASSES = {"nvidia": (0x03, 0x12), "amd": (0x03, 0x12), "intel": (0x03,)}
-#: Kernel drivers through which each vendor's runtime drives its GPUs.
-_DRIVERS = {"nvidia": ("nvidia",), "amd": ("amdgpu",), "intel": ("i915", "xe")}
+_BASE_CLASSES = {"nvidia": (0x03, 0x12), "amd": (0x03, 0x12), "intel": (0x03,), "ascend": (0x12,)}
+#: Kernel drivers through which each vendor's runtime drives its GPUs (empty: any driver but a passthrough one).
+_DRIVERS: dict[str, tuple[str, ...]] = {"nvidia": ("nvidia",), "amd": ("amdgpu",), "intel": ("i915", "xe"),
+                                        "ascend": ()}
+#: Drivers that hand a device to a virtual machine: no runtime on this host can use it.
+_PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
 _PCI_DEVICES = "sys/bus/pci/devices"
 _NV_PROC = "proc/driver/nvidia/gpus"
 _NV_CAPS = "proc/driver/nvidia/capabilities"
@@ -167,6 +208,7 @@ _BDF = re.compile(r"([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
 _HEX = re.compile(r"(?:0[xX])?([0-9a-fA-F]{1,16})")
 _NV_NODE = re.compile(r"nvidia([0-9]{1,6})")
 _RENDER_NODE = re.compile(r"renderD([0-9]{1,6})")
+_DAVINCI_NODE = re.compile(r"davinci([0-9]{1,6})")
 #: Most digits accepted in a visibility index (CUDA_VISIBLE_DEVICES & co.).
 _INDEX_DIGITS = 9
 #: Read caps for the small driver files (bytes).
@@ -185,11 +227,14 @@ class Gpu:
     can open); ``mig_uuid`` is set when the visible device is a MIG instance
     of this physical GPU. ``identity`` is ``"certain"`` or ``"uncertain"``
     (which board this index is); ``identity_note`` says why and how to fix it.
+    ``vendor`` is ``"nvidia"``, ``"amd"``, ``"intel"`` or ``"ascend"`` (a
+    Huawei Ascend NPU: ``minor`` is N of its ``/dev/davinci<N>``, the chip's
+    physical id; ``name`` the model its PCI device id names).
     """
 
     index: int                      # visible index (after CUDA_VISIBLE_DEVICES & co.)
     pci_address: str                # "0000:1b:00.0"
-    vendor: str                     # "nvidia" | "amd" | "intel"
+    vendor: str                     # "nvidia" | "amd" | "intel" | "ascend"
     numa_node: int | None           # None when the firmware reports -1 and nothing else places it
     local_cpus: frozenset[int] = field(default_factory=frozenset)
     uuid: str | None = None
@@ -250,7 +295,7 @@ class PciGpu:
     integrated: bool = False
     uuid: str | None = None
     name: str | None = None
-    minor: int | None = None
+    minor: int | None = None         # NVIDIA device minor, AMD render minor, Ascend physical id (davinci<N>)
     kfd_node: int | None = None
     mig_uuids: tuple[str, ...] = ()
     nvml_memory_nodes: frozenset[int] | None = None
@@ -315,6 +360,11 @@ def scan_pci_gpus(reader: Any) -> list[PciGpu]:
         pci_class = _read_hex(reader, f"{base}/class")
         if vendor is None or pci_class is None or (pci_class >> 16) not in _BASE_CLASSES[vendor]:
             continue
+        device_id = _read_hex(reader, f"{base}/device")
+        if vendor == "ascend" and device_id not in ASCEND_NPUS:
+            log.debug("PCI %s: Huawei accelerator of device id %s is not an Ascend NPU; ignored", address,
+                      f"0x{device_id:04x}" if device_id is not None else "unknown")
+            continue
         raw_node = reader.read_strip(f"{base}/numa_node")
         node = ascii_int(raw_node, signed=True, max_digits=6) if raw_node is not None else None
         if raw_node and node is None:
@@ -329,12 +379,13 @@ def scan_pci_gpus(reader: Any) -> list[PciGpu]:
             pci_address=address,
             vendor=vendor,
             pci_class=pci_class,
-            device_id=_read_hex(reader, f"{base}/device"),
+            device_id=device_id,
             firmware_node=node,
             local_cpus=local,
             integrated=_is_integrated(vendor, address),
             driver=_driver(reader, base),
-            render_minor=_render_minor(reader, base) if vendor != "nvidia" else None,
+            render_minor=_render_minor(reader, base) if vendor in ("amd", "intel") else None,
+            name=ASCEND_NPUS.get(device_id) if vendor == "ascend" and device_id is not None else None,
         ))
     found.sort(key=lambda g: g.pci_address)
     log.debug("PCI scan: %d GPUs (%s)", len(found), ", ".join(f"{g.vendor} {g.pci_address}" for g in found))
@@ -574,10 +625,11 @@ def _names(prefix: str, ids: Sequence[int]) -> str:
 
 def _drop_other_drivers(vendor: str, gpus: Sequence[PciGpu]) -> list[PciGpu]:
     out = []
+    allowed = _DRIVERS[vendor]
     for g in gpus:
-        if g.driver is not None and g.driver not in _DRIVERS[vendor]:
+        if g.driver is not None and (g.driver not in allowed if allowed else g.driver in _PASSTHROUGH_DRIVERS):
             log.debug("GPU %s is bound to %s, not %s: its runtime cannot use it",
-                      g.pci_address, g.driver, " or ".join(_DRIVERS[vendor]))
+                      g.pci_address, g.driver, " or ".join(allowed) or "its vendor's driver")
             continue
         out.append(g)
     return out
@@ -804,6 +856,91 @@ def _intel_runtime(reader: Any, gpus: Sequence[PciGpu], env: Mapping[str, str]) 
     return _Runtime(keep, membership, order)
 
 
+def _ascend_env_ids(value: str, count: int) -> list[int] | None:
+    """Host physical ids ``ASCEND_VISIBLE_DEVICES`` names (``0,3``, ``0-2,4``), below ``count``;
+    None when an entry is not an id or a range (a processor name such as ``Ascend910-0``)."""
+    ids: set[int] = set()
+    for raw in value.split(","):
+        entry = raw.strip()
+        head, dash, tail = entry.partition("-")
+        first = ascii_int(head, max_digits=_INDEX_DIGITS) if head.isascii() and head.isdigit() else None
+        last = (ascii_int(tail, max_digits=_INDEX_DIGITS) if tail.isascii() and tail.isdigit() else None) \
+            if dash else first
+        if first is None or last is None or last < first:
+            return None
+        ids.update(range(first, min(last, count - 1) + 1))
+    return sorted(ids)
+
+
+def _ascend_runtime(reader: Any, gpus: Sequence[PciGpu], env: Mapping[str, str], container_env: bool) -> _Runtime:
+    """The NPUs CANN numbers, in its logical order, each with ``minor`` = its physical id (davinci N)."""
+    host = _drop_other_drivers("ascend", sorted((g for g in gpus if g.vendor == "ascend"),
+                                                key=lambda g: g.pci_address))
+    membership: list[str] = []
+    order: list[str] = []
+    dev = _device_nodes(reader, "dev", _DAVINCI_NODE)
+    if dev is not None:
+        opened = sorted(n for n, ok in dev.items() if ok)
+        stray = [n for n in opened if n >= len(host)]
+        if stray:
+            membership.append(_warn(
+                f"/dev holds accessible NPU device nodes {_names('davinci', stray)}, but sysfs lists "
+                f"{len(host)} Ascend NPUs ({_addrs(host)}); numabind drops those nodes"))
+        keep = [replace(host[n], minor=n) for n in opened if n < len(host)]
+        manager = _accessible(reader, "dev/davinci_manager") if reader.exists("dev/davinci_manager") else None
+        if keep and not manager:
+            membership.append(_warn(
+                f"Ascend NPUs {_names('davinci', opened)} are accessible but /dev/davinci_manager is "
+                f"{'not accessible' if manager is False else 'missing'}: CANN may see no NPU (a container needs "
+                f"--device /dev/davinci_manager, /dev/devmm_svm and /dev/hisi_hdc)"))
+    else:
+        value = env.get("ASCEND_VISIBLE_DEVICES") if container_env else None
+        word = value.strip().lower() if value is not None else None
+        if word is None:
+            keep = [replace(g, minor=k) for k, g in enumerate(host)]
+        elif word in ("", "void"):
+            keep = []
+        else:
+            ids = _ascend_env_ids(word, len(host))
+            if ids is None:
+                keep = [replace(g, minor=k) for k, g in enumerate(host)]
+                membership.append(_warn(
+                    f"ASCEND_VISIBLE_DEVICES={_shown(value or '')} names devices numabind cannot resolve without "
+                    f"/dev/davinci* nodes; numabind counts all {len(host)} Ascend NPUs of sysfs"))
+            else:
+                keep = [replace(host[k], minor=k) for k in ids]
+    placements = {(g.firmware_node, g.local_cpus) for g in host}
+    if len(placements) > 1:
+        order.append(_warn(
+            f"numabind cannot tell which PCI function each /dev/davinci<N> is (the driver gives the nodes no sysfs "
+            f"parent and does not number the NPUs in PCI bus order on every server); it pairs physical id k with "
+            f"the k-th NPU in PCI bus order (NPUs: {_addrs(host)}), and these are not all on one NUMA node"))
+    return _Runtime(keep, membership, order)
+
+
+def _ascend_select(devices: Sequence[PciGpu], env: Mapping[str, str]) -> tuple[list[_Pick], list[str], list[str]]:
+    """``ASCEND_RT_VISIBLE_DEVICES`` as CANN reads it: ``(picks, notes, doubts)``."""
+    var = "ASCEND_RT_VISIBLE_DEVICES"
+    count = len(devices)
+    value = env.get(var)
+    if value is None or value == "":
+        return [_Pick(k, None, False) for k in range(count)], [], []
+    chosen: list[_Pick] = []
+    for raw in value.split(","):
+        k = ascii_int(raw, max_digits=_INDEX_DIGITS) if raw.isascii() and raw.isdigit() else None
+        if k is None or k >= count:
+            why = "is not a device id" if k is None else f"names no device ({count} devices)"
+            note = f"{var}: entry {_shown(raw)} {why}; CANN reads only the ids before it, and so does numabind"
+            log.warning("%s", note)
+            return chosen, [note], []
+        if chosen and k <= chosen[-1].pos:
+            note = _warn(f"{var}: entry {k} is not larger than the one before it; CANN supports ascending lists "
+                         f"only; numabind reads the ids before it")
+            return chosen, [note], [note]
+        chosen.append(_Pick(k, None, False))
+    return chosen, [], []
+
+
 # -------------------------------------------------------------- visibility
 def _match_uuid(entry: str, uuids: Sequence[str | None]) -> int | None:
     want = entry.lower()
@@ -907,7 +1044,10 @@ def select_visible(vendor: str, devices: Sequence[PciGpu], env: Mapping[str, str
 
     Returns ``([(position, mig_uuid_or_None), ...], notes)``.
     """
-    picks, notes = _select(vendor, devices, env)
+    if vendor == "ascend":
+        picks, notes, _doubts = _ascend_select(devices, env)
+    else:
+        picks, notes = _select(vendor, devices, env)
     return [(p.pos, p.mig_uuid) for p in picks], notes
 
 
@@ -930,6 +1070,7 @@ _FIXES = {
     "amd": "set ROCR_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES to GPU UUIDs (rocm-smi --showuniqueid) or pass an "
            "explicit node per GPU",
     "intel": "set ZE_ENABLE_PCI_ID_DEVICE_ORDER=1 or pass an explicit node per GPU",
+    "ascend": "pass an explicit NUMA node per NPU (npu-smi info -t topo prints each NPU's CPU affinity)",
 }
 
 
@@ -939,9 +1080,10 @@ def discover_gpus(reader: Any, nodes: Mapping[int, Any], env: Mapping[str, str] 
 
     ``nodes`` is the discovered ``{id: Node}`` mapping (used to place GPUs whose
     firmware reports ``numa_node = -1``); ``env`` defaults to ``os.environ``
-    (``NVIDIA_VISIBLE_DEVICES``, which describes the calling process's own
-    container, is then read for the live root only). ``vendor`` (default
-    ``$NUMABIND_GPU_VENDOR``, else the first of nvidia, amd, intel present)
+    (``NVIDIA_VISIBLE_DEVICES`` and ``ASCEND_VISIBLE_DEVICES``, which describe
+    the calling process's own container, are then read for the live root
+    only). ``vendor`` (default ``$NUMABIND_GPU_VENDOR``, else the first of
+    nvidia, amd, intel, ascend present)
     picks whose runtime numbers the devices. ``use_nvml`` defaults to "only
     for the live root".
     """
@@ -971,11 +1113,17 @@ def discover_gpus(reader: Any, nodes: Mapping[int, Any], env: Mapping[str, str] 
         runtime = _nvidia_runtime(reader, gpus, env, container_env, procfs, nvml_devices)
     elif chosen_vendor == "amd":
         runtime = _amd_runtime(reader, gpus, kfd)
+    elif chosen_vendor == "ascend":
+        runtime = _ascend_runtime(reader, gpus, env, container_env)
     else:
         runtime = _intel_runtime(reader, gpus, env)
     physical = runtime.gpus
-    picks, _notes = _select(chosen_vendor, physical, env)
     doubt = runtime.membership + runtime.order
+    if chosen_vendor == "ascend":
+        picks, _notes, order_doubts = _ascend_select(physical, env)
+        doubt += order_doubts
+    else:
+        picks, _notes = _select(chosen_vendor, physical, env)
     note = "; ".join(doubt + [_FIXES[chosen_vendor]]) if doubt else ""
     out = []
     for index, pick in enumerate(picks):
