@@ -150,3 +150,25 @@ def test_host_device_specifiers_agree_with_numactl():
         except PlanError:
             ours = None
         assert ours == _numactl_node(spec), spec
+
+
+def test_virtual_interfaces_take_the_node_of_their_pci_functions(tmp_path):
+    """A bond and a VLAN (issue 29 §1) name the node of the functions under them; a bond across nodes, or over
+    a function the firmware gives no node, is a PlanError naming the functions; lo stays virtual."""
+    from tests.fakeio import MIXED, add_upper, mixed_box
+
+    mixed_box(tmp_path)
+    nodes = DeviceNodes(str(tmp_path))
+    assert nodes.node_of("netdev:bond0") == 0          # eth1 (firmware -1, its bridge's node 0) and eth2
+    assert nodes.node_of("netdev:eth0.100") == 0
+    add_upper(tmp_path, "bond1", ["eth3", "ib0"], bond=True)
+    with pytest.raises(PlanError, match=rf"spans PCI functions on different nodes: {MIXED['eth3']} \(node 0\), "
+                                        rf"{MIXED['mlx5_0']} \(node 1\)"):
+        nodes.node_of("netdev:bond1")
+    (tmp_path / "sys/bus/pci/devices/0000:02:02.0/numa_node").write_text("-1\n")
+    (tmp_path / "sys/bus/pci/devices/0000:01:00.0/numa_node").write_text("-1\n")
+    (tmp_path / "sys/bus/pci/devices/0000:00:01.0/numa_node").write_text("-1\n")
+    with pytest.raises(PlanError, match=r"netdev:bond0.*0000:07:00.0 \(node unknown\).*gives one no NUMA node"):
+        nodes.node_of("netdev:bond0")
+    with pytest.raises(PlanError, match="network interface lo is a virtual device"):
+        nodes.node_of("netdev:lo")

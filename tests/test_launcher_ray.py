@@ -25,7 +25,7 @@ import pytest
 from numabind.errors import BindError, NumabindError, PlanError
 from numabind.integrations import ray as numa_ray
 from tests.launchers import host_gpu_machine, needs, needs_two_cpus
-from tests.kernel import ROOT, restore_process  # noqa: F401  (autouse: process state put back)
+from tests.kernel import ROOT
 
 kernel = pytest.mark.kernel
 pytestmark = needs_two_cpus
@@ -157,3 +157,72 @@ def test_runtime_env_names_the_hook_and_checks_its_arguments():
         numa_ray.runtime_env("nodes")
     with pytest.raises(PlanError):
         numa_ray.bind_actor(policy="membind")
+
+
+# -- RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES (issue 29 §3) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["1", "true", "TRUE"])
+def test_plan_for_worker_under_noset_uses_the_physical_ids_ray_assigned(machine, monkeypatch, value):
+    """Ray leaves CUDA_VISIBLE_DEVICES alone, so both GPUs stay visible and Ray's id is the physical one: the
+    worker with id 1 is planned on GPU 1's node (not refused as "cannot tell which is which")."""
+    monkeypatch.setenv("NUMABIND_FSROOT", machine.root)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv(numa_ray.NOSET_VAR, value)
+    for gpu in (1, 0):
+        plan = numa_ray.plan_for_worker("node", "bind", gpu_ids=[gpu], env=dict(os.environ))
+        assert plan.cpus == machine.node_cpus[gpu] and plan.mem_nodes == {gpu}
+
+
+def test_plan_for_worker_under_noset_maps_ids_through_the_nodes_visible_list(machine, monkeypatch):
+    """Ray started under CUDA_VISIBLE_DEVICES=1: its id "1" names physical GPU 1, which the worker sees as
+    visible GPU 0; a UUID id works too; an id no visible GPU has is a PlanError naming them."""
+    from tests.fakegpu import nv_uuid
+
+    monkeypatch.setenv("NUMABIND_FSROOT", machine.root)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv(numa_ray.NOSET_VAR, "1")
+    plan = numa_ray.plan_for_worker("node", "bind", gpu_ids=["1"], env=dict(os.environ))
+    assert plan.cpus == machine.node_cpus[1] and plan.mem_nodes == {1}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", nv_uuid(1))
+    by_uuid = numa_ray.plan_for_worker("node", "bind", gpu_ids=[nv_uuid(1)], env=dict(os.environ))
+    assert by_uuid.cpus == machine.node_cpus[1]
+    with pytest.raises(PlanError, match=r"Ray's GPU id '0' is physical.*visible: 0 \(physical 1"):
+        numa_ray.plan_for_worker(gpu_ids=["0"], env=dict(os.environ))
+
+
+def test_noset_off_keeps_the_refusal(machine, monkeypatch):
+    """Only "1"/"true" switch Ray's behaviour (as Ray reads the variable): "0" still means Ray set the devices."""
+    monkeypatch.setenv("NUMABIND_FSROOT", machine.root)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv(numa_ray.NOSET_VAR, "0")
+    with pytest.raises(PlanError, match="cannot tell which is which"):
+        numa_ray.plan_for_worker(gpu_ids=["1"], env=dict(os.environ))
+
+
+@kernel
+def test_worker_binder_under_noset_binds_to_the_physical_gpus_node(machine, monkeypatch):
+    """The hook path: CUDA_VISIBLE_DEVICES never set, Ray's ids 1 then 0 rebind the worker to each node."""
+    ids: list[list[str]] = [[]]
+    monkeypatch.setattr(numa_ray, "_ray", lambda: types.SimpleNamespace(get_gpu_ids=lambda: ids[0]))
+    monkeypatch.setenv("NUMABIND_FSROOT", machine.root)
+    monkeypatch.delenv("NUMABIND_STRICT", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv(numa_ray.NOSET_VAR, "1")
+    birth = os.sched_getaffinity(0)
+    binder = numa_ray._WorkerBinder("node", None, strict=True)
+    try:
+        for gpu in ("1", "0"):
+            ids[0] = [gpu]
+            binder.update()
+            assert os.sched_getaffinity(0) == machine.node_cpus[int(gpu)]
+    finally:
+        ids[0] = []
+        binder.update()
+    assert os.sched_getaffinity(0) == birth
+
+
+def test_ray_module_names_the_hooks_it_depends_on():
+    doc = numa_ray.__doc__
+    assert "ray._private.utils.set_visible_accelerator_ids" in doc and "no public callback" in doc
+    assert "worker_process_setup_hook" in doc and numa_ray.NOSET_VAR in doc

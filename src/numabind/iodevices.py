@@ -14,12 +14,34 @@ Discovery, like :mod:`numabind.topology`: everything is read through one
   segment and function 0 when left out) reads that function's ``numa_node``;
   ``netdev:IFACE`` and ``block:DEV`` follow the ``sys/class/net`` or ``sys/class/block``
   link to the device and read the ``numa_node`` of the nearest device above it that has one
-  (a virtio NIC's PCI function, a partition's disk controller); ``file:PATH`` stats PATH on
+  (a virtio NIC's PCI function, a partition's disk controller); a virtual interface on PCI
+  functions (a bond, a VLAN; :func:`interface_functions`) takes their one node (two nodes, or
+  one unknown, is a PlanError naming them); ``file:PATH`` stats PATH on
   this machine's file system (a block device file names itself, any other file the device
   of its file system) and finds that block device under ``sys/dev/block/MAJ:MIN`` (else by
   the ``dev`` files of ``sys/class/block``). A device that does not exist, a virtual one
   (``lo``, ``loop0``, an overlay or tmpfs file) and one whose firmware reports
   ``numa_node`` -1 are a :class:`~numabind.errors.PlanError` saying so, never node 0.
+
+The nearest network device of each GPU (what ``nvidia-smi topo -m`` prints, from sysfs alone):
+
+* :func:`pci_place` is a function's place in the PCI tree: the chain of its host bridge
+  (``pci0000:15``), the bridges (root port, switch ports) the kernel put it below, and itself,
+  read from the real path of ``sys/bus/pci/devices/ADDR``; and its node (its own ``numa_node``,
+  else its physical function's for an SR-IOV VF, else the nearest bridge's above it).
+* :func:`scan_nics` lists every RDMA device (``sys/class/infiniband/*/device``, kind ``ib``, with
+  its ports) and every network interface on a PCI function without one (kind ``eth``), with the
+  interfaces on its function and the virtual ones stacked on them (a bond through its
+  ``lower_*`` links or ``bonding/slaves``, a VLAN through its lower device).
+* :func:`link_class` is the link between two places, nearest first (:data:`LINK_CLASSES`):
+  ``PIX`` (below one PCIe switch: each side at most one bridge below their lowest common
+  bridge), ``PXB`` (several bridges, same host bridge), ``PHB`` (through the host bridge:
+  different root ports), ``NODE`` (different host bridges, same NUMA node), ``SYS`` (different
+  nodes, or a node that is not known on either side).
+* :func:`nearest_nics` gives each GPU the NICs of its nearest class, ties split evenly across the
+  GPUs that share them (two GPUs and two NICs behind one switch: one each); :func:`nic_env` the
+  environment a launcher sets for that GPU's rank (``NCCL_IB_HCA``, ``UCX_NET_DEVICES``,
+  ``NCCL_SOCKET_IFNAME``).
 """
 
 from __future__ import annotations
@@ -27,13 +49,16 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._fs import FsReader, ascii_int
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
 
-__all__ = ["DeviceNodes", "PciDevice", "pci_class_name", "scan_pci"]
+__all__ = ["LINK_CLASSES", "DeviceNodes", "Nic", "PciDevice", "PciPlace", "gpu_places", "interface_functions",
+           "link_class", "link_matrix", "nearest_nics", "nic_env", "pci_class_name", "pci_place", "scan_nics",
+           "scan_pci"]
 
 _PCI = "sys/bus/pci/devices"
 _HEX = frozenset("0123456789abcdef")
@@ -234,7 +259,25 @@ class DeviceNodes:
         what = f"{'network interface' if cls == 'net' else 'block device'} {name}"
         if not real.strip("/").startswith("sys/devices/") and self.reader.exists(f"{rel}/device/numa_node"):
             return self._node(spec, f"{rel}/device", what)     # a tree with plain class directories
+        if cls == "net" and _pci_owner(real) is None:
+            functions = interface_functions(self.reader, name)
+            if functions:                                      # a bond's slaves, a VLAN's lower device
+                return self._stacked(spec, what, functions)
         return self._above(spec, real, what)
+
+    def _stacked(self, spec: str, what: str, functions: tuple[str, ...]) -> int:
+        """The one node of the PCI functions under a virtual interface (each as :func:`pci_place` finds it)."""
+        places = [pci_place(self.reader, f) for f in functions]
+        nodes = {p.numa_node for p in places}
+        shown = ", ".join(f"{p.address} (node {'unknown' if p.numa_node is None else p.numa_node})" for p in places)
+        first = places[0].numa_node
+        if first is None or None in nodes:
+            raise PlanError(f"{spec!r}: the {what} sits on PCI functions {shown}; the firmware gives one no NUMA "
+                            f"node; give the node by number instead")
+        if len(nodes) > 1:
+            raise PlanError(f"{spec!r}: the {what} spans PCI functions on different nodes: {shown}; name one of "
+                            f"its interfaces (netdev:IF) or a node by number")
+        return first
 
     def _file(self, spec: str, path: str) -> int:
         try:
@@ -280,3 +323,247 @@ class DeviceNodes:
             raise PlanError(f"{spec!r}: the firmware gives the {what} no NUMA node (numa_node is {node}); give the "
                             f"node by number instead")
         return node
+
+
+# -- the nearest network device of each GPU ----------------------------------------------------------------------
+
+#: Link classes between two PCI functions, nearest first (``nvidia-smi topo -m``'s names).
+LINK_CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def _is_host_bridge(name: str) -> bool:
+    """``pci0000:15``: a PCI root (host bridge) directory of ``sys/devices``."""
+    return len(name) == 10 and name.startswith("pci") and name[7] == ":" and set(name[3:7] + name[8:]) <= _HEX
+
+
+@dataclass(frozen=True)
+class PciPlace:
+    """A PCI function's place: ``path`` is ``(host bridge, bridge, ..., address)`` from the root down (just
+    ``(address,)`` when sysfs shows no tree), ``numa_node`` None when neither it nor anything above it has one."""
+
+    address: str
+    path: tuple[str, ...]
+    numa_node: int | None
+
+    @property
+    def host_bridge(self) -> str | None:
+        return self.path[0] if len(self.path) > 1 and _is_host_bridge(self.path[0]) else None
+
+
+def _chain(real: str) -> tuple[str, ...]:
+    """The host bridge and PCI functions of a sysfs device path, from the root down."""
+    parts = real.strip("/").split("/")
+    if parts[:2] != ["sys", "devices"]:
+        return ()
+    out = tuple(p for p in parts[2:] if _is_host_bridge(p) or _is_bdf(p))
+    return out if out and _is_host_bridge(out[0]) else tuple(p for p in out if _is_bdf(p))
+
+
+def pci_place(root: str | os.PathLike[str] | FsReader | None, address: str) -> PciPlace:
+    """Where PCI function ``address`` sits (see :class:`PciPlace`); PlanError when there is no such function."""
+    reader = _reader(root)
+    address = address.lower()
+    rel = f"{_PCI}/{address}"
+    real = reader.realpath(rel)
+    if real is None:
+        raise PlanError(f"no PCI function {address} under {reader.path(_PCI)}; give an address lspci -D lists")
+    path = _chain(real)
+    if not path or path[-1] != address:
+        path = (address,)
+    node = _node_file(reader, f"{rel}/numa_node")
+    if node is None and reader.exists(f"{rel}/physfn"):
+        pf = _pci_owner(reader.realpath(f"{rel}/physfn") or "")
+        node = None if pf is None else _node_file(reader, f"{_PCI}/{pf}/numa_node")
+    for above in reversed(path[:-1]):
+        if node is not None:
+            break
+        if _is_bdf(above):
+            node = _node_file(reader, f"{_PCI}/{above}/numa_node")
+    return PciPlace(address=address, path=path, numa_node=node)
+
+
+def link_class(a: PciPlace, b: PciPlace) -> str:
+    """The link between two PCI functions, one of :data:`LINK_CLASSES` (see the module docstring)."""
+    host = a.host_bridge
+    if host is None or host != b.host_bridge:
+        return "NODE" if a.numa_node is not None and a.numa_node == b.numa_node else "SYS"
+    above_a, above_b = a.path[:-1], b.path[:-1]
+    common = 0
+    while common < min(len(above_a), len(above_b)) and above_a[common] == above_b[common]:
+        common += 1
+    if common <= 1:
+        return "PHB"
+    return "PIX" if len(above_a) - common <= 1 and len(above_b) - common <= 1 else "PXB"
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A network device on a PCI function: an RDMA device (``kind`` ``"ib"``, InfiniBand or RoCE, with its
+    ``ports``) or a plain interface (``"eth"``). ``netdevs`` are the interfaces on its function, ``uppers`` the
+    virtual interfaces stacked on them (bonds, VLANs), ``physfn`` the physical function of an SR-IOV VF."""
+
+    name: str
+    kind: str
+    place: PciPlace
+    ports: tuple[int, ...] = ()
+    netdevs: tuple[str, ...] = ()
+    uppers: tuple[str, ...] = ()
+    physfn: str | None = None
+
+    @property
+    def address(self) -> str:
+        return self.place.address
+
+    @property
+    def numa_node(self) -> int | None:
+        return self.place.numa_node
+
+    @property
+    def ifnames(self) -> tuple[str, ...]:
+        """The interfaces sockets use: the uppermost ones (a bond, a VLAN) where there are, else ``netdevs``."""
+        return self.uppers or self.netdevs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "pci_address": self.address, "numa_node": self.numa_node,
+                "pci_path": list(self.place.path), "ports": list(self.ports), "netdevs": list(self.netdevs),
+                "uppers": list(self.uppers), "physfn": self.physfn}
+
+
+def _lowers(reader: FsReader, name: str) -> list[str]:
+    """The interfaces below a virtual one: its ``lower_*`` links, else a bond's ``bonding/slaves``."""
+    base = f"sys/class/net/{name}"
+    found = [n[len("lower_"):] for n in reader.listdir(base) if n.startswith("lower_")]
+    if not found:
+        found = (reader.read_strip(f"{base}/bonding/slaves") or "").split()
+    return sorted(set(found))
+
+
+def interface_functions(root: str | os.PathLike[str] | FsReader | None, name: str) -> tuple[str, ...]:
+    """The PCI functions under network interface ``name``: its own, or a bond's slaves' and a VLAN's lower
+    device's (followed down any depth); () for a purely virtual one (``lo``)."""
+    reader = _reader(root)
+    seen: set[str] = set()
+    out: set[str] = set()
+    todo = [name]
+    while todo:
+        cur = todo.pop()
+        if cur in seen:
+            continue
+        seen.add(cur)
+        real = reader.realpath(f"sys/class/net/{cur}")
+        owner = _pci_owner(real) if real else None
+        if owner is not None:
+            out.add(owner)
+        else:
+            todo.extend(_lowers(reader, cur))
+    return tuple(sorted(out))
+
+
+def scan_nics(root: str | os.PathLike[str] | FsReader | None = None) -> tuple[Nic, ...]:
+    """Every RDMA device and every network interface on a PCI function, by PCI address (see the module
+    docstring). A function with an RDMA device is listed once, under the RDMA device's name."""
+    reader = _reader(root)
+    nets = _class_members(reader, "net")
+    uppers: dict[str, set[str]] = {}
+    for name in reader.listdir("sys/class/net"):
+        real = reader.realpath(f"sys/class/net/{name}")
+        if real is not None and _pci_owner(real) is None:
+            for address in interface_functions(reader, name):
+                uppers.setdefault(address, set()).add(name)
+    found: list[Nic] = []
+    covered: set[str] = set()
+
+    def make(name: str, kind: str, address: str, ports: tuple[int, ...]) -> Nic:
+        physfn = _pci_owner(reader.realpath(f"{_PCI}/{address}/physfn") or "") \
+            if reader.exists(f"{_PCI}/{address}/physfn") else None
+        return Nic(name=name, kind=kind, place=pci_place(reader, address), ports=ports,
+                   netdevs=tuple(sorted(nets.get(address, ()))), uppers=tuple(sorted(uppers.get(address, ()))),
+                   physfn=physfn)
+
+    for name in reader.listdir("sys/class/infiniband"):
+        real = reader.realpath(f"sys/class/infiniband/{name}/device")
+        owner = _pci_owner(real) if real else None
+        if owner is None or not reader.exists(f"{_PCI}/{owner}"):
+            continue                                   # a software RDMA device (rxe, siw) has no function
+        ports = tuple(sorted(int(p) for p in reader.listdir(f"sys/class/infiniband/{name}/ports") if p.isdigit()))
+        found.append(make(name, "ib", owner, ports))
+        covered.add(owner)
+    for address, names in sorted(nets.items()):
+        if address not in covered and reader.exists(f"{_PCI}/{address}"):
+            found.append(make(sorted(names)[0], "eth", address, ()))
+    found.sort(key=lambda n: (n.address, n.name))
+    return tuple(found)
+
+
+def _rank(a: PciPlace, b: PciPlace) -> int:
+    return LINK_CLASSES.index(link_class(a, b))
+
+
+def nearest_nics(gpus: Sequence[PciPlace], nics: Iterable[Nic], *, kind: str | None = None,
+                 need_ifname: bool = False) -> dict[str, tuple[Nic, ...]]:
+    """GPU address -> its nearest NICs (of ``kind`` ``"ib"``/``"eth"``; any when None; with an interface when
+    ``need_ifname``).
+
+    Each GPU's candidates are the NICs of its nearest link class (a VF only when its physical function is not
+    one). The GPUs with the same candidates share them evenly in PCI order: two GPUs and two NICs behind one
+    switch get one each, one GPU and two NICs both, four GPUs and two NICs one each, alternating. A GPU
+    gets () when no NIC qualifies."""
+    pool = [n for n in nics if (kind is None or n.kind == kind) and (not need_ifname or n.ifnames)]
+    candidates: dict[str, tuple[Nic, ...]] = {}
+    for gpu in gpus:
+        if not pool:
+            candidates[gpu.address] = ()
+            continue
+        best = min(_rank(gpu, n.place) for n in pool)
+        near = [n for n in pool if _rank(gpu, n.place) == best]
+        addresses = {n.address for n in near}
+        near = [n for n in near if n.physfn is None or n.physfn not in addresses]
+        candidates[gpu.address] = tuple(sorted(near, key=lambda n: (n.address, n.name)))
+    groups: dict[tuple[Nic, ...], list[str]] = {}
+    for address in sorted(candidates):
+        groups.setdefault(candidates[address], []).append(address)
+    out: dict[str, tuple[Nic, ...]] = {}
+    for cands, members in groups.items():
+        share, total = len(members), len(cands)
+        for k, address in enumerate(members):
+            if not cands:
+                out[address] = ()
+            elif total >= share:
+                out[address] = cands[k * total // share:(k + 1) * total // share]
+            else:
+                out[address] = (cands[k % total],)
+    return {g.address: out[g.address] for g in gpus}
+
+
+def nic_env(gpu: PciPlace, gpus: Sequence[PciPlace], nics: Iterable[Nic]) -> dict[str, str]:
+    """The environment of the rank that drives ``gpu`` (one of ``gpus``, all the machine's GPUs that share the
+    NICs): ``NCCL_IB_HCA`` (``=mlx5_0:1``: exact names, each port) and ``UCX_NET_DEVICES`` (``mlx5_0:1``) from
+    its nearest RDMA devices, ``NCCL_SOCKET_IFNAME`` (``=bond0``: exact names) from its nearest interfaces.
+    A variable is left out when no device qualifies."""
+    if all(g.address != gpu.address for g in gpus):
+        raise PlanError(f"GPU {gpu.address} is not among the GPUs whose NICs are shared "
+                        f"({', '.join(g.address for g in gpus) or 'none'}); pass every GPU of the machine")
+    nics = tuple(nics)
+    env: dict[str, str] = {}
+    rdma = nearest_nics(gpus, nics, kind="ib")[gpu.address]
+    ports = [f"{n.name}:{p}" for n in rdma for p in (n.ports or (1,))]
+    if ports:
+        env["NCCL_IB_HCA"] = "=" + ",".join(ports)
+        env["UCX_NET_DEVICES"] = ",".join(ports)
+    sockets = nearest_nics(gpus, nics, need_ifname=True)[gpu.address]
+    names = sorted({i for n in sockets for i in n.ifnames})
+    if names:
+        env["NCCL_SOCKET_IFNAME"] = "=" + ",".join(names)
+    return env
+
+
+def gpu_places(root: str | os.PathLike[str] | FsReader | None, gpus: Iterable[Any]) -> tuple[PciPlace, ...]:
+    """The places of ``topology.gpus`` (anything with ``pci_address``), in their order."""
+    reader = _reader(root)
+    return tuple(pci_place(reader, g.pci_address) for g in gpus)
+
+
+def link_matrix(gpus: Sequence[PciPlace], nics: Sequence[Nic]) -> tuple[tuple[str, ...], ...]:
+    """Row per GPU, column per NIC: the link classes (``nvidia-smi topo -m``'s GPU x NIC block)."""
+    return tuple(tuple(link_class(g, n.place) for n in nics) for g in gpus)
+

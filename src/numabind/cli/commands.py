@@ -108,10 +108,11 @@ def _gpu_text(topo: Topology) -> str:
     return _table(rows)
 
 
-def _plan_rows(topo: Topology, mode: str, policy: str, gpus: list[int] | None = None) -> tuple[PlanRow, ...]:
+def _plan_rows(topo: Topology, mode: str, policy: str, gpus: list[int] | None = None,
+               within_affinity: bool = False) -> tuple[PlanRow, ...]:
     from ..strategies import plan_table
 
-    return plan_table(topo, mode=mode, policy=policy, gpus=gpus)
+    return plan_table(topo, mode=mode, policy=policy, gpus=gpus, within_affinity=within_affinity)
 
 
 def _node_plans(topo: Topology, policy: str = "bind") -> list[tuple[int, Plan]]:
@@ -348,6 +349,13 @@ def cmd_topology(args: argparse.Namespace) -> int:
 
     topo = discover(args.root)
     form = args.of or ("json" if args.json else "text")
+    if args.matrix:
+        from .matrix import topology_matrix
+
+        if form == "xml":
+            raise SystemExit("numabind topology: --matrix prints text or JSON, not --of xml")
+        sys.stdout.write(topology_matrix(topo, as_json=form == "json"))
+        return 0
     if form == "json":
         _dump(topo.to_dict())
         return 0
@@ -381,6 +389,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(message)
         return 1
     gpus = None if args.gpu is None else [args.gpu]
+    if args.within_affinity:        # the explicit narrowing: plan inside the affinity this process inherited
+        from ..strategies import narrowed_to_affinity
+
+        topo = narrowed_to_affinity(topo)
     rows = _plan_rows(topo, args.mode, args.policy, gpus)
     if args.json:
         _dump(_plans_json(topo, args.mode, args.policy, gpus, plan_rows=rows))
@@ -490,10 +502,11 @@ def _run_plan(args: argparse.Namespace) -> Plan:
         from ..strategies import plan_for_gpu
 
         policy = args.policy or "bind"
-        plan = plan_for_gpu(args.gpu, mode=args.mode or "node", topology=topo, policy=policy)
+        within = bool(getattr(args, "within_affinity", False))
+        plan = plan_for_gpu(args.gpu, mode=args.mode or "node", topology=topo, policy=policy, within_affinity=within)
         if args.migrate:
             plan = plan.replace(migrate=True)
-        return plan.validate(topo)
+        return plan.validate(topo, within_affinity=within)
     argv: list[str] = []
     for flag in ("physcpubind", "cpunodebind", "membind", "preferred", "preferred_many", "interleave",
                  "weighted_interleave"):
@@ -512,8 +525,9 @@ def _run_plan(args: argparse.Namespace) -> Plan:
         raise NumabindError("numabind run: --weights goes with --weighted-interleave (-w)")
     if args.all:
         argv.append("--all")
+    within = bool(getattr(args, "within_affinity", False))
     plan = Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate, device_node=device_node,
-                                  reason="numabind run " + " ".join(argv))
+                                  reason="numabind run " + " ".join(argv), within_affinity=within)
     if by_bandwidth:
         from ..strategies import bandwidth_weights
 
@@ -524,7 +538,7 @@ def _run_plan(args: argparse.Namespace) -> Plan:
                             f"e.g. --weights 0:3,1:1)") from None
     if getattr(args, "set_weights", False) and not plan.weights:
         raise NumabindError("numabind run: --set-weights writes the weights given with --weights; give them")
-    return plan.validate(topo)
+    return plan.validate(topo, within_affinity=within)
 
 
 #: ``numabind run`` options that take a CPU or node list (dest, flag).
@@ -705,6 +719,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--of", choices=("text", "json", "xml"), default=None,
                    help="output format: text (default), json (Topology.to_dict(), as --json) or xml (hwloc 2 XML "
                         "that lstopo --input FILE.xml reads)")
+    t.add_argument("--matrix", action="store_true",
+                   help="GPU x NIC PCI link classes (PIX/PXB/PHB/NODE/SYS) and nodes, like nvidia-smi topo -m")
     pl = sub.add_parser("plan", parents=common, help="what each GPU's worker would be bound to")
     g = pl.add_mutually_exclusive_group()
     g.add_argument("--gpu", type=int, help="one visible GPU index")
@@ -714,6 +730,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the GPU of this process's local rank (LOCAL_RANK, SLURM_LOCALID, ...)")
     pl.add_argument("--mode", choices=MODES, default="node", help="placement mode (default node)")
     pl.add_argument("--policy", choices=POLICIES, default="bind", help="memory policy (default bind)")
+    pl.add_argument("--within-affinity", action="store_true",
+                    help="plan inside the CPU affinity this process inherited (default: the cpuset is the limit, "
+                         "whatever affinity a parent left behind)")
     r = sub.add_parser("run", parents=common, help="run a command bound (a numactl replacement)",
                        usage="numabind run [binding options] -- command [args...]",
                        description="Bind this process, then exec the command. Lists: 1,3-5, all, !LIST (all "
@@ -742,7 +761,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write --weights into /sys/kernel/mm/mempolicy/weighted_interleave (system-wide, root)")
     r.add_argument("-l", "--localalloc", action="store_true", help="allocate on the node the thread runs on")
     r.add_argument("-a", "--all", action="store_true",
-                   help="lists are over every online CPU and node, not only this cpuset's (as numactl's -a)")
+                   help="lists are over every online CPU and node, not only this process's (as numactl's -a)")
+    r.add_argument("--within-affinity", action="store_true",
+                   help="bind inside the CPU affinity this process inherited (default: the cpuset is the limit, so "
+                        "-N and --gpu bind the node's CPUs whatever affinity a parent left; -C without -a is "
+                        "checked against the affinity, as numactl does)")
     r.add_argument("-b", "--balancing", action="store_true",
                    help="with --membind (or --preferred-many): NUMA balancing within those nodes "
                         "(MPOL_F_NUMA_BALANCING, Linux 5.12+)")
@@ -771,17 +794,30 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.choices["stat"]
     st.add_argument("--root", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     st.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log INFO (-v) or DEBUG (-vv)")
+    from .move import add_parser as add_move
+
+    add_move(sub)
+    ins = sub.add_parser("instrument", help="run a Python program with numabind in place of vLLM's and SGLang's "
+                                            "numa_utils, in every process (no source edit)")
+    ins.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
     return p
+
+
+def _cmd_instrument(args: argparse.Namespace) -> int:
+    from .instrument import main as instrument_main
+
+    return instrument_main(list(args.command))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr)
+    from .move import cmd_move
     from .stat import cmd_stat
 
     handlers = {None: cmd_main, "hardware": cmd_hardware, "show": cmd_show, "topology": cmd_topology,
-                "plan": cmd_plan, "run": cmd_run, "stat": cmd_stat}
+                "plan": cmd_plan, "run": cmd_run, "stat": cmd_stat, "move": cmd_move, "instrument": _cmd_instrument}
     try:
         rc = handlers[args.cmd](args) or 0
         sys.stdout.flush()   # a closed pipe shows here, not at interpreter exit

@@ -25,6 +25,23 @@ with. A Ray without that function gets a WARNING (and :func:`bind_actor`
 still binds actors). :func:`bind_actor` binds in the actor's ``__init__``, when
 its GPUs are known.
 
+Which Ray hooks numabind depends on: two public ones, the ``worker_process_setup_hook``
+field of a runtime environment (``ray.runtime_env.RuntimeEnv``) and ``ray.get_gpu_ids()``
+(the same ids as ``ray.get_runtime_context().get_accelerator_ids()["GPU"]``), and one
+private one, ``ray._private.utils.set_visible_accelerator_ids``. Ray (checked up to 2.60)
+has no public callback for "this worker was just given these accelerators": the setup hook
+runs once, before any assignment, and the runtime context can only be asked. So the hook
+still wraps the private function, and :func:`bind_actor` (public hooks only) is the way that
+does not depend on it.
+
+Under ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` (``1`` or ``true``, as Ray reads it;
+RL stacks such as NeMo-RL set it) Ray leaves ``CUDA_VISIBLE_DEVICES`` as the worker was
+started with, so every GPU of the node stays visible and the ids of ``ray.get_gpu_ids()``
+are physical: entries of the node's ``CUDA_VISIBLE_DEVICES`` when Ray was started with one
+(indices or UUIDs), else the driver's device numbers. Each is matched to the visible GPU with
+that physical index (:attr:`numabind.topology.Gpu.physical_index`) or UUID; an id that
+matches none is a PlanError naming the visible GPUs.
+
 Plans come from :func:`numabind.rank.plan_owned_gpus`: a worker owns the GPUs
 Ray gave it, so ``exclusive`` shares a node among the machine's GPUs on it;
 several GPUs get the union of their CPUs; a GPU with no NUMA node leaves the
@@ -48,13 +65,15 @@ from ..plan import Plan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOOK", "bind_actor", "bind_this_actor", "last_report", "plan_for_worker", "runtime_env", "setup_hook"]
+__all__ = ["HOOK", "NOSET_VAR", "bind_actor", "bind_this_actor", "last_report", "plan_for_worker", "runtime_env", "setup_hook"]
 
 #: The ``worker_process_setup_hook`` value that names :func:`setup_hook`.
 HOOK = "numabind.integrations.ray.setup_hook"
 #: Transport of :func:`runtime_env`'s choices to the workers.
 MODE_VAR = "_NUMABIND_RAY_MODE"
 POLICY_VAR = "_NUMABIND_RAY_POLICY"
+#: Ray's switch that keeps it from setting ``CUDA_VISIBLE_DEVICES`` (its ids are then physical).
+NOSET_VAR = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 
 T = TypeVar("T", bound=type)
 
@@ -101,7 +120,9 @@ def plan_for_worker(mode: str = "node", policy: str | None = "bind", topology: A
     """The plan of this Ray worker for the GPUs Ray assigned it (``gpu_ids``, default ``ray.get_gpu_ids()``).
 
     The GPUs are the visible ones (Ray has set ``CUDA_VISIBLE_DEVICES`` to
-    them); ``topology`` defaults to a discovery under ``$NUMABIND_FSROOT``
+    them), or under ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` the visible
+    GPUs whose physical index or UUID they are (see the module docstring);
+    ``topology`` defaults to a discovery under ``$NUMABIND_FSROOT``
     with ``env`` (default ``os.environ``). A worker with no GPU is a PlanError.
     """
     from ..rank import discover_for_env, plan_owned_gpus
@@ -117,7 +138,11 @@ def plan_for_worker(mode: str = "node", policy: str | None = "bind", topology: A
     visible = sorted(g.index for g in topology.gpus)
     label = f"Ray worker {os.getpid()} with GPU ids {','.join(ids)}"
     reasons = [f"{label}: visible GPUs {','.join(map(str, visible)) or 'none'}"]
-    if len(visible) != len(ids):
+    if noset(env):
+        visible = physical_gpus(topology, ids, label)
+        reasons.append(f"{NOSET_VAR} is set: Ray's ids are physical; they are visible GPU(s) "
+                       f"{','.join(map(str, visible))}")
+    elif len(visible) != len(ids):
         raise PlanError(f"{label}: Ray assigned {len(ids)} GPU(s) but {len(visible)} are visible "
                         f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); cannot tell which is which")
     warnings: list[str] = []
@@ -127,6 +152,35 @@ def plan_for_worker(mode: str = "node", policy: str | None = "bind", topology: A
         log.warning("%s", w)
     log.info("%s, mode %s: %s", label, mode, plan.describe())
     return plan
+
+
+def noset(env: Mapping[str, str]) -> bool:
+    """Whether Ray leaves ``CUDA_VISIBLE_DEVICES`` alone (``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` is ``1``
+    or ``true``, any case, as Ray reads it)."""
+    return env.get(NOSET_VAR, "").strip().lower() in ("1", "true")
+
+
+def physical_gpus(topology: Any, ids: Sequence[str], label: str) -> list[int]:
+    """The visible indices of the GPUs Ray's physical ``ids`` name (a physical index or a UUID each)."""
+    by_id: dict[str, int] = {}
+    for g in topology.gpus:
+        if g.physical_index is not None:
+            by_id.setdefault(str(g.physical_index), g.index)
+        for uuid in (g.uuid, g.mig_uuid):
+            if uuid:
+                by_id.setdefault(uuid, g.index)
+    out: list[int] = []
+    for i in ids:
+        index = by_id.get(i)
+        if index is None:
+            shown = ", ".join(f"{g.index} (physical {g.physical_index}, {g.uuid or 'no UUID'})"
+                              for g in topology.gpus) or "none"
+            raise PlanError(f"{label}: {NOSET_VAR} is set, so Ray's GPU id {i!r} is physical, but no visible GPU "
+                            f"has that physical index or UUID (visible: {shown}); start Ray with the "
+                            f"CUDA_VISIBLE_DEVICES its workers see")
+        if index not in out:
+            out.append(index)
+    return sorted(out)
 
 
 # ------------------------------------------------------------------ the worker hook
