@@ -359,7 +359,7 @@ def test_strict_cpus_outside_the_allowed_set_change_nothing(backend, all_cpus):
     with Parked(2):
         before = thread_affinities()
         policy = raw_mempolicy()
-        with pytest.raises(PlanError, match=f"CPUs {OUTSIDE_CPU} are outside"):
+        with pytest.raises(PlanError, match=f"CPUs {OUTSIDE_CPU} are not online"):
             numabind.bind_current(plan, strict=True, backend=backend)
         assert thread_affinities() == before
         assert raw_mempolicy() == policy
@@ -742,7 +742,7 @@ def test_save_and_restore_keep_the_whole_mode_word(backend, word):
 def test_strict_rollback_restores_the_mode_flags(backend, word):
     """Issue 15, item 3: a strict failure after the policy was changed puts back flags and mask too."""
     before = set_flagged(word)
-    with pytest.raises(PlanError, match=f"CPUs {OUTSIDE_CPU} are outside"):
+    with pytest.raises(PlanError, match=f"CPUs {OUTSIDE_CPU} are not online"):
         numabind.bind_current(Plan(cpus={CPU, OUTSIDE_CPU}, mem_policy="interleave", mem_nodes={MEM_NODE}),
                               strict=True, backend=backend)
     assert raw_word() == before
@@ -930,7 +930,7 @@ def test_partial_raises_when_nothing_could_be_applied(backend):
                                   strict="partial", backend=backend)
         text = str(exc.value)
         assert "nothing of the plan" in text and "strict='partial'" in text
-        assert f"CPUs {OUTSIDE_CPU} are outside" in text and f"nodes {MISSING_NODE} do not exist" in text
+        assert f"CPUs {OUTSIDE_CPU} are not online" in text and f"nodes {MISSING_NODE} do not exist" in text
         assert thread_affinities() == before
     assert raw_mempolicy() == (MPOL["preferred"], frozenset({MEM_NODE}))
 
