@@ -273,6 +273,19 @@ def process_children(pid: int) -> list[int]:
     return sorted(out)
 
 
+def process_tree(root: int) -> list[int]:
+    """``root`` and every descendant (:func:`process_children`), parents before children."""
+    out, queue, seen = [], [root], set()
+    while queue:
+        pid = queue.pop(0)
+        if pid in seen:
+            continue
+        seen.add(pid)
+        out.append(pid)
+        queue.extend(process_children(pid))
+    return out
+
+
 #: Largest environment read from /proc/PID/environ (Linux caps a process's arguments and environment
 #: at a quarter of its stack limit; beyond this the variable is not looked for).
 ENVIRON_MAX = 4 << 20

@@ -274,19 +274,6 @@ def _started(pid: int) -> int:
     return started
 
 
-def _tree(root: int) -> list[int]:
-    """``root`` and every descendant, parents before children."""
-    out, queue, seen = [], [root], set()
-    while queue:
-        pid = queue.pop(0)
-        if pid in seen:
-            continue
-        seen.add(pid)
-        out.append(pid)
-        queue.extend(_proc.process_children(pid))
-    return out
-
-
 # ----------------------------------------------------------------------------- one process
 class _Walk:
     """The threads of one process as they were set: per thread its status and its CPUs before and after."""
@@ -592,7 +579,7 @@ def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children
         if all_children:
             done = {pid}
             for _ in range(TREE_ROUNDS):
-                todo = [p for p in _tree(pid) if p not in done]
+                todo = [p for p in _proc.process_tree(pid) if p not in done]
                 if not todo:
                     break
                 for child in todo:

@@ -79,28 +79,15 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--count", type=_count, metavar="N", help="with --watch: stop after N refreshes")
 
 
-def _tree(root: int) -> list[int]:
-    """``root`` and every descendant, parents before children."""
-    from .. import _proc
-
-    out, queue, seen = [], [root], set()
-    while queue:
-        pid = queue.pop(0)
-        if pid in seen:
-            continue
-        seen.add(pid)
-        out.append(pid)
-        queue.extend(_proc.process_children(pid))
-    return out
-
-
 def _targets(args: argparse.Namespace) -> list[int]:
     pids: list[int] = []
     for pid in args.pids:
         if pid not in pids:
             pids.append(pid)
+    from .. import _proc
+
     for root in args.all_children:
-        for pid in _tree(root):
+        for pid in _proc.process_tree(root):
             if pid not in pids:
                 pids.append(pid)
     return pids
