@@ -124,10 +124,11 @@ def test_torchrun_plan_json_names_the_rank_and_its_source(tmp_path):
 
 # ------------------------------------------------------------------ the strategies, side by side
 def eight_gpu_machine(root, status_cpus=None):
-    """2 sockets x 2 nodes x 4 cores x 2 threads, an L3 per 2 cores, 2 GPUs per node."""
+    """2 sockets x 2 nodes x 4 cores x 2 threads, an L3 per 2 cores, 2 GPUs per node; ``status_cpus``: a
+    container's cpuset (cgroup v2), which is also the affinity its processes start with."""
     m = snc(root, sockets=2, nodes_per_socket=2, cores_per_node=4, smt=True, ccx_cores=2)
     if status_cpus is not None:
-        m.set_status(status_cpus, None).write()
+        m.set_status(status_cpus, None).set_cgroup2("/pod", status_cpus, None).write()
     for i in range(8):
         add_nvidia_gpu(root, f"0000:{0x10 + 0x10 * i:02x}:00.0", numa_node=i // 2, minor=i, uuid=nv_uuid(i))
     return discover_from(FsReader(str(root)), env={})
