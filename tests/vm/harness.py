@@ -556,11 +556,33 @@ mount -t proc proc $r/proc && mount -t sysfs sysfs $r/sys && mount -t devtmpfs d
 mkdir -p $r/dev/shm $r/dev/pts && mount -t tmpfs -o mode=1777 tmpfs $r/dev/shm
 mount -t cgroup2 cgroup2 $r/sys/fs/cgroup || say "no cgroup2"
 mkdir -p $r@SHARE@ && mount --bind /results $r@SHARE@ || die "cannot bind the results share"
+# A folder at TARGET inside the new root. Where a folder on the way is one of the userland's, bound read-only
+# (a checkout under /var/tmp, say), that folder becomes a tmpfs holding binds of what it held, so the rest of
+# the way can be made.
+mkpoint() {
+  mkdir -p "$r$1" 2>/dev/null && return 0
+  p=""
+  for c in $(echo "$1" | tr '/' ' '); do
+    if [ -d "$r$p/$c" ]; then p="$p/$c"; continue; fi
+    [ -d "/host$userland$p" ] || return 1
+    mount -t tmpfs -o mode=755 tmpfs "$r$p" || return 1
+    for d in "/host$userland$p"/* "/host$userland$p"/.[!.]*; do
+      [ -e "$d" ] || [ -L "$d" ] || continue
+      n=${d##*/}
+      if [ -L "$d" ]; then cp -a "$d" "$r$p/$n"
+      elif [ -d "$d" ]; then mkdir "$r$p/$n" && mount --bind "$d" "$r$p/$n"
+      else touch "$r$p/$n" && mount --bind "$d" "$r$p/$n"
+      fi
+    done
+    break
+  done
+  mkdir -p "$r$1"
+}
 # Host folders (the checkout, pure-Python packages) and files (the arm64 C core over the x86 one), each
 # "SOURCE|TARGET": the host's SOURCE appears at TARGET.
 while IFS='|' read -r src dst; do
   [ -n "$src" ] || continue
-  if [ -d "/host$src" ]; then mkdir -p "$r$dst"
+  if [ -d "/host$src" ]; then mkpoint "$dst" || die "cannot make $dst in the guest's root"
   elif [ ! -e "$r$dst" ]; then die "cannot bind the file $src over $dst: $dst is missing"
   fi
   mount --bind "/host$src" "$r$dst" || die "cannot bind the host's $src into the guest at $dst"
