@@ -656,8 +656,8 @@ def test_bind_says_which_threads_still_appeared_after_its_last_listing():
     """No more rounds (R = 0): threads started during the walk are listed, not walked: NB_BIND_SETTLED 0 and
     their ids after the walked ones."""
     unseen = lambda head, tids, status, before: head[lib.NB_BIND_SETTLED] == 0   # noqa: E731
-    head, tids, status, _ = _spawning_bind(_rounds(0), 50, unseen)
-    assert head[lib.NB_BIND_SETTLED] == 0, "in 50 binds no thread started during the walk"
+    head, tids, status, _ = _spawning_bind(_rounds(0), 300, unseen)   # many tries: an emulated guest races slowly
+    assert head[lib.NB_BIND_SETTLED] == 0, "in 300 binds no thread started during the walk"
     assert head[lib.NB_BIND_UNSEEN] > 0
 
 
@@ -665,8 +665,8 @@ def test_bind_walks_the_threads_started_during_the_walk_and_matching_binds_those
     """R rounds: threads found after the walk are walked and appended; under NB_MATCHING one started by a thread
     bound already (it holds the new CPUs, not the caller's old ones) is bound, not left alone."""
     moved = lambda head, tids, status, before: {CPU_B} in before[1:] and before[0] != {CPU_B}   # noqa: E731
-    head, tids, status, before = _spawning_bind(lib.NB_MATCHING | _rounds(8), 50, moved)
-    assert {CPU_B} in before[1:], "in 50 binds no thread was started by a thread bound already"
+    head, tids, status, before = _spawning_bind(lib.NB_MATCHING | _rounds(8), 300, moved)   # an emulated guest
+    assert {CPU_B} in before[1:], "in 300 binds no thread was started by a thread bound already"
     assert len(set(tids)) == len(tids)
     assert lib.NB_LEFT_ALONE not in status and set(status) <= {lib.NB_BOUND, lib.NB_EXITED}, status
     assert head[lib.NB_BIND_SETTLED] in (0, 1)

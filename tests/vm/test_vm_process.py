@@ -191,6 +191,6 @@ def test_spawn_puts_back_the_launching_threads_flags_and_mask(word, vm_topology)
     child = r["child"]
     assert child["cpus"] == sorted(vm_topology.node_cpus(1)) and (child["policy"], child["nodes"]) == ("bind", [1])
     assert r["after_spawn"] == [word, [0, 1]], f"{r['after_spawn'][0]:#x} after one spawn"
-    assert r["strict_error"] and "outside" in r["strict_error"]
+    assert r["strict_error"] and "not online" in r["strict_error"]
     assert r["after_strict"] == [word, [0, 1]]
     print(f"item 3 (issue 15), {word:#x} over nodes 0,1: kept across a spawn and a strict failure")
