@@ -23,12 +23,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from numabind import live
 from numabind.cli import main
 from tests.kernel import ROOT, ids_of, raw_set_word, raw_word, thread_affinities
 
 pytestmark = pytest.mark.kernel
 
 ALLOWED = sorted(os.sched_getaffinity(0))
+#: What -N binds: the node's CPUs in the cpuset (numactl's rule), which under ``taskset -c 0`` is wider than the
+#: affinity (the cpuset reader itself is tested against fake cgroup trees in tests/test_allowed.py).
+CPUSET = live.limits().allowed_cpus
 MEM_NODES = sorted(ids_of(open("/sys/devices/system/node/has_memory").read()))
 NODE_CPUS = {n: ids_of(open(f"/sys/devices/system/node/node{n}/cpulist").read())
              for n in ids_of(open("/sys/devices/system/node/online").read())}
@@ -155,7 +159,7 @@ def expected(items) -> tuple[str, object]:
     if "cpunodebind" in names:
         if MISSING_NODE in values["cpunodebind"]:
             misfit.append(_node(MISSING_NODE))
-        cpus = frozenset().union(*(NODE_CPUS.get(n, frozenset()) for n in values["cpunodebind"])) & frozenset(ALLOWED)
+        cpus = frozenset().union(*(NODE_CPUS.get(n, frozenset()) for n in values["cpunodebind"])) & CPUSET
     policy, nodes = "default", frozenset()
     if mem:
         policy, nodes = POLICY_OF[mem[0]], values[mem[0]]
