@@ -300,6 +300,19 @@ def test_table_interleave_can_be_turned_off(torch, two_names_one_node, monkeypat
     assert buffer is None and [c[0] for c in torch.calls] == ["empty"]
 
 
+def test_memory_helpers_read_sglangs_booleans_as_the_launcher_does(torch, two_names_one_node, monkeypatch):
+    """One reading of SGLang's boolean variables for the launcher and the memory helpers: a typo is an error
+    naming the variable, never a silent default."""
+    from numabind.compat import sglang
+
+    monkeypatch.setenv("SGLANG_PLE_OFFLOAD_NUMA_INTERLEAVE", "nope")
+    with pytest.raises(ValueError, match="SGLANG_PLE_OFFLOAD_NUMA_INTERLEAVE='nope' is not a boolean"):
+        sm.allocate_interleaved_pinned_table((2,), torch.uint8)
+    monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "nope")
+    with pytest.raises(ValueError, match="SGLANG_CRASH_ON_NUMA_BIND_FAILURE='nope' is not a boolean"):
+        sglang._crash_on_failure()
+
+
 @pytest.mark.kernel
 def test_table_that_does_not_spread_is_a_failure(torch, two_names_one_node, caplog, monkeypatch):
     with caplog.at_level(logging.WARNING, logger=LOGGER):

@@ -335,9 +335,8 @@ def test_only_fs_reads_files():
             if (isinstance(node, ast.Attribute) and node.attr in ("read", "pread", "readv")
                     and isinstance(node.value, ast.Name) and node.value.id == "os"):
                 readers.add(str(path.relative_to(src)))
-    # pools: its locked slot table, read and rewritten through one descriptor. _hwloc_xml: its own bounded read of
-    # an XML file, written while this test was; it is to read through read_bounded too (then leave this list).
-    assert readers <= {"_fs.py", "process/pools.py", "_hwloc_xml.py"}, readers
+    # pools: its locked slot table, read and rewritten through one descriptor.
+    assert readers <= {"_fs.py", "process/pools.py"}, readers
 
 
 def test_numbered_takes_ascii_ids_only(tmp_path, read_by):

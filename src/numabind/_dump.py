@@ -22,7 +22,7 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
 
-__all__ = ["MAX_DUMP_BYTES", "MAX_DUMP_MEMBERS", "dump_root", "is_hwloc_xml", "is_tarball", "materialise_xml",
+__all__ = ["MAX_DUMP_BYTES", "MAX_DUMP_MEMBERS", "dump_root", "is_tarball", "materialise_xml",
            "unpack"]
 
 log = getLogger(__name__)
@@ -92,21 +92,15 @@ def unpack(tarball: str) -> str:
     return _made_once(tarball, "numabind-dump-", _extract)
 
 
-def is_hwloc_xml(path: str) -> bool:
-    """Whether the file ``path`` is an hwloc XML topology (by its name, ``.xml``, or its first bytes)."""
-    from ._hwloc_xml import is_hwloc_xml as sniff
-
-    return sniff(path)
-
-
-def materialise_xml(path: str) -> str:
+def materialise_xml(path: str, load: "Callable[[], bytes]") -> str:
     """The sysfs/procfs tree of the hwloc XML topology ``path``, written once into a private temporary
-    directory (returned). The whole file is read and checked first: a bad file raises NumabindError naming
-    it and the line, and leaves nothing behind."""
+    directory (returned); ``load()`` gives the file's bytes (the bounded read of :mod:`numabind._fs`). The
+    whole file is checked first: a bad file raises NumabindError naming it and the line, and leaves nothing
+    behind."""
     def build(source: str, dest: str) -> None:
         from ._hwloc_xml import read_topology, write_tree
 
-        write_tree(read_topology(source), dest)
+        write_tree(read_topology(source, load()), dest)
 
     return _made_once(path, "numabind-xml-", build)
 

@@ -104,13 +104,13 @@ def _resolve(root: str | os.PathLike[str] | None) -> tuple[str, str]:
     if path == "/":
         return "/", "/"
     where = f"$NUMABIND_FSROOT={given!r}" if from_env else repr(given)
-    from ._dump import dump_root, is_hwloc_xml, is_tarball, materialise_xml, unpack   # a replayed machine only
+    from ._dump import dump_root, is_tarball, materialise_xml, unpack   # a replayed machine only
 
     if os.path.isdir(path):
         return dump_root(path), path
     if os.path.isfile(path):
-        if is_hwloc_xml(path):
-            return materialise_xml(path), path
+        if _is_hwloc_xml(path):
+            return materialise_xml(path, lambda: _hwloc_xml_bytes(path)), path
         if not is_tarball(path):
             raise NumabindError(
                 f"discovery root {where} is a file but neither an hwloc XML topology nor a tar archive; give a "
@@ -122,6 +122,27 @@ def _resolve(root: str | os.PathLike[str] | None) -> tuple[str, str]:
     raise NumabindError(
         f"discovery root {where} does not exist; give a directory holding sys/ and proc/ "
         f"(a dump of a machine), an hwloc-gather-topology .tar.bz2, or / for this machine")
+
+
+def _is_hwloc_xml(path: str) -> bool:
+    """Whether the file ``path`` is an hwloc XML topology, by its name or its first bytes."""
+    from ._hwloc_xml import looks_like_hwloc_xml
+
+    try:
+        head = b"" if path.lower().endswith(".xml") else read_bounded(path, 256, prefix=True)
+    except (OSError, NumabindError):
+        return False
+    return looks_like_hwloc_xml(path, head)
+
+
+def _hwloc_xml_bytes(path: str) -> bytes:
+    """The bytes of the hwloc XML file ``path``, through the one bounded read (capped before a byte is read)."""
+    from ._hwloc_xml import MAX_XML_BYTES, read_error
+
+    try:
+        return read_bounded(path, MAX_XML_BYTES)
+    except (OSError, RefusedFile) as exc:
+        raise read_error(path, exc) from None
 
 
 def resolve_root(root: str | os.PathLike[str] | None = None) -> str:

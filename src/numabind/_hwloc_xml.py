@@ -34,8 +34,9 @@ What the tree holds, from the XML:
 
 Safety: the file is parsed by expat with no DTD: an internal subset (entity declarations: "billion laughs", an
 external entity) is refused when the parser meets it, before any expansion, and external entities are never
-loaded. A file over :data:`MAX_XML_BYTES` is refused from its size before a byte is read (and while read, if it
-grows). Bad XML, a truncated file, another root element, a bitmap that does not parse and an id over
+loaded. The file's bytes come from the one bounded read (:func:`numabind._fs.read_bounded`, capped at
+:data:`MAX_XML_BYTES`): a larger file is refused from its size before a byte is read (and while read, if it
+grows), anything but a regular file before it is opened for reading. Bad XML, a truncated file, another root element, a bitmap that does not parse and an id over
 :data:`numabind.cpulist.MAX_ID` are :class:`~numabind.errors.NumabindError` naming the file and the line. The
 whole file is read and checked before one file of the tree is written, so there is never a half-read topology.
 """
@@ -43,7 +44,6 @@ whole file is read and checked before one file of the tree is written, so there 
 from __future__ import annotations
 
 import os
-import stat
 from typing import TYPE_CHECKING, Any
 
 from ._base import getLogger
@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable, Mapping
 
 __all__ = ["GPU_NOTE_FILE", "MAX_XML_BYTES", "MAX_XML_DEPTH", "MAX_XML_OBJECTS", "HwlocTopology", "gpu_order_note",
-           "is_hwloc_xml", "read_topology", "write_tree"]
+           "looks_like_hwloc_xml", "read_error", "read_topology", "write_tree"]
 
 log = getLogger(__name__)
 
@@ -68,7 +68,6 @@ MAX_XML_OBJECTS = 1_000_000
 #: The file of the tree, beside ``sys`` and ``proc``, that says where it came from and how its GPUs are ordered.
 GPU_NOTE_FILE = "numabind-hwloc-xml"
 
-_CHUNK = 1 << 20
 _BITMAPS = ("cpuset", "complete_cpuset", "online_cpuset", "allowed_cpuset", "nodeset", "complete_nodeset",
             "allowed_nodeset")
 _IO_TYPES = frozenset({"Bridge", "PCIDev", "OSDev", "Misc"})
@@ -224,62 +223,36 @@ class _Reader:
             self.text.append(data)
 
 
-def is_hwloc_xml(path: str) -> bool:
-    """Whether the file ``path`` is to be read as hwloc XML: its name ends in ``.xml``, or it starts (after
-    blanks) with ``<?xml``, ``<!DOCTYPE topology`` or ``<topology``."""
-    if path.lower().endswith(".xml"):
-        return True
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        head = os.read(fd, 256).lstrip()
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return head.startswith((b"<?xml", b"<!DOCTYPE topology", b"<topology"))
+def looks_like_hwloc_xml(name: str, head: bytes) -> bool:
+    """Whether a file is to be read as hwloc XML: its ``name`` ends in ``.xml``, or its first bytes ``head``
+    start (after blanks) with ``<?xml``, ``<!DOCTYPE topology`` or ``<topology``."""
+    return name.lower().endswith(".xml") or head.lstrip().startswith((b"<?xml", b"<!DOCTYPE topology", b"<topology"))
 
 
-def _parse(path: str) -> _Reader:
+def read_error(path: str, exc: Exception) -> NumabindError:
+    """The error for an hwloc XML file ``path`` that the bounded read (:func:`numabind._fs.read_bounded`, capped
+    at :data:`MAX_XML_BYTES`) refused or could not read: ``exc`` is its RefusedFile or OSError."""
+    why = getattr(exc, "why", None)
+    if why == "size":
+        return _fail(path, None, f"is more than numabind's cap of {MAX_XML_BYTES >> 20} MiB for an hwloc XML "
+                     f"topology (the largest machines' are a few MiB); is this the right file?")
+    if why is not None:
+        return _fail(path, None, f"cannot be read: {getattr(exc, 'reason', exc)}")
+    return _fail(path, None, f"cannot be read: {getattr(exc, 'strerror', None) or exc}")
+
+
+def _parse(path: str, data: bytes) -> _Reader:
     from xml.parsers import expat
 
+    reader = _Reader(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _fail(path, None, f"cannot be opened: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _fail(path, None, "is not a regular file")
-        if st.st_size > MAX_XML_BYTES:
-            raise _fail(path, None, f"is {st.st_size} bytes, more than numabind's cap of {MAX_XML_BYTES >> 20} "
-                        f"MiB for an hwloc XML topology (the largest machines' are a few MiB); is this the "
-                        f"right file?")
-        reader = _Reader(path)
-        total = 0
-        try:
-            while True:
-                chunk = os.read(fd, _CHUNK)
-                total += len(chunk)
-                if total > MAX_XML_BYTES:
-                    raise _fail(path, None, f"grew past numabind's cap of {MAX_XML_BYTES >> 20} MiB while read")
-                reader.parser.Parse(chunk, not chunk)
-                if not chunk:
-                    break
-        except expat.ExpatError as exc:
-            problem = expat.ErrorString(exc.code) if exc.code is not None else str(exc)
-            hint = ("the file ends inside an element: it is truncated" if problem in (
-                "no element found", "unclosed token") or not reader.objects or reader.stack else
-                "it is not well-formed XML")
-            raise _fail(path, exc.lineno, f"{problem} (column {exc.offset}): {hint}", _REEXPORT) from None
-        except OSError as exc:
-            raise _fail(path, None, f"cannot be read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
+        reader.parser.Parse(data, True)
+    except expat.ExpatError as exc:
+        problem = expat.ErrorString(exc.code) if exc.code is not None else str(exc)
+        hint = ("the file ends inside an element: it is truncated" if problem in (
+            "no element found", "unclosed token") or not reader.objects or reader.stack else
+            "it is not well-formed XML")
+        raise _fail(path, exc.lineno, f"{problem} (column {exc.offset}): {hint}", _REEXPORT) from None
     if not reader.objects:
         raise _fail(path, None, "holds no <object>: an hwloc topology has a root object", _REEXPORT)
     return reader
@@ -384,9 +357,10 @@ def _int_attr(path: str, obj: _Obj, name: str, *, required: bool = False, cap: i
     return value
 
 
-def read_topology(path: str) -> HwlocTopology:
-    """The machine an hwloc XML file describes; NumabindError (file and line) for anything it cannot read."""
-    r = _parse(path)
+def read_topology(path: str, data: bytes) -> HwlocTopology:
+    """The machine the hwloc XML file ``path`` describes, from its bytes ``data``; NumabindError (file and line)
+    for anything it cannot read."""
+    r = _parse(path, data)
     objs = r.objects
     topo = HwlocTopology(path, r.version)
     root = objs[0]

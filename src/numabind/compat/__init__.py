@@ -404,3 +404,23 @@ def numactl_probe(numactl_args: str) -> tuple[bool, str] | None:
     if result.returncode != 0 and not err:
         err = f"numactl exited with status {result.returncode}"
     return result.returncode == 0, err if result.returncode != 0 else ""
+
+
+#: The spellings of SGLang's boolean environment variables, any case.
+SGLANG_TRUE = ("true", "1", "yes", "y")
+SGLANG_FALSE = ("false", "0", "no", "n")
+
+
+def sglang_env_bool(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
+    """One of SGLang's boolean environment variables: true/1/yes/y or false/0/no/n, any case; unset: ``default``.
+    Anything else is a PlanError naming the variable (a typo must not silently mean the default)."""
+    raw = (os.environ if env is None else env).get(name)
+    if raw is None:
+        return default
+    value = raw.lower()
+    if value in SGLANG_TRUE:
+        return True
+    if value in SGLANG_FALSE:
+        return False
+    raise PlanError(f"{name}={raw!r} is not a boolean; use one of {', '.join(SGLANG_TRUE)} or "
+                    f"{', '.join(SGLANG_FALSE)}")

@@ -34,6 +34,7 @@ from ..bind import bind_thread
 from ..errors import NumabindError
 from ..memory import MemoryReport, bind_memory, page_placement
 from ..plan import Plan, narrow_nodes
+from . import sglang_env_bool
 
 __all__ = ["InterleavedPinnedBuffer", "allocate_interleaved_pinned_table", "get_shm_numa_distribution",
            "numa_interleave_memory", "numa_memory_nodes", "numa_page_counts", "temp_membind"]
@@ -42,31 +43,16 @@ logger = logging.getLogger("sglang.srt.utils.numa_utils")
 
 #: The file numa_maps is read from (a module constant: tests point it at a file of their own).
 _NUMA_MAPS_PATH = "/proc/self/numa_maps"
-_TRUE = ("1", "true", "yes", "y", "on")
-_FALSE = ("0", "false", "no", "n", "off", "")
 
 _PROT_READ_WRITE = 0x1 | 0x2
 _MAP_PRIVATE_ANONYMOUS = 0x02 | 0x20
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-def _env_flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    value = value.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    logger.warning(f"{name}={value!r} is neither true nor false; using {default}")
-    return default
-
-
 def _memory_failure(reason: str) -> None:
     """SGLang's failure: a WARNING, raised as RuntimeError under SGLANG_CRASH_ON_NUMA_BIND_FAILURE."""
     logger.warning("%s", reason)
-    if _env_flag("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", False):
+    if sglang_env_bool("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", False):
         raise RuntimeError(reason)
 
 
@@ -299,7 +285,7 @@ def allocate_interleaved_pinned_table(shape: Sequence[int], dtype: Any, *,
         return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=True), None
 
     nodes = numa_memory_nodes()
-    if not interleave or not _env_flag("SGLANG_PLE_OFFLOAD_NUMA_INTERLEAVE", True) or len(nodes) < 2:
+    if not interleave or not sglang_env_bool("SGLANG_PLE_OFFLOAD_NUMA_INTERLEAVE", True) or len(nodes) < 2:
         return plain()
     if not _policy_readable():
         _memory_failure("NUMA interleave is unavailable because the process cannot query its memory policy; "

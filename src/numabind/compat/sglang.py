@@ -101,6 +101,7 @@ from . import (
     wrapper_environment,
     wrapper_executable,
 )
+from . import SGLANG_TRUE, sglang_env_bool as _env_bool
 from ._sglang_memory import (InterleavedPinnedBuffer, allocate_interleaved_pinned_table, get_shm_numa_distribution,
                              numa_interleave_memory, numa_memory_nodes, numa_page_counts, temp_membind)
 
@@ -149,25 +150,9 @@ _DRM_DEVICE = "/sys/class/drm/{}/device"
 _PCI_NUMA_NODE = "/sys/bus/pci/devices/{}/numa_node"
 _INTEL_PCI_VENDOR = 0x8086
 
-_TRUE = ("true", "1", "yes", "y")
-_FALSE = ("false", "0", "no", "n")
-
 
 class NumaListError(PlanError, IndexError):
     """A per-GPU list (``--numa-node``, ``SGLANG_CPU_OMP_THREADS_BIND``) has no entry for a GPU or rank."""
-
-
-def _env_bool(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
-    """SGLang's boolean environment variables: true/1/yes/y or false/0/no/n, any case."""
-    raw = (os.environ if env is None else env).get(name)
-    if raw is None:
-        return default
-    value = raw.lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise PlanError(f"{name}={raw!r} is not a boolean; use one of {', '.join(_TRUE)} or {', '.join(_FALSE)}")
 
 
 def _crash_on_failure() -> bool:
@@ -370,7 +355,7 @@ def _list_xpu_pci_addresses() -> list[str]:
         key = _pci_key(address)
         if key is not None:
             found.append((key, address))
-    pci_order = os.environ.get("ZE_ENABLE_PCI_ID_DEVICE_ORDER", "").strip().lower() in _TRUE
+    pci_order = os.environ.get("ZE_ENABLE_PCI_ID_DEVICE_ORDER", "").strip().lower() in SGLANG_TRUE
     found.sort(key=lambda item: (not pci_order and _integrated(item[0]), item[0]))
     return [address for _, address in found]
 
