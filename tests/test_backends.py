@@ -303,6 +303,24 @@ def test_numactl_backend_command_prefix_binds_the_child(policy, nodes, opt):
     assert raw_mempolicy() == (MPOL["default"], frozenset())
 
 
+@kernel
+def test_numactl_backend_binds_cpus_of_the_cpuset_outside_the_affinity():
+    # numactl checks --physcpubind against the affinity, numabind against the cpuset: from a
+    # caller narrowed to one CPU (taskset -c), a plan for another CPU of the cpuset must still reach the child
+    be, _ = get_backend("numactl")
+    first, second = sorted(live.limits().allowed_cpus)[:2]   # two CPUs of the cpuset, whatever the affinity
+    os.sched_setaffinity(0, {first})
+    plan = Plan(cpus={second})
+    prefix = be.command_prefix(plan)
+    assert prefix[3:5] == ["--all", f"--physcpubind={second}"]
+    cp = subprocess.run(prefix + [sys.executable, "-c", REPORT], capture_output=True, text=True,
+                        env=child_env(), timeout=60)
+    assert cp.returncode == 0, cp.stderr
+    assert json.loads(cp.stdout)["cpus"] == [second]
+    # inside the affinity numactl's own check holds, and the prefix stays the plain one
+    assert "--all" not in be.command_prefix(Plan(cpus={first}))
+
+
 def test_numactl_backend_cannot_express_the_default_policy():
     with pytest.raises(PlanError, match="default memory policy"):
         get_backend("numactl")[0].command_prefix(Plan(mem_policy="default"))

@@ -21,7 +21,7 @@ fail() {
 
 check() {
     case "$1" in
-        --localalloc) return 0 ;;
+        --localalloc|--all) return 0 ;;
         --physcpubind=*|--cpunodebind=*|--membind=*|--preferred=*|--preferred-many=*|--interleave=*)
             value=${1#*=} ;;
         *) fail "refusing option '$1' (only numactl binding options are passed on)" ;;

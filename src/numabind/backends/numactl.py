@@ -114,8 +114,14 @@ class NumactlBackend(AffinityOnlyBackend):
 
     def command_prefix(self, plan: Plan) -> list[str]:
         """The wrapper's argv: the numactl binary checked here, the plan's text for the command's
-        ``_NUMABIND_BOUND`` marker (``numabind stat``), the plan as numactl options, ``--``."""
-        return [WRAPPER, f"--numactl={self.numactl}", f"--mark={plan.to_text()}", *plan.to_numactl_argv(), "--"]
+        ``_NUMABIND_BOUND`` marker (``numabind stat``), the plan as numactl options, ``--``.
+
+        numactl checks ``--physcpubind`` against the caller's affinity; numabind's limit is the cpuset
+        (the plan was checked against it), so a plan whose CPUs leave the affinity gets numactl's
+        ``--all`` first, which leaves the check to the kernel (the cpuset)."""
+        whole = ["--all"] if plan.cpus is not None and not plan.cpus <= os.sched_getaffinity(0) else []
+        return [WRAPPER, f"--numactl={self.numactl}", f"--mark={plan.to_text()}", *whole, *plan.to_numactl_argv(),
+                "--"]
 
 
 def parse_numactl_show(text: str) -> tuple[str, frozenset[int]]:
