@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <errno.h>
@@ -776,4 +778,49 @@ long nb_numa_bind(const struct nb_bind_request *req, int flags, size_t cap, int 
 {
     NEED_NUMA();
     return bind_all(nb_numa_get_mempolicy, nb_numa_set_mempolicy, numa_set, numa_get, req, flags, cap, out);
+}
+
+/* ---- System V shared memory and a range's pages ---------------------------- */
+long nb_ftok(const char *path, int proj_id)
+{
+    key_t key = ftok(path, proj_id);
+    return key == (key_t)-1 ? -(long)errno : (long)key;
+}
+
+long nb_shmget(long key, size_t size, int flags)
+{
+    RET(shmget((key_t)key, size, flags));
+}
+
+long nb_shm_size(int shmid, unsigned long long *size)
+{
+    struct shmid_ds ds;
+    if (shmctl(shmid, IPC_STAT, &ds) < 0)
+        return -(long)errno;
+    *size = (unsigned long long)ds.shm_segsz;
+    return 0;
+}
+
+long nb_shmat(int shmid, void **addr)
+{
+    void *p = shmat(shmid, NULL, 0);
+    if (p == (void *)-1)
+        return -(long)errno;
+    *addr = p;
+    return 0;
+}
+
+long nb_shmdt(void *addr)
+{
+    RET(shmdt(addr));
+}
+
+long nb_touch_range(void *addr, size_t len, size_t step)
+{
+    if (step == 0)
+        return -EINVAL;
+    long pages = 0;
+    for (size_t off = 0; off < len; off += step, pages++)
+        __atomic_fetch_or((volatile char *)addr + off, (char)0, __ATOMIC_RELAXED);
+    return pages;
 }

@@ -217,4 +217,22 @@ long nb_numa_mbind(void *addr, unsigned long len, int mode, const unsigned long 
 long nb_numa_sched_setaffinity(int tid, unsigned long nbits, unsigned long *mask);
 long nb_numa_sched_getaffinity(int tid, unsigned long nbits, unsigned long *mask);
 
+
+/* ---- System V shared memory and a range's pages (numactl's --shm/--touch: numabind.backends.segment) ---- */
+/* ftok(3): the System V key of the file at `path` with `proj_id` (as ipcrm and numactl compute it), or -errno. */
+long nb_ftok(const char *path, int proj_id);
+/* shmget(2): the id of the segment of `key` of at least `size` bytes (`flags`: IPC_CREAT, SHM_HUGETLB and the
+ * permission bits), or -errno. */
+long nb_shmget(long key, size_t size, int flags);
+/* The size in bytes of the segment `shmid` (shmctl IPC_STAT) into *size; 0, or -errno. */
+long nb_shm_size(int shmid, unsigned long long *size);
+/* shmat(2) at an address the kernel picks, read-write: 0 and the address in *addr, or -errno. */
+long nb_shmat(int shmid, void **addr);
+/* shmdt(2) of an address nb_shmat returned; 0, or -errno. */
+long nb_shmdt(void *addr);
+/* Faults in every `step` bytes of [addr, addr + len) with an atomic or of 0 into one byte of each (a write that
+ * changes nothing, safe beside other writers of a shared segment): each page is allocated under its range's
+ * policy.  Returns the pages touched, or -EINVAL for a step of 0. */
+long nb_touch_range(void *addr, size_t len, size_t step);
+
 #endif

@@ -23,7 +23,10 @@ only when the script ends as it does with numactl **and** every invocation got t
 it (same arguments, same caller CPUs, in the same order); a difference prints both invocations' outputs.
 
 Where numabind differs today the case is ``xfail(strict=True)`` with the cause (issue 32's numbering), so it
-fails once fixed and the mark must go. ``shmtest`` fails with numactl 2.0.19 itself (asserted below).
+fails once fixed and the mark must go. ``shmtest`` fails with numactl 2.0.19 itself (asserted below): at its
+second call, numactl's ``--verify`` refuses an offset equal to the length. numabind implements numactl's
+shared-memory options with that check kept, so its run must fail there too, with the same words, after the
+same first call succeeded (a numabind that refused the segment options would fail at the first call instead).
 """
 
 from __future__ import annotations
@@ -109,12 +112,7 @@ SHMTEST_NUMACTL_FAILURE = (("--offset=2m", "--length=2m", "--shm=A", "--strict",
 #: Where numabind differs today (issue 32's causes), per script; strict: a fix makes the case fail until the
 #: mark goes. (bind_range and regress2 failed here on cause 1 until plan.py took the cpuset, not the inherited
 #: affinity, as the limit: under `taskset -c 0`, `numactl --all --physcpubind=3 ls` exited 1.)
-NUMABIND_XFAIL: dict[str, str] = {
-    "shmtest": ("issue 28 section 1 / issue 32 cause 5 (numactl's shared-memory options missing): its first call, "
-                "`numactl --length=20m --shm=A --dump`, exits 1 with numabind ('--length: numactl's shared-memory "
-                "options ... are not supported by numabind'), 0 with numactl; numactl itself fails at the second "
-                "call (offset = length)"),
-}
+NUMABIND_XFAIL: dict[str, str] = {}
 
 TIMEOUT_S = 600
 #: The guest: mem-only's machine. Through numabind every numactl call starts an interpreter (seconds under
@@ -297,6 +295,11 @@ def test_numactl_script(script, vm_topology):
     assert got.status == ref.status and not diffs, (
         f"{got.summary()} against {ref.summary()}\n{detail}\n--- {script} via numabind, last lines:\n"
         f"{got.output[-2000:]}")
+    if script == "shmtest":     # numabind fails where numactl itself fails, for numactl's reason
+        args, words = SHMTEST_NUMACTL_FAILURE
+        assert got.calls[-1].argv == args and words in got.output, (
+            f"shmtest through numabind did not fail (only) at numactl {shlex.join(args)} ({words}):\n"
+            + "\n".join(c.text() for c in got.calls) + f"\n{got.output[-3000:]}")
 
 
 def test_every_file_of_numactl_test_dir_is_run_or_not_applicable():

@@ -116,3 +116,33 @@ def page_status(be: NativeBackend, address: int, pages: int) -> Iterator[list[in
             raise BindError(-rc, "move_pages", f"query of {n} pages at {start:#x}")
         yield list(status)
         done += n
+
+
+#: get_mempolicy(2) flag: with MPOL_F_ADDR, the node of the page at the address rather than the policy.
+MPOL_F_NODE = 1 << 0
+
+
+def range_mode(be: NativeBackend, address: int) -> tuple[int, frozenset[int]]:
+    """The memory policy of the mapping at ``address`` as the kernel returns it (``get_mempolicy(MPOL_F_ADDR)``):
+    the raw mode word and its node mask, for callers that print the kernel's own numbering (numactl's
+    ``--dump``). Raises BindError."""
+    ffi = be.ffi
+    bits = live.node_mask_bits()
+    mode = ffi.new("int *")
+    mask = ffi.new("unsigned long[]", bits // 64)
+    rc = getattr(be.lib, be.prefix + "get_mempolicy")(mode, mask, bits + 1, ffi.cast("void *", address), MPOL_F_ADDR)
+    if rc < 0:
+        raise BindError(-rc, "get_mempolicy", f"MPOL_F_ADDR at {address:#x}")
+    return int(mode[0]), words_to_ids(mask)
+
+
+def page_node(be: NativeBackend, address: int) -> int:
+    """The node of the page at ``address`` (``get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR)``); the kernel faults
+    the page in first when it is not yet. Raises BindError."""
+    ffi = be.ffi
+    node = ffi.new("int *")
+    rc = getattr(be.lib, be.prefix + "get_mempolicy")(node, ffi.NULL, 0, ffi.cast("void *", address),
+                                                        MPOL_F_NODE | MPOL_F_ADDR)
+    if rc < 0:
+        raise BindError(-rc, "get_mempolicy", f"MPOL_F_NODE|MPOL_F_ADDR at {address:#x}")
+    return int(node[0])

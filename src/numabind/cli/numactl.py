@@ -14,7 +14,17 @@ may be abbreviated while it stays unambiguous) and applied in the order given:
   affinity instead.
 * ``-t/--strict`` (numactl's strict flag for shared memory) is ignored for a process with a warning, as
   numactl ignores it; numabind's own ``--strict`` (``numabind run``) is another option.
-* The shared-memory options (``--shm``, ``--file``, ...) are not supported: refused, naming them.
+* The shared-memory options set the policy of a segment instead of a process's (:func:`segment_main`, over
+  :mod:`numabind.backends.segment`): ``--shm FILE`` attaches the System V segment keyed by ``ftok(FILE, --shmid)``
+  (created with ``--length`` bytes and mode ``--shmmode``, huge pages with ``--huge``, when missing), ``--file
+  FILE`` maps a tmpfs or hugetlbfs file shared (created or grown to ``--offset + --length``); the range is
+  ``--length`` bytes from ``--offset`` (k, m, g suffixes). A policy option after it ``mbind``s the range
+  (``-t/--strict``: ``MPOL_MF_STRICT``), ``--touch`` faults its pages in, ``--dump`` prints the policy of its
+  pages and ``--dump-nodes`` their nodes as numactl prints them, ``--verify`` checks the policy and the nodes.
+  Each applies where it stands, as numactl's option loop does: ``--length``/``--offset``/``--shmmode``/``--huge``
+  before ``--shm``/``--file``, the policy after; no command runs beside a segment. numactl's quirks are kept:
+  ``--touch`` and ``--verify`` refuse an offset that is not below the length (numactl 2.0.19's check_shmbeyond),
+  ``-p`` on a segment prefers its first node as preferred-many where the kernel has it.
 
 Every refusal exits 1, as numactl does, a command that cannot be executed too; once the command runs the
 status is its own. The binding itself is ``numabind run``'s (the options are handed to it).
@@ -22,10 +32,12 @@ status is its own. The binding itself is ``numabind run``'s (the options are han
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
+from typing import Any
 
-__all__ = ["numactl_main", "is_numactl_form", "NumactlUsage"]
+__all__ = ["numactl_main", "is_numactl_form", "NumactlUsage", "NumactlFailure", "segment_main", "memsize"]
 
 #: numactl's options: long name -> (short letter or None, takes a value)
 LONG = {
@@ -41,8 +53,9 @@ LONG = {
 #: numabind's own options in numactl's form (spelled in full: they never take an abbreviation of numactl's).
 OWN = {"within-affinity": (None, False)}
 SHORT = {short: long for long, (short, _) in LONG.items() if short}
-#: Options numabind does not implement: numactl's shared-memory policy (and its debugging --verify).
-SHM = ("shm", "file", "offset", "length", "shmmode", "shmid", "huge", "touch", "dump", "dump-nodes", "verify")
+#: numactl's shared-memory options: any of them makes the line a segment's (:func:`segment_main`). ``--shmid``
+#: and ``-t/--strict`` alone leave it a process's, as in numactl (the first ignored, the second with a warning).
+SHM = ("shm", "file", "offset", "length", "shmmode", "huge", "touch", "dump", "dump-nodes", "verify")
 CPU_OPTIONS = ("physcpubind", "cpunodebind", "cpubind")
 POLICIES = ("membind", "preferred", "preferred-many", "interleave", "weighted-interleave", "localalloc")
 USAGE_LINE = ("usage: numactl [-a] [-b] [-i|-w|-p|-P|-m NODES | -l] [-C CPUS | -N NODES] command args ...;  "
@@ -142,11 +155,6 @@ def check_order(opts: list[tuple[str, str | None]]) -> None:
     """What numactl refuses because of the order or the repetition of its options."""
     lists = policy = None
     for name, _ in opts:
-        if name in SHM:
-            raise NumactlUsage(
-                f"--{name}: numactl's shared-memory options (--shm, --file, --offset, --length, --shmmode, "
-                f"--shmid, --huge, --touch, --dump, --dump-nodes, --verify) are not supported by numabind; "
-                f"run numactl itself for them")
         if name == "all" and lists:
             raise NumactlUsage(f"--all/-a option must be before all cpu/node specifications (here after --{lists})")
         if name in ("balancing", "hardware", "version") and policy:
@@ -214,17 +222,12 @@ def numactl_main(args: list[str]) -> int:
     """numactl's command line (see the module docstring); the exit status."""
     try:
         opts, command = parse(args)
-        check_order(opts)
         names = [n for n, _ in opts]
+        if any(n in SHM for n in names):
+            return segment_main(opts, command)
+        check_order(opts)
         if "show" in names:
-            before = run_args(opts[:names.index("show")])
-            if before:     # numactl shows what the options before -s set: show from a bound child
-                return _run(before, [sys.executable, "-m", "numabind", "show"])
-            import argparse
-
-            from .commands import cmd_show
-
-            return cmd_show(argparse.Namespace(root=None, json=False))
+            return _show(run_args(opts[:names.index("show")]))
         if "hardware" in names:
             return _hardware("cpu-compress" in names)
         if "version" in names:
@@ -243,3 +246,402 @@ def numactl_main(args: list[str]) -> int:
     if "cpu-compress" in names:
         sys.stderr.write("numabind: warning: --cpu-compress only shapes --hardware's CPU lists; ignored here\n")
     return _run(run_args(opts), command)
+
+
+# --------------------------------------------------------------------------- shared-memory segments
+class NumactlFailure(Exception):
+    """A numactl command line that fails without a usage message (exit 1, as numactl's ``complain``)."""
+
+
+#: POLICY's kernel mode names as numactl's --dump and --verify print them (util.c's table: by MPOL_* number).
+DUMP_NAMES = ("default", "preferred", "bind", "interleave", "local", "preferred-many")
+
+
+def _mode_name(mode: int) -> str:
+    """A kernel mode number as numactl prints it: its name, or ``[N]`` past preferred-many."""
+    return DUMP_NAMES[mode] if 0 <= mode < len(DUMP_NAMES) else f"[{mode}]"
+
+
+def _strtoul(text: str, base: int) -> tuple[int, str]:
+    """C's ``strtoul(text, &end, base)``: the number and what follows it (base 0: ``0x`` hex, ``0`` octal)."""
+    s = text.lstrip(" \t\n\r\f\v")
+    sign = 1
+    if s[:1] in "+-" and s:
+        sign, s = (-1 if s[0] == "-" else 1), s[1:]
+    if base in (0, 16) and s[:2].lower() == "0x" and s[2:3].lower() in tuple("0123456789abcdef"):
+        s, base = s[2:], 16
+    elif base == 0:
+        base = 8 if s[:1] == "0" else 10
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"[:base]
+    k = 0
+    while k < len(s) and s[k].lower() in digits:
+        k += 1
+    if k == 0:
+        return 0, text
+    value = int(s[:k], base)
+    return (value if sign > 0 else (-value) % (1 << 64)), s[k:]
+
+
+def memsize(text: str) -> int:
+    """numactl's size: a C integer (``0x`` hex, ``0`` octal) with an optional k, m or g (KiB, MiB, GiB)."""
+    value, rest = _strtoul(text, 0)
+    scale = {"G": 1 << 30, "M": 1 << 20, "K": 1 << 10}.get(rest[:1].upper(), 1)
+    return (value * scale) % (1 << 64)
+
+
+def _number(text: str, base: int) -> int:
+    """A whole C integer (``--shmmode`` in octal, ``--shmid``): usage error when anything else."""
+    value, rest = _strtoul(text, base)
+    if rest or rest is text or not text:
+        raise NumactlUsage(f"{text!r} is not a number")
+    return value
+
+
+class _Segments:
+    """numactl's option loop when a shared-memory option is given: the options are applied one by one, in the
+    order given, to the segment the last ``--shm``/``--file`` attached (numactl.c's main and shm.c)."""
+
+    def __init__(self) -> None:
+        self.length = self.offset = self.shmid = 0
+        self.mode = 0o600
+        self.huge = self.strict = self.whole = self.node_cpu = self.cpubind = False
+        self.policy: str | None = None        # the kernel mode name set on the segment (numactl's set_policy)
+        self.option: str | None = None        # numactl's shmoption: the last of --length, --offset, ...
+        self.nodes: frozenset[int] | None = None   # numactl's `mask`: the last node list read
+        self.last: str | None = None          # the node list "same" repeats
+        self.segment: Any = None
+        self.status = 0
+        self._be: Any = None
+
+    # numactl's order rules ---------------------------------------------------------------------
+    def no_policy(self, what: str) -> None:
+        if self.policy is not None:
+            raise NumactlUsage(f"specify policy after --shm/--file (--{what} after --{self.policy})")
+
+    def no_segment_yet(self, opt: str) -> None:
+        if self.segment is not None:
+            raise NumactlUsage(f"{opt} must be before shared memory specification")
+        self.option = opt
+
+    def need_segment(self, opt: str) -> None:
+        if self.segment is None:
+            raise NumactlUsage(f"{opt} must be after shared memory specification")
+
+    def check_beyond(self, opt: str) -> None:
+        # numactl 2.0.19 compares the offset with the length (not with the segment): kept, as numactl does
+        if self.offset >= self.length:
+            raise NumactlFailure(f"region offset {self.offset:#x} beyond its length {self.length:#x} at {opt}")
+
+    # the pieces ----------------------------------------------------------------------------------
+    def backend(self) -> Any:
+        if self._be is None:
+            from ..backends.segment import segment_backend
+
+            self._be = segment_backend()
+        return self._be
+
+    def node_list(self, name: str, value: str) -> frozenset[int]:
+        """The nodes of a policy's list, read as numactl reads them (Mems_allowed; every node after -a)."""
+        from .. import live
+        from ..errors import NumabindError
+        from ..plan import Plan
+        from . import device_node
+
+        if value == "same":
+            if self.last is None:
+                raise NumactlUsage("same needs previous node specification")
+            value = self.last
+        else:
+            self.last = value
+        flag = "membind" if name in ("preferred", "preferred-many") else name
+        try:
+            machine = live.machine()
+            plan = Plan.from_numactl_args([f"--{flag}={value}", *(["--all"] if self.whole else [])],
+                                          topology=machine, device_node=device_node).validate(machine)
+        except (NumabindError, ValueError) as e:
+            sys.stdout.write(f"<{value}> is invalid\n")
+            raise NumactlUsage(f"--{name}={value}: {e}") from None
+        return plan.mem_nodes or frozenset()
+
+    def check_list(self, name: str, value: str) -> None:
+        """A CPU or node list of -C/-N given on this line: checked (numactl binds numactl itself with it, and
+        then refuses to run a command beside a segment, so nothing else comes of it)."""
+        from .. import live
+        from ..errors import NumabindError
+        from ..plan import Plan
+        from . import device_node
+
+        if name != "physcpubind":
+            if value == "same":
+                if self.last is None:
+                    raise NumactlUsage("same needs previous node specification")
+                value = self.last
+            else:
+                self.last = value
+        flag = "cpunodebind" if name == "cpubind" else name
+        try:
+            machine = live.machine()
+            Plan.from_numactl_args([*(["--all"] if self.whole else []), f"--{flag}={value}"],
+                                   topology=machine, device_node=device_node).validate(machine)
+        except (NumabindError, ValueError) as e:
+            sys.stdout.write(f"<{value}> is invalid\n")
+            raise NumactlUsage(f"--{name}={value}: {e}") from None
+
+    def attach(self, name: str, path: str) -> None:
+        from ..backends import segment as door
+
+        if self.cpubind:
+            raise NumactlUsage("cannot do --cpubind on shared memory")
+        self.no_policy(name)
+
+        def need_length() -> None:
+            what = "a sysv shared memory segment" if name == "shm" else "a shared file"
+            raise NumactlFailure(f"need a --length to create {what}")
+
+        def say(text: str) -> None:
+            sys.stderr.write(f"numabind: {text}\n")
+
+        if self.segment is not None:
+            self.segment.close()
+            self.segment = None
+        if name == "shm":
+            seg = door.attach_sysv(path, length=self.length, offset=self.offset, mode=self.mode, shmid=self.shmid,
+                                   huge=self.huge, need_length=need_length, say=say)
+            self.length = seg.length
+            self.check_region(seg.address, seg.length, seg.page_size, "--shm")
+        else:
+            fd, page = door.open_file(path, length=self.length, offset=self.offset, mode=self.mode,
+                                      need_length=need_length)
+            try:
+                self.check_region(0, self.length, page, "--file")
+            except NumactlFailure:
+                os.close(fd)
+                raise
+            seg = door.map_file(fd, path, length=self.length, offset=self.offset, page_size=page)
+        self.segment = seg
+
+    @staticmethod
+    def check_region(address: int, length: int, page: int, opt: str) -> None:
+        if address % page or length % page:
+            raise NumactlFailure(f"policy region not page aligned ({length:#x} bytes at offset-adjusted address "
+                                 f"{address:#x}; the page is {page:#x} bytes)")
+        if not length:
+            raise NumactlFailure(f"policy region length not specified before {opt}")
+
+    def set_policy(self, name: str, value: str | None) -> None:
+        from ..backends.range import MPOL_MF_STRICT
+        from ..errors import BindError
+
+        nodes: frozenset[int] = frozenset()
+        if name == "localalloc":
+            mode = "local"
+        else:
+            nodes = self.node_list(name, value or "")
+            self.node_cpu = True
+            mode = {"membind": "bind", "preferred": "preferred-many", "preferred-many": "preferred-many",
+                    "interleave": "interleave", "weighted-interleave": "weighted-interleave"}[name]
+        if self.policy is not None:
+            raise NumactlUsage(f"Conflicting policies: --{self.policy} and --{name} (a segment has one memory "
+                               f"policy: give one of them)")
+        self.policy, self.nodes = mode, (None if mode == "local" else nodes)
+        if self.segment is None:
+            return           # a process's policy: numactl refuses the line at its end (shm option for process)
+        from ..backends.segment import set_policy
+
+        be, flags = self.backend(), MPOL_MF_STRICT if self.strict else 0
+        if mode == "weighted-interleave":      # numactl sets interleave on a segment for -w too
+            set_policy(be, self.segment, "interleave", nodes, flags)
+        elif mode == "preferred-many":         # numactl: the first node, preferred-many where the kernel has it
+            first = frozenset(sorted(nodes)[:1])
+            try:
+                set_policy(be, self.segment, "preferred-many", first, flags)
+            except BindError as e:
+                if e.errno != errno.EINVAL:     # a kernel without MPOL_PREFERRED_MANY (before 5.15)
+                    raise
+                set_policy(be, self.segment, "preferred", first, flags)
+                self.policy = "preferred"
+        else:
+            set_policy(be, self.segment, mode, nodes, flags)
+
+    def dump(self) -> None:
+        from ..backends.segment import page_policies
+
+        seg = self.segment
+        rows: list[tuple[int, int, int, frozenset[int]]] = []
+        for at, mode, nodes in page_policies(self.backend(), seg):
+            if rows and rows[-1][2] == mode and rows[-1][3] == nodes:
+                rows[-1] = (rows[-1][0], at + seg.page_size, mode, nodes)
+            else:
+                rows.append((at, at + seg.page_size, mode, nodes))
+        for start, end, mode, nodes in rows:
+            if mode == 0:
+                continue
+            name = _mode_name(mode)
+            print(f"{seg.offset + start:016x}-{seg.offset + end:016x}: {name} : "
+                  + "".join(f"{n} " for n in sorted(nodes)))
+
+    def dump_nodes(self) -> None:
+        from ..backends.segment import page_nodes
+
+        seg = self.segment
+        rows: list[list[int]] = []
+        for at, node in page_nodes(self.backend(), seg):
+            if rows and rows[-1][2] == node:
+                rows[-1][1] = at + seg.page_size
+            else:
+                rows.append([at, at + seg.page_size, node])
+        for start, end, node in rows:
+            print(f"{seg.offset + start:016x}-{seg.offset + end:016x}: {node}")
+
+    def verify(self) -> None:
+        """Each page of the segment has the policy and nodes set, and sits on one of them (interleave: in turn)."""
+        from ..backends.range import page_node
+        from ..backends.segment import page_policies
+
+        be, seg = self.backend(), self.segment
+        from ..backends import MPOL_MODES
+
+        expected = MPOL_MODES.get(self.policy or "", -1)
+        want = self.nodes or frozenset()
+        turn = page_node(be, seg.address) if self.policy == "interleave" else None
+
+        def warn(at: int, text: str) -> None:
+            print(f"numabind verify {seg.address + at:x}({at:x}): {text}")
+            self.status = 1
+
+        for at, mode, nodes in page_policies(be, seg):
+            if mode != expected:
+                warn(at, f"wrong policy {_mode_name(mode)}, expected {_mode_name(expected)}")
+                return
+            if nodes != want:
+                warn(at, "mismatched node mask")
+                print("expected: " + "".join(f"{n} " for n in sorted(want)))
+                print("real: " + "".join(f"{n} " for n in sorted(nodes)))
+            node = page_node(be, seg.address + at)
+            if turn is not None:
+                if node not in nodes:
+                    warn(at, f"interleave node out of range {node}")
+                if node != turn:
+                    warn(at, f"expected interleave node {turn}, got {node}")
+                    return
+                ring = sorted(nodes)
+                turn = next((n for n in ring if n > turn), ring[0]) if ring else turn
+            elif mode in (1, 2, 5) and node not in nodes:
+                warn(at, f"unexpected node {node}")
+                print("expected: " + "".join(f"{n} " for n in sorted(nodes)))
+
+    # the loop ---------------------------------------------------------------------------------------
+    def run(self, opts: list[tuple[str, str | None]], command: list[str]) -> int:
+        from ..backends.segment import touch
+
+        hardware = False
+        for name, value in opts:
+            if name == "show":
+                return _show(run_args([o for o in opts[:opts.index((name, value))] if o[0] in _PROCESS]))
+            if name in ("hardware", "balancing"):
+                self.no_policy(name)
+                hardware = hardware or name == "hardware"
+            elif name == "version":
+                self.no_policy(name)
+                from .. import __version__
+
+                print(__version__)
+                return 0
+            elif name == "all":
+                if self.node_cpu:
+                    raise NumactlUsage("--all/-a option must be before all cpu/node specifications")
+                self.whole = True
+            elif name in CPU_OPTIONS:
+                if self.option:
+                    short = "-C/--physcpubind" if name == "physcpubind" else "-c/--cpubind/--cpunodebind"
+                    raise NumactlUsage(f"{self.option} shm option is not allowed before {short}")
+                self.check_list(name, value or "")
+                self.cpubind = self.node_cpu = True
+            elif name in POLICIES:
+                self.set_policy(name, value)
+            elif name in ("shm", "file"):
+                self.attach(name, value or "")
+            elif name == "length":
+                self.no_segment_yet("--length")
+                self.length = memsize(value or "")
+            elif name == "offset":
+                self.no_segment_yet("--offset")
+                self.offset = memsize(value or "")
+            elif name == "shmmode":
+                self.no_segment_yet("--shmmode")
+                self.mode = _number(value or "", 8)
+            elif name == "huge":
+                self.no_segment_yet("--huge")
+                self.huge = True
+            elif name == "shmid":
+                self.shmid = _number(value or "", 0)
+            elif name == "strict":
+                self.strict = True
+            elif name in ("dump", "dump-nodes"):
+                if self.segment is None:
+                    raise NumactlFailure(f"Cannot do --{name} without shared memory.")
+                self.dump() if name == "dump" else self.dump_nodes()
+            elif name == "touch":
+                self.need_segment("--touch")
+                self.check_beyond("--touch")
+                touch(self.segment)
+            elif name == "verify":
+                self.need_segment("--verify")
+                if self.policy is None:
+                    raise NumactlFailure("Need a policy first to verify")
+                self.check_beyond("--verify")
+                touch(self.segment)
+                if self.nodes is None:
+                    raise NumactlFailure("Need a mask to verify")
+                self.verify()
+        if hardware:
+            return _hardware(any(n == "cpu-compress" for n, _ in opts))
+        if self.segment is not None:
+            if command:
+                raise NumactlUsage(f"no command runs with --shm/--file (numactl sets the segment's policy and "
+                                   f"exits); drop {command[0]!r}")
+            return self.status
+        if self.strict:
+            sys.stderr.write("numabind: warning: -t/--strict (numactl's strict flag for shared memory) is ignored "
+                             "for a process, as numactl ignores it\n")
+        if self.option:
+            raise NumactlUsage(f"shm related option {self.option} for process (give --shm or --file)")
+        if not command:
+            raise NumactlUsage("no command given (numactl runs the command that follows its options)")
+        return _run(run_args([o for o in opts if o[0] in _PROCESS]), command)
+
+
+#: The options that shape a process's binding (the rest shape a segment).
+_PROCESS = CPU_OPTIONS + POLICIES + ("all", "balancing", "within-affinity")
+
+
+def _show(before: list[str]) -> int:
+    """numactl's --show of the binding the options ``before`` it make."""
+    if before:     # numactl shows what the options before -s set: show from a bound child
+        return _run(before, [sys.executable, "-m", "numabind", "show"])
+    import argparse
+
+    from .commands import cmd_show
+
+    return cmd_show(argparse.Namespace(root=None, json=False))
+
+
+def segment_main(opts: list[tuple[str, str | None]], command: list[str]) -> int:
+    """numactl's command line with shared-memory options (``--shm``, ``--file``, ...): applied in order; the
+    exit status (1 for every refusal, as numactl)."""
+    from ..errors import BindError
+
+    state = _Segments()
+    try:
+        return state.run(opts, command)
+    except NumactlUsage as e:
+        sys.stderr.write(f"numabind: error: {e}\n{USAGE_LINE}\n")
+    except NumactlFailure as e:
+        sys.stderr.write(f"numabind: {e}\n")
+    except BindError as e:
+        sys.stderr.write(f"numabind: {e}\n")
+    finally:
+        sys.stdout.flush()
+        if state.segment is not None:
+            state.segment.close()
+    return 1
