@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import numabind
-from numabind import Plan, discover
+from numabind import Plan, discover, live
 from numabind.cli import main
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import two_sockets
@@ -335,13 +335,7 @@ def test_run_console_script():
     assert cp.stdout.split() == ["Cpus_allowed_list:", str(CPU_B)]
 
 
-#: What ``numabind run``'s fast path loads besides what ``python -c pass`` has: the modules a bind needs
-#: and nothing of argparse, logging, typing, ``__future__`` or discovery. Each module more costs about
-#: 1 % of the path's start (``python -m bench``, P7), so a new one here is a decision, not an accident.
-# numabind._cgroup: the cpuset is the limit a plan is checked against (issue 32), read as discovery reads it
-RUN_PATH_MODULES = {"numabind", "numabind.cli", "numabind._base", "numabind.errors", "numabind.cpulist",
-                    "numabind.plan", "numabind.live", "numabind._fs", "numabind._cgroup", "numabind.backends",
-                    "numabind.bind", "numabind._native", "numabind._native.lib", "_cffi_backend", "gc"}
+from tests.run_path import CPUSET_MODULES, RUN_PATH_MODULES  # noqa: E402 - pinned there, once (test_layers too)
 
 
 @kernel
@@ -360,8 +354,30 @@ def test_run_fast_path_loads_only_what_a_bind_needs():
                         cwd=ROOT)
     assert cp.returncode == 0, cp.stderr
     loaded = set(cp.stdout.split())
-    assert loaded == RUN_PATH_MODULES, (f"more: {sorted(loaded - RUN_PATH_MODULES)}; "
-                                        f"fewer: {sorted(RUN_PATH_MODULES - loaded)}")
+    online = live.machine().online_cpus
+    # the cpuset is read only when the affinity leaves out an online CPU (a one-CPU runner: taskset -c 0)
+    expected = RUN_PATH_MODULES | (CPUSET_MODULES if not os.sched_getaffinity(0) >= online else set())
+    assert loaded == expected, f"more: {sorted(loaded - expected)}; fewer: {sorted(expected - loaded)}"
+
+
+@kernel
+def test_run_fast_path_reads_the_cpuset_only_when_the_affinity_leaves_out_a_cpu():
+    online = sorted(live.machine().online_cpus)
+    if len(online) < 2 or not live.limits().allowed_cpus >= set(online):
+        pytest.skip("needs two online CPUs, both in this process's cpuset")
+    code = ("import os, sys\n"
+            "os.execvpe = lambda path, argv, env: (print('cgroup', 'numabind._cgroup' in sys.modules, flush=True), "
+            "os._exit(0))\n"
+            "from numabind.cli import main\n"
+            f"main(['run', '--physcpubind={online[0]}', '--membind={MEM_NODE}', '--', 'true'])\n"
+            "raise SystemExit('the fast path did not exec')\n")
+    seen = {}
+    for affinity in ({online[0]}, set(online)):
+        cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(),
+                            timeout=60, cwd=ROOT, preexec_fn=lambda cpus=affinity: os.sched_setaffinity(0, cpus))
+        assert cp.returncode == 0, cp.stderr
+        seen[len(affinity)] = cp.stdout.split()
+    assert seen == {1: ["cgroup", "True"], len(online): ["cgroup", "False"]}
 
 
 @kernel

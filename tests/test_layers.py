@@ -19,12 +19,13 @@ ROOT = Path(numabind.__file__).resolve().parent
 # Bottom to top. A module of a package not listed by name sits on its package's floor. The top-level
 # ``numabind/__init__`` re-exports the public API and sits above everything.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("values", ("errors", "_util", "_base", "cpulist", "plan", "_native")),
+    ("values", ("errors", "_util", "_base", "types", "cpulist", "plan", "_native")),
     ("readers", ("_fs", "_dump", "_cgroup", "_hwloc_xml")),
-    ("the machine", ("_nvml", "devices", "iodevices", "topology", "live", "_proc")),
+    ("the machine", ("_nvml", "devices", "iodevices", "topology", "live", "_proc", "nodestat")),
     ("planning", ("strategies", "rank")),
     ("the kernel door", ("backends",)),
-    ("apply / verify", ("records", "residency", "weights", "_transaction", "bind", "verify", "auto", "memory", "relocate")),
+    ("apply / verify", ("records", "residency", "weights", "_transaction", "bind", "verify", "auto", "memory", "relocate",
+                        "threads")),
     ("process integration", ("process",)),
     ("adapters", ("compat", "integrations")),
     ("CLI", ("cli", "__main__")),
@@ -223,3 +224,63 @@ def test_the_checks_catch_what_they_forbid(monkeypatch):
     monkeypatch.setitem(GRAPH, "numabind.cpulist", [("numabind.errors", None, 1)])
     with pytest.raises(AssertionError):
         test_the_import_graph_has_no_cycle()
+
+
+# --------------------------------------------------------------------------- speed idioms only on the run path
+#: A start-up path no subprocess here measures: Python's ``site`` imports this file in every interpreter that
+#: ``numabind instrument`` starts, before the program runs (it keeps ``typing`` off that start).
+EVERY_INTERPRETER = {"numabind.compat.bootstrap.sitecustomize"}
+
+
+def speed_idioms(module: str) -> list[str]:
+    """Where ``module`` uses a start-up idiom: ``TYPE_CHECKING = False`` (instead of ``typing``'s) or a class
+    built on :class:`numabind._base.Value` (instead of a frozen dataclass)."""
+    tree = ast.parse(MODULES[module].read_text())
+    value_names = {"Value"} if module == "numabind._base" else {
+        alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        and (node.module or "").rpartition(".")[2] == "_base" for alias in node.names if alias.name == "Value"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is False \
+                and any(isinstance(t, ast.Name) and t.id == "TYPE_CHECKING" for t in node.targets):
+            found.append(f"{module}:{node.lineno} TYPE_CHECKING = False (use typing.TYPE_CHECKING)")
+        elif isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                named = base.id if isinstance(base, ast.Name) else base.attr if isinstance(base, ast.Attribute) else ""
+                if named in value_names or (isinstance(base, ast.Attribute) and named == "Value"
+                                            and isinstance(base.value, ast.Name) and base.value.id == "_base"):
+                    found.append(f"{module}:{node.lineno} class {node.name}(Value) (use @dataclass(frozen=True))")
+    return found
+
+
+@pytest.fixture(scope="module")
+def run_path() -> set[str]:
+    from tests.run_path import CPUSET_MODULES, RUN_PATH_MODULES, bind_current_modules, birth_modules
+
+    return RUN_PATH_MODULES | CPUSET_MODULES | bind_current_modules() | birth_modules() | EVERY_INTERPRETER
+
+
+def off_the_run_path_with_speed_idioms(run_path: set[str]) -> list[str]:
+    return [line for module in sorted(MODULES) if module not in run_path for line in speed_idioms(module)]
+
+
+@pytest.mark.kernel
+def test_speed_idioms_only_on_the_run_path(run_path):
+    """STYLE.md "Speed where it pays": the modules ``numabind run``, ``bind_current`` and a child bound at birth
+    load keep ``typing`` and ``dataclasses`` off their start; every other module is plain Python."""
+    assert {"numabind.bind", "numabind.live", "numabind.plan"} <= run_path     # the measurement saw a bind
+    found = off_the_run_path_with_speed_idioms(run_path)
+    assert not found, "speed idioms off the run path:\n" + "\n".join(found)
+
+
+def test_the_idiom_check_sees_both_idioms(tmp_path, monkeypatch):
+    source = ("from ._base import Value as V\nfrom . import _base\nTYPE_CHECKING = False\n"
+              "class A(V):\n    pass\nclass B(_base.Value):\n    pass\nclass C:\n    TYPE_CHECKING = True\n")
+    monkeypatch.setitem(MODULES, "numabind.residency", tmp_path / "residency.py")
+    (tmp_path / "residency.py").write_text(source)
+    assert [line.split(" (")[0] for line in speed_idioms("numabind.residency")] == [
+        "numabind.residency:3 TYPE_CHECKING = False", "numabind.residency:4 class A(Value)",
+        "numabind.residency:6 class B(Value)"]
+    assert any(line.startswith("numabind.residency:") for line in off_the_run_path_with_speed_idioms(set()))
+    assert not any(line.startswith("numabind.residency:")
+                   for line in off_the_run_path_with_speed_idioms({"numabind.residency"}))

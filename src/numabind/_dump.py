@@ -11,16 +11,15 @@ Only a replayed root loads this module (and tarfile, tempfile, shutil and atexit
 first unpacked): reading the live system never needs it.
 """
 
+from __future__ import annotations
+
 import os
 import posixpath
 import _thread
+from collections.abc import Callable
 
 from ._base import getLogger
 from .errors import NumabindError
-
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing
-if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
 
 __all__ = ["MAX_DUMP_BYTES", "MAX_DUMP_MEMBERS", "dump_root", "is_tarball", "materialise_xml",
            "unpack"]
@@ -92,20 +91,20 @@ def unpack(tarball: str) -> str:
     return _made_once(tarball, "numabind-dump-", _extract)
 
 
-def materialise_xml(path: str, load: "Callable[[], bytes]") -> str:
+def materialise_xml(path: str, load: Callable[[], bytes]) -> str:
     """The sysfs/procfs tree of the hwloc XML topology ``path``, written once into a private temporary
     directory (returned); ``load()`` gives the file's bytes (the bounded read of :mod:`numabind._fs`). The
     whole file is checked first: a bad file raises NumabindError naming it and the line, and leaves nothing
     behind."""
     def build(source: str, dest: str) -> None:
-        from ._hwloc_xml import read_topology, write_tree
+        from ._hwloc_xml import read_topology, write_tree   # only an hwloc XML file needs its parser
 
         write_tree(read_topology(source, load()), dest)
 
     return _made_once(path, "numabind-xml-", build)
 
 
-def _made_once(source: str, prefix: str, make: "Callable[[str, str], None]") -> str:
+def _made_once(source: str, prefix: str, make: Callable[[str, str], None]) -> str:
     """The directory ``make(source, dest)`` filled, made once per (file, size, mtime) and removed at exit."""
     import atexit
     import shutil

@@ -9,12 +9,9 @@ which is NUL-separated bytes, through the same bounded read (:func:`numabind._fs
 """
 
 import os
+from typing import Any
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
-
-from ._base import Value
+from ._base import Value   # not dataclasses: a child bound at birth in the child loads this module
 from ._fs import key_values, read_bounded
 from .cpulist import parse_cpulist
 from .errors import NumabindError
@@ -93,7 +90,7 @@ def _digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def _add(into: "dict[Any, int]", key: "Any", n: int) -> None:
+def _add(into: dict[Any, int], key: Any, n: int) -> None:
     into[key] = into.get(key, 0) + n
 
 

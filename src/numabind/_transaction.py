@@ -10,18 +10,17 @@ clean ``bind_current`` stay off it).
 from __future__ import annotations
 
 import errno as _errno
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
-    from typing import Any
-
     from ._base import Strictness
     from .backends import Backend, BindCall, MemPolicyState, MemPolicySwap
     from .plan import Limits, Plan
 
 from . import _proc, live
 from ._base import getLogger
+from ._util import FrozenMap
 from .backends import (WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_FLAGS, WALK_LEFT_ALONE, WALK_MATCHING,
                        SETTLE_ROUNDS, WALK_STOP_ON_ERROR, WEIGHTS_DIR, AffinityWalk, walk_all, write_weights)
 from .cpulist import format_cpulist
@@ -165,8 +164,6 @@ class Transaction:
             self.notes.append("interleave weights (system-wide): " + ", ".join(
                 f"node {n}: {w if w is not None else '?'}" for n, w in in_force.items()))
             return None
-        from ._util import FrozenMap
-
         got = {n: system.weights.get(n) for n in wanted}
         differ = {n: w for n, w in wanted.items() if got.get(n) != w}
         if differ:
@@ -539,7 +536,7 @@ class Transaction:
             if before is None:
                 self.notes.append("/proc/self/numa_maps is unreadable: pages were not counted")
                 return 0
-            from .residency import locality
+            from .residency import locality   # only a bind that migrates reads it (it loads dataclasses)
 
             self.locality = locality(pages=before)
             return before.on(source)
@@ -554,7 +551,7 @@ class Transaction:
             return None
         after = _proc.node_pages()
         if after is not None:
-            from .residency import locality
+            from .residency import locality   # as above
 
             self.locality = locality(pages=after)
         src, dst = format_cpulist(source), format_cpulist(target)

@@ -21,9 +21,9 @@ from ._base import Value
 from .cpulist import parse_cpulist
 from .plan import Allowed
 
-__all__ = ["LiveMachine", "LiveNode", "check_native_version", "cpu_mask_bits", "gettid", "interleave_weights",
-           "limits", "machine", "mems_allowed", "native_lib", "node_mask_bits", "reader", "thread_ids", "thread_name",
-           "unlisted"]
+__all__ = ["AFFINITY_HOLDS_ONLINE", "LiveMachine", "LiveNode", "check_native_version", "cpu_mask_bits", "gettid",
+           "interleave_weights", "limits", "machine", "mems_allowed", "native_lib", "node_mask_bits", "reader",
+           "thread_ids", "thread_name", "unlisted"]
 
 _reader: "FsReader | None" = None
 
@@ -86,15 +86,26 @@ def forget_mask_bits() -> None:
 # ----------------------------------------------------------------------------- limits
 def mems_allowed() -> frozenset[int] | None:
     """``Mems_allowed_list`` of this process, or None when unreadable."""
-    from ._fs import key_values
-
-    listed = key_values(reader().read("proc/self/status") or "").get("Mems_allowed_list")
+    listed = _status_value(reader().read("proc/self/status") or "", "Mems_allowed_list")
     if listed is None:
         return None
     try:
         return parse_cpulist(listed, what="Mems_allowed_list")
     except ValueError:
         return None
+
+
+def _status_value(text: str, key: str) -> str | None:
+    """The value of the first ``key:`` line of ``/proc/PID/status`` text, trimmed (as
+    :func:`numabind._fs.key_values` reads it), without splitting every line (``numabind run`` reads one)."""
+    if text.startswith(key + ":"):
+        at = 0
+    else:
+        at = text.find("\n" + key + ":") + 1      # 0: not there
+        if not at:
+            return None
+    end = text.find("\n", at)
+    return text[at + len(key) + 1:end if end >= 0 else len(text)].strip()
 
 
 def _online() -> frozenset[int]:
@@ -298,10 +309,15 @@ class LiveMachine(Value):
         return self.allowed.cpus_source
 
 
-def machine() -> LiveMachine:
-    """The live machine's nodes (CPUs, memory), online CPUs, and what this process may use."""
-    from ._cgroup import read_allowed
+def machine(*, cpuset_if_narrowed: bool = False) -> LiveMachine:
+    """The live machine's nodes (CPUs, memory), online CPUs, and what this process may use.
 
+    ``cpuset_if_narrowed=True`` (``numabind run``'s fast path) reads the cpuset only when the affinity leaves
+    out an online CPU. The kernel keeps a thread's affinity inside its cpuset, so an affinity that holds every
+    online CPU means the cpuset holds them all too: ``allowed_cpus`` is every online CPU (its source says
+    why) and ``allowed_nodes`` is ``Mems_allowed``, which the kernel keeps inside the cpuset's mems. The same
+    answer, without the cgroup files (about 0.6 ms of a ~20 ms ``numabind run``).
+    """
     online = _online()
     listed = _ids("sys/devices/system/node/online")
     node_ids, memory = _node_ids(listed)
@@ -312,5 +328,19 @@ def machine() -> LiveMachine:
         for n in sorted(node_ids):
             cpus = _ids(f"sys/devices/system/node/node{n}/cpulist") or frozenset()
             nodes[n] = LiveNode(n, cpus & online, n in memory)
-    allowed = read_allowed(reader(), online, node_ids, memory, frozenset(os.sched_getaffinity(0)))
+    affinity = frozenset(os.sched_getaffinity(0))
+    if cpuset_if_narrowed and affinity >= online:
+        mems = mems_allowed()
+        allowed = Allowed(online_cpus=online, allowed_cpus=online, cpus_source=AFFINITY_HOLDS_ONLINE,
+                          nodes=node_ids, memory_nodes=memory,
+                          allowed_nodes=node_ids if mems is None else mems & node_ids,
+                          nodes_source="every node" if mems is None else "status", affinity=affinity & online)
+        return LiveMachine(nodes=nodes, allowed=allowed)
+    from ._cgroup import read_allowed   # the one cpuset reader; numabind run loads it only when it is needed
+
+    allowed = read_allowed(reader(), online, node_ids, memory, affinity)
     return LiveMachine(nodes=nodes, allowed=allowed)
+
+
+#: ``cpus_source`` of :func:`machine` ``(cpuset_if_narrowed=True)`` when the cpuset was not read.
+AFFINITY_HOLDS_ONLINE = "online (the affinity holds every online CPU, so the cpuset does too)"

@@ -16,10 +16,11 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import live
-from ._base import Strictness, Value
+from ._base import Strictness
 from ._util import FrozenMap
 from .backends import get_backend
 from .backends.range import (MPOL_MF_MOVE, MPOL_MF_STRICT, PAGE_SIZE, buffer_address, mbind_range, page_status,
@@ -43,7 +44,8 @@ _ADDRESS_END = 1 << 64
 _NOT_FAULTED = (-errno.ENOENT, -errno.EFAULT)
 
 
-class PagePlacement(Value):
+@dataclass(frozen=True)
+class PagePlacement:
     """Where the pages of one range are, by ``move_pages(2)`` in query mode.
 
     ``pages``: pages in the range; ``by_node``: node -> pages there; ``not_faulted``: pages with nothing behind
@@ -51,18 +53,16 @@ class PagePlacement(Value):
     node the kernel would not say for another reason (``EACCES``, ...).
     """
 
-    __slots__ = ("pages", "by_node", "not_faulted", "errors")
     pages: int
-    by_node: FrozenMap[int, int]
-    not_faulted: int
-    errors: FrozenMap[int, int]
+    by_node: Mapping[int, int]                  # a FrozenMap once made, without zero counts
+    not_faulted: int = 0
+    errors: Mapping[int, int] = field(default_factory=FrozenMap)   # likewise
 
-    def __init__(self, pages: int, by_node: Mapping[int, int], not_faulted: int = 0,
-                 errors: Mapping[int, int] | None = None) -> None:
-        object.__setattr__(self, "pages", int(pages))
-        object.__setattr__(self, "by_node", FrozenMap({int(n): int(c) for n, c in by_node.items() if c}))
-        object.__setattr__(self, "not_faulted", int(not_faulted))
-        object.__setattr__(self, "errors", FrozenMap({int(e): int(c) for e, c in (errors or {}).items() if c}))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pages", int(self.pages))
+        object.__setattr__(self, "by_node", FrozenMap({int(n): int(c) for n, c in self.by_node.items() if c}))
+        object.__setattr__(self, "not_faulted", int(self.not_faulted))
+        object.__setattr__(self, "errors", FrozenMap({int(e): int(c) for e, c in (self.errors or {}).items() if c}))
 
     @property
     def faulted(self) -> int:
@@ -86,7 +86,8 @@ class PagePlacement(Value):
                 "errors": {errno.errorcode.get(e, str(e)): c for e, c in self.errors.items()}}
 
 
-class MemoryReport(Value):
+@dataclass(frozen=True)
+class MemoryReport:
     """What :func:`bind_memory` did to one range, and where its pages are afterwards.
 
     ``address``/``length``: the page-aligned range the policy was set on (every page the buffer touches);
@@ -97,8 +98,6 @@ class MemoryReport(Value):
     ``verify=False``); ``warnings``: every degradation, with the reason.
     """
 
-    __slots__ = ("address", "length", "mode", "nodes", "move", "backend", "applied", "error", "read_back",
-                 "placement", "warnings")
     address: int
     length: int
     mode: str
@@ -106,19 +105,18 @@ class MemoryReport(Value):
     move: bool
     backend: str
     applied: bool
-    error: str | None
-    read_back: tuple[str, frozenset[int]] | None
-    placement: PagePlacement | None
-    warnings: tuple[str, ...]
+    error: str | None = None
+    read_back: tuple[str, frozenset[int]] | None = None
+    placement: PagePlacement | None = None
+    warnings: tuple[str, ...] = ()
 
-    def __init__(self, address: int, length: int, mode: str, nodes: frozenset[int], move: bool, backend: str,
-                 applied: bool, error: str | None = None, read_back: tuple[str, frozenset[int]] | None = None,
-                 placement: PagePlacement | None = None, warnings: tuple[str, ...] = ()) -> None:
-        for name, value in (("address", int(address)), ("length", int(length)), ("mode", mode),
-                            ("nodes", frozenset(nodes)), ("move", bool(move)), ("backend", backend),
-                            ("applied", bool(applied)), ("error", error),
+    def __post_init__(self) -> None:
+        read_back = self.read_back
+        for name, value in (("address", int(self.address)), ("length", int(self.length)),
+                            ("nodes", frozenset(self.nodes)), ("move", bool(self.move)),
+                            ("applied", bool(self.applied)),
                             ("read_back", None if read_back is None else (read_back[0], frozenset(read_back[1]))),
-                            ("placement", placement), ("warnings", tuple(warnings))):
+                            ("warnings", tuple(self.warnings))):
             object.__setattr__(self, name, value)
 
     @property

@@ -52,9 +52,7 @@ from . import _proc
 from ._base import environ_get, getLogger
 from ._fs import RefusedFile, read_bounded
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
-if TYPE_CHECKING:  # pragma: no cover
-    from .plan import Plan
+from .plan import Plan
 
 __all__ = ["NO_RECORD_ENV", "UnsafeDirError", "UnsafeFileError", "keep_own_birth", "open_private_dir", "open_runtime_dir", "own_birth",
            "read_private_file", "read_record", "record_dir", "record_dirs", "records_disabled",

@@ -37,22 +37,21 @@ CAP_SYS_NICE, which also lets it move pages that other processes map.
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from . import _proc, live
-from ._base import Value, getLogger
+from ._base import getLogger
 from .backends import (SETTLE_ROUNDS, WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_STOP_ON_ERROR, Backend,
                        get_backend)
 from .bind import ThreadResult, strict_default, strict_label
-from .cpulist import format_cpulist
-from .errors import BindError, NumabindError, PlanError
+from .cpulist import format_cpulist, parse_cpulist
+from .errors import AccessDenied, BindError, NoSuchProcess, NumabindError, PlanError
 from .plan import Plan, check_plan
 from .residency import BoundBy, Locality, locality
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind move starts faster
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Sequence
-    from typing import Any
-
     from ._base import Strictness
     from .backends import AffinityWalk
 
@@ -82,7 +81,8 @@ def _pid(value: object, what: str = "pid") -> int:
 
 
 # ----------------------------------------------------------------------------- reports
-class ProcessMove(Value):
+@dataclass(frozen=True)
+class ProcessMove:
     """What :func:`move` did to one process (frozen).
 
     ``threads``: one :class:`~numabind.bind.ThreadResult` per thread (main thread first); ``pages_moved``:
@@ -94,31 +94,21 @@ class ProcessMove(Value):
     facts that are not (pages in mappings other processes share, which stayed).
     """
 
-    __slots__ = ("pid", "name", "threads", "pages_moved", "pages_left", "pages_left_shared", "pages_refused",
-                 "locality", "error", "warnings", "notes")
-    _compare = ("pid", "name", "threads", "pages_moved", "pages_left", "pages_left_shared", "pages_refused",
-                "error", "warnings", "notes")
     pid: int
-    name: str
-    threads: tuple[ThreadResult, ...]
-    pages_moved: int | None
-    pages_left: int | None
-    pages_left_shared: int | None
-    pages_refused: int | None
-    locality: Locality | None
-    error: str | None
-    warnings: tuple[str, ...]
-    notes: tuple[str, ...]
+    name: str = "?"
+    threads: tuple[ThreadResult, ...] = ()
+    pages_moved: int | None = None
+    pages_left: int | None = None
+    pages_left_shared: int | None = None
+    pages_refused: int | None = None
+    locality: Locality | None = field(default=None, compare=False)   # a snapshot: not part of equality
+    error: str | None = None
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
-    def __init__(self, pid: int, name: str = "?", threads: Sequence[ThreadResult] = (),
-                 pages_moved: int | None = None, pages_left: int | None = None, pages_left_shared: int | None = None,
-                 pages_refused: int | None = None, locality: Locality | None = None, error: str | None = None,
-                 warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
-        for k, v in (("pid", pid), ("name", name), ("threads", tuple(threads)), ("pages_moved", pages_moved),
-                     ("pages_left", pages_left), ("pages_left_shared", pages_left_shared),
-                     ("pages_refused", pages_refused), ("locality", locality), ("error", error),
-                     ("warnings", tuple(warnings)), ("notes", tuple(notes))):
-            object.__setattr__(self, k, v)
+    def __post_init__(self) -> None:   # a list given is kept as a tuple
+        for k in ("threads", "warnings", "notes"):
+            object.__setattr__(self, k, tuple(getattr(self, k)))
 
     def _count(self, status: str) -> int:
         return sum(1 for t in self.threads if t.status == status)
@@ -171,25 +161,23 @@ class ProcessMove(Value):
                 "warnings": list(self.warnings), "notes": list(self.notes)}
 
 
-class MoveReport(Value):
+@dataclass(frozen=True)
+class MoveReport:
     """The outcome of :func:`move` (frozen): the plan asked for, the backend, one :class:`ProcessMove` per
     process (the one named first, then its descendants with ``all_children=True``), every degradation
     (``warnings``) and the facts that are not degradations (``notes``: among them, once, that the kernel
     cannot set another process's memory policy)."""
 
-    __slots__ = ("requested", "backend", "backend_reason", "processes", "warnings", "notes")
     requested: Plan
     backend: str
     backend_reason: str
-    processes: tuple[ProcessMove, ...]
-    warnings: tuple[str, ...]
-    notes: tuple[str, ...]
+    processes: tuple[ProcessMove, ...] = ()
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
-    def __init__(self, requested: Plan, backend: str, backend_reason: str, processes: Sequence[ProcessMove] = (),
-                 warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
-        for k, v in (("requested", requested), ("backend", backend), ("backend_reason", backend_reason),
-                     ("processes", tuple(processes)), ("warnings", tuple(warnings)), ("notes", tuple(notes))):
-            object.__setattr__(self, k, v)
+    def __post_init__(self) -> None:   # a list given is kept as a tuple
+        for k in ("processes", "warnings", "notes"):
+            object.__setattr__(self, k, tuple(getattr(self, k)))
 
     @property
     def ok(self) -> bool:
@@ -244,6 +232,15 @@ class MoveReport(Value):
 
 
 # ----------------------------------------------------------------------------- reading the target
+def _where(pid: int) -> tuple[Locality | None, str | None]:
+    """Where the pages of ``pid`` are after a move, and what could not be read (None: everything was)."""
+    try:
+        found = locality(pid)
+    except (NoSuchProcess, AccessDenied) as e:   # an exit is noticed by the caller's own check
+        return None, e.reason
+    return found, found.error
+
+
 def _alive(pid: int, started: int) -> bool:
     """Whether ``pid`` is still the process that started at ``started`` (not exited, not reused)."""
     return _proc.start_time(pid) == started
@@ -435,8 +432,6 @@ class _Mover:
         memory = frozenset(n for n, node in mems.nodes.items() if node.has_memory)
         allowed = memory
         if "Mems_allowed_list" in status:
-            from .cpulist import parse_cpulist
-
             try:
                 allowed = parse_cpulist(status["Mems_allowed_list"], what=f"/proc/{pid}/status Mems_allowed_list")
             except ValueError:
@@ -462,11 +457,11 @@ class _Mover:
                 if self.strict is True:
                     raise err from None
                 warnings.append(f"{err}; its pages stay where they are")
-                return None, None, None, None, locality(pid)
-        after = locality(pid)
-        pages = after.pages
+                return None, None, None, None, _where(pid)[0]
+        after, why = _where(pid)
+        pages = None if after is None else after.pages
         if before is None or pages is None:
-            why = after.error or f"/proc/{pid}/numa_maps is unreadable"
+            why = why or f"/proc/{pid}/numa_maps is unreadable"
             warnings.append(f"pid {pid}: where its pages are could not be read ({why}): pages moved were not counted")
             return None, None, None, refused, after
         moved = max(0, before.on(source) - pages.on(source))
@@ -528,7 +523,8 @@ class _Mover:
                 return ProcessMove(pid, name, () if walk is None else walk.results(pid), error=message)
             raise
         threads = () if walk is None else walk.results(pid)
-        return ProcessMove(pid, name, threads, moved, left, shared, refused, after, None, warnings, notes)
+        return ProcessMove(pid, name, tuple(threads), moved, left, shared, refused, after, None, tuple(warnings),
+                           tuple(notes))
 
 
 class _Exited(Exception):
@@ -606,7 +602,7 @@ def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children
     if exited:
         notes.append(f"{len(exited)} child process(es) could not be moved: " +
                      "; ".join(f"{p.pid}: {p.error}" for p in exited[:8]))
-    report = MoveReport(plan, be.name, why, processes, warnings, notes)
+    report = MoveReport(plan, be.name, why, tuple(processes), tuple(warnings), tuple(notes))
     if warnings:
         log.warning("numabind move pid %d (%s): %s", pid, strict_label(strict), "; ".join(warnings))
     log.info("moved pid %d via %s: %s", pid, be.name, "; ".join(p.describe() for p in processes))

@@ -32,30 +32,30 @@ at ``/``), for any process this one may inspect:
   Everything read there is bounded: the environment at :data:`numabind._proc.ENVIRON_MAX` bytes, each
   plan text at 64 KiB, and its parsing linear in its length (:mod:`numabind.cpulist`).
 
-Nothing here raises because of the process: one that does not exist, exits while being read, or
-may not be read (another user's: ``numa_maps`` needs ptrace access), and a kernel without
-``numa_maps`` (``CONFIG_NUMA=n``), give a :class:`Locality` whose ``error`` says so, with what
-could be read.
+As psutil does, a process that cannot be read raises: :class:`~numabind.errors.NoSuchProcess` when it does
+not exist, is a zombie or exits while being read, :class:`~numabind.errors.AccessDenied` when it may not be
+read (another user's: ``numa_maps`` needs ptrace access); both are :class:`~numabind.errors.NumabindError`.
+What the kernel cannot say (no ``numa_maps`` without ``CONFIG_NUMA``, or threads that could not be listed)
+gives a :class:`Locality` with what could be read and an ``error`` that says what is missing.
 """
 
 from __future__ import annotations
 
 import os
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from . import _proc, live, records
-from ._base import Value
+from .backends import get_backend
 from .cpulist import format_cpulist, parse_cpulist
-from .errors import NumabindError
+from .errors import AccessDenied, NoSuchProcess, NumabindError
 from ._proc import NodePages
 from .plan import Plan
 
 __all__ = ["BoundBy", "Locality", "SOURCE_EXEC", "SOURCE_NUMACTL", "SOURCE_UNVERIFIED", "ThreadPlacement",
            "locality"]
 
-_BOUND_ENV = "_NUMABIND_BOUND"     # numabind.bind.BOUND_ENV (not imported: bind pulls the backends in)
+_BOUND_ENV = "_NUMABIND_BOUND"     # numabind.bind.BOUND_ENV (not imported: bind imports this module)
 _KINDS = ("anon", "file", "huge")
 
 
@@ -63,21 +63,22 @@ def _nodes_of(cpus: frozenset[int], node_cpus: dict[int, frozenset[int]]) -> fro
     return frozenset(n for n, c in node_cpus.items() if c & cpus)
 
 
-class ThreadPlacement(Value):
+@dataclass(frozen=True)
+class ThreadPlacement:
     """One thread: the CPUs it may run on and the NUMA nodes of those CPUs."""
 
-    __slots__ = ("tid", "name", "cpus", "nodes")
     tid: int
     name: str
     cpus: frozenset[int]
     nodes: frozenset[int]
 
-    def __init__(self, tid: int, name: str, cpus: frozenset[int], nodes: frozenset[int]) -> None:
-        for k, v in (("tid", tid), ("name", name), ("cpus", frozenset(cpus)), ("nodes", frozenset(nodes))):
-            object.__setattr__(self, k, v)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cpus", frozenset(self.cpus))
+        object.__setattr__(self, "nodes", frozenset(self.nodes))
 
 
-class BoundBy(Value):
+@dataclass(frozen=True)
+class BoundBy:
     """How numabind bound a process: ``source`` says where this was read (the exec marker, the numactl
     wrapper's marker, this process's birth report or a runtime record), ``requested`` is the plan asked
     for and ``applied`` what the kernel held right after binding (None when not recorded: through
@@ -85,14 +86,9 @@ class BoundBy(Value):
     numabind's exec marker without a start time (:data:`SOURCE_UNVERIFIED`): what it says may be
     another process's, one that had the pid before."""
 
-    __slots__ = ("source", "requested", "applied")
     source: str
     requested: Plan
-    applied: Plan | None
-
-    def __init__(self, source: str, requested: Plan, applied: Plan | None = None) -> None:
-        for k, v in (("source", source), ("requested", requested), ("applied", applied)):
-            object.__setattr__(self, k, v)
+    applied: Plan | None = None
 
     @property
     def verified(self) -> bool:
@@ -100,42 +96,36 @@ class BoundBy(Value):
         return self.source != SOURCE_UNVERIFIED
 
 
-class Locality(Value):
+@dataclass(frozen=True)
+class Locality:
     """Where the pages of process ``pid`` are, next to where its threads may run (frozen).
 
-    ``pages`` is None when ``numa_maps`` could not be read (then ``error`` says why). Shares are
+    ``pages`` is None when ``numa_maps`` could not be read (then ``error`` says why: a kernel without
+    ``numa_maps``; a process that is gone or may not be read raises instead, see :func:`locality`). Shares are
     fractions from 0 to 1; a page is *local* when it is on one of ``cpu_nodes``, the nodes of the CPUs
     any of the process's threads may run on, and *remote* otherwise (memory-only nodes, such as CXL
     memory, are remote to every CPU).
     """
 
-    __slots__ = ("pid", "name", "error", "pages", "page_size", "cpus", "cpu_nodes", "threads", "mems_allowed",
-                 "mem_policy", "bound")
     pid: int
-    name: str
-    error: str | None
-    pages: NodePages | None
-    page_size: int
-    cpus: frozenset[int]
-    cpu_nodes: frozenset[int]
-    threads: tuple[ThreadPlacement, ...]
-    mems_allowed: frozenset[int] | None
-    mem_policy: str | None            # this process's calling thread only (get_mempolicy)
-    bound: BoundBy | None
+    name: str = "?"
+    error: str | None = None
+    pages: NodePages | None = None
+    page_size: int = 0                # 0: this machine's page size
+    cpus: frozenset[int] = field(default_factory=frozenset)
+    cpu_nodes: frozenset[int] = field(default_factory=frozenset)
+    threads: tuple[ThreadPlacement, ...] = ()
+    mems_allowed: frozenset[int] | None = None
+    mem_policy: str | None = None     # this process's calling thread only (get_mempolicy)
+    bound: BoundBy | None = None
 
-    def __init__(self, pid: int, name: str = "?", error: str | None = None, pages: NodePages | None = None,
-                 page_size: int = 0, cpus: frozenset[int] = frozenset(), cpu_nodes: frozenset[int] = frozenset(),
-                 threads: tuple[ThreadPlacement, ...] = (), mems_allowed: frozenset[int] | None = None,
-                 mem_policy: str | None = None, bound: BoundBy | None = None) -> None:
-        for k, v in (("pid", pid), ("name", name), ("error", error), ("pages", pages),
-                     ("page_size", page_size or os.sysconf("SC_PAGE_SIZE")), ("cpus", frozenset(cpus)),
-                     ("cpu_nodes", frozenset(cpu_nodes)), ("threads", tuple(threads)),
-                     ("mems_allowed", None if mems_allowed is None else frozenset(mems_allowed)),
-                     ("mem_policy", mem_policy), ("bound", bound)):
+    __hash__ = None    # type: ignore[assignment]  # holds NodePages (dicts): not hashable
+
+    def __post_init__(self) -> None:
+        for k, v in (("page_size", self.page_size or os.sysconf("SC_PAGE_SIZE")), ("cpus", frozenset(self.cpus)),
+                     ("cpu_nodes", frozenset(self.cpu_nodes)), ("threads", tuple(self.threads)),
+                     ("mems_allowed", None if self.mems_allowed is None else frozenset(self.mems_allowed))):
             object.__setattr__(self, k, v)
-
-    def __hash__(self) -> int:   # holds NodePages (dicts)
-        raise TypeError("unhashable type: 'Locality'")
 
     # -- figures ---------------------------------------------------------------------
     @property
@@ -376,8 +366,6 @@ def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
 def _own_policy() -> str | None:
     """The calling thread's memory policy, as ``numabind show`` words it (None when it cannot be read)."""
     try:
-        from .backends import get_backend
-
         be, _ = get_backend()
         policy, nodes = be.get_mempolicy()
     except (NumabindError, OSError):
@@ -388,9 +376,11 @@ def _own_policy() -> str | None:
 def locality(pid: int | None = None, *, pages: NodePages | None = None) -> Locality:
     """Where the pages of process ``pid`` (default: this one) are, next to where its threads may run.
 
-    Never raises because of the process (see the module docstring): a process that cannot be read in
-    full gives a :class:`Locality` whose ``error`` says what could not be read and why. ``pages``
-    (this process only) uses counts already read instead of reading ``numa_maps`` again.
+    :class:`~numabind.errors.NoSuchProcess` when the process does not exist, is a zombie or exits while
+    being read; :class:`~numabind.errors.AccessDenied` when its pages may not be read (another user's).
+    What the kernel cannot say gives a :class:`Locality` whose ``error`` says what is missing (see the
+    module docstring). ``pages`` (this process only) uses counts already read instead of reading
+    ``numa_maps`` again.
     """
     if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
         raise NumabindError(f"locality needs a process id (a positive int) or None for this process, got {pid!r}")
@@ -399,13 +389,13 @@ def locality(pid: int | None = None, *, pages: NodePages | None = None) -> Local
     if pages is not None and not me:
         raise NumabindError("locality(pages=...) applies to this process only")
     if not _proc.process_exists(pid):
-        return Locality(pid, error=f"no such process: /proc/{pid} does not exist")
+        raise NoSuchProcess(pid, f"no such process: /proc/{pid} does not exist")
     started = _proc.start_time(pid)
     status = _proc.status_fields(pid) or {}
-    if not started:
-        return Locality(pid, name=status.get("Name", "?"),
-                        error="exited: a zombie its parent has not reaped yet (it has no memory left)")
     name = status.get("Name", "?")
+    if not started:
+        raise NoSuchProcess(pid, "exited: a zombie its parent has not reaped yet (it has no memory left)",
+                            status.get("Name"))
     node_cpus = {n: node.cpus for n, node in live.machine().nodes.items()}
     tasks = _proc.process_tasks(pid)
     threads: list[ThreadPlacement] = []
@@ -426,14 +416,14 @@ def locality(pid: int | None = None, *, pages: NodePages | None = None) -> Local
         if text is not None:
             pages = _proc.parse_numa_maps(text)
         elif not _proc.process_exists(pid) or _proc.start_time(pid) != started:
-            error = "exited while being read"
+            raise NoSuchProcess(pid, "exited while being read", status.get("Name"))
         elif not _proc.has_numa_maps(pid):
             error = "this kernel has no /proc/PID/numa_maps (built without NUMA: CONFIG_NUMA=n); pages per node unknown"
         else:
-            error = (f"permission denied reading /proc/{pid}/numa_maps (it needs the right to trace the process: "
-                     f"the same user, or root)")
-    if error is None and (not _proc.process_exists(pid) or _proc.start_time(pid) != started):
-        error, pages = "exited while being read", None
+            raise AccessDenied(pid, f"permission denied reading /proc/{pid}/numa_maps (it needs the right to trace "
+                                    f"the process: the same user, or root)", status.get("Name"))
+    if not _proc.process_exists(pid) or _proc.start_time(pid) != started:
+        raise NoSuchProcess(pid, "exited while being read", status.get("Name"))
     if error is None and not threads:
         error = f"its threads could not be read (/proc/{pid}/task)"
     return Locality(pid, name=name, error=error, pages=pages, cpus=allowed, cpu_nodes=_nodes_of(allowed, node_cpus),

@@ -10,12 +10,10 @@ import tempfile
 import time
 import weakref
 from collections.abc import Sequence
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
+from typing import Any
 
 from .. import _proc
-from .._base import Strictness, getLogger
+from .._base import Strictness, getLogger, keep_binding_env
 from ..bind import bind_current
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
@@ -136,4 +134,5 @@ def pool_plans(plans: Sequence[Plan], processes: int | None = None, *, strict: S
     slots = len(plans) if processes is None else processes
     if not isinstance(slots, int) or slots < 1:
         raise PlanError(f"processes must be a positive int, got {processes!r}")
+    keep_binding_env(dict(os.environ))   # said here (INFO, or WARNING for the user's 1); each worker sets it
     return {"initializer": _claim_and_bind, "initargs": (_SlotTable(plans, slots, strict, backend),)}

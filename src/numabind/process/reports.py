@@ -8,12 +8,10 @@ import os
 import shutil
 import time
 import weakref
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
+from typing import Any
 
 from .. import _proc, records
-from .._base import Value, getLogger
+from .._base import Value, getLogger, keep_binding_env   # Value: a child bound at birth loads this module
 from ..bind import BindReport
 from ..errors import BirthBindError, NumabindError, PlanError
 from ..plan import Plan
@@ -101,6 +99,9 @@ def _set_birth(report: ChildReport) -> ChildReport:
     (:mod:`numabind.records`), so that ``numabind stat`` in other processes sees it too. Returns the
     report, with a note when the record could not be written (the binding stands)."""
     global _birth
+    kept = keep_binding_env(say=False)   # this child's own environment: TensorRT-LLM must not undo its binding
+    if kept is not None and report.report is not None:
+        report = report.replace(report=report.report.replace(notes=(*report.report.notes, kept[1])))
     report = _with_record(report)
     _birth = report
     if report.report is not None:   # numabind stat of this process reads it there (residency is below process)

@@ -1,0 +1,84 @@
+"""The run path: the modules numabind's start-up idioms pay for, measured in a fresh interpreter.
+
+``numabind run``'s fast path and a bind keep ``dataclasses``, ``typing``, ``logging`` and ``re`` off their
+imports (STYLE.md "Speed where it pays"), so the modules they load keep the speed idioms: ``TYPE_CHECKING =
+False``, the hand-written :class:`numabind._base.Value`, objects built without ``__init__``. Every other
+module is plain Python (tests/test_layers.py enforces it). The paths:
+
+* :data:`RUN_PATH_MODULES`: what ``numabind run -C CPU -m NODE -- cmd`` loads (tests/test_cli.py pins it);
+  :data:`CPUSET_MODULES` too when the process's affinity leaves out an online CPU (the cpuset is read then);
+* what ``bind_current`` loads, through each backend (:func:`bind_current_modules`);
+* what a spawn child bound at birth in the child loads (``configure_subprocess(plan, spawn="in-child")``,
+  :func:`birth_modules`): it binds while it unpickles its preparation data, before the program runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.kernel import MEM_NODE, ROOT, child_env
+
+__all__ = ["CPUSET_MODULES", "RUN_PATH_MODULES", "birth_modules", "bind_current_modules", "loaded_by"]
+
+#: What ``numabind run``'s fast path loads besides what ``python -c pass`` has: the modules a bind needs
+#: and nothing of argparse, logging, typing, ``__future__`` or discovery. Each module more costs about
+#: 1 % of the path's start (``python -m bench``, P7), so a new one here is a decision, not an accident.
+RUN_PATH_MODULES = {"numabind", "numabind.cli", "numabind._base", "numabind.errors", "numabind.cpulist",
+                    "numabind.plan", "numabind.live", "numabind._fs", "numabind.backends",
+                    "numabind.bind", "numabind._native", "numabind._native.lib", "_cffi_backend", "gc"}
+#: Loaded by the fast path as well when the affinity leaves out an online CPU (a parent's taskset, a cpuset
+#: narrower than the machine): then the cpuset is the limit a plan is checked against (issue 32), read as
+#: discovery reads it. An affinity holding every online CPU means the cpuset does too, and it is not read.
+CPUSET_MODULES = {"numabind._cgroup"}
+
+_MEASURE = """
+import json, sys
+before = set(sys.modules)
+{body}
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def loaded_by(body: str, **env: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after running ``body`` that ``python -c pass`` had not."""
+    cp = subprocess.run([sys.executable, "-c", _MEASURE.format(body=body)], capture_output=True, text=True,
+                        env={**child_env(), **env}, timeout=120, cwd=ROOT)
+    assert cp.returncode == 0, cp.stderr
+    return set(json.loads(cp.stdout.splitlines()[-1]))
+
+
+def bind_current_modules() -> set[str]:
+    """What ``bind_current`` of a plan this process may hold (every CPU of its affinity, memory bound to a node
+    with memory) loads, with the default backend, plus what choosing each other backend loads."""
+    cpus = sorted(os.sched_getaffinity(0))
+    body = ("import numabind\n"
+            f"numabind.bind_current(numabind.Plan(cpus={cpus}, mem_policy='bind', mem_nodes={{{MEM_NODE}}}))\n"
+            "from numabind.backends import BACKEND_NAMES, get_backend\n"
+            "for name in BACKEND_NAMES:\n"
+            "    try:\n"
+            "        get_backend(name)\n"
+            "    except numabind.NumabindError:\n"
+            "        pass\n")
+    return loaded_by(body)
+
+
+def birth_modules() -> set[str]:
+    """The numabind modules a spawn child bound at birth in the child has loaded when its target starts."""
+    cpus = sorted(os.sched_getaffinity(0))
+    code = ("import json, multiprocessing as mp, numabind\n"
+            "ctx = mp.get_context('spawn')\n"
+            f"plan = numabind.Plan(cpus={cpus}, mem_policy='bind', mem_nodes={{{MEM_NODE}}})\n"
+            "with numabind.configure_subprocess(plan, spawn='in-child'):\n"
+            "    q = ctx.Queue()\n"
+            "    # exec (a builtin) as the target: unpickling it loads nothing of the child's own\n"
+            "    p = ctx.Process(target=exec, args=('import sys; q.put(sorted(sys.modules))', {'q': q}))\n"
+            "    p.start()\n"
+            "    print(json.dumps(q.get(timeout=120)))\n"
+            "    p.join(60)\n")
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), timeout=180,
+                        cwd=ROOT)
+    assert cp.returncode == 0, cp.stderr
+    return {m for m in json.loads(cp.stdout.splitlines()[-1]) if m.partition(".")[0] == "numabind"}
