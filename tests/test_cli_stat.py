@@ -14,14 +14,16 @@ import pty
 import select
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 from numabind import _proc, live
 from numabind._fs import FsReader
 from numabind.cli import main
+from numabind.cpulist import format_cpulist
 from numabind.residency import Locality
-from tests.kernel import NO_SUCH_TID, ROOT, child_env, numabind_cli, wait_zombie
+from tests.kernel import NO_SUCH_TID, ROOT, child_env, ids_of, numabind_cli, wait_zombie
 from tests.test_residency import Worker, _fake_kernel, _node_with_cpus
 
 pytestmark = pytest.mark.kernel
@@ -413,3 +415,95 @@ def test_the_numactl_wrapper_marks_the_command_with_its_own_pid_and_start_time()
     assert cp.returncode == 0, cp.stderr
     pid, marker, start = cp.stdout.split()
     assert marker == f"{pid}:{start}|{text}|numactl"     # the shell's start time, which exec kept
+
+
+# ----------------------------------------------------------------------------- a binding someone overwrote
+#: What TensorRT-LLM's configure_cpu_affinity does once its worker runs (TLLM_NUMA_AWARE_WORKER_AFFINITY unset,
+#: a constrained mask): every thread's affinity set to all online CPUs. A second thread is started first, so
+#: the reset covers a thread numabind's bind did not see born.
+REPIN = textwrap.dedent("""
+    import os, sys, threading
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    def online():
+        out = set()
+        for part in open("/sys/devices/system/cpu/online").read().strip().split(","):
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+        return out
+    if sys.argv[1] == "reset":
+        for tid in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(tid), online())
+    print(t.native_id, flush=True)
+    print("ready", flush=True)
+    sys.stdin.read()
+""")
+
+
+def _repinned_worker(mode: str, cpu: int) -> tuple[subprocess.Popen, int]:
+    p = subprocess.Popen([sys.executable, "-m", "numabind", "run", "-C", str(cpu), "--", sys.executable, "-c",
+                          REPIN, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
+                         cwd=ROOT)
+    tid = int(p.stdout.readline())
+    assert p.stdout.readline().strip() == "ready"
+    return p, tid
+
+
+def test_a_binding_reset_to_all_cpus_is_shown_as_changed():
+    online = ids_of(open("/sys/devices/system/cpu/online").read())
+    if len(online) < 2:
+        pytest.skip("needs two online CPUs (a reset to all CPUs changes nothing on one)")
+    cpu = min(os.sched_getaffinity(0))
+    p, tid = _repinned_worker("reset", cpu)
+    try:
+        cp = stat(str(p.pid))
+        cj = stat("--json", str(p.pid))
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert cp.returncode == 0 and cj.returncode == 0, cp.stderr + cj.stderr
+    [lines] = blocks(cp.stdout).values()
+    assert f"bound by numabind: cpus {cpu}, memory unchanged" in lines[0]
+    now = format_cpulist(online)
+    assert lines[2] == f"  changed since numabind bound it: was CPUs {cpu}, now {now} (all 2 threads)"
+    [d] = json.loads(cj.stdout)
+    assert d["binding_changed"] == {"was_cpus": str(cpu), "unchanged_threads": 0,
+                                    "threads": [{"tid": p.pid, "cpus": now}, {"tid": tid, "cpus": now}]}
+
+
+def test_a_binding_left_alone_is_not_changed():
+    cpu = min(os.sched_getaffinity(0))
+    p, _ = _repinned_worker("keep", cpu)
+    try:
+        cp = stat(str(p.pid))
+        cj = stat("--json", str(p.pid))
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert cp.returncode == 0 and cj.returncode == 0, cp.stderr + cj.stderr
+    [lines] = blocks(cp.stdout).values()
+    assert f"bound by numabind: cpus {cpu}" in lines[0]
+    assert not any("changed since numabind bound it" in line for line in lines)
+    assert json.loads(cj.stdout)[0]["binding_changed"] is None
+
+
+def test_one_thread_of_several_repinned():
+    """Only the threads whose CPUs differ are named; the others are counted as unchanged."""
+    from numabind.plan import Plan
+    from numabind.residency import BoundBy, Locality, ThreadPlacement
+
+    from numabind.cli.stat import _block, binding_changed
+
+    loc = Locality(4242, name="w", cpus=frozenset({2, 3, 0, 1}), cpu_nodes=frozenset({0}),
+                   threads=(ThreadPlacement(4242, "w", frozenset({2, 3}), frozenset({0})),
+                            ThreadPlacement(4243, "w", frozenset({0, 1, 2, 3}), frozenset({0})),
+                            ThreadPlacement(4244, "w", frozenset({2, 3}), frozenset({0}))),
+                   bound=BoundBy("numabind run / wrap_command (its environment at exec)", Plan(cpus={2, 3})))
+    assert binding_changed(loc) == {"was_cpus": "2-3", "threads": [{"tid": 4243, "cpus": "0-3"}],
+                                    "unchanged_threads": 2}
+    assert _block(loc, [0])[2] == ("  changed since numabind bound it: was CPUs 2-3, now 0-3 (1 thread(s): 4243); "
+                                   "2 thread(s) unchanged")
+    memory_only = Locality(4242, name="w", cpus=loc.cpus, cpu_nodes=loc.cpu_nodes, threads=loc.threads,
+                           bound=BoundBy("runtime record (fork)", Plan(mem_policy="bind", mem_nodes={0})))
+    assert binding_changed(memory_only) is None         # numabind bound no CPUs: none can have changed

@@ -27,7 +27,8 @@ from .errors import NumabindError
 
 __all__ = ["DEBUG", "ERROR", "EXIT_NOT_APPLIED", "EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND", "EXIT_USAGE", "INFO", "WARNING",
            "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
-           "Value", "bind_settings", "environ_copy", "environ_get", "getLogger", "real_logger", "strict_from_env"]
+           "TLLM_AFFINITY_ENV", "Value", "bind_settings", "environ_copy", "environ_get", "getLogger", "keep_binding_env",
+           "real_logger", "strict_from_env"]
 
 #: Exit statuses of ``numabind run`` and of a command started bound (numactl's and a shell's): the binding
 #: could not be applied, a usage error, a command found but not executable, a command not found.
@@ -285,3 +286,42 @@ class Logger:
 
 def getLogger(name: str) -> Logger:  # noqa: N802 - the name of the function it stands for
     return Logger(name)
+
+
+# ----------------------------------------------------------------------------- what a bound command inherits
+#: TensorRT-LLM's switch for its workers' own CPU pinning (``configure_cpu_affinity``, once a worker runs):
+#: unset, a mask that someone else constrained is reset to all CPUs ("Removing CPU affinity constraints");
+#: ``1`` replaces it with NVML's choice for the worker's GPU; ``0`` (or any other value) keeps it.
+TLLM_AFFINITY_ENV = "TLLM_NUMA_AWARE_WORKER_AFFINITY"
+_env_said: set[int] = set()    # the levels already logged in this process (a forked child inherits it)
+_env_log = Logger("numabind.bind")
+
+
+def keep_binding_env(env: "Any" = None, *, say: bool = True) -> "tuple[int, str] | None":
+    """Keep the binding numabind gives a command or a child from being undone by the program it runs.
+
+    The one rule, applied wherever numabind binds a command or a child (``numabind run``, ``wrap_command``,
+    ``popen_kwargs``, ``configure_subprocess``'s children, ``bound``, ``pool_plans``): in ``env`` (a mutable
+    mapping; default ``os.environ``, this process's own), :data:`TLLM_AFFINITY_ENV` is set to ``0`` unless
+    the user set it (an empty value counts as unset). Returns ``(level, note)`` for the report: INFO and
+    what was set, or WARNING when the user's value is ``1`` (TensorRT-LLM will replace numabind's CPUs);
+    None when the user's own value stands and keeps the binding. With ``say`` the note is logged (logger
+    ``numabind.bind``) once per process and level.
+    """
+    target = os.environ if env is None else env
+    value = target.get(TLLM_AFFINITY_ENV)
+    if not value:
+        target[TLLM_AFFINITY_ENV] = "0"
+        found = (INFO, f"{TLLM_AFFINITY_ENV}=0 set in the bound process's environment, so that TensorRT-LLM "
+                       f"keeps numabind's CPUs (unset, TensorRT-LLM resets an affinity someone else constrained "
+                       f"to all CPUs)")
+    elif value.strip() == "1":
+        found = (WARNING, f"{TLLM_AFFINITY_ENV}=1 is set: TensorRT-LLM's workers will replace numabind's CPUs "
+                          f"with the ones NVML names for their GPU once they start; set it to 0 to keep "
+                          f"numabind's binding")
+    else:
+        return None
+    if say and found[0] not in _env_said:
+        _env_said.add(found[0])
+        _env_log.log(found[0], "%s", found[1])
+    return found

@@ -1,4 +1,5 @@
-"""``numabind stat PID... [--all-children PID] [--json] [--watch S [--count N]]``: where processes' pages are.
+"""``numabind stat PID... [--all-children PID] [--json] [--watch S [--count N]]``: where processes' pages are;
+``numabind stat --system``: the whole machine's memory per node (like ``numastat -m -n``).
 
 For each process (:func:`numabind.residency.locality`): resident memory per node, in anonymous,
 file-backed and hugetlbfs mappings apart (like ``numastat -p``), the share that is remote to the
@@ -6,7 +7,11 @@ nodes of the CPUs it may run on, per group of threads with the same CPUs, the me
 mappings show, and the plan numabind bound it with when numabind started it (``numabind run``,
 ``wrap_command``, the numactl wrapper: the marker in its exec environment) or bound it at birth
 (``configure_subprocess``, ``bound``, ``pool_plans``: its runtime record, :mod:`numabind.records`),
-with where that was read in brackets (``source`` in JSON). A process that cannot
+with where that was read in brackets (``source`` in JSON). When a thread's CPUs are no longer the ones
+numabind bound (a runtime re-pinned them: NCCL, TensorRT-LLM's ``configure_cpu_affinity``), a line says
+``changed since numabind bound it: was CPUs 2-3, now 0-3`` and which threads (``binding_changed`` in
+JSON: the CPUs of the record, applied ones first, against each thread's affinity now; another process's
+memory policy cannot be read, so only CPUs are compared). A process that cannot
 be read (gone, exited while being read, another user's, no ``numa_maps`` in this kernel) says why on
 its first line (``error`` in JSON) and the others are still shown; the exit status is 0 when every
 process was read in full, 1 otherwise (2 for a usage error).
@@ -16,6 +21,15 @@ text output as ``ps`` shows it: every character a terminal could act on (C0 and 
 format characters such as bidirectional overrides) and every byte that was not UTF-8 is a ``?``.
 JSON output holds the exact strings, escaped as JSON escapes them (ASCII only, so no control
 character reaches the terminal raw either).
+
+``--system`` (no PID) reads every node's ``meminfo`` and ``numastat`` under the discovery root
+(``--root``, ``NUMABIND_FSROOT``; :func:`numabind.nodestat.system_memory`) and prints numastat's two tables
+in its layout: "Per-node system memory usage (in MBs)" (every row of the nodes' meminfo, in the file's
+order) and "Per-node numastat info (in MBs)" (the kernel's counters, pages in MiB), a column per node and
+a Total. Unlike numastat 2.0.19 it shows every row the kernel writes (numastat drops those its table does
+not know, such as SwapCached or FileHugePages, with a "Token ... not in hash table" line), never folds
+wide tables at the terminal's width, and shows ``-`` for a figure it could not read (a line on stderr says
+why, and the exit status is 1). ``--json`` gives bytes and pages (``numabind.nodestat.SystemMemory.to_dict``).
 """
 
 from __future__ import annotations
@@ -29,7 +43,7 @@ from typing import Any
 from ..cpulist import format_cpulist
 from ..errors import NumabindError
 
-__all__ = ["add_parser", "cmd_stat"]
+__all__ = ["add_parser", "binding_changed", "cmd_stat", "system_text"]
 
 _CLEAR = "\x1b[H\x1b[2J"       # cursor home, clear the screen: a refresh in place on a terminal
 
@@ -77,6 +91,9 @@ def add_parser(sub: Any) -> None:
                    help="refresh every SECONDS (in place on a terminal, appended lines otherwise; JSON: one list "
                         "per line) until interrupted or every process has exited")
     s.add_argument("--count", type=_count, metavar="N", help="with --watch: stop after N refreshes")
+    s.add_argument("--system", action="store_true",
+                   help="no PID: every node's memory use and NUMA hits and misses, like numastat -m -n "
+                        "(under --root / $NUMABIND_FSROOT)")
 
 
 def _targets(args: argparse.Namespace) -> list[int]:
@@ -103,6 +120,36 @@ def _table(rows: list[list[str]]) -> list[str]:
             for r in rows]
 
 
+def binding_changed(loc: Any) -> dict[str, Any] | None:
+    """How the threads of ``loc`` (a :class:`numabind.residency.Locality`) left the CPUs numabind bound the
+    process to (its record: the applied plan's CPUs, else the requested ones): ``{"was_cpus": "2-3", "threads":
+    [{"tid": 7, "cpus": "0-3"}, ...], "unchanged_threads": 1}``; None when nothing changed, when numabind's
+    record is unverified or bound no CPUs, or when the threads could not be read."""
+    b = loc.bound
+    if b is None or not b.verified or b.requested.cpus is None or not loc.threads:
+        return None
+    was = b.applied.cpus if b.applied is not None and b.applied.cpus is not None else b.requested.cpus
+    moved = [t for t in loc.threads if t.cpus != was]
+    if not moved:
+        return None
+    return {"was_cpus": format_cpulist(was), "threads": [{"tid": t.tid, "cpus": format_cpulist(t.cpus)} for t in moved],
+            "unchanged_threads": len(loc.threads) - len(moved)}
+
+
+def _changed_line(changed: dict[str, Any], threads: int) -> str:
+    groups: dict[str, list[int]] = {}
+    for t in changed["threads"]:
+        groups.setdefault(t["cpus"], []).append(t["tid"])
+    parts = []
+    for cpus, tids in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0])):
+        who = (f"all {threads} threads" if len(tids) == threads > 1 else
+               "its thread" if len(tids) == threads else
+               f"{len(tids)} thread(s): " + ", ".join(str(t) for t in tids[:6]) + (" ..." if len(tids) > 6 else ""))
+        parts.append(f"{cpus or 'none'} ({who})")
+    tail = f"; {changed['unchanged_threads']} thread(s) unchanged" if changed["unchanged_threads"] else ""
+    return f"  changed since numabind bound it: was CPUs {changed['was_cpus']}, now " + ", ".join(parts) + tail
+
+
 def _block(loc: Any, nodes: list[int]) -> list[str]:
     """The text of one process: its error (if any) on the first line, then what could be read."""
     head = f"pid {loc.pid} ({loc.name})" + (f": {loc.error}" if loc.error else "")
@@ -120,6 +167,9 @@ def _block(loc: Any, nodes: list[int]) -> list[str]:
     mems = format_cpulist(loc.mems_allowed) if loc.mems_allowed is not None else "?"
     lines.append(f"  cpus {format_cpulist(loc.cpus) or '?'} (nodes {format_cpulist(loc.cpu_nodes) or 'none'}), "
                  f"mems allowed {mems}")
+    changed = binding_changed(loc)
+    if changed is not None:
+        lines.append(_changed_line(changed, len(loc.threads)))
     if loc.mem_policy is not None:
         lines.append(f"  memory policy: {loc.mem_policy}")
     pages = loc.pages
@@ -162,10 +212,38 @@ def _block(loc: Any, nodes: list[int]) -> list[str]:
     return lines
 
 
-def _snapshot(pids: list[int]) -> list[Any]:
-    from ..residency import locality
+def _locality(pid: int) -> Any:
+    """:func:`numabind.residency.locality` of ``pid``; for a process that cannot be read (it raises
+    NoSuchProcess or AccessDenied), a Locality whose ``error`` says why, so that the others are still shown.
+    One that may not be read (another user's) still shows its threads' CPUs, which anyone may read."""
+    from ..errors import AccessDenied, NoSuchProcess
+    from ..residency import Locality, ThreadPlacement, locality
 
-    return [locality(pid) for pid in pids]
+    try:
+        return locality(pid)
+    except NoSuchProcess as e:
+        return Locality(pid, name=e.name or "?", error=e.reason)
+    except AccessDenied as e:
+        from .. import _proc, live
+        from ..cpulist import parse_cpulist
+
+        node_cpus = {n: node.cpus for n, node in live.machine().nodes.items()}
+        tasks = _proc.process_tasks(pid)
+        threads = [] if tasks is None else [
+            ThreadPlacement(tid, tasks.names.get(tid, "?"), tasks.cpus[tid],
+                            frozenset(n for n, c in node_cpus.items() if c & tasks.cpus[tid]))
+            for tid in sorted(tasks.cpus, key=lambda t: (t != pid, t))]   # the main thread first
+        cpus = frozenset().union(*(t.cpus for t in threads))
+        try:
+            mems = parse_cpulist((_proc.status_fields(pid) or {}).get("Mems_allowed_list", ""), what="Mems_allowed_list")
+        except ValueError:
+            mems = None
+        return Locality(pid, name=e.name or "?", error=e.reason, cpus=cpus, threads=tuple(threads),
+                        cpu_nodes=frozenset(n for n, c in node_cpus.items() if c & cpus), mems_allowed=mems or None)
+
+
+def _snapshot(pids: list[int]) -> list[Any]:
+    return [_locality(pid) for pid in pids]
 
 
 def _nodes() -> list[int]:
@@ -176,7 +254,7 @@ def _nodes() -> list[int]:
 
 def _show(locs: list[Any], args: argparse.Namespace, refresh: bool) -> None:
     if args.json:
-        text = json.dumps([loc.to_dict() for loc in locs], sort_keys=True,
+        text = json.dumps([dict(loc.to_dict(), binding_changed=binding_changed(loc)) for loc in locs], sort_keys=True,
                           indent=None if args.watch else 2)
         sys.stdout.write(text + "\n")
     else:
@@ -197,12 +275,85 @@ def _show(locs: list[Any], args: argparse.Namespace, refresh: bool) -> None:
     sys.stdout.flush()
 
 
+# ----------------------------------------------------------------------------- --system
+_COL = 16      # numastat's column width: the labels left-justified, the figures right-justified
+
+
+def _mb(value: int | None) -> str:
+    return "-" if value is None else f"{value / (1 << 20):.2f}"
+
+
+def _numastat_table(title: str, node_ids: list[int], rows: list[tuple[str, list[int | None]]]) -> list[str]:
+    """numastat's table: a blank line, the title, the column heads, dashes, a row per figure (MiB, 2 decimals)."""
+    heads = [f"Node {n}" for n in node_ids] + ["Total"]
+    out = ["", title, " " * _COL + "".join(h.rjust(_COL) for h in heads),
+           " " * _COL + "".join(" " + "-" * (_COL - 1) for _ in heads)]
+    for label, values in rows:
+        total = None if any(v is None for v in values) else sum(v for v in values if v is not None)
+        out.append(label.ljust(_COL) + "".join(_mb(v).rjust(_COL) for v in [*values, total]))
+    return out
+
+
+def _counter_label(name: str) -> str:
+    """numastat's label of a counter: each word after an underscore capitalised (numa_hit -> Numa_Hit)."""
+    return "_".join(w[:1].upper() + w[1:] for w in name.split("_"))
+
+
+def system_text(sm: Any) -> list[str]:
+    """The lines of ``numastat -m -n`` for a :class:`numabind.nodestat.SystemMemory`."""
+    ids = [n.node for n in sm.nodes]
+    memory = [(row, [n.memory.get(row) for n in sm.nodes]) for row in sm.memory_rows()]
+    counters = [(_counter_label(row), [None if row not in n.numastat else n.numastat[row] * sm.page_size
+                                       for n in sm.nodes]) for row in sm.numastat_rows()]
+    out = _numastat_table("Per-node system memory usage (in MBs):", ids, memory)
+    if counters:
+        out += _numastat_table("Per-node numastat info (in MBs):", ids, counters)
+    return out
+
+
+def _system(args: argparse.Namespace) -> int:
+    """``numabind stat --system``: one snapshot, or one per interval with ``--watch``."""
+    from ..nodestat import system_memory
+
+    root = getattr(args, "root", None)
+    tty = sys.stdout.isatty()
+    rounds = 0
+    ok = True
+    try:
+        while True:
+            sm = system_memory(root)
+            ok = sm.ok
+            if args.json:
+                sys.stdout.write(json.dumps(sm.to_dict(), sort_keys=True, indent=None if args.watch else 2) + "\n")
+            else:
+                out = system_text(sm)
+                if args.watch:
+                    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                    out.insert(0, f"{_CLEAR if tty and rounds else ''}numabind stat --system, every "
+                                  f"{args.watch:g} s: {stamp}")
+                sys.stdout.write("\n".join(out) + "\n")
+            sys.stdout.flush()
+            for n in sm.nodes:
+                for why in n.errors:
+                    sys.stderr.write(f"numabind stat: node {n.node}: {_printable(why)}\n")
+            rounds += 1
+            if args.watch is None or (args.count is not None and rounds >= args.count):
+                return 0 if ok else 1
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0 if ok else 1
+
+
 def cmd_stat(args: argparse.Namespace) -> int:
     """Show each process; with ``--watch``, again every interval. Exit 0 when every process was read in full."""
-    if not args.pids and not args.all_children:
-        raise NumabindError("numabind stat: give at least one PID (or --all-children PID)")
     if args.count is not None and args.watch is None:
         raise NumabindError("numabind stat: --count goes with --watch")
+    if getattr(args, "system", False):
+        if args.pids or args.all_children:
+            raise NumabindError("numabind stat: --system shows the whole machine; give no PID with it")
+        return _system(args)
+    if not args.pids and not args.all_children:
+        raise NumabindError("numabind stat: give at least one PID (or --all-children PID, or --system)")
     tty = sys.stdout.isatty()
     rounds = 0
     all_read = True

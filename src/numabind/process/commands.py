@@ -7,12 +7,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
+from typing import Any
 
 from .. import backends as _backends
-from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, Value
+from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, Value, keep_binding_env
 from ..bind import bind_current, bound_environ, strict_default, strict_label
 from ..errors import NumabindError, PlanError
 from ..plan import Plan, check_plan
@@ -49,6 +47,7 @@ def bound(plan: Plan, fn: Callable[..., Any], *, strict: Strictness | None = Non
     check_plan(plan, "bound")
     if not callable(fn):
         raise TypeError(f"bound needs a callable, got {fn!r}")
+    keep_binding_env(dict(os.environ))   # said here (INFO, or WARNING for the user's 1); the call sets it
     return BoundCall(plan, fn, strict, backend, threads)
 
 
@@ -78,6 +77,7 @@ def wrap_command(plan: Plan, argv: Sequence[str], *, strict: Strictness | None =
     if not argv or not all(isinstance(a, str) for a in argv):
         raise PlanError(f"wrap_command needs a non-empty list of strings, got {argv!r}")
     be, _ = _backends.get_backend(backend)
+    keep_binding_env(dict(os.environ))   # said here (INFO, or WARNING for the user's 1); exec_bound sets it
     prefix = be.command_prefix(plan)
     if prefix is not None:
         return [*prefix, *argv]
@@ -103,7 +103,9 @@ def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None 
         sys.stderr.write(report.describe() + "\n")
     for w in report.warnings:
         sys.stderr.write(f"numabind: warning: {w}\n")
-    raise SystemExit(_backends.exec_command(list(command), bound_environ(report)))   # numabind run's exec
+    env = bound_environ(report)
+    keep_binding_env(env, say=False)   # TensorRT-LLM must not undo the binding (wrap_command said so)
+    raise SystemExit(_backends.exec_command(list(command), env))   # numabind run's exec
 
 
 def _exec_main(argv: Sequence[str] | None = None) -> None:
@@ -144,6 +146,7 @@ class _PreexecBind:
             raise
         for w in report.warnings:
             os.write(2, f"numabind: warning: {w}\n".encode(errors="replace"))
+        keep_binding_env(say=False)   # the child's environment, which exec keeps (unless Popen was given env=)
 
 
 def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: str | None = None) -> dict[str, Any]:
@@ -162,6 +165,7 @@ def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: str |
         raise NumabindError("the numactl backend cannot bind a child before exec in-process; "
                             "use subprocess.Popen(numabind.wrap_command(plan, argv))")
     plan = plan.replace(migrate=False)
+    keep_binding_env(dict(os.environ))   # said here (INFO, or WARNING for the user's 1); the child sets it
     return {"preexec_fn": _PreexecBind(plan, strict_default(strict), be.name)}
 
 

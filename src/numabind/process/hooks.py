@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
-from .._base import Strictness, getLogger
+from .._base import Strictness, getLogger, keep_binding_env
 from .. import backends as _backends
 from ..bind import bind_current, bind_thread, strict_default, strict_label
 from ..errors import PlanError
 from ..plan import Plan, check_plan
 from . import reports
-from .payload import _BIND_KEY, _PATH_KEY, _BindPayload, _check_args, _Entry, _PathHint
+from .payload import _BIND_KEY, _ENV_KEY, _PATH_KEY, _BindPayload, _binding_env, _check_args, _Entry, _PathHint
 from .reports import ChildBindings, ChildReport
 
 __all__ = ["configure_subprocess"]
@@ -79,6 +79,9 @@ def _get_preparation_data(name: str) -> dict[str, Any]:
     if method == "server":
         return data  # the forkserver's own start: it must stay unbound (its keys are filtered anyway)
     if method == "spawn" and entry.spawn == "inherit" and entry.prefix is None:
+        env = _binding_env()    # TensorRT-LLM must not undo the binding (the other children set it themselves)
+        if env:
+            data[_ENV_KEY] = env
         return data  # bound by inheritance from the launching thread (_spawnv_passfds)
     data[_PATH_KEY] = _PathHint()
     data[_BIND_KEY] = _BindPayload(entry, method)
@@ -233,6 +236,7 @@ def configure_subprocess(plan: Plan, *, strict: Strictness | None = None, backen
                    known=handle.known if report else None)
     log.info("children of thread %s are bound at birth to %s (%s via %s: %s)",
              threading.current_thread().name, plan.describe(), mode, be.name, why)
+    keep_binding_env(dict(os.environ))   # said here, once (INFO, or WARNING for the user's 1); the children set it
     _install()
     st = _stack()
     st.append(entry)

@@ -4,11 +4,12 @@ when the child unpickles them, put numabind's own directory first on ``sys.path`
 
 from __future__ import annotations
 
+import operator
 import os
 from typing import Any
 
 from .. import backends as _backends
-from .._base import Strictness
+from .._base import Strictness, keep_binding_env
 from ..bind import THREAD_MODES, BindReport, bind_current, strict_label
 from ..verify import verify_current
 from ..errors import BirthBindError, NumabindError, PlanError
@@ -19,6 +20,7 @@ from . import reports
 #: Keys numabind adds to multiprocessing's preparation data.
 _PATH_KEY = "_numabind_sys_path"
 _BIND_KEY = "_numabind_bind"
+_ENV_KEY = "_numabind_env"
 #: The directory numabind was imported from (the parent of the package directory).
 _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -111,6 +113,25 @@ class _PathHint:
 
     def __reduce__(self) -> tuple[object, ...]:
         return (list.insert, (_Attr(_Import("sys"), "path"), 0, _PKG_PARENT))
+
+
+class _SetEnv:
+    """Unpickles as ``os.environ[name] = value`` in the child (no numabind import)."""
+
+    def __init__(self, name: str, value: str) -> None:
+        self.name, self.value = name, value
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (operator.setitem, (_Attr(_Import("os"), "environ"), self.name, self.value))
+
+
+def _binding_env() -> tuple[_SetEnv, ...]:
+    """What :func:`numabind._base.keep_binding_env` would set in this process's environment, as entries of
+    a spawn child's preparation data: a child bound by inheritance runs no numabind code, so it gets them
+    while it unpickles that data, before its ``__main__`` runs (it inherited this environment)."""
+    env = dict(os.environ)
+    keep_binding_env(env, say=False)
+    return tuple(_SetEnv(k, v) for k, v in env.items() if os.environ.get(k) != v)
 
 
 class _BindPayload:

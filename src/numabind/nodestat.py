@@ -1,0 +1,198 @@
+"""The whole machine's memory per NUMA node, and the kernel's allocation counters: ``numabind stat --system``.
+
+What ``numastat -m -n`` shows, read through the discovery root (:class:`numabind._fs.FsReader`: ``--root`` /
+``NUMABIND_FSROOT``, a directory, a dump or a live ``/``) with its bounded reads:
+
+* ``sys/devices/system/node/nodeN/meminfo``: each ``Node N Key: value [kB]`` line, in the file's order. A
+  value in kB is kept in bytes; ``HugePages_Total``, ``HugePages_Free`` and ``HugePages_Surp`` count huge
+  pages, so they are turned into bytes as numastat does: the node's ``hugepages/hugepages-<size>kB/``
+  counters (``nr_hugepages``, ``free_hugepages``, ``surplus_hugepages``) summed over the sizes, else the
+  count times ``Hugepagesize`` of ``proc/meminfo``. A kernel without NUMA (no node directory) has one node,
+  0, whose meminfo is ``proc/meminfo``.
+* ``sys/devices/system/node/nodeN/numastat``: ``numa_hit``, ``numa_miss``, ``numa_foreign``,
+  ``interleave_hit``, ``local_node``, ``other_node`` (and any other counter the kernel adds), in pages;
+  a replayed root without the file (a dump of ``hwloc-gather-topology``, an hwloc XML) has no counters.
+  numastat shows them in MiB, as pages of this host's page size (:attr:`SystemMemory.page_size`; a
+  replayed root from a machine of another page size is shown with this host's).
+
+A file that cannot be read (missing, unreadable, not a regular file, a value that is not a number) leaves
+its figures out and is named in the node's ``errors``; the other nodes are still read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._fs import FsReader, ascii_int
+from .errors import NumabindError
+
+__all__ = ["HUGE_COUNTS", "NUMASTAT_COUNTERS", "NodeMemory", "SystemMemory", "system_memory"]
+
+_NODE_DIR = "sys/devices/system/node"
+#: The counters of ``nodeN/numastat``, in the kernel's order.
+NUMASTAT_COUNTERS = ("numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node")
+#: meminfo rows that count huge pages (not kB), and the per-size sysfs counter each one sums.
+HUGE_COUNTS = {"HugePages_Total": "nr_hugepages", "HugePages_Free": "free_hugepages",
+               "HugePages_Surp": "surplus_hugepages"}
+_MAX_ROWS = 256          # a meminfo has about 40 rows; more is not a kernel's file
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """One node: ``memory`` (meminfo rows in bytes, in the file's order), ``numastat`` (the kernel's counters,
+    in pages) and ``errors`` (what could not be read, and why)."""
+
+    node: int
+    memory: dict[str, int] = field(default_factory=dict)
+    numastat: dict[str, int] = field(default_factory=dict)
+    errors: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"memory_bytes": dict(self.memory), "numastat_pages": dict(self.numastat), "errors": list(self.errors)}
+
+
+@dataclass(frozen=True)
+class SystemMemory:
+    """Every node of the machine (:func:`system_memory`), with the page size that turns counters into bytes."""
+
+    nodes: tuple[NodeMemory, ...]
+    page_size: int
+    root: str = "/"
+
+    @property
+    def ok(self) -> bool:
+        """True when every file of every node was read."""
+        return not any(n.errors for n in self.nodes)
+
+    def memory_rows(self) -> list[str]:
+        """The meminfo rows of all nodes, in the order the files list them (a row only some nodes have is kept)."""
+        return list(dict.fromkeys(k for n in self.nodes for k in n.memory))
+
+    def numastat_rows(self) -> list[str]:
+        """The numastat counters of all nodes, the kernel's six first."""
+        seen = list(dict.fromkeys(k for n in self.nodes for k in n.numastat))
+        return [k for k in NUMASTAT_COUNTERS if k in seen] + [k for k in seen if k not in NUMASTAT_COUNTERS]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": self.root, "page_size": self.page_size,
+                "nodes": {str(n.node): n.to_dict() for n in self.nodes}}
+
+
+def _meminfo(text: str, node: int | None, what: str) -> tuple[dict[str, tuple[int, bool]], list[str]]:
+    """(row -> (value, in kB), problems) of a node's meminfo (``Node N Key: V kB``) or, with ``node`` None,
+    of ``proc/meminfo`` (``Key: V kB``)."""
+    rows: dict[str, tuple[int, bool]] = {}
+    bad: list[str] = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        if node is not None:
+            if len(words) < 3 or words[0] != "Node" or words[1] != str(node):
+                bad.append(f"{what}: a line that is not 'Node {node} Key: value': {line[:60]!r}")
+                continue
+            words = words[2:]
+        key = words[0].rstrip(":")
+        value = ascii_int(words[1]) if len(words) > 1 and words[0].endswith(":") else None
+        unit = words[2:]
+        if not key or value is None or unit not in ([], ["kB"]):
+            bad.append(f"{what}: {line[:60]!r} is not 'Key: number [kB]'")
+            continue
+        if key not in rows and len(rows) < _MAX_ROWS:
+            rows[key] = (value, bool(unit))
+    return rows, bad
+
+
+def _huge_page_kb(reader: FsReader) -> int | None:
+    text = reader.read("proc/meminfo") or ""
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key.strip() == "Hugepagesize":
+            words = rest.split()
+            return ascii_int(words[0]) if words else None
+    return None
+
+
+def _huge_bytes(reader: FsReader, node: int, counter: str) -> int | None:
+    """The bytes of ``counter`` (nr/free/surplus_hugepages) over the huge page sizes of ``node``'s sysfs
+    directory, or None when it lists no size."""
+    base = f"{_NODE_DIR}/node{node}/hugepages"
+    total, found = 0, False
+    for name in reader.listdir(base):
+        if not (name.startswith("hugepages-") and name.endswith("kB")):
+            continue
+        size = ascii_int(name[len("hugepages-"):-2])
+        count = reader.read_int(f"{base}/{name}/{counter}")
+        if size is None or count is None or count < 0:
+            continue
+        total += size * 1024 * count
+        found = True
+    return total if found else None
+
+
+def _read(reader: FsReader, rel: str, errors: list[str]) -> str | None:
+    """The text of ``rel``, or None with the reason added to ``errors``."""
+    try:
+        text = reader.read(rel)
+    except NumabindError as e:          # not a regular file (a FIFO, a device) or too large: never read
+        errors.append(str(e))
+        return None
+    if text is None:
+        errors.append(f"{rel} cannot be read (missing or not readable)")
+    return text
+
+
+def _node(reader: FsReader, node: int, numa: bool, huge_kb: int | None) -> NodeMemory:
+    errors: list[str] = []
+    memory: dict[str, int] = {}
+    rel = f"{_NODE_DIR}/node{node}/meminfo" if numa else "proc/meminfo"
+    text = _read(reader, rel, errors)
+    if text is not None:
+        rows, bad = _meminfo(text, node if numa else None, rel)
+        errors += bad[:3]
+        for key, (value, kb) in rows.items():
+            if key in HUGE_COUNTS:
+                exact = _huge_bytes(reader, node, HUGE_COUNTS[key]) if numa else None
+                if exact is not None:
+                    memory[key] = exact
+                elif huge_kb is not None:
+                    memory[key] = value * huge_kb * 1024
+                elif value == 0:
+                    memory[key] = 0
+                else:
+                    errors.append(f"{rel}: {key} counts huge pages of an unknown size (no hugepages directory, "
+                                  f"no Hugepagesize in proc/meminfo)")
+            else:
+                memory[key] = value * 1024 if kb else value
+    numastat: dict[str, int] = {}
+    if numa:
+        rel = f"{_NODE_DIR}/node{node}/numastat"
+        # a dump (hwloc-gather-topology, an hwloc XML) holds no counters: a missing file is not an error
+        text = _read(reader, rel, errors) if reader.exists(rel) or reader.is_live else None
+        if text is not None:
+            for line in text.splitlines()[:_MAX_ROWS]:
+                words = line.split()
+                count = ascii_int(words[1]) if len(words) == 2 else None
+                if count is None:
+                    if words:
+                        errors.append(f"{rel}: {line[:60]!r} is not 'counter number'")
+                    continue
+                numastat.setdefault(words[0], count)
+    return NodeMemory(node, memory, numastat, tuple(errors))
+
+
+def system_memory(root: str | os.PathLike[str] | FsReader | None = None, *,
+                  page_size: int | None = None) -> SystemMemory:
+    """Every NUMA node's memory and allocation counters (see the module docstring), read under ``root`` (a
+    discovery root, or an :class:`~numabind._fs.FsReader`; default ``$NUMABIND_FSROOT``, else ``/``).
+    ``page_size`` (bytes, default this host's) turns the counters into bytes: give the replayed machine's
+    when it differs. A root that does not exist is a NumabindError; a file that cannot be read is an entry
+    of its node's ``errors``."""
+    reader = root if isinstance(root, FsReader) else FsReader(root)
+    nodes = reader.numbered(_NODE_DIR, "node")
+    numa = bool(nodes)
+    huge_kb = _huge_page_kb(reader)
+    return SystemMemory(tuple(_node(reader, n, numa, huge_kb) for n in (nodes or [0])),
+                        page_size=page_size or os.sysconf("SC_PAGE_SIZE"), root=reader.origin)
