@@ -38,6 +38,7 @@ def inspect_install() -> dict[str, Any]:
     info = numabind.backend_info()
     found["selected"] = info["selected"]
     found["native"] = info.get("native")
+    found["native_ok"] = info.get("native_ok")
     found["available"] = info["available"]
     return found
 
@@ -50,7 +51,7 @@ def problems(found: dict[str, Any], require_native: bool) -> list[str]:
             out.append(f"numabind._native does not import: {found['native_error']}")
         elif not found["native_file"].endswith(".abi3.so"):
             out.append(f"numabind._native is {found['native_file']}, not an abi3 module")
-        if found["native"] is not None:
+        if not found["native_ok"]:
             out.append(f"backend_info()['native'] says the core is missing: {found['native']}")
         if not (found["available"].get("syscall") or found["available"].get("libnuma")):
             out.append(f"no native backend is usable: {found['available']}")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install numabind into ./.venv on a Debian/Ubuntu machine.
 #   bash scripts/setup.sh          # the library and its CLI (libnuma is used when present; no numactl needed)
-#   bash scripts/setup.sh --test   # + test extras, numactl (the numactl backend's tests and the oracle) and the
-#                                  #   multi-NUMA VM (QEMU, kernel, initramfs)
+#   bash scripts/setup.sh --test   # + the whole suite's extras (test, docs: Sphinx, release: build, auditwheel),
+#                                  #   numactl (the numactl backend's tests and the oracle) and the multi-NUMA VM
+#                                  #   (QEMU, kernel, initramfs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,8 +38,10 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 if [ "$with_tests" -eq 1 ]; then
-    # editable: the tests import the checkout, so the C extension is built in place
-    .venv/bin/python -m pip install -q -e '.[test]'
+    # editable: the tests import the checkout, so the C extension is built in place. The suite needs all three
+    # extras: test (pytest, hypothesis, mypy, pyright), docs (tests/test_packaging.py builds the docs with
+    # Sphinx) and release (it builds the sdist and the wheel, and repairs the wheel with auditwheel)
+    .venv/bin/python -m pip install -q -e '.[test,docs,release]'
     # launcher tests: Ray's local cluster and torchrun (torch 2.13.0 is a CPU build on this kind of machine)
     .venv/bin/python -m pip install -q 'ray>=2.10' torch==2.13.0
     # the multi-NUMA guests: Debian's amd64 and arm64 kernels (tools/vm_kernel.py keeps the image and the 9p

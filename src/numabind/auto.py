@@ -15,6 +15,7 @@ from .strategies import auto_gate
 
 if TYPE_CHECKING:  # pragma: no cover
     from .topology import Topology
+    from .types import MemPolicy, Mode
 
 __all__ = ["auto_plan_available"]
 
@@ -33,8 +34,8 @@ def _live_binding() -> Any:
 
 
 def auto_plan_available(topology: Topology | None = None, *, affinity: Iterable[int] | None = None,
-                        mem_policy: str | None = None, gpus: Iterable[int] | None = None,
-                        mode: str = "node", unbound_cpus: Iterable[int] | None = None) -> tuple[bool, str]:
+                        mem_policy: MemPolicy | None = None, gpus: Iterable[int] | None = None,
+                        mode: Mode = "node", unbound_cpus: Iterable[int] | None = None) -> tuple[bool, str]:
     """Whether automatic binding should be attempted, and why (never raises).
 
     Conditions, checked in this order:

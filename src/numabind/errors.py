@@ -6,7 +6,8 @@ there is one, the fix.
 
 import os
 
-__all__ = ["NumabindError", "PlanError", "BindError", "BirthBindError"]
+__all__ = ["NumabindError", "PlanError", "BindError", "BirthBindError", "MEMORY_CALLS", "refusal_fix",
+           "NoSuchProcess", "AccessDenied"]
 
 
 class NumabindError(Exception):
@@ -17,34 +18,107 @@ class PlanError(NumabindError, ValueError):
     """A plan, cpulist or nodelist is invalid, or does not fit the machine."""
 
 
+#: The memory-policy calls a container's seccomp profile may forbid (Docker's default profile, and the
+#: RuntimeDefault of containerd and CRI-O, allow them only with CAP_SYS_NICE).
+MEMORY_CALLS = ("set_mempolicy", "mbind", "migrate_pages", "move_pages", "get_mempolicy",
+                "set_mempolicy_home_node")
+
+#: The fix a refused call's message ends with, one per (errno name, kind of call). ``{call}`` is the call,
+#: ``{cpuset}`` the CPUs the thread's cpuset allows (" (the cpuset allows CPUs 0-3)" or "").
+_FIXES = {
+    ("EPERM", "memory"): (
+        "likely cause: no CAP_SYS_NICE, or a seccomp profile that forbids {call} (Docker's default profile allows "
+        "set_mempolicy, mbind and get_mempolicy only with CAP_SYS_NICE); fix: --cap-add SYS_NICE (Kubernetes: "
+        "securityContext.capabilities.add: [\"SYS_NICE\"]) or a seccomp profile that allows {call}; "
+        "--lenient (strict=False) runs without this binding"),
+    ("EPERM", "cpus"): (
+        "likely cause: a seccomp profile that forbids {call}, or a thread of another user (that needs "
+        "CAP_SYS_NICE); fix: a seccomp profile that allows {call}, or --cap-add SYS_NICE (Kubernetes: "
+        "securityContext.capabilities.add: [\"SYS_NICE\"]); --lenient (strict=False) runs without this binding"),
+    ("EINVAL", "cpus"): (
+        "likely cause: the CPUs are outside the thread's cpuset{cpuset}; fix: pick CPUs inside it, or widen it "
+        "(docker --cpuset-cpus; Kubernetes: the pod's CPU requests under the static CPU manager); --lenient "
+        "(strict=False) runs without this binding"),
+}
+
+
+def refusal_fix(err: int, syscall: str, cpuset: "str | None" = None) -> str:
+    """The likely cause of a refused binding call and its fix, in one line ("" when none is known): a missing
+    CAP_SYS_NICE, a seccomp profile that forbids the call, a cpuset that excludes the CPUs (``cpuset``: the
+    CPUs it allows, when known), and ``--lenient``. The one place these hints are written."""
+    import errno   # only when an error is made
+
+    kind = "memory" if syscall in MEMORY_CALLS else "cpus" if syscall == "sched_setaffinity" else None
+    text = _FIXES.get((errno.errorcode.get(err, ""), kind or ""))
+    if text is None:
+        return ""
+    return text.format(call=syscall, cpuset=f" (the cpuset allows CPUs {cpuset})" if cpuset else "")
+
+
 class BindError(NumabindError, OSError):
     """The kernel (or a helper binary) refused a binding.
 
     ``errno`` is the error number, ``syscall`` the call that failed
     (``"set_mempolicy"``, ``"sched_setaffinity"``, ...), ``detail`` what was
-    being attempted.
+    being attempted, ``fix`` the likely cause and its fix, which the message
+    ends with, once: :func:`refusal_fix`'s unless given (``""``: none; a caller
+    that knows better, such as ``numabind move`` on another user's process,
+    gives its own). ``cpuset``: the CPUs the thread's cpuset allows, named in
+    the fix of an EINVAL from ``sched_setaffinity``. ``brief``: the message
+    without the fix (for a second line about the same refusal).
     """
 
     errno: int     # always set (OSError's may be None)
 
-    def __init__(self, err: int, syscall: str, detail: str = "") -> None:
+    def __init__(self, err: int, syscall: str, detail: str = "", cpuset: "str | None" = None,
+                 fix: "str | None" = None) -> None:
         import errno   # only when an error is made: errno is off the import path of a bind
 
         name = errno.errorcode.get(err, f"errno {err}")
-        msg = f"{syscall} failed with {name} ({os.strerror(err)})"
-        if detail:
-            msg += f": {detail}"
+        head = f"{syscall} failed with {name} ({os.strerror(err)})"
+        if fix is None:
+            fix = refusal_fix(err, syscall, cpuset)
+        # a detail that quotes an earlier error of the same call keeps its words, not its head a second time
+        shown = detail.replace(f"{head}: ", "")
+        msg = f"{head}: {shown}" if shown else head
+        self.brief = msg
+        if fix and fix not in msg:
+            msg += f"; {fix}"
         super().__init__(err, msg)
         self.syscall = syscall
         self.detail = detail
         self.errno_name = name
+        self.fix = fix
+        self.cpuset = cpuset
 
     def __str__(self) -> str:  # OSError's default prefixes "[Errno N]"
         return str(self.args[1])
 
-    def __reduce__(self) -> "tuple[type[BindError], tuple[int | None, str, str]]":
-        return (type(self), (self.errno, self.syscall, self.detail))
+    def __reduce__(self) -> "tuple[type[BindError], tuple[int | None, str, str, str | None, str]]":
+        return (type(self), (self.errno, self.syscall, self.detail, self.cpuset, self.fix))
 
 
 class BirthBindError(NumabindError):
     """A child could not be bound at birth under strict mode (the cause is chained)."""
+
+
+class _ProcessError(NumabindError):
+    """A process could not be read: ``pid``, its ``name`` when known (else None) and ``reason``."""
+
+    def __init__(self, pid: int, reason: str, name: "str | None" = None) -> None:
+        super().__init__(f"process {pid}" + (f" ({name})" if name else "") + f": {reason}")
+        self.pid = pid
+        self.reason = reason
+        self.name = name
+
+    def __reduce__(self) -> "tuple[type[_ProcessError], tuple[int, str, str | None]]":
+        return (type(self), (self.pid, self.reason, self.name))
+
+
+class NoSuchProcess(_ProcessError):
+    """The process does not exist, is a zombie, or exited while being read (psutil's ``NoSuchProcess``)."""
+
+
+class AccessDenied(_ProcessError):
+    """This process may not read that one (another user's: reading its pages needs the right to trace it;
+    psutil's ``AccessDenied``)."""

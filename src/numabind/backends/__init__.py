@@ -55,6 +55,7 @@ __all__ = [
     "MPOL_MODES",
     "MPOL_NAMES",
     "NativeBackend",
+    "refused",
     "reset_backends",
     "SyscallBackend",
     "unlock_after_fork",
@@ -474,6 +475,21 @@ class Backend(ABC):
 
 
 # ----------------------------------------------------------------------------- the compiled core's backends
+def refused(err: int, syscall: str, detail: str) -> BindError:
+    """The :class:`BindError` of a call the kernel refused: its message ends with the likely cause and the fix
+    (:func:`numabind.errors.refusal_fix`); for a ``sched_setaffinity`` refused with EINVAL it names the CPUs
+    of the calling thread's cpuset (read only then)."""
+    import errno   # only when a call was refused: off the import path of a bind
+
+    cpuset = None
+    if err == errno.EINVAL and syscall == "sched_setaffinity":
+        try:
+            cpuset = format_cpulist(live.limits().allowed_cpus) or None
+        except (OSError, ValueError, NumabindError):   # unreadable: the fix says "the cpuset" without its CPUs
+            cpuset = None
+    return BindError(err, syscall, detail, cpuset)
+
+
 def load_native() -> "Any":
     """The compiled module, or raise ImportError with the reason: one short line, with how to get it; a module
     compiled for another numabind version is a NumabindError (:func:`numabind.live.check_native_version`)."""
@@ -717,7 +733,7 @@ class NativeBackend(Backend):
 
     def _check(self, rc: int, syscall: str, detail: str) -> int:
         if rc < 0:
-            raise BindError(-rc, syscall, detail)
+            raise refused(-rc, syscall, detail)
         return rc
 
     # -- affinity ---------------------------------------------------------
@@ -751,7 +767,7 @@ class NativeBackend(Backend):
         status, after = ints + n, masks + n * words
         done = self._fn["affinity_many"](ints, n, mask, words, flags, masks, after, status)
         if done < 0:
-            raise BindError(-done, "sched_setaffinity", f"{n} threads")
+            raise refused(-done, "sched_setaffinity", f"{n} threads")
         return AffinityWalk(tids, status, done, masks, after, words, (ints, masks))
 
     # -- memory policy ----------------------------------------------------
@@ -1056,19 +1072,23 @@ def _choose(name: str | None, forced: str | None) -> tuple[Backend, str]:
     raise NumabindError("no backend is usable: " + "; ".join(skipped))  # "none" always loads
 
 
-def _native_problem() -> str | None:
-    """One line saying that the native core is missing and how to get it; None when it loads."""
+def _native_state() -> tuple[bool, str]:
+    """(True, what the loaded native core is: its version and file) or (False, one line saying that it is
+    missing or unusable and how to get it)."""
     try:
-        load_native()
+        native = load_native()
     except (ImportError, NumabindError) as e:   # missing, or built for another version
-        return str(e)
-    return None
+        return False, str(e)
+    built = native.ffi.string(native.lib.nb_version()).decode("ascii", "replace")
+    return True, f"numabind._native {built} loaded from {native.__file__}"
 
 
 def backend_info() -> "dict[str, Any]":
     """Which backends can be used here and why the others cannot.
 
-    ``native`` is None when the compiled core loads, else one line saying it is missing and how to get it.
+    ``native`` says what the compiled core is: ``"numabind._native 0.1.0 loaded from /.../_native.abi3.so"``
+    when it loads (``native_ok`` True), else one line saying it is missing and how to get it (``native_ok``
+    False).
     """
     available = {n: _load(n) is not None for n in BACKEND_NAMES}
     try:
@@ -1076,12 +1096,14 @@ def backend_info() -> "dict[str, Any]":
         selected, reason = be.name, why
     except NumabindError as e:
         selected, reason = None, str(e)
+    native_ok, native = _native_state()
     return {
         "selected": selected,
         "reason": reason,
         "available": available,
         "unavailable": {n: _failures[n] for n in BACKEND_NAMES if not available[n]},
-        "native": _native_problem(),
+        "native": native,
+        "native_ok": native_ok,
     }
 
 

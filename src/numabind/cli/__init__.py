@@ -41,13 +41,13 @@ numactl's own command line (``numabind -C 0 cmd``, ``numabind -H``, or any comma
 import os
 import sys
 
-from .._base import EXIT_NOT_APPLIED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_USAGE
+from .._base import EXIT_NOT_APPLIED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_USAGE, WARNING, keep_binding_env
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the fast path)
 if TYPE_CHECKING:  # pragma: no cover
     from .._base import Strictness
 
-__all__ = ["main", "fast_run", "exec_command", "run_strictness", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND"]
+__all__ = ["main", "fast_run", "command_environ", "exec_command", "run_strictness", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND"]
 
 #: Exit statuses of ``numabind run`` before the command runs (see the module docstring).
 NOT_APPLIED, USAGE, NOT_EXECUTABLE, NOT_FOUND = EXIT_NOT_APPLIED, EXIT_USAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
@@ -133,6 +133,16 @@ def device_node(spec: str) -> int:
     return DeviceNodes("/").node_of(spec)
 
 
+def command_environ(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with :func:`numabind._base.keep_binding_env` applied (the command is bound: TensorRT-LLM must
+    not undo it); its WARNING (the user's ``TLLM_NUMA_AWARE_WORKER_AFFINITY=1``) on stderr as the full
+    CLI's logging shows it, since the fast path has no logging. Returns ``env``."""
+    found = keep_binding_env(env, say=False)
+    if found is not None and found[0] >= WARNING:
+        sys.stderr.write(f"numabind.bind: WARNING: {found[1]}\n")
+    return env
+
+
 def exec_command(command: list[str], env: dict[str, str]) -> int:
     """exec ``command`` (searched on PATH); on failure the error is printed and the shell's status returned:
     127 when it is not found, 126 when it is found but cannot be executed (:func:`numabind.backends.exec_command`)."""
@@ -160,7 +170,7 @@ def fast_run(args: list[str]) -> int | None:
         from ..bind import bind_current, bound_environ
         from ..plan import Plan
 
-        machine = live.machine()
+        machine = live.machine(cpuset_if_narrowed=True)   # the cpuset only when the affinity leaves out a CPU
         plan = Plan.from_numactl_args(numactl, topology=machine, migrate="migrate" in other,
                                       device_node=device_node, reason="numabind run " + " ".join(numactl))
         plan = plan.validate(machine)    # a LiveMachine has what validate reads
@@ -172,7 +182,9 @@ def fast_run(args: list[str]) -> int | None:
     try:
         prefix = be.command_prefix(plan)
         if prefix is not None:
-            os.execv(prefix[0], prefix + command)
+            from .._base import environ_copy
+
+            os.execve(prefix[0], prefix + command, command_environ(environ_copy()))
         report = bind_current(plan, strict=strict, backend=backend,
                               set_weights="set_weights" in other)
     except NumabindError as e:
@@ -180,7 +192,7 @@ def fast_run(args: list[str]) -> int | None:
         return NOT_APPLIED
     for w in report.warnings:   # what the full CLI's logging shows (WARNING, numabind.bind)
         sys.stderr.write(f"numabind.bind: WARNING: {w}\n")
-    return exec_command(command, bound_environ(report))   # _NUMABIND_BOUND: for numabind stat
+    return exec_command(command, command_environ(bound_environ(report)))   # _NUMABIND_BOUND: for numabind stat
 
 
 #: numabind's subcommands: any other first word (or a numactl option) is numactl's command line.

@@ -46,9 +46,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._base import Strictness
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
+from ..types import Strictness
 
 if TYPE_CHECKING:  # pragma: no cover
     import ctypes
