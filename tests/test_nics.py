@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -323,3 +324,161 @@ def test_numabind_topology_matrix_on_the_command_line(tmp_path):
     assert cp.stdout == topology_matrix(topo)
     cp = numabind_cli("--root", str(tmp_path), "topology", "--matrix", "--json")
     assert cp.returncode == 0 and json.loads(cp.stdout)["gpus"][1]["nearest"] == ["mlx5_0"], cp.stderr
+
+
+# -- the rank's NICs (place_rank(nics=True), numabind plan/run --gpu-from-rank --nic) ---------------------------
+
+NIC_VARS = ("NCCL_IB_HCA", "UCX_NET_DEVICES", "NCCL_SOCKET_IFNAME")
+
+
+def _rank(root, nics=True, **env):
+    from numabind.rank import place_rank
+    from numabind._fs import FsReader
+    from numabind.topology import discover_from
+
+    env = {k: str(v) for k, v in env.items()}
+    return place_rank(topology=discover_from(FsReader(str(root)), env=env), env=env, nics=nics)
+
+
+def test_each_rank_of_the_dgx_box_gets_the_nic_behind_its_switch(tmp_path):
+    box = dgx_box(tmp_path)
+    netdevs = {n.name: n.netdevs[0] for n in scan_nics(tmp_path)}
+    for r in range(8):
+        placed = _rank(tmp_path, LOCAL_RANK=r, LOCAL_WORLD_SIZE=8)
+        assert placed.gpu == r and placed.nics == (f"mlx5_{r}",)
+        assert dict(placed.env) == {"NCCL_IB_HCA": f"=mlx5_{r}:1", "UCX_NET_DEVICES": f"mlx5_{r}:1",
+                                    "NCCL_SOCKET_IFNAME": "=" + netdevs[f"mlx5_{r}"]}
+        named = f"mlx5_{r} ({box['nics'][r]}, PIX)"
+        assert any(why.startswith("--nic: NCCL_IB_HCA, UCX_NET_DEVICES: RDMA " + named) for why in placed.reasons)
+        assert named in placed.plan.reason and "split evenly" in placed.plan.reason   # 1 of the 2 PIX NICs
+        assert placed.to_dict()["env"] == dict(placed.env) and placed.to_dict()["nics"] == [f"mlx5_{r}"]
+    assert _rank(tmp_path, nics=False, LOCAL_RANK=0).env == {}                         # only when asked
+
+
+def test_rank_nic_ties_split_among_the_ranks_that_share_them(tmp_path):
+    dgx_box(tmp_path)
+    alone = _rank(tmp_path, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1)       # one rank: both NICs behind its switch
+    assert alone.nics == ("mlx5_0", "mlx5_1")
+    assert alone.env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1" and alone.env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_1:1"
+    assert "split evenly" not in alone.plan.reason
+    pair = [_rank(tmp_path, LOCAL_RANK=r, LOCAL_WORLD_SIZE=2) for r in range(2)]
+    assert [p.nics for p in pair] == [("mlx5_0",), ("mlx5_1",)]
+    # each rank sees only its own GPU (srun --gpus-per-task=1): the split is over every GPU of the machine
+    own = _rank(tmp_path, SLURM_LOCALID=3, SLURM_STEP_TASKS_PER_NODE=8, CUDA_VISIBLE_DEVICES=3)
+    assert own.gpu == 0 and own.nics == ("mlx5_3",) and own.env["NCCL_IB_HCA"] == "=mlx5_3:1"
+
+
+def test_rank_nic_env_never_overrides_the_users(tmp_path):
+    dgx_box(tmp_path)
+    placed = _rank(tmp_path, LOCAL_RANK=1, LOCAL_WORLD_SIZE=8, NCCL_SOCKET_IFNAME="eth9", UCX_NET_DEVICES="all")
+    assert dict(placed.env) == {"NCCL_IB_HCA": "=mlx5_1:1"}
+    assert "--nic: NCCL_SOCKET_IFNAME is already set ('eth9'): left as the user set it" in placed.plan.reason
+    assert "--nic: UCX_NET_DEVICES is already set ('all'): left as the user set it (numabind would set " \
+           "'mlx5_1:1')" in placed.reasons
+
+
+def test_rank_nics_on_the_mixed_box_name_the_link_class(tmp_path):
+    mixed_box(tmp_path)
+    placed = _rank(tmp_path, LOCAL_RANK=0, LOCAL_WORLD_SIZE=2)
+    # GPU 0's nearest RDMA device is across the sockets (its VF mlx5_1 goes with it), its nearest interface is
+    # eth1 behind its own switch, enslaved to bond0
+    assert dict(placed.env) == {"NCCL_IB_HCA": "=mlx5_0:1", "UCX_NET_DEVICES": "mlx5_0:1",
+                                "NCCL_SOCKET_IFNAME": "=bond0"}
+    assert f"RDMA mlx5_0 ({MIXED['mlx5_0']}, SYS)" in placed.plan.reason
+    assert f"NCCL_SOCKET_IFNAME: bond0 on eth1 ({MIXED['eth1']}, PIX)" in placed.plan.reason
+
+
+def test_rank_nics_without_nics_or_without_a_pci_tree(tmp_path):
+    from tests.fakegpu import add_nvidia_gpu
+
+    two_sockets(tmp_path)
+    add_nvidia_gpu(tmp_path, "0000:18:00.0", numa_node=0)
+    placed = _rank(tmp_path, LOCAL_RANK=0)
+    assert placed.env == {} and placed.nics == () and placed.warnings == ()
+    assert "no RDMA device: NCCL_IB_HCA and UCX_NET_DEVICES are not set" in placed.plan.reason
+
+
+def test_gpu_nics_is_plan_for_gpus_companion(tmp_path):
+    from numabind.iodevices import choose_nics, gpu_nics
+
+    box = dgx_box(tmp_path)
+    topo = discover(tmp_path)
+    choice = gpu_nics(topo, 5)
+    assert [n.name for n in choice.rdma] == ["mlx5_5"] and choice.gpu == box["gpus"][5]
+    assert choice.env == nic_env(pci_place(tmp_path, box["gpus"][5]), gpu_places(tmp_path, topo.gpus), topo.nics)
+    assert [n.name for n in gpu_nics(topo, 5, peers=[topo.gpus[5]]).rdma] == ["mlx5_4", "mlx5_5"]
+    assert choice.to_dict()["env"]["NCCL_IB_HCA"] == "=mlx5_5:1"
+    with pytest.raises(PlanError, match="GPU 9 is not visible"):
+        gpu_nics(topo, 9)
+    with pytest.raises(PlanError, match="is not among the GPUs"):
+        choose_nics(gpu_places(tmp_path, topo.gpus)[0], gpu_places(tmp_path, topo.gpus)[1:], topo.nics)
+
+
+def _launch_env(root, **extra):
+    from tests.kernel import child_env
+    from numabind.rank import LAUNCHERS
+
+    drop = {lch.rank_var for lch in LAUNCHERS} | {v for lch in LAUNCHERS for v in lch.size_vars} | set(NIC_VARS)
+    env = {k: v for k, v in child_env().items() if k not in drop}
+    env.update(NUMABIND_FSROOT=str(root), **extra)
+    return env
+
+
+def test_cli_plan_gpu_from_rank_nic(tmp_path):
+    from tests.kernel import numabind_cli
+
+    dgx_box(tmp_path)
+    ifname = {n.name: n.netdevs[0] for n in scan_nics(tmp_path)}["mlx5_2"]
+    env = _launch_env(tmp_path, LOCAL_RANK="2", LOCAL_WORLD_SIZE="8", NCCL_IB_HCA="mlx5_7")
+    cp = numabind_cli("plan", "--gpu-from-rank", "--nic", "--json", env=env)
+    assert cp.returncode == 0, cp.stderr
+    got = json.loads(cp.stdout)
+    assert got["env"] == {"UCX_NET_DEVICES": "mlx5_2:1", "NCCL_SOCKET_IFNAME": "=" + ifname}
+    assert got["nics"] == ["mlx5_2"] and any("NCCL_IB_HCA is already set" in r for r in got["reasons"])
+    cp = numabind_cli("plan", "--gpu-from-rank", "--nic", env=env)
+    assert cp.returncode == 0, cp.stderr
+    assert f"environment (--nic): NCCL_SOCKET_IFNAME=={ifname} UCX_NET_DEVICES=mlx5_2:1\n" in cp.stdout
+
+
+@pytest.mark.kernel
+def test_cli_run_gpu_from_rank_nic_exports_into_the_command(tmp_path):
+    from tests.kernel import MEM_NODE, numabind_cli
+
+    if MEM_NODE != 0:
+        pytest.skip("the DGX box's GPU 2 is on node 0, which this host has no memory on")
+    dgx_box(tmp_path)
+    code = ("import json, os; print(json.dumps({v: os.environ.get(v) for v in "
+            f"{NIC_VARS!r}}}))")
+    env = _launch_env(tmp_path, LOCAL_RANK="2", LOCAL_WORLD_SIZE="8", NCCL_SOCKET_IFNAME="eth9")
+    cp = numabind_cli("run", "--gpu-from-rank", "--nic", "--bind-replayed-root", "--", sys.executable, "-c", code,
+                      env=env)
+    assert cp.returncode == 0, cp.stderr
+    assert json.loads(cp.stdout.splitlines()[-1]) == {"NCCL_IB_HCA": "=mlx5_2:1", "UCX_NET_DEVICES": "mlx5_2:1",
+                                                      "NCCL_SOCKET_IFNAME": "eth9"}
+    cp = numabind_cli("run", "--gpu-from-rank", "--bind-replayed-root", "--", sys.executable, "-c", code, env=env)
+    assert json.loads(cp.stdout.splitlines()[-1]) == {"NCCL_IB_HCA": None, "UCX_NET_DEVICES": None,
+                                                      "NCCL_SOCKET_IFNAME": "eth9"}     # without --nic: nothing
+
+
+@pytest.mark.parametrize("ranks, want", [
+    (2, [[f"mlx5_{k}" for k in range(4)], [f"mlx5_{k}" for k in range(4, 8)]]),     # a node each: its 4 NICs
+    (4, [["mlx5_0", "mlx5_1"], ["mlx5_2", "mlx5_3"], ["mlx5_4", "mlx5_5"], ["mlx5_6", "mlx5_7"]]),
+    (8, [[f"mlx5_{k}"] for k in range(8)]),
+])
+def test_cpu_ranks_split_the_nics_of_their_node(tmp_path, ranks, want):
+    dgx_box(tmp_path)                              # 2 nodes of 4 cores, 4 RDMA NICs on each
+    got = [_rank(tmp_path, LOCAL_RANK=r, LOCAL_WORLD_SIZE=ranks, CUDA_VISIBLE_DEVICES="") for r in range(ranks)]
+    assert all(p.device == "cpu" for p in got)
+    assert [list(p.nics) for p in got] == want
+    assert got[0].env["NCCL_IB_HCA"] == "=" + ",".join(f"{n}:1" for n in want[0])
+    assert f"RDMA {want[0][0]} ({scan_nics(tmp_path)[0].address}, NODE)" in got[0].plan.reason
+    assert "of local rank 0 (node 0)" in got[0].plan.reason
+
+
+@pytest.mark.parametrize("argv", (["plan", "--nic"], ["run", "--nic", "--", "true"], ["run", "-N", "0", "--nic", "--",
+                                                                                  "true"]))
+def test_nic_without_gpu_from_rank_is_a_usage_error(argv, capsys):
+    from numabind.cli import main
+
+    assert main(argv) == 2
+    assert "--nic chooses the NICs of the rank's GPU; it goes with --gpu-from-rank" in capsys.readouterr().err

@@ -26,7 +26,7 @@ from numabind.rank import LAUNCHERS, local_rank, local_world_size, place_rank, p
 from numabind.strategies import plan_for_gpu
 from numabind.topology import discover_from
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
-from tests.fakesys import FakeMachine, snc
+from tests.fakesys import FakeMachine, snc, two_sockets
 from tests.launchers import TWO_CPUS, host_gpu_machine, json_lines, numabind_command, report_command
 from tests.kernel import ROOT, run_main
 
@@ -521,3 +521,214 @@ def test_cli_run_with_a_gpu_without_a_node_runs_unbound_or_not_at_all_when_stric
                          timeout=60)
     assert out.returncode == 1 and json_lines(out.stdout) == []     # a binding that cannot be applied
     assert "has no NUMA node" in out.stderr
+
+
+# ------------------------------------------------------------------ ranks without a GPU (issue 29 §2)
+def _two_nodes(root):
+    """2 nodes x 4 cores x 2 threads: node 0 CPUs 0-3,8-11, node 1 CPUs 4-7,12-15."""
+    return two_sockets(root)
+
+
+def _four_nodes(root):
+    """SNC: 2 sockets x 2 nodes x 4 cores x 2 threads: node n CPUs 4n-4n+3,16+4n-16+4n+3."""
+    return snc(root, sockets=2, nodes_per_socket=2, cores_per_node=4, smt=True)
+
+
+def _eight_nodes(root):
+    """SNC/NPS4: 2 sockets x 4 nodes x 2 cores x 2 threads: node n CPUs 2n-2n+1,16+2n-16+2n+1."""
+    return snc(root, sockets=2, nodes_per_socket=4, cores_per_node=2, smt=True)
+
+
+#: machine -> ranks -> [(cpus, memory nodes) of rank 0, 1, ...]: every plan written out.
+CPU_RANK_PLANS = {
+    _two_nodes: {
+        1: [("0-15", "0-1")],
+        2: [("0-3,8-11", "0"), ("4-7,12-15", "1")],
+        4: [("0-1,8-9", "0"), ("2-3,10-11", "0"), ("4-5,12-13", "1"), ("6-7,14-15", "1")],
+        8: [(f"{k},{k + 8}", str(k // 4)) for k in range(8)],
+    },
+    _four_nodes: {
+        1: [("0-31", "0-3")],
+        2: [("0-7,16-23", "0-1"), ("8-15,24-31", "2-3")],            # a socket each: memory on both its nodes
+        4: [(f"{4 * n}-{4 * n + 3},{16 + 4 * n}-{19 + 4 * n}", str(n)) for n in range(4)],
+        8: [(f"{2 * k}-{2 * k + 1},{16 + 2 * k}-{17 + 2 * k}", str(k // 2)) for k in range(8)],
+    },
+    _eight_nodes: {
+        1: [("0-31", "0-7")],
+        2: [("0-7,16-23", "0-3"), ("8-15,24-31", "4-7")],
+        4: [(f"{4 * r}-{4 * r + 3},{16 + 4 * r}-{19 + 4 * r}", f"{2 * r}-{2 * r + 1}") for r in range(4)],
+        8: [(f"{2 * n}-{2 * n + 1},{16 + 2 * n}-{17 + 2 * n}", str(n)) for n in range(8)],
+    },
+}
+
+
+@pytest.mark.parametrize("machine", list(CPU_RANK_PLANS), ids=lambda f: f.__name__.strip("_"))
+@pytest.mark.parametrize("ranks", [1, 2, 4, 8])
+def test_cpu_ranks_get_their_share_of_the_machine(tmp_path, machine, ranks):
+    machine(tmp_path)
+    topo = topo_of(tmp_path, {})
+    assert topo.gpus == ()
+    plans = []
+    for r in range(ranks):
+        placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=ranks))
+        assert placed.device == "cpu" and placed.gpu is None and placed.warnings == ()
+        assert placed.gpu_rule == "no GPU is visible: a CPU rank"
+        assert placed.cpu_nodes == tuple(sorted(placed.plan.mem_nodes))
+        plans.append((numabind.format_cpulist(placed.plan.cpus), numabind.format_cpulist(placed.plan.mem_nodes)))
+        assert placed.plan.mem_policy == "bind" and placed.plan.migrate is False
+        assert placed.describe().startswith(f"local rank {r} (LOCAL_RANK) -> CPU rank on node")
+    assert plans == CPU_RANK_PLANS[machine][ranks]
+    # the same plans by plan_for_rank(device="cpu"), and every core whole (SMT siblings together)
+    for r, (cpus, _) in enumerate(plans):
+        plan = plan_for_rank(topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=ranks), device="cpu")
+        assert numabind.format_cpulist(plan.cpus) == cpus
+        assert all(topo.cpus[c].siblings <= plan.cpus for c in plan.cpus)
+
+
+def test_device_cpu_ignores_visible_gpus_and_device_gpu_needs_one(tmp_path):
+    eight_gpus(tmp_path)                           # 4 SNC nodes with two GPUs each
+    topo = topo_of(tmp_path, {})
+    env = env_of(LOCAL_RANK=1, LOCAL_WORLD_SIZE=2)
+    cpu = place_rank(topology=topo, env=env, device="cpu")
+    assert cpu.device == "cpu" and cpu.gpu is None and cpu.gpu_rule == "device='cpu': a CPU rank"
+    assert cpu.plan.cpus == node_cpus(topo, 2) | node_cpus(topo, 3) and cpu.plan.mem_nodes == {2, 3}
+    assert place_rank(topology=topo, env=env).gpu == 1           # a visible GPU: a GPU rank
+    with pytest.raises(PlanError, match="no GPU is visible"):
+        place_rank(topology=topo_of(tmp_path, {"CUDA_VISIBLE_DEVICES": ""}), env=env, device="gpu")
+    with pytest.raises(PlanError, match="device 'tpu' is not one of gpu, cpu"):
+        place_rank(topology=topo, env=env, device="tpu")
+
+
+def test_cpu_rank_remainder_cores_go_to_no_rank_and_say_so(tmp_path):
+    _two_nodes(tmp_path)                           # 8 cores, 3 ranks: blocks of 2, 2 cores left over
+    topo = topo_of(tmp_path, {})
+    placed = [place_rank(topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=3)) for r in range(3)]
+    assert [numabind.format_cpulist(p.plan.cpus) for p in placed] == ["0-1,8-9", "2-3,10-11", "4-5,12-13"]
+    for p in placed:
+        assert "2 core(s) left to no rank (8 cores do not split into 3 equal blocks): CPUs 6-7,14-15" in p.plan.reason
+
+
+def test_cpu_rank_block_across_two_snc_nodes_binds_memory_to_both(tmp_path):
+    _four_nodes(tmp_path)                          # 16 cores of 4 nodes, 5 ranks: blocks of 3 cores
+    topo = topo_of(tmp_path, {})
+    placed = [place_rank(topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=5), policy="preferred")
+              for r in range(5)]
+    assert [(numabind.format_cpulist(p.plan.cpus), p.plan.mem_policy, numabind.format_cpulist(p.plan.mem_nodes))
+            for p in placed] == [("0-2,16-18", "preferred", "0"), ("3-5,19-21", "preferred-many", "0-1"),
+                                 ("6-8,22-24", "preferred-many", "1-2"), ("9-11,25-27", "preferred", "2"),
+                                 ("12-14,28-30", "preferred", "3")]
+    assert placed[1].cpu_nodes == (0, 1) and placed[1].numa_node is None
+    assert "every node the CPUs span" in placed[1].plan.reason
+    assert "1 core(s) left to no rank" in placed[0].plan.reason
+
+
+def test_cpu_ranks_respect_the_cpuset(tmp_path):
+    m = _four_nodes(tmp_path)
+    # a container on node 0's cores 0-3 (both threads) and one thread of node 1's cores 4-5; memory on 0-1
+    m.set_cgroup2("/job", [0, 1, 2, 3, 16, 17, 18, 19, 4, 5], [0, 1]).write()
+    topo = topo_of(tmp_path, {})
+    assert topo.allowed_cpus == frozenset({0, 1, 2, 3, 4, 5, 16, 17, 18, 19})
+    two = [place_rank(topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=2), within=topo.allowed_cpus).plan
+           for r in range(2)]
+    assert [(numabind.format_cpulist(p.cpus), numabind.format_cpulist(p.mem_nodes)) for p in two] == \
+        [("0-3,16-19", "0"), ("4-5", "1")]                    # one node each: only nodes with cpuset CPUs
+    three = [place_rank(topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=3), within=topo.allowed_cpus).plan
+             for r in range(3)]                               # 6 cores (4 whole, 2 single threads) in blocks of 2
+    assert [numabind.format_cpulist(p.cpus) for p in three] == ["0-1,16-17", "2-3,18-19", "4-5"]
+    with pytest.raises(PlanError, match="7 local ranks .* only 6 cores in the cpuset"):
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=0, LOCAL_WORLD_SIZE=7))
+
+
+def test_cpu_rank_memory_only_on_nodes_the_process_may_use(tmp_path):
+    m = _two_nodes(tmp_path)
+    m.set_cgroup2("/job", range(16), [0]).write()              # every CPU, memory on node 0 only
+    topo = topo_of(tmp_path, {})
+    placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=1, LOCAL_WORLD_SIZE=2), within=topo.allowed_cpus)
+    assert placed.plan.cpus == node_cpus(topo, 1) and placed.plan.mem_policy is None
+    assert "no node of 1 has memory this process may use" in placed.plan.reason
+    whole = place_rank(topology=topo, env=env_of(LOCAL_RANK=0, LOCAL_WORLD_SIZE=1), within=topo.allowed_cpus)
+    assert whole.plan.mem_nodes == {0} and "node(s) 1 left out" in whole.plan.reason
+
+
+def test_cpu_rank_is_narrowed_to_the_launchers_affinity(tmp_path):
+    _two_nodes(tmp_path)
+    topo = topo_of(tmp_path, {})
+    env = env_of(LOCAL_RANK=1, LOCAL_WORLD_SIZE=2)
+    placed = place_rank(topology=topo, env=env, within=range(6))          # the launcher left CPUs 0-5
+    assert placed.plan.cpus == {4, 5} and "narrowed to 4-5" in placed.warnings[0]
+    with pytest.raises(PlanError, match="never widens"):
+        place_rank(topology=topo, env=env, within=range(4), strict=True)
+
+
+def test_cpu_rank_without_a_local_world_size(tmp_path):
+    _four_nodes(tmp_path)
+    topo = topo_of(tmp_path, {})
+    placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=2))
+    assert placed.plan.cpus == node_cpus(topo, 2) and "one rank per node assumed (4 nodes)" in placed.plan.reason
+    with pytest.raises(PlanError, match="rank 4 is past the 4 node.*NUMABIND_LOCAL_WORLD_SIZE"):
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=4))
+    policy_none = place_rank(topology=topo, env=env_of(LOCAL_RANK=0), policy=None, nics=True)
+    assert policy_none.plan.mem_policy is None and policy_none.env == {}
+    assert "--nic: no RDMA device: NCCL_IB_HCA and UCX_NET_DEVICES are not set for local rank 0 (node 0)" \
+        in policy_none.plan.reason
+
+
+def test_cli_plan_gpu_from_rank_without_gpus(capsys, monkeypatch, tmp_path):
+    _four_nodes(tmp_path)
+    monkeypatch.setenv("NUMABIND_FSROOT", str(tmp_path))
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+    rc, out, _ = run_main(capsys, "plan", "--gpu-from-rank", "--json")
+    got = json.loads(out)
+    assert rc == 0 and got["device"] == "cpu" and got["gpu"] is None and got["cpu_nodes"] == [2, 3]
+    assert got["plan"]["cpus"] == "8-15,24-31" and got["plan"]["mem_nodes"] == "2-3"
+    rc, out, _ = run_main(capsys, "plan", "--gpu-from-rank")
+    assert rc == 0 and out.startswith("local rank 1 (OMPI_COMM_WORLD_LOCAL_RANK) -> CPU rank on nodes 2-3: ")
+
+
+@kernel
+def test_cli_run_gpu_from_rank_without_gpus_binds_the_command_on_this_host():
+    """The real kernel: no GPU visible, LOCAL_RANK=0 and no local world size: one rank per node, rank 0 on the
+    first node; the child reads back its affinity and memory policy."""
+    from tests.kernel import MPOL, child_env, mempolicy_refusal
+
+    if mempolicy_refusal():
+        pytest.skip(mempolicy_refusal())
+    topo = numabind.discover("/")
+    first = min(n for n in topo.nodes if topo.nodes[n].cpus & topo.allowed_cpus)
+    want_cpus = topo.nodes[first].cpus & topo.allowed_cpus & os.sched_getaffinity(0)
+    env = {k: v for k, v in child_env().items() if k not in LAUNCH_ENV}
+    env.update(LOCAL_RANK="0", CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="", ROCR_VISIBLE_DEVICES="")
+    code = ("import json, os; from tests.kernel import raw_mempolicy; mode, nodes = raw_mempolicy(); "
+            "print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), 'mode': mode, 'nodes': sorted(nodes)}))")
+    out = subprocess.run([*numabind_command(), "run", "--gpu-from-rank", "-v", "--", sys.executable, "-c", code],
+                         capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    got = json_lines(out.stdout)[0]
+    assert got["cpus"] == sorted(want_cpus or os.sched_getaffinity(0))   # none left: the launcher's affinity
+    if topo.nodes[first].has_memory:
+        assert (got["mode"], got["nodes"]) == (MPOL["bind"], [first])
+    assert "CPU rank on node" in out.stderr
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sockets=st.integers(1, 2), per_socket=st.integers(1, 4), cores=st.integers(1, 3), smt=st.booleans(),
+       data=st.data())
+def test_cpu_ranks_are_disjoint_whole_cores_of_equal_size(tmp_path_factory, sockets, per_socket, cores, smt, data):
+    root = tmp_path_factory.mktemp("cpu-ranks")
+    snc(root, sockets=sockets, nodes_per_socket=per_socket, cores_per_node=cores, smt=smt)
+    topo = topo_of(root, {})
+    nodes, total = sockets * per_socket, sockets * per_socket * cores
+    ranks = data.draw(st.integers(1, total), label="ranks")
+    plans = [place_rank(topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=ranks)).plan for r in range(ranks)]
+    used = [p.cpus for p in plans]
+    assert all(not (a & b) for i, a in enumerate(used) for b in used[i + 1:])          # disjoint
+    for p in plans:
+        assert all(topo.cpus[c].siblings <= p.cpus for c in p.cpus)                      # whole cores
+        assert p.mem_nodes == {topo.cpus[c].node for c in p.cpus}                        # every node spanned
+    sizes = {len(cores_of(topo, p.cpus)) for p in plans}
+    if ranks > nodes:
+        assert sizes == {total // ranks}                                                 # equal blocks
+    else:
+        assert frozenset().union(*used) == topo.allowed_cpus                             # whole nodes, all used
+        assert all(p.cpus == frozenset().union(*(node_cpus(topo, n) for n in p.mem_nodes)) for p in plans)

@@ -41,7 +41,9 @@ The nearest network device of each GPU (what ``nvidia-smi topo -m`` prints, from
 * :func:`nearest_nics` gives each GPU the NICs of its nearest class, ties split evenly across the
   GPUs that share them (two GPUs and two NICs behind one switch: one each); :func:`nic_env` the
   environment a launcher sets for that GPU's rank (``NCCL_IB_HCA``, ``UCX_NET_DEVICES``,
-  ``NCCL_SOCKET_IFNAME``).
+  ``NCCL_SOCKET_IFNAME``); :func:`choose_nics` the same with the chosen NICs, their link classes and the
+  reasons, and :func:`gpu_nics` that choice for a visible GPU of a topology (what ``numabind plan
+  --gpu-from-rank --nic`` prints and ``numabind run --gpu-from-rank --nic`` exports).
 """
 
 from __future__ import annotations
@@ -56,9 +58,9 @@ from ._fs import FsReader, ascii_int
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
 
-__all__ = ["LINK_CLASSES", "DeviceNodes", "Nic", "PciDevice", "PciPlace", "gpu_places", "interface_functions",
-           "link_class", "link_matrix", "nearest_nics", "nic_env", "pci_class_name", "pci_place", "scan_nics",
-           "scan_pci"]
+__all__ = ["LINK_CLASSES", "NIC_ENV_VARS", "DeviceNodes", "Nic", "NicChoice", "PciDevice", "PciPlace", "choose_nics",
+           "gpu_nics", "gpu_places", "interface_functions", "link_class", "link_matrix", "nearest_nics", "nic_env",
+           "pci_class_name", "pci_place", "scan_nics", "scan_pci"]
 
 _PCI = "sys/bus/pci/devices"
 _HEX = frozenset("0123456789abcdef")
@@ -535,26 +537,102 @@ def nearest_nics(gpus: Sequence[PciPlace], nics: Iterable[Nic], *, kind: str | N
     return {g.address: out[g.address] for g in gpus}
 
 
+#: The variables :func:`nic_env` sets, in the order they are listed.
+NIC_ENV_VARS = ("NCCL_IB_HCA", "UCX_NET_DEVICES", "NCCL_SOCKET_IFNAME")
+
+
+@dataclass(frozen=True)
+class NicChoice:
+    """The NICs of the rank that drives GPU ``gpu`` (a PCI address): ``rdma`` its nearest RDMA devices,
+    ``sockets`` its nearest devices with an interface, ``env`` (pairs, in :data:`NIC_ENV_VARS` order) the
+    variables a launcher sets for them, ``reasons`` one line per choice naming each NIC and its link class."""
+
+    gpu: str
+    rdma: tuple[Nic, ...]
+    sockets: tuple[Nic, ...]
+    env_items: tuple[tuple[str, str], ...]
+    reasons: tuple[str, ...]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.env_items)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "rdma": [n.name for n in self.rdma], "sockets": [n.name for n in self.sockets],
+                "env": self.env, "reasons": list(self.reasons)}
+
+
+def _shown_nics(gpu: PciPlace, chosen: Sequence[Nic], pool: Sequence[Nic], what: str, sharers: str) -> str:
+    """``mlx5_0 (0000:19:00.0, PIX), 1 of the 2 PIX RDMA devices of GPU 0000:18:00.0``."""
+    named = ", ".join(f"{n.name} ({n.address}, {link_class(gpu, n.place)})" for n in chosen)
+    best = link_class(gpu, chosen[0].place)
+    near = [n for n in pool if link_class(gpu, n.place) == best]
+    addresses = {n.address for n in near}
+    tied = sum(1 for n in near if n.physfn is None or n.physfn not in addresses)
+    share = "" if tied <= len(chosen) else \
+        f"; {len(chosen)} of the {tied} {best} {what}s, split evenly among the {sharers} that share them"
+    return f"{named}{share}"
+
+
+def choose_nics(gpu: PciPlace, gpus: Sequence[PciPlace], nics: Iterable[Nic], *, label: str | None = None,
+                sharers: str = "GPUs") -> NicChoice:
+    """The nearest NICs of ``gpu`` (one of ``gpus``, the GPUs that share the NICs), the environment for them
+    (:func:`nic_env`) and the reasons; PlanError when ``gpu`` is not one of ``gpus``. ``label`` names ``gpu``
+    in the reasons (default ``GPU ADDRESS``), ``sharers`` what ``gpus`` are (a CPU rank's place is its node:
+    a :class:`PciPlace` with no tree, whose NICs are those of its node)."""
+    label = label or f"GPU {gpu.address}"
+    if all(g.address != gpu.address for g in gpus):
+        raise PlanError(f"GPU {gpu.address} is not among the GPUs whose NICs are shared "
+                        f"({', '.join(g.address for g in gpus) or 'none'}); pass every GPU of the machine")
+    nics = tuple(nics)
+    env: list[tuple[str, str]] = []
+    reasons: list[str] = []
+    rdma = nearest_nics(gpus, nics, kind="ib")[gpu.address]
+    ports = [f"{n.name}:{p}" for n in rdma for p in (n.ports or (1,))]
+    if ports:
+        env += [("NCCL_IB_HCA", "=" + ",".join(ports)), ("UCX_NET_DEVICES", ",".join(ports))]
+        pool = [n for n in nics if n.kind == "ib"]
+        reasons.append(f"NCCL_IB_HCA, UCX_NET_DEVICES: RDMA "
+                       f"{_shown_nics(gpu, rdma, pool, 'RDMA device', sharers)} of {label}")
+    else:
+        reasons.append(f"no RDMA device: NCCL_IB_HCA and UCX_NET_DEVICES are not set for {label}")
+    sockets = nearest_nics(gpus, nics, need_ifname=True)[gpu.address]
+    names = sorted({i for n in sockets for i in n.ifnames})
+    if names:
+        env.append(("NCCL_SOCKET_IFNAME", "=" + ",".join(names)))
+        pool = [n for n in nics if n.ifnames]
+        reasons.append(f"NCCL_SOCKET_IFNAME: {', '.join(names)} on "
+                       f"{_shown_nics(gpu, sockets, pool, 'NIC', sharers)} of {label}")
+    else:
+        reasons.append(f"no network interface on a PCI function: NCCL_SOCKET_IFNAME is not set for {label}")
+    return NicChoice(gpu=gpu.address, rdma=rdma, sockets=sockets, env_items=tuple(env), reasons=tuple(reasons))
+
+
 def nic_env(gpu: PciPlace, gpus: Sequence[PciPlace], nics: Iterable[Nic]) -> dict[str, str]:
     """The environment of the rank that drives ``gpu`` (one of ``gpus``, all the machine's GPUs that share the
     NICs): ``NCCL_IB_HCA`` (``=mlx5_0:1``: exact names, each port) and ``UCX_NET_DEVICES`` (``mlx5_0:1``) from
     its nearest RDMA devices, ``NCCL_SOCKET_IFNAME`` (``=bond0``: exact names) from its nearest interfaces.
     A variable is left out when no device qualifies."""
-    if all(g.address != gpu.address for g in gpus):
-        raise PlanError(f"GPU {gpu.address} is not among the GPUs whose NICs are shared "
-                        f"({', '.join(g.address for g in gpus) or 'none'}); pass every GPU of the machine")
-    nics = tuple(nics)
-    env: dict[str, str] = {}
-    rdma = nearest_nics(gpus, nics, kind="ib")[gpu.address]
-    ports = [f"{n.name}:{p}" for n in rdma for p in (n.ports or (1,))]
-    if ports:
-        env["NCCL_IB_HCA"] = "=" + ",".join(ports)
-        env["UCX_NET_DEVICES"] = ",".join(ports)
-    sockets = nearest_nics(gpus, nics, need_ifname=True)[gpu.address]
-    names = sorted({i for n in sockets for i in n.ifnames})
-    if names:
-        env["NCCL_SOCKET_IFNAME"] = "=" + ",".join(names)
-    return env
+    return choose_nics(gpu, gpus, nics).env
+
+
+def gpu_nics(topology: Any, index: int, *, peers: Iterable[Any] | None = None) -> NicChoice:
+    """:func:`choose_nics` for visible GPU ``index`` of ``topology`` (``topology.gpus``, the NICs of
+    ``topology.nics`` or those under ``topology.root``); ``peers`` are the GPUs that share the NICs (anything
+    with ``pci_address``; default every visible GPU), the GPU itself included. PlanError when ``index`` is not
+    visible."""
+    by_index = {g.index: g for g in topology.gpus}
+    if index not in by_index:
+        raise PlanError(f"GPU {index} is not visible (visible: {format_cpulist(by_index) or 'none'}); "
+                        f"give a visible GPU index")
+    reader = _reader(topology.root)
+    nics = getattr(topology, "nics", None)
+    found = tuple(scan_nics(reader) if nics is None else nics)
+    gpu = pci_place(reader, by_index[index].pci_address)
+    others = [g.pci_address.lower() for g in (topology.gpus if peers is None else peers)]
+    addresses = sorted(set(others) | {gpu.address})
+    places = tuple(gpu if a == gpu.address else pci_place(reader, a) for a in addresses)
+    return choose_nics(gpu, places, found)
 
 
 def gpu_places(root: str | os.PathLike[str] | FsReader | None, gpus: Iterable[Any]) -> tuple[PciPlace, ...]:

@@ -37,6 +37,15 @@ falls outside them is an error. ``exclusive`` and
 ``core-complex`` split a node between the ranks that share it: the local ranks
 ``0 .. local world size - 1`` when ranks index the visible GPUs, the machine's
 GPUs when each rank has its own.
+
+A rank with no visible GPU (or ``device="cpu"``) gets its share of the machine
+(:func:`plan_cpu_rank`): whole nodes when there are no more ranks than nodes,
+else equal blocks of cores (SMT siblings together; the cores left over go to
+no rank), memory on every node its CPUs span, all within the cpuset.
+``place_rank(nics=True)`` also chooses the NICs nearest the rank's GPU
+(:func:`numabind.iodevices.gpu_nics`) and the ``NCCL_IB_HCA``,
+``UCX_NET_DEVICES`` and ``NCCL_SOCKET_IFNAME`` to export for them
+(``RankPlan.env``; a variable the environment already sets is left to it).
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from typing import Any
 
 from ._base import Strictness, strict_from_env
 from ._fs import ascii_int
+from ._util import FrozenMap
 from .cpulist import format_cpulist
 from .errors import NumabindError, PlanError
 from .plan import Plan
@@ -64,6 +74,7 @@ __all__ = [
     "local_rank",
     "local_world_size",
     "place_rank",
+    "plan_cpu_rank",
     "plan_for_rank",
     "plan_owned_gpus",
     "rank_gpu",
@@ -247,10 +258,19 @@ class RankPlan:
     launcher_cpus: frozenset[int]       # the CPUs the process may use (never widened)
     warnings: tuple[str, ...] = ()
     reasons: tuple[str, ...] = field(default=())
+    device: str = "gpu"                 # "gpu", or "cpu" for a rank without a GPU
+    cpu_nodes: tuple[int, ...] = ()     # a CPU rank's nodes (its share of the machine)
+    env: FrozenMap[str, str] = field(default_factory=FrozenMap)   # to export (--nic), the user's own left out
+    nics: tuple[str, ...] = ()          # the NICs chosen (--nic)
 
     def describe(self) -> str:
-        """One line: ``local rank 1 (SLURM_LOCALID) -> GPU 1 on node 1: cpus 8-15, memory bind 1``."""
-        where = f"GPU {self.gpu}" + (f" on node {self.numa_node}" if self.numa_node is not None else " (no node)")
+        """One line: ``local rank 1 (SLURM_LOCALID) -> GPU 1 on node 1: cpus 8-15, memory bind 1``
+        (``-> CPU rank on nodes 0-1: ...`` for a rank without a GPU)."""
+        if self.device == "cpu":
+            shown = format_cpulist(self.cpu_nodes)
+            where = f"CPU rank on node{'s' if len(self.cpu_nodes) > 1 else ''} {shown}"
+        else:
+            where = f"GPU {self.gpu}" + (f" on node {self.numa_node}" if self.numa_node is not None else " (no node)")
         return f"local rank {self.rank} ({self.rank_source}) -> {where}: {self.plan.describe()}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -268,6 +288,10 @@ class RankPlan:
             "numa_node": self.numa_node,
             "mode": self.mode,
             "policy": self.policy,
+            "device": self.device,
+            "cpu_nodes": list(self.cpu_nodes),
+            "nics": list(self.nics),
+            "env": dict(self.env),
             "launcher_cpus": ids(self.launcher_cpus),
             "plan": {
                 "cpus": ids(self.plan.cpus),
@@ -440,9 +464,175 @@ def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: 
     return _with_reason(plan, "; ".join(reasons + warnings))
 
 
+#: What ``device`` of :func:`place_rank` takes: None (a GPU rank when a GPU is visible, else a CPU rank).
+DEVICES = ("gpu", "cpu")
+
+
+def _cores_of(topology: Any, cpus: frozenset[int]) -> list[frozenset[int]]:
+    """``cpus`` grouped by physical core (SMT siblings together), by lowest CPU."""
+    groups = set()
+    for c in cpus:
+        info = topology.cpus.get(c)
+        siblings = frozenset(info.siblings) if info is not None and info.siblings else frozenset({c})
+        groups.add(siblings & cpus or frozenset({c}))
+    return sorted(groups, key=min)
+
+
+def _rank_nodes(topology: Any, limit: frozenset[int]) -> list[int]:
+    """The nodes with CPUs in ``limit``, by package (of their lowest CPU), then id: neighbours in a package
+    (SNC/NPS nodes) next to each other."""
+    def package(n: int) -> int:
+        info = topology.cpus.get(min(topology.nodes[n].cpus & limit))
+        return -1 if info is None else info.package
+
+    nodes = [n for n in topology.nodes if topology.nodes[n].cpus & limit]
+    return sorted(nodes, key=lambda n: (package(n), n))
+
+
+def plan_cpu_rank(topology: Any, rank: int, size: int | None, *, size_source: str = "", policy: str | None = "bind",
+                  label: str | None = None, reasons: list[str] | None = None) -> tuple[Plan, tuple[int, ...]]:
+    """``(plan, its nodes)`` of local rank ``rank`` of ``size`` ranks that have no GPU, within the cpuset
+    (``topology.allowed_cpus``; the launcher's affinity is :func:`place_rank`'s narrowing, after).
+
+    * ranks <= nodes (the nodes with CPUs in the cpuset, by package then id): each rank gets whole nodes,
+      rank r the r-th of ``size`` contiguous groups (one node each when there are as many ranks as nodes;
+      4 SNC nodes and 2 ranks: one package each; 3 ranks on 4 nodes: 1, 1, 2 nodes);
+    * ranks > nodes: the cores of those nodes (SMT siblings together, in node order) are split into ``size``
+      equal blocks of ``cores // size``, rank r the r-th; the ``cores % size`` cores left over go to no rank
+      (the launcher, data loaders and the system run there; the reasons name them). No core for a rank is a
+      PlanError.
+
+    Memory (``policy``; ``preferred`` over several nodes becomes ``preferred-many``) goes on every node the
+    rank's CPUs span that has memory in ``topology.allowed_nodes``. An unknown ``size`` plans one rank per
+    node and is a PlanError for a rank past the nodes."""
+    label = label or f"local rank {rank}"
+    reasons = [] if reasons is None else reasons
+    limit = _shared_limit(topology)
+    nodes = _rank_nodes(topology, limit)
+    if not nodes:
+        raise PlanError(f"{label}: no NUMA node has a CPU this process may use ({format_cpulist(limit) or 'none'}); "
+                        f"check the cpuset")
+    count = len(nodes)
+    if size is None:
+        if rank >= count:
+            raise PlanError(f"{label}: the local world size is unknown ({size_source}) and rank {rank} is past the "
+                            f"{count} node(s) that one rank per node would use; set {SIZE_OVERRIDE}=N (the number "
+                            f"of ranks on this machine)")
+        reasons.append(f"the local world size is unknown ({size_source}): one rank per node assumed "
+                       f"({count} nodes)")
+        size = count
+    if rank >= size:
+        raise PlanError(f"{label}: rank {rank} is not below the local world size {size} ({size_source})")
+    if size <= count:
+        mine = nodes[rank * count // size:(rank + 1) * count // size]
+        cpus = frozenset().union(*(topology.nodes[n].cpus & limit for n in mine))
+        group = f"node {mine[0]}" if len(mine) == 1 else f"nodes {format_cpulist(mine)}"
+        split = "one node per rank" if size == count else \
+            f"{count} nodes split into {size} groups of whole nodes, in order"
+        reasons.append(f"CPU rank {rank} of {size} -> {group} ({split}): CPUs {format_cpulist(cpus)}")
+    else:
+        cores = [core for n in nodes for core in _cores_of(topology, topology.nodes[n].cpus & limit)]
+        block = len(cores) // size
+        if block == 0:
+            raise PlanError(f"{label}: {size} local ranks ({size_source}) but only {len(cores)} cores in the "
+                            f"cpuset ({format_cpulist(limit)}): each rank needs a core of its own; start at most "
+                            f"{len(cores)} ranks on this machine")
+        cpus = frozenset().union(*cores[rank * block:(rank + 1) * block])
+        spare = cores[size * block:]
+        reasons.append(f"CPU rank {rank} of {size}: more ranks than the {count} node(s), so their "
+                       f"{len(cores)} cores are split into {size} equal blocks of {block} core(s) (SMT siblings "
+                       f"together, in node order): CPUs {format_cpulist(cpus)}")
+        if spare:
+            left = frozenset().union(*spare)
+            reasons.append(f"{len(spare)} core(s) left to no rank ({len(cores)} cores do not split into {size} "
+                           f"equal blocks): CPUs {format_cpulist(left)}")
+        mine = sorted({topology.cpus[c].node for c in cpus if c in topology.cpus and topology.cpus[c].node is not None})
+    spans = tuple(n for n in nodes if n in mine)
+    if policy is None:
+        reasons.append("memory policy left unchanged")
+        return Plan(cpus=cpus, reason="; ".join(reasons)), spans
+    memory = frozenset(n for n in spans if topology.nodes[n].has_memory and n in topology.allowed_nodes)
+    if not memory:
+        reasons.append(f"memory policy left unchanged: no node of {format_cpulist(spans)} has memory this process "
+                       f"may use (Mems_allowed {format_cpulist(topology.allowed_nodes) or 'empty'})")
+        return Plan(cpus=cpus, reason="; ".join(reasons)), spans
+    if policy == "preferred" and len(memory) > 1:
+        reasons.append(f"preferred over {len(memory)} nodes becomes preferred-many")
+        policy = "preferred-many"
+    elif policy == "preferred-many" and len(memory) == 1:
+        policy = "preferred"
+    left_out = [n for n in spans if n not in memory]
+    reasons.append(f"memory {policy} {format_cpulist(memory)}" +
+                   (" (every node the CPUs span)" if len(memory) > 1 else "") +
+                   (f"; node(s) {format_cpulist(left_out)} left out: no memory this process may use"
+                    if left_out else ""))
+    return Plan(cpus=cpus, mem_policy=policy, mem_nodes=memory, reason="; ".join(reasons)), spans
+
+
+def _rank_nics(topology: Any, index: int, own_devices: bool, size: int | None, env: Mapping[str, str],
+               strict: Strictness, reasons: list[str], warnings: list[str]) -> tuple[FrozenMap[str, str],
+                                                                                     tuple[str, ...]]:
+    """``(variables to export, NIC names)`` for the rank on visible GPU ``index`` (``--nic``).
+
+    Ties are split among the GPUs of the ranks that share the NICs: every GPU of the machine when each rank has
+    its own (the same split on every rank), else the visible GPUs ``0 .. size - 1``. A variable already in
+    ``env`` is left as it is (said in the reasons). NICs that cannot be read are a warning (strict: an error)."""
+    from .iodevices import gpu_nics
+
+    if own_devices:
+        peers: tuple[Any, ...] = _all_gpus(topology, env) or tuple(topology.gpus)
+    else:
+        peers = tuple(g for g in topology.gpus if size is None or g.index < size) or tuple(topology.gpus)
+    try:
+        choice = gpu_nics(topology, index, peers=peers)
+    except NumabindError as exc:
+        why = f"--nic: the NICs nearest GPU {index} could not be found: {exc}"
+        if strict is True:
+            raise PlanError(why) from None
+        warnings.append(why + "; no NCCL/UCX variable is set")
+        return FrozenMap(), ()
+    return _exports(choice, env, reasons)
+
+
+def _exports(choice: Any, env: Mapping[str, str], reasons: list[str]) -> tuple[FrozenMap[str, str], tuple[str, ...]]:
+    """The variables of a NIC choice that ``env`` does not already set (those it sets said in ``reasons``)."""
+    reasons.extend(f"--nic: {r}" for r in choice.reasons)
+    out = {}
+    for var, value in choice.env_items:
+        if var in env:
+            reasons.append(f"--nic: {var} is already set ({env[var][:80]!r}): left as the user set it "
+                           f"(numabind would set {value!r})")
+        else:
+            out[var] = value
+    return FrozenMap(out), tuple(dict.fromkeys(n.name for n in choice.rdma + choice.sockets))
+
+
+def _cpu_rank_nics(topology: Any, rank: int, size: int | None, env: Mapping[str, str], strict: Strictness,
+                   reasons: list[str], warnings: list[str]) -> tuple[FrozenMap[str, str], tuple[str, ...]]:
+    """``--nic`` for a CPU rank: the NICs on its (first) node, else the nearest by node; ties split among the
+    local ranks whose first node it is (every rank's share computed as :func:`plan_cpu_rank` does)."""
+    from .iodevices import PciPlace, choose_nics, scan_nics
+
+    count = size if size is not None else len(_rank_nodes(topology, _shared_limit(topology)))
+    try:
+        places = [PciPlace(f"local rank {r:06d}", (f"local rank {r:06d}",),
+                           plan_cpu_rank(topology, r, count, policy=None)[1][0]) for r in range(max(count, rank + 1))]
+        found = getattr(topology, "nics", None)
+        choice = choose_nics(places[rank], places, scan_nics(topology.root) if found is None else found,
+                             label=f"local rank {rank} (node {places[rank].numa_node})", sharers="ranks")
+    except NumabindError as exc:
+        why = f"--nic: the NICs of local rank {rank} could not be found: {exc}"
+        if strict is True:
+            raise PlanError(why) from None
+        warnings.append(why + "; no NCCL/UCX variable is set")
+        return FrozenMap(), ()
+    return _exports(choice, env, reasons)
+
+
 def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = None, *,
                env: Mapping[str, str] | None = None, within: Iterable[int] | None = None,
-               strict: Strictness | None = None, migrate: bool = False) -> RankPlan:
+               strict: Strictness | None = None, migrate: bool = False, device: str | None = None,
+               nics: bool = False) -> RankPlan:
     """Plan this process as the local rank its launcher started: rank, GPU, plan and every reason.
 
     ``mode`` and ``policy`` are those of :func:`numabind.plan_for_gpu`;
@@ -454,7 +644,17 @@ def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = 
     the allowed CPUs, or a GPU with no NUMA node, an error (``"partial"``: only
     when nothing of the plan is left); otherwise the plan is narrowed (or left
     empty) with a warning in ``warnings``, logged.
+
+    ``device``: ``"gpu"`` plans the rank's GPU (no visible GPU is a PlanError), ``"cpu"`` plans a rank
+    without one (:func:`plan_cpu_rank`: its share of the nodes by the local world size; ``mode`` does not
+    apply), None (the default) a GPU rank when a GPU is visible, else a CPU rank. ``nics=True`` also
+    chooses the rank's nearest NICs (:func:`numabind.iodevices.gpu_nics`; a CPU rank's are those of its
+    first node, else the nearest by node): ``RankPlan.env`` holds ``NCCL_IB_HCA``, ``UCX_NET_DEVICES`` and
+    ``NCCL_SOCKET_IFNAME`` for them, less those ``env`` already sets, and the reasons name each NIC and its
+    link class.
     """
+    if device is not None and device not in DEVICES:
+        raise PlanError(f"device {device!r} is not one of {', '.join(DEVICES)} (or None: a GPU when one is visible)")
     env = _env(env)
     strict = strict_from_env(env) if strict is None else strict
     rank, rank_source = local_rank(env)
@@ -464,34 +664,82 @@ def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = 
                             f"(from {size_source}); the launcher's variables disagree")
     if topology is None:
         topology = discover_for_env(env)
-    index, rule = rank_gpu(topology, rank, rank_source)
     if within is None:      # the launcher's per-rank binding, as discovery recorded it (None: unknown)
         within = topology.affinity
-    gpu = next(g for g in topology.gpus if g.index == index)
     label = f"local rank {rank} ({rank_source})"
+    allowed = frozenset(topology.allowed_cpus) & (frozenset(within) if within is not None else topology.allowed_cpus)
+    if device == "cpu" or (device is None and not topology.gpus):
+        return _place_cpu_rank(topology, rank, rank_source, size, size_source, mode, policy, within, strict,
+                               migrate, nics, device, label, allowed, env)
+    index, rule = rank_gpu(topology, rank, rank_source)
+    gpu = next(g for g in topology.gpus if g.index == index)
     reasons = [f"{label} -> GPU {index} ({gpu.pci_address}): {rule}"]
     warnings: list[str] = []
+    own = len(topology.gpus) == 1
     plan = plan_owned_gpus(topology, [index], label=label, mode=mode, policy=policy,
-                           own_devices=len(topology.gpus) == 1, size=size, size_source=size_source, env=env,
+                           own_devices=own, size=size, size_source=size_source, env=env,
                            within=within, strict=strict, migrate=migrate, reasons=reasons, warnings=warnings)
+    exports: FrozenMap[str, str] = FrozenMap()
+    chosen: tuple[str, ...] = ()
+    if nics:
+        exports, chosen = _rank_nics(topology, index, own, size, env, strict, reasons, warnings)
+        plan = _with_reason(plan, "; ".join([plan.reason] + [r for r in reasons if r.startswith("--nic:")]))
     for w in warnings:
         log.warning("%s", w)
     log.info("%s -> GPU %d (%s), node %s, mode %s: %s", label, index, rule,
              gpu.numa_node if gpu.numa_node is not None else "unknown", mode, plan.describe())
-    allowed = frozenset(topology.allowed_cpus) & (frozenset(within) if within is not None else topology.allowed_cpus)
     return RankPlan(
         rank=rank, rank_source=rank_source, local_world_size=size, local_world_size_source=size_source,
         gpu=index, gpu_rule=rule, pci_address=gpu.pci_address, numa_node=gpu.numa_node, mode=mode, policy=policy,
-        plan=plan, launcher_cpus=allowed, warnings=tuple(warnings), reasons=tuple(reasons),
+        plan=plan, launcher_cpus=allowed, warnings=tuple(warnings), reasons=tuple(reasons), env=exports,
+        nics=chosen,
+    )
+
+
+def _place_cpu_rank(topology: Any, rank: int, rank_source: str, size: int | None, size_source: str, mode: str,
+                    policy: str | None, within: Iterable[int] | None, strict: Strictness, migrate: bool,
+                    nics: bool, device: str | None, label: str, allowed: frozenset[int],
+                    env: Mapping[str, str]) -> RankPlan:
+    """:func:`place_rank` for a rank without a GPU (:func:`plan_cpu_rank`, then the launcher's narrowing)."""
+    rule = "device='cpu': a CPU rank" if device == "cpu" else "no GPU is visible: a CPU rank"
+    reasons = [f"{label}: {rule}"]
+    warnings: list[str] = []
+    if mode != "node":
+        reasons.append(f"mode {mode} places GPU ranks; a CPU rank takes its share of the nodes")
+    ideal, spans = plan_cpu_rank(topology, rank, size, size_source=size_source, policy=policy, label=label,
+                                 reasons=reasons)
+    exports: FrozenMap[str, str] = FrozenMap()
+    chosen: tuple[str, ...] = ()
+    if nics:
+        exports, chosen = _cpu_rank_nics(topology, rank, size, env, strict, reasons, warnings)
+    if migrate and ideal.mem_policy is not None:
+        ideal = ideal.replace(migrate=True)
+    limit = frozenset(topology.allowed_cpus)
+    limit_source = f"the cpuset's CPUs, from {topology.allowed_source or 'the cpuset'}"
+    if within is not None:
+        limit &= frozenset(within)
+        limit_source += " and the launcher's affinity"
+    plan = _narrow(ideal, limit, limit_source, strict, warnings, label)
+    plan = _with_reason(plan, "; ".join(reasons + warnings))
+    for w in warnings:
+        log.warning("%s", w)
+    log.info("%s -> CPU rank on nodes %s: %s", label, format_cpulist(spans), plan.describe())
+    return RankPlan(
+        rank=rank, rank_source=rank_source, local_world_size=size, local_world_size_source=size_source,
+        gpu=None, gpu_rule=rule, pci_address=None, numa_node=spans[0] if len(spans) == 1 else None, mode=mode,
+        policy=policy, plan=plan, launcher_cpus=allowed, warnings=tuple(warnings), reasons=tuple(reasons),
+        device="cpu", cpu_nodes=spans, env=exports, nics=chosen,
     )
 
 
 def plan_for_rank(mode: str = "node", policy: str | None = "bind", topology: Any = None, *,
                   env: Mapping[str, str] | None = None, within: Iterable[int] | None = None,
-                  strict: Strictness | None = None, migrate: bool = False) -> Plan:
-    """The :class:`~numabind.Plan` of this process's local rank (see :func:`place_rank`).
+                  strict: Strictness | None = None, migrate: bool = False, device: str | None = None) -> Plan:
+    """The :class:`~numabind.Plan` of this process's local rank (see :func:`place_rank`; ``device="cpu"``
+    plans a rank without a GPU: its share of the machine's nodes or cores).
 
     ``numabind.bind_current(numabind.plan_for_rank())`` binds a script that a
     launcher started, when its launch line cannot change.
     """
-    return place_rank(mode, policy, topology, env=env, within=within, strict=strict, migrate=migrate).plan
+    return place_rank(mode, policy, topology, env=env, within=within, strict=strict, migrate=migrate,
+                      device=device).plan
