@@ -80,12 +80,25 @@ def test_design_example():
 
 @pytest.mark.parametrize(
     "cpus, expected",
-    [("0-3,8", fs(0, 1, 2, 3, 8)), ([3, 1, 1], fs(1, 3)), ({2}, fs(2)), (range(2), fs(0, 1)), (5, fs(5)),
+    [("0-3,8", fs(0, 1, 2, 3, 8)), ([3, 1, 1], fs(1, 3)), ({2}, fs(2)), (range(2), fs(0, 1)), ((5,), fs(5)),
      (frozenset({7}), fs(7))],
 )
 def test_cpus_are_normalised_to_frozenset(cpus, expected):
     plan = Plan(cpus=cpus)
     assert plan.cpus == expected and type(plan.cpus) is frozenset
+
+
+@pytest.mark.parametrize("kwargs, named, fix", [
+    ({"cpus": 3}, "cpus", "cpus={3}"),
+    ({"cpus": 0}, "cpus", "cpus={0}"),
+    ({"mem_policy": "bind", "mem_nodes": 1}, "mem_nodes", "mem_nodes={1}"),
+])
+def test_a_bare_int_is_refused_with_the_fix(kwargs, named, fix):
+    # issue 30: Plan(cpus=3) was silently CPU 3 (psutil's cpu_affinity(3) raises too)
+    with pytest.raises(PlanError, match="iterable of ints") as err:
+        Plan(**kwargs)
+    assert named in str(err.value) and fix in str(err.value)
+    assert isinstance(err.value, ValueError)
 
 
 def test_mem_nodes_accept_a_nodelist_string():

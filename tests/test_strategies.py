@@ -749,3 +749,38 @@ def test_bandwidth_weights_from_hmat(tmp_path):
         strategies.bandwidth_weights({0, 3}, topo)
     with pytest.raises(PlanError, match="node 9 does not exist"):
         strategies.bandwidth_weights({9}, topo)
+
+
+# ------------------------------------------------------------------ hybrid CPUs (issue 29 §2)
+@pytest.fixture(scope="module")
+def laptop(tmp_path_factory):
+    from .fake.machines import hybrid_laptop
+
+    root = tmp_path_factory.mktemp("laptop")
+    hybrid_laptop(root)          # 6 P-cores with SMT (CPUs 0-11) + 8 E-cores (12-19), one node
+    return topology_module.discover(root)
+
+
+@pytest.mark.parametrize("mode", ["node", "socket", "core-complex"])
+def test_modes_prefer_the_performance_cores_of_a_hybrid_cpu_and_say_so(laptop, mode):
+    plan = plan_for_gpu(0, mode, laptop, nodes=[0])
+    assert plan.cpus == L("0-11") and plan.mem_nodes == {0}
+    assert "performance cores (CPUs 0-11), not the efficiency cores (CPUs 12-19; core kinds from " \
+           "cpu_core/cpu_atom)" in plan.reason
+
+
+def test_exclusive_splits_only_the_performance_cores(laptop):
+    plans = [plan_for_gpu(i, "exclusive", laptop, nodes=[0, 0]) for i in range(2)]
+    assert [p.cpus for p in plans] == [L("0-5"), L("6-11")]
+    assert "6 cores of node 0 split among GPUs 0-1" in plans[0].reason
+
+
+def test_explicit_cpus_on_a_hybrid_cpu_are_kept(laptop):
+    plan = plan_for_gpu(0, "node", laptop, nodes=[0], cpus=["10-15"])
+    assert plan.cpus == L("10-15") and "performance cores" not in plan.reason
+
+
+def test_a_cpuset_of_efficiency_cores_only_keeps_them(laptop):
+    narrowed = dataclasses.replace(laptop, allowed_cpus=L("12-19"))
+    plan = plan_for_gpu(0, "node", narrowed, nodes=[0])
+    assert plan.cpus == L("12-19") and "performance cores" not in plan.reason

@@ -964,6 +964,52 @@ def test_hybrid_performance_and_efficiency_cores(tmp_path):
     assert t.to_dict()["cpus"]["cores"] == 16
 
 
+def test_hybrid_core_kinds_from_the_pmu_lists(tmp_path):
+    from .fake.machines import hybrid_laptop
+
+    hybrid_laptop(tmp_path)       # 6 P-cores with SMT (0-11) + 8 E-cores (12-19), one node
+    t = discover(tmp_path)
+    assert t.performance_cpus == L("0-11") and t.efficiency_cpus == L("12-19")
+    assert t.kinds_source == "cpu_core/cpu_atom"
+    assert t.cpus[0].kind == "performance" and t.cpus[13].kind == "efficiency" and t.cpus[0].capacity is None
+    assert t.to_dict()["cpus"]["kinds"] == {"performance": "0-11", "efficiency": "12-19",
+                                            "source": "cpu_core/cpu_atom"}
+    assert t.cpus[0] == Cpu(0, 0, 0, 0, L("0-1"))     # the kind takes no part in equality
+
+
+def test_hybrid_core_kinds_from_cpu_capacity(tmp_path):
+    from .fake.machines import big_little
+
+    big_little(tmp_path)          # arm64: LITTLE 0-3 (capacity 446), big 4-7 (1024)
+    t = discover(tmp_path)
+    assert t.performance_cpus == L("4-7") and t.efficiency_cpus == L("0-3")
+    assert t.kinds_source == "cpu_capacity"
+    assert [t.cpus[c].capacity for c in range(8)] == [446] * 4 + [1024] * 4
+
+
+def test_one_kind_of_core_is_no_hybrid(tmp_path):
+    m = one_node(tmp_path, ncpus=4)
+    m.cpu_capacity = {c: 1024 for c in range(4)}
+    m.set_quirks(cpuinfo="arm64").write()
+    t = discover(tmp_path)
+    assert t.cpus[1].capacity == 1024 and t.cpus[1].kind is None
+    assert t.performance_cpus == frozenset() and t.efficiency_cpus == frozenset() and t.kinds_source == ""
+    assert "kinds" not in t.to_dict()["cpus"]
+    m.cpu_kinds = {"cpu_core": frozenset(range(4))}   # a PMU list of one kind only
+    m.write()
+    assert discover(tmp_path).kinds_source == ""
+
+
+def test_x86_reads_no_cpu_capacity(tmp_path):
+    m = one_node(tmp_path, ncpus=4)
+    m.cpu_capacity = {0: 1024, 1: 1024, 2: 512, 3: 512}   # no x86 kernel writes these: not read there
+    m.set_model_name("Fake CPU").write()
+    reader = RecordingReader(tmp_path)
+    t = discover_from(reader)
+    assert t.cpus[2].capacity is None and t.kinds_source == ""
+    assert not any(r.endswith("cpu_capacity") for r in reader.reads)
+
+
 def test_arm_clusters_without_model_name(tmp_path):
     arm_clusters(tmp_path)
     t = discover(tmp_path)

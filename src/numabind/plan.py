@@ -21,7 +21,7 @@ from .cpulist import MAX_ID, MAX_LIST_TEXT, MAX_LISTED, format_cpulist, parse_cp
 from .errors import PlanError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any, Protocol
 
     class NodeView(Protocol):
@@ -31,6 +31,20 @@ if TYPE_CHECKING:  # pragma: no cover
         def cpus(self) -> frozenset[int]: ...
         @property
         def has_memory(self) -> bool: ...
+
+    class CpuView(Protocol):
+        """A CPU as :func:`core_groups` reads it: its hyperthread siblings and its node."""
+
+        @property
+        def siblings(self) -> frozenset[int]: ...
+        @property
+        def node(self) -> int | None: ...
+
+    class CoresView(Protocol):
+        """What :func:`core_groups` reads of a machine: its CPUs by id (a :class:`~numabind.topology.Topology`)."""
+
+        @property
+        def cpus(self) -> Mapping[int, CpuView]: ...
 
     class MachineView(Protocol):
         """What a plan reads of a machine: a :class:`~numabind.topology.Topology` (planning, any root) or the
@@ -45,8 +59,8 @@ if TYPE_CHECKING:  # pragma: no cover
         @property
         def allowed_nodes(self) -> frozenset[int]: ...
 
-__all__ = ["Allowed", "DEVICE_SPECIFIERS", "Limits", "MAX_WEIGHT", "MEM_POLICIES", "MIN_WEIGHT", "NODE_POLICIES", "Plan", "check_affinity", "check_plan",
-           "format_weights", "narrow_cpus", "narrow_nodes", "parse_weights", "plannable_policy", "read_back_plan"]
+__all__ = ["Allowed", "DEVICE_SPECIFIERS", "Limits", "MAX_WEIGHT", "MEM_POLICIES", "MIN_WEIGHT", "NODE_POLICIES",
+           "PROC_BINDS", "Plan", "check_affinity", "check_plan", "core_groups", "format_weights", "narrow_cpus", "narrow_nodes", "parse_weights", "plannable_policy", "read_back_plan"]
 
 #: Memory policies a plan may carry (``None`` means "leave as is"). ``weighted-interleave`` is
 #: ``MPOL_WEIGHTED_INTERLEAVE`` (Linux 6.9 and newer).
@@ -209,10 +223,11 @@ def narrow_nodes(nodes: frozenset[int], limits: Allowed, policy: str | None = No
 
 # ----------------------------------------------------------------------------- plans
 def _as_ids(value: "Any", what: str) -> frozenset[int] | None:
-    """``value`` (a cpulist string, an int, or an iterable of ints) as a frozenset of ids.
+    """``value`` (a cpulist string or an iterable of ints) as a frozenset of ids.
 
-    Bytes are refused, not iterated: ``b"1"`` would otherwise be the id 49. So
-    are floats and bools, alone or inside an iterable. Nothing larger than the caps is
+    A bare int is refused, as psutil's ``cpu_affinity(3)`` is: ``cpus=3`` would otherwise be CPU 3 when
+    "3 CPUs" may have been meant; the error names the spelling for one id (``{3}``). Bytes are refused, not
+    iterated: ``b"1"`` would otherwise be the id 49. So are floats and bools, alone or inside an iterable. Nothing larger than the caps is
     built: a ``range`` is checked by its bounds (``range(10**10)`` is refused at once),
     any other iterable that is not already a collection is consumed only until an id
     above :data:`~numabind.cpulist.MAX_ID` or more than
@@ -226,7 +241,10 @@ def _as_ids(value: "Any", what: str) -> frozenset[int] | None:
         raise PlanError(f"{what} must be a cpulist string or an iterable of ints, got bytes {bytes(value[:100])!r}; "
                         f"decode it first (e.g. {what}=value.decode())")
     if isinstance(value, int) and not isinstance(value, bool):
-        value = (value,)
+        # Refused like psutil's cpu_affinity(3): a bare int reads as "3 CPUs" as easily as "CPU 3".
+        one = "node" if what == "mem_nodes" else "CPU"
+        raise PlanError(f"{what} must be an iterable of ints or a cpulist string, got the int {value}; for {one} "
+                        f"{value} alone write {what}={{{value}}} (or {what}=\"{value}\")")
     if isinstance(value, range):
         if value:     # the bounds by arithmetic: bool() and indexing never build (nor overflow on) a huge range
             low, high = min(value[0], value[-1]), max(value[0], value[-1])
@@ -358,6 +376,58 @@ def _as_weights(value: "Any", policy: str | None, nodes: frozenset[int] | None) 
     return FrozenMap(dict(items))
 
 
+#: ``OMP_PROC_BIND`` values :meth:`Plan.thread_env` writes: threads on neighbouring places, or spread over them.
+PROC_BINDS = ("close", "spread")
+
+
+def core_groups(cpus: "Iterable[int]", machine: "CoresView | None" = None) -> "list[tuple[int | None, frozenset[int]]]":
+    """``cpus`` as whole cores: ``(node, the core's CPUs among cpus)`` for each physical core, hyperthread
+    siblings together, ordered by node (unknown last) and then by lowest CPU.
+
+    The cores and nodes are ``machine``'s (a :class:`~numabind.topology.Topology`: each CPU's ``siblings``
+    and ``node``); without one, or for a CPU it does not list, each CPU is a core of its own on an unknown
+    node (None)."""
+    known = {} if machine is None else machine.cpus
+    seen: dict[int, tuple[int | None, frozenset[int]]] = {}
+    wanted = frozenset(cpus)
+    for c in sorted(wanted):
+        if c in seen:
+            continue
+        info = known.get(c)
+        core = (info.siblings & wanted) | {c} if info is not None and info.siblings else frozenset({c})
+        group = (None if info is None else info.node, frozenset(core))
+        for sib in core:
+            seen.setdefault(sib, group)
+    groups = {id(g): g for g in seen.values()}.values()
+    return sorted(groups, key=lambda g: (g[0] is None, g[0] if g[0] is not None else 0, min(g[1])))
+
+
+def _place_parts(sizes: "list[int]", cores: "list[tuple[int | None, frozenset[int]]]") -> "list[list[frozenset[int]]]":
+    """Each part's cores: in the order of ``sizes``, a part takes the lowest free cores of the node with the
+    fewest free cores that still holds it whole (the lowest node id on a tie), else of the nodes with the
+    most free cores first (then lowest id). Cores of an unknown node form one node of their own."""
+    free: dict[int | None, list[frozenset[int]]] = {}
+    for node, core in cores:
+        free.setdefault(node, []).append(core)
+    order = {node: i for i, node in enumerate(free)}     # node id order, unknown last (cores come sorted so)
+    out: list[list[frozenset[int]]] = []
+    for n in sizes:
+        fits = [node for node, left in free.items() if len(left) >= n]
+        if fits:
+            node = min(fits, key=lambda k: (len(free[k]), order[k]))
+            taken, free[node] = free[node][:n], free[node][n:]
+        else:
+            taken = []
+            for node in sorted(free, key=lambda k: (-len(free[k]), order[k])):
+                want = n - len(taken)
+                taken += free[node][:want]
+                free[node] = free[node][want:]
+                if len(taken) == n:
+                    break
+        out.append(taken)
+    return out
+
+
 def check_plan(value: object, what: str) -> None:
     """The one guard for "not a Plan": a :class:`PlanError` naming the function that needed one."""
     if not isinstance(value, Plan):
@@ -454,6 +524,77 @@ class Plan(Value):
             if why:
                 raise PlanError(why)
         return self
+
+    # ------------------------------------------------------- threads and parts
+    def thread_env(self, topology: "CoresView | None" = None, *, proc_bind: str = "close") -> dict[str, str]:
+        """The environment a child's OpenMP runtime needs so its own thread binding agrees with this plan
+        and never widens it: ``OMP_NUM_THREADS`` (one thread per core of the plan), ``OMP_PLACES`` (one
+        explicit place per core, its CPUs of the plan: ``"{0,64},{1,65}"``, ordered node by node) and
+        ``OMP_PROC_BIND`` (``proc_bind``: ``"close"``, threads on neighbouring cores, or ``"spread"``).
+
+        The cores are ``topology``'s (hyperthread siblings in one place, see :func:`core_groups`); without
+        one each CPU of the plan is a place of its own (``OMP_PLACES`` of the plan's CPU list, as
+        ``OMP_PLACES=threads`` would be). A plan that leaves the CPUs as they are (``cpus=None``) gives
+        ``{}``: there is nothing to agree with, and the runtime keeps its defaults, inside whatever affinity
+        the child inherits. Merge the result into the child's environment (``env={**os.environ,
+        **plan.thread_env(topo)}``); a runtime-specific setting the user made (``KMP_AFFINITY``,
+        ``GOMP_CPU_AFFINITY``) can still override it."""
+        if proc_bind not in PROC_BINDS:
+            raise PlanError(f"proc_bind {proc_bind!r} is not one of {', '.join(PROC_BINDS)}")
+        if self.cpus is None:
+            return {}
+        cores = core_groups(self.cpus, topology)
+        places = ",".join("{" + ",".join(map(str, sorted(core))) + "}" for _, core in cores)
+        return {"OMP_NUM_THREADS": str(len(cores)), "OMP_PLACES": places, "OMP_PROC_BIND": proc_bind}
+
+    def split(self, sizes: "Sequence[int]", topology: "CoresView | None" = None) -> "list[Plan]":
+        """Disjoint sub-plans of this plan's CPUs, ``sizes[i]`` whole cores each (a worker and its helper
+        processes: ``main, loader = plan.split([6, 2], topo)``), in the order of ``sizes``.
+
+        Cores are ``topology``'s (hyperthread siblings stay together; :func:`core_groups`) and a part stays
+        on one node where one holds it: each part in turn takes the lowest free cores of the node with the
+        fewest free cores that still holds it whole, else spans the nodes with the most free cores first.
+        Without ``topology`` each CPU counts as a core of an unknown node: pass
+        ``topology=numabind.discover()`` on a machine with SMT. Cores the sizes leave over are in no part.
+
+        Memory: a policy over nodes (``bind``, ``preferred-many``, ``interleave``, ``weighted-interleave``)
+        is narrowed to the part's own nodes among ``mem_nodes`` (its weights with them), and kept whole
+        when the part's nodes hold none of them (memory on a CPU-less node, unknown nodes); ``preferred``,
+        ``local``, ``default``, None and ``migrate`` are kept as they are. Each part's reason says which
+        part it is and of what.
+
+        Raises :class:`PlanError` naming ``sizes`` when they are not positive ints or add up to more cores
+        than the plan has, and when the plan has no CPUs (``cpus=None``)."""
+        if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+            raise PlanError(f"split takes a list of core counts, e.g. split([4, 2]), got "
+                            f"{type(sizes).__name__}: {sizes!r}"[:300])
+        wanted = list(sizes)
+        if not wanted or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in wanted):
+            raise PlanError(f"split sizes {wanted!r} must be one or more positive ints (cores per part)"[:300])
+        if self.cpus is None:
+            raise PlanError(f"split {wanted!r}: the plan leaves the CPUs as they are (cpus=None), so there are "
+                            f"no cores to split; plan CPUs first (e.g. numabind.plan_for_gpu or Plan(cpus=...))")
+        cores = core_groups(self.cpus, topology)
+        if sum(wanted) > len(cores):
+            how = "cores" if topology is not None else "CPUs (no topology given: each CPU counts as a core)"
+            raise PlanError(f"split {wanted!r} asks for {sum(wanted)} cores, but the plan has {len(cores)} "
+                            f"{how}: {format_cpulist(self.cpus)}; ask for fewer cores or split a wider plan")
+        node_of = {min(core): node for node, core in cores}
+        out = []
+        for i, taken in enumerate(_place_parts(wanted, cores)):
+            cpus = frozenset().union(*taken)
+            nodes = frozenset(n for n in (node_of[min(core)] for core in taken) if n is not None)
+            policy, mem, weights = self.mem_policy, self.mem_nodes, self.weights
+            if policy in ("bind", "preferred-many", "interleave", "weighted-interleave") and mem and mem & nodes:
+                mem = mem & nodes
+                if weights is not None:
+                    weights = {n: w for n, w in weights.items() if n in mem} or None
+            where = f" on node{'s' if len(nodes) > 1 else ''} {format_cpulist(nodes)}" if nodes else ""
+            reason = (f"part {i} of split {wanted!r}: {len(taken)} core{'s' if len(taken) != 1 else ''}{where} (CPUs {format_cpulist(cpus)}) of "
+                      f"{self.reason or self.describe()}")
+            out.append(Plan(cpus=cpus, mem_policy=policy, mem_nodes=mem, migrate=self.migrate, reason=reason,
+                            weights=weights))
+        return out
 
     # ------------------------------------------------------------- describing
     def describe(self) -> str:

@@ -18,7 +18,9 @@ Placement of one GPU:
 5. CPUs are intersected with ``topology.allowed_cpus`` (the cpuset: never the affinity the
    process inherited, unless ``within_affinity=True`` asks for it) and memory nodes with
    ``topology.allowed_nodes``; an empty result is a :class:`PlanError`. A plan that leaves the
-   inherited affinity says so in its reason.
+   inherited affinity says so in its reason;
+6. on a hybrid CPU (:attr:`~numabind.topology.Topology.performance_cpus`) the mode keeps the allowed
+   performance cores of the node or package, and the reason says so (explicit ``cpus`` are kept as given).
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
-from .plan import MAX_WEIGHT, NODE_POLICIES, Plan
+from .plan import MAX_WEIGHT, NODE_POLICIES, Plan, check_plan, core_groups
 from .devices import Gpu
 from .topology import LOCAL_DISTANCE, Topology
 
@@ -53,6 +55,9 @@ __all__ = [
     "plan_for_gpus",
     "narrowed_to_affinity",
     "plan_table",
+    "prefer_performance",
+    "THREAD_ORDERS",
+    "thread_placement",
     "weights_from_bandwidth",
 ]
 
@@ -325,9 +330,21 @@ def _cores(topology: Topology, cpus: frozenset[int]) -> list[frozenset[int]]:
     return sorted(set(seen.values()), key=min)
 
 
+def prefer_performance(topology: Topology, cpus: frozenset[int], what: str, reasons: list[str]) -> frozenset[int]:
+    """The performance cores of ``cpus`` on a hybrid CPU (:attr:`Topology.performance_cpus`), said in
+    ``reasons``; ``cpus`` itself when it holds cores of one kind only (or none of the performance kind)."""
+    fast = cpus & topology.performance_cpus
+    if not fast or fast == cpus:
+        return cpus
+    reasons.append(f"hybrid CPU: {what} keep their performance cores (CPUs {_fmt(fast)}), not the efficiency "
+                   f"cores (CPUs {_fmt(cpus - fast)}; core kinds from {topology.kinds_source})")
+    return fast
+
+
 def _node_cpus(topology: Topology, p: _Placement, label: str, reasons: list[str]) -> frozenset[int]:
     node = topology.nodes[p.cpu_node]
-    return _trim(topology, node.cpus, f"node {p.cpu_node} CPUs", reasons, label, p.cpu_node)
+    cpus = _trim(topology, node.cpus, f"node {p.cpu_node} CPUs", reasons, label, p.cpu_node)
+    return prefer_performance(topology, cpus, f"node {p.cpu_node} CPUs", reasons)
 
 
 # One function per placement mode: (topology, placement, label, per-GPU nodes, reasons) -> (cpus, memory nodes).
@@ -351,6 +368,7 @@ def _mode_socket(topology: Topology, p: _Placement, label: str, nodes: Sequence[
     pkg_nodes = sorted(topology.package_nodes()[pkg])
     reasons.append(f"socket: package {pkg} spans nodes {_fmt(pkg_nodes)}")
     cpus = _trim(topology, pkg_cpus, f"package {pkg} CPUs", reasons, label, p.cpu_node)
+    cpus = prefer_performance(topology, cpus, f"package {pkg} CPUs", reasons)
     with_memory = [n for n in pkg_nodes if topology.nodes[n].has_memory]
     mem_nodes = frozenset(n for n in with_memory if n in topology.allowed_nodes)
     if len(mem_nodes) < len(with_memory):
@@ -798,3 +816,59 @@ def bandwidth_weights(nodes: Iterable[int], topology: Topology | None = None, *,
     weights = weights_from_bandwidth(bandwidths, tolerance=tolerance)
     log.debug("interleave weights from read bandwidth %s: %s", bandwidths, weights)
     return weights
+
+
+# ------------------------------------------------------------- one thread per core
+#: How :func:`thread_placement` orders a plan's cores: ``compact`` fills a node's cores in order before the
+#: next node's (``KMP_AFFINITY=compact``, ``OMP_PROC_BIND=close``); ``scatter`` takes one core of each node in
+#: turn, and inside a node one of each last-level cache group in turn (``scatter``, ``OMP_PROC_BIND=spread``).
+THREAD_ORDERS = ("compact", "scatter")
+
+
+_Item = TypeVar("_Item")
+
+
+def _round_robin(lists: Sequence[Sequence[_Item]]) -> list[_Item]:
+    """The first item of each list, then the second of each, and so on."""
+    out: list[_Item] = []
+    for i in range(max((len(x) for x in lists), default=0)):
+        out += [x[i] for x in lists if i < len(x)]
+    return out
+
+
+def thread_placement(plan: Plan, threads: int, topology: Topology, *, order: str = "compact",
+                     strict: bool = False) -> tuple[frozenset[int], ...]:
+    """The CPUs of each of ``threads`` threads, one thread per core of ``plan`` (pure: what
+    :func:`numabind.pin_threads` applies).
+
+    The plan's CPUs are taken as ``topology``'s whole cores (hyperthread siblings together,
+    :func:`numabind.plan.core_groups`), ordered by ``order`` (:data:`THREAD_ORDERS`). With no more threads
+    than cores, thread ``i`` gets the ``i``-th core: all of its CPUs in the plan, none shared with another
+    thread. With more threads than cores, ``strict`` raises :class:`PlanError`; otherwise each thread gets one
+    CPU, every core's first hyperthread before any core's second, wrapping around to the first CPU once every
+    CPU of the plan has a thread.
+    """
+    check_plan(plan, "thread_placement")
+    if order not in THREAD_ORDERS:
+        raise PlanError(f"order {order!r} is not one of {', '.join(THREAD_ORDERS)}")
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        raise PlanError(f"threads must be a count of threads (an int >= 0), got {threads!r}"[:200])
+    if plan.cpus is None:
+        raise PlanError("pinning threads needs a plan with CPUs; this one leaves them as they are (cpus=None)")
+    grouped = core_groups(plan.cpus, topology)
+    if order == "compact":
+        cores = [core for _, core in grouped]
+    else:
+        llc_of = {cpu: i for i, group in enumerate(topology.llc_groups()) for cpu in group}
+        by_node: dict[int | None, dict[int, list[frozenset[int]]]] = {}
+        for node, core in grouped:
+            by_node.setdefault(node, {}).setdefault(llc_of.get(min(core), -1), []).append(core)
+        cores = _round_robin([_round_robin(list(groups.values())) for groups in by_node.values()])
+    if threads <= len(cores):
+        return tuple(cores[:threads])
+    if strict:
+        raise PlanError(f"{threads} threads for the {len(cores)} cores of the plan (CPUs {_fmt(plan.cpus)}): one "
+                        f"thread per core takes at most {len(cores)}; pin fewer threads, plan more cores, or "
+                        f"pass strict=False to share cores (one CPU per thread, wrapping around)")
+    slots = _round_robin([sorted(core) for core in cores])
+    return tuple(frozenset({slots[i % len(slots)]}) for i in range(threads))

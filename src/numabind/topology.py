@@ -101,8 +101,10 @@ class Cpu:
     firmware's PPTT describes them on arm64), empty where the kernel writes none and on x86, where it is
     not read (x86 kernels make it the CPUs of the core's L2, which :attr:`Topology.caches` holds).
     ``cluster`` is the ``cluster_id`` of a cluster larger than the core, -1 where the cluster is the core
-    itself (its id is not read) or unknown. Like a cache's size they do not take part in equality, so a
-    Cpu written with the first five fields equals the discovered one.
+    itself (its id is not read) or unknown. ``kind`` is ``"performance"`` or ``"efficiency"`` on a hybrid
+    CPU (see :attr:`Topology.performance_cpus`), None elsewhere; ``capacity`` the kernel's ``cpu_capacity``
+    (arm64, RISC-V: 1024 for the fastest core), None where the kernel writes none (x86). Like a cache's size
+    they do not take part in equality, so a Cpu written with the first five fields equals the discovered one.
     """
 
     id: int
@@ -112,6 +114,8 @@ class Cpu:
     siblings: frozenset[int]         # thread_siblings_list (contains id itself)
     cluster: int = field(default=-1, compare=False)       # cluster_id of a cluster larger than the core, else -1
     cluster_cpus: frozenset[int] = field(default=frozenset(), compare=False)  # cluster_cpus_list (online)
+    capacity: int | None = field(default=None, compare=False)   # cpu_capacity (not on x86), None when absent
+    kind: str | None = field(default=None, compare=False)       # "performance" | "efficiency" | None (not hybrid)
 
 
 @dataclass(frozen=True)
@@ -219,6 +223,7 @@ class Topology:
     interleave_weights: InterleaveWeights | None = None   # None: no weighted interleave (before Linux 6.9)
     affinity: frozenset[int] | None = None   # the affinity inherited (live) or dumped (Cpus_allowed), beside
                                              # the limit, never one; None where unknown
+    kinds_source: str = ""                   # where the core kinds came from ("" when the CPU is not hybrid)
 
     # -- queries -------------------------------------------------------------
 
@@ -251,6 +256,23 @@ class Topology:
     def nodes_with_cpus(self) -> frozenset[int]:
         """Ids of the nodes with at least one online CPU."""
         return frozenset(n.id for n in self.nodes.values() if n.cpus)
+
+    @property
+    def performance_cpus(self) -> frozenset[int]:
+        """The online CPUs of the performance cores of a hybrid CPU (Intel's P-cores, Arm's big cores); empty
+        when the cores are all of one kind (or the kernel does not say).
+
+        Read from the hybrid PMUs' lists ``sys/devices/cpu_core/cpus`` (performance) and
+        ``sys/devices/cpu_atom/cpus`` (efficiency) on x86, else from each CPU's ``cpu_capacity``: the CPUs of
+        the highest capacity are the performance ones, all others efficiency (a big/middle/little CPU has
+        one performance kind). :attr:`kinds_source` says which."""
+        return frozenset(c.id for c in self.cpus.values() if c.kind == "performance")
+
+    @property
+    def efficiency_cpus(self) -> frozenset[int]:
+        """The online CPUs of the efficiency cores of a hybrid CPU (Intel's E-cores, Arm's LITTLE cores);
+        empty when the cores are all of one kind."""
+        return frozenset(c.id for c in self.cpus.values() if c.kind == "efficiency")
 
     def node_of_cpu(self, cpu: int) -> int | None:
         """The node listing ``cpu`` (online CPUs only), else None."""
@@ -331,6 +353,9 @@ class Topology:
                 "cores": len(cores),
                 "threads_per_core": max((len(c.siblings) for c in self.cpus.values()), default=0),
                 "packages": {str(pkg): format_cpulist(cpus) for pkg, cpus in packages.items()},
+                **({"kinds": {"performance": format_cpulist(self.performance_cpus),
+                              "efficiency": format_cpulist(self.efficiency_cpus),
+                              "source": self.kinds_source}} if self.kinds_source else {}),
             },
             "nodes": [node.to_dict() for node in self.nodes.values()],
             "caches": [cache.to_dict() for cache in self.caches],
@@ -656,11 +681,14 @@ _CORE_FILES = ("topology/thread_siblings_list", "topology/core_id")
 #: core is read alone).
 _CLUSTER_FILES = (*_CORE_FILES, "topology/cluster_cpus_list")
 _CACHE_FILES = ("shared_cpu_list", "size")
+#: The same with the core's ``cpu_capacity`` (read where the kernel may write it: not on x86).
+_CORE_CAPACITY_FILES = (*_CORE_FILES, "cpu_capacity")
+_CLUSTER_CAPACITY_FILES = (*_CLUSTER_FILES, "cpu_capacity")
 
 
 def _discover_cpu_details(
     reader: FsReader, sets: _Sets, online_cpus: frozenset[int], node_of: Mapping[int, int], *,
-    clusters: bool = True,
+    clusters: bool = True, capacities: bool = True,
 ) -> tuple[dict[int, Cpu], tuple[Cache, ...]]:
     """Per-CPU topology and the distinct caches, reading each instance once.
 
@@ -673,6 +701,8 @@ def _discover_cpu_details(
     indexes, so a CPU whose sibling's indexes all cover it is not even listed.
     With ``clusters``, the cluster files are read, like the package's, for one CPU
     of each cluster, and not at all once one CPU has none (kernels before 5.16).
+    With ``capacities``, ``cpu_capacity`` is read once per core (its threads share it), and not at all once
+    a core has none (the kernel writes it for every CPU or for none).
 
     ``level`` and ``type`` of ``indexK`` are read once per package and list of
     cache indexes: the kernel numbers a CPU's caches in a fixed order (CPUID
@@ -692,6 +722,7 @@ def _discover_cpu_details(
     cluster_of: dict[int, tuple[int, frozenset[int]]] = {}
     no_cluster: tuple[int, frozenset[int]] = (-1, frozenset())
     # clusters: False (the files are not read) on x86 and once a CPU has none (before Linux 5.16)
+    capacity_of: dict[int, int] = {}
 
     for cid in sorted(online_cpus):
         base = f"{_CPU_DIR}/cpu{cid}"
@@ -705,8 +736,12 @@ def _discover_cpu_details(
                 if cid in seen and k < 64:
                     skip |= 1 << k
             new_cluster = clusters and cid not in cluster_of
-            indexes = reader.prefetch_numbered(base, _CLUSTER_FILES if new_cluster else _CORE_FILES, "cache",
-                                               "index", _CACHE_FILES, skip)
+            files: tuple[str, ...]
+            if capacities:
+                files = _CLUSTER_CAPACITY_FILES if new_cluster else _CORE_CAPACITY_FILES
+            else:
+                files = _CLUSTER_FILES if new_cluster else _CORE_FILES
+            indexes = reader.prefetch_numbered(base, files, "cache", "index", _CACHE_FILES, skip)
             topo = f"{base}/topology"
             siblings_text = reader.read(f"{topo}/thread_siblings_list")
             siblings = None if siblings_text is None else sets.list_text(f"{topo}/thread_siblings_list",
@@ -715,6 +750,13 @@ def _discover_cpu_details(
                 siblings = sets.first(topo, "thread_siblings", "core_cpus_list", "core_cpus")
             siblings = frozenset({cid}) if siblings is None else (siblings & online_cpus) | {cid}
             core = _read_int(reader, f"{topo}/core_id")
+            if capacities:
+                capacity = _read_int(reader, f"{base}/cpu_capacity")
+                if capacity is None:
+                    capacities = False
+                else:
+                    for sib in siblings:
+                        capacity_of.setdefault(sib, capacity)
             if new_cluster:
                 # A cluster that is the core itself (a PPTT without a cluster level) is known from its text
                 # alone; the id of a larger one is read (not with the core's files: one more file per core).
@@ -747,7 +789,8 @@ def _discover_cpu_details(
                 known.setdefault(sib, info)
         cluster = cluster_of.get(cid, no_cluster)
         cpus[cid] = _made(Cpu, {"id": cid, "node": node_of.get(cid), "package": info[0], "core": info[1],
-                                "siblings": info[2], "cluster": cluster[0], "cluster_cpus": cluster[1]})
+                                "siblings": info[2], "cluster": cluster[0], "cluster_cpus": cluster[1],
+                                "capacity": capacity_of.get(cid), "kind": None})
 
         listed = None
         for sib in info[2]:
@@ -808,6 +851,42 @@ def _discover_cpu_details(
                     owners.setdefault(cpu, members)
     ordered = tuple(sorted(caches, key=lambda c: (c.level, c.type, min(c.cpus), len(c.cpus))))
     return cpus, ordered
+
+
+_PMU_DIR = "sys/devices"
+PERFORMANCE, EFFICIENCY = "performance", "efficiency"
+
+
+def _core_kinds(sets: _Sets, online_cpus: frozenset[int], cpus: dict[int, Cpu]) -> str:
+    """Mark the kind of each CPU of a hybrid CPU in ``cpus`` (in place) and return where the kinds came from
+    ("" when the cores are all of one kind, or the kernel does not say).
+
+    The hybrid PMUs' lists first (Intel since Alder Lake: ``sys/devices/cpu_core/cpus`` are the performance
+    cores, ``sys/devices/cpu_atom/cpus`` the efficiency cores; both must list online CPUs), else the
+    capacities read per core (``cpu_capacity``: the highest is performance, every lower one efficiency)."""
+    kind_of: dict[int, str] = {}
+    source = ""
+    p_cpus = sets.list_file(f"{_PMU_DIR}/cpu_core/cpus")
+    e_cpus = None if p_cpus is None else sets.list_file(f"{_PMU_DIR}/cpu_atom/cpus")
+    if p_cpus is not None and e_cpus is not None and p_cpus & online_cpus and e_cpus & online_cpus:
+        kind_of.update((c, PERFORMANCE) for c in p_cpus & online_cpus)
+        kind_of.update((c, EFFICIENCY) for c in e_cpus & online_cpus)
+        source = "cpu_core/cpu_atom"
+    else:
+        capacity = {c: cpu.capacity for c, cpu in cpus.items() if cpu.capacity is not None}
+        if capacity and len(set(capacity.values())) > 1:
+            top = max(capacity.values())
+            kind_of.update((c, PERFORMANCE if v == top else EFFICIENCY) for c, v in capacity.items())
+            source = "cpu_capacity"
+    for c, kind in kind_of.items():
+        cpu = cpus.get(c)
+        if cpu is not None:
+            cpus[c] = _made(Cpu, {**cpu.__dict__, "kind": kind})
+    if source:
+        log.debug("hybrid CPU (from %s): performance CPUs %s, efficiency CPUs %s", source,
+                  format_cpulist(c for c, k in kind_of.items() if k == PERFORMANCE),
+                  format_cpulist(c for c, k in kind_of.items() if k == EFFICIENCY))
+    return source
 
 
 def _discover_allowed(reader: FsReader, online_cpus: frozenset[int], nodes: Mapping[int, Node]) -> Allowed:
@@ -929,9 +1008,12 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
     try:
         # x86 kernels make a core's cluster the CPUs of its L2, which the caches hold: the cluster files (one
         # more file per core there, some 9% of discovery at 512 CPUs) are read on other machines only.
-        cpus, caches = _discover_cpu_details(reader, sets, online_cpus, node_of, clusters=not _is_x86(cpuinfo))
+        x86 = _is_x86(cpuinfo)
+        cpus, caches = _discover_cpu_details(reader, sets, online_cpus, node_of, clusters=not x86,
+                                             capacities=not x86)
     finally:
         reader.forget()
+    kinds_source = _core_kinds(sets, online_cpus, cpus)
     allowed = _discover_allowed(reader, online_cpus, nodes)
     allowed_cpus, allowed_nodes, source = allowed.allowed_cpus, allowed.allowed_nodes, _joined_source(allowed)
     frozen_nodes = FrozenMap(nodes)
@@ -953,6 +1035,7 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
         allowed_source=source,
         interleave_weights=read_interleave_weights(reader),
         affinity=allowed.affinity,
+        kinds_source=kinds_source,
     )
     log.debug(
         "discovered %s in %.1f ms: %d nodes (%s), %d online CPUs, allowed CPUs %s "

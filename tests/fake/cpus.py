@@ -111,7 +111,7 @@ def cpuinfo(m: FakeMachine) -> str:
 
 def cpu_extras(m: FakeMachine, out: dict) -> None:
     """What some machines add: ``proc/cpuinfo`` (when a model is set, or on arm64), CPPC's
-    ``highest_perf`` and the hybrid PMUs' CPU lists."""
+    ``highest_perf``, the hybrid PMUs' CPU lists and each online CPU's ``cpu_capacity``."""
     online = m.online()
     if m.model_name is not None or m.quirks.cpuinfo == "arm64":
         out["proc/cpuinfo"] = cpuinfo(m)
@@ -119,3 +119,6 @@ def cpu_extras(m: FakeMachine, out: dict) -> None:
         out[f"{CPU}/cpu0/acpi_cppc/highest_perf"] = f"{m.cppc_highest_perf}\n"
     for pmu, cpus in m.cpu_kinds.items():
         out[f"sys/devices/{pmu}/cpus"] = format_cpulist(cpus & online) + "\n"
+    for cpu, capacity in m.cpu_capacity.items():
+        if cpu in online:     # the kernel removes an offline CPU's attributes with it
+            out[f"{CPU}/cpu{cpu}/cpu_capacity"] = f"{capacity}\n"

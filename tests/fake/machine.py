@@ -91,6 +91,7 @@ class FakeMachine:
         self.memtotal_kb: int | None = None           # proc/meminfo; default: sum of nodes
         self.hugepages: dict[int, dict[int, int]] = {}  # node -> {page kB: count}
         self.cpu_kinds: dict[str, frozenset] = {}     # hybrid PMUs: "cpu_core"/"cpu_atom" -> CPUs
+        self.cpu_capacity: dict[int, int] = {}        # cpuN/cpu_capacity (arm64, RISC-V; not x86) -> value
         self.hmat: dict[int, dict] = {}               # node -> access0 figures and initiators (HMAT)
         self.interleave_weights: dict[int, int] | None = None   # weighted_interleave/nodeN (Linux 6.9+)
         self.interleave_auto: str | None = None       # the auto switch's file name (Linux 6.16+)

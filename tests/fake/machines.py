@@ -308,6 +308,43 @@ def hybrid(root) -> FakeMachine:
     return m
 
 
+def hybrid_laptop(root) -> FakeMachine:
+    """An Alder Lake-H-like laptop: 6 P-cores with SMT (CPUs 0-11, core ids 0,4,...,20) and 8 E-cores
+    without (CPUs 12-19, core ids 24-31) in two clusters of 4 sharing an L2; one L3, one node; the kernel's
+    cpu_core/cpu_atom PMU lists."""
+    m = FakeMachine(root)
+    m.add_node(0, range(20), 16 * GIB_KB)
+    for k in range(6):
+        pair = {2 * k, 2 * k + 1}
+        for c in sorted(pair):
+            m.set_cpu_topology(c, 0, 4 * k)
+        m.add_cache(1, "Data", pair).add_cache(1, "Instruction", pair).add_cache(2, "Unified", pair)
+    for e in range(8):
+        m.set_cpu_topology(12 + e, 0, 24 + e, cluster=100 + e // 4)
+        m.add_cache(1, "Data", {12 + e}).add_cache(1, "Instruction", {12 + e})
+    m.add_cache(2, "Unified", range(12, 16)).add_cache(2, "Unified", range(16, 20))
+    m.add_cache(3, "Unified", range(20))
+    m.cpu_kinds = {"cpu_core": frozenset(range(12)), "cpu_atom": frozenset(range(12, 20))}
+    m.set_model_name("12th Gen Intel(R) Core(TM) i7-12700H")
+    m.write()
+    return m
+
+
+def big_little(root) -> FakeMachine:
+    """An arm64 big.LITTLE board: 4 LITTLE cores (CPUs 0-3, ``cpu_capacity`` 446) and 4 big ones (CPUs 4-7,
+    1024), a cluster and an L2 each, one node; no hybrid PMU lists (arm64 kernels write none)."""
+    m = FakeMachine(root)
+    m.add_node(0, range(8), 8 * GIB_KB)
+    for c in range(8):
+        m.set_cpu_topology(c, 0, c, cluster=c // 4)
+        m.add_cache(1, "Data", {c}).add_cache(1, "Instruction", {c})
+        m.cpu_capacity[c] = 446 if c < 4 else 1024
+    m.add_cache(2, "Unified", range(4)).add_cache(2, "Unified", range(4, 8))
+    m.set_quirks(cpuinfo="arm64")
+    m.write()
+    return m
+
+
 def arm_clusters(root) -> FakeMachine:
     """An arm64 server: 1 package, 2 nodes of 8 cores, clusters of 4 cores sharing
     an L2 (``cluster_id``), no SMT, no ``model name`` in cpuinfo."""
@@ -482,6 +519,8 @@ FACTORIES: dict[str, Callable[..., FakeMachine]] = {
     "gpu_memory_cpuset": gpu_memory_cpuset,
     "many_nodes": many_nodes,
     "hybrid": hybrid,
+    "hybrid_laptop": hybrid_laptop,
+    "big_little": big_little,
     "arm_clusters": arm_clusters,
     "multi_die": multi_die,
     "power_cpuinfo": power_cpuinfo,

@@ -1,5 +1,5 @@
 """``sys/devices/system/node`` of a fake machine (the node lists, each node's CPUs, links, distances,
-meminfo and huge pages, the firmware's HMAT figures), the weighted-interleave weights
+meminfo, numastat and huge pages, the firmware's HMAT figures), the weighted-interleave weights
 (``sys/kernel/mm/mempolicy``) and ``proc/meminfo``."""
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ def node_files(m: FakeMachine, out: dict, links: dict) -> None:
             f"Node {nid} MemUsed:        {kb - (kb - huge_kb) // 2} kB\n"
             f"Node {nid} HugePages_Total: {sum(pages.values())}\n"
         )
+        # the kernel's allocation counters, in pages: 1 GiB of 4 KiB pages hit per node, a few misses past node 0
+        hit, miss = (nid + 1) * 262144, nid * 256
+        out[f"{base}/numastat"] = (f"numa_hit {hit}\nnuma_miss {miss}\nnuma_foreign {2 * miss}\n"
+                                   f"interleave_hit 128\nlocal_node {hit}\nother_node {miss}\n")
         for size, count in pages.items():
             out[f"{base}/hugepages/hugepages-{size}kB/nr_hugepages"] = f"{count}\n"
             out[f"{base}/hugepages/hugepages-{size}kB/free_hugepages"] = f"{count}\n"
