@@ -184,6 +184,7 @@ def test_run_applies_exactly_what_was_asked_or_exits_1_or_2(items, capsys, monke
     monkeypatch.setattr(os, "execv", _refuse_exec)
     monkeypatch.setattr(os, "execvp", _refuse_exec)
     monkeypatch.setattr(os, "execvpe", lambda path, argv, env: _refuse_exec(path, argv))   # numabind run's exec
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: _refuse_exec(path, argv))    # the numactl backend's
     argv = ["run", *(w for _, words, _ in items for w in words), "--", sys.executable, "-c", REPORT, ROOT]
     affinities, word = thread_affinities(), raw_word()
     capsys.readouterr()

@@ -128,6 +128,14 @@ discrete accelerator of a later vendor wins over an integrated Intel GPU);
      before ends the list too (CANN supports ascending lists only), and then
      the identity is uncertain. Unset or empty: every NPU.
 
+4. **A command's GPUs** (``numabind run --gpus``): :func:`pick_gpus` resolves a
+   list of visible indices, UUIDs and PCI addresses to visible GPUs, and
+   :func:`visibility_environ` writes the variables above so that a command
+   sees exactly those, composed with the ones already set (the parent's own
+   entries are reused: indices stay indices, UUIDs stay UUIDs). For AMD it
+   sets ``ROCR_VISIBLE_DEVICES``, which ROCm reads first, and renumbers
+   ``HIP_VISIBLE_DEVICES`` when one was set.
+
 Identity
 --------
 Each :class:`Gpu` says whether numabind is sure which board its index is
@@ -163,7 +171,7 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -178,11 +186,15 @@ __all__ = [
     "IDENTITIES",
     "PciGpu",
     "VENDORS",
+    "VISIBILITY_VARIABLES",
     "discover_gpus",
+    "gpu_list_entries",
     "parse_nvidia_information",
+    "pick_gpus",
     "place_numa_node",
     "scan_pci_gpus",
     "select_visible",
+    "visibility_environ",
 ]
 
 #: PCI vendor id -> numabind vendor name.
@@ -1119,6 +1131,12 @@ def discover_gpus(reader: Any, nodes: Mapping[int, Any], env: Mapping[str, str] 
         runtime = _intel_runtime(reader, gpus, env)
     physical = runtime.gpus
     doubt = runtime.membership + runtime.order
+    if not getattr(reader, "is_live", True):
+        from ._hwloc_xml import gpu_order_note     # an hwloc XML root: how its GPUs are ordered, if unsure
+
+        xml_note = gpu_order_note(reader, chosen_vendor)
+        if xml_note and len(physical) > 1:
+            doubt.append(xml_note)
     if chosen_vendor == "ascend":
         picks, _notes, order_doubts = _ascend_select(physical, env)
         doubt += order_doubts
@@ -1152,3 +1170,165 @@ def discover_gpus(reader: Any, nodes: Mapping[int, Any], env: Mapping[str, str] 
         ))
     log.debug("GPUs (%s runtime): %s", chosen_vendor, "; ".join(g.describe() for g in out) or "none visible")
     return tuple(out)
+
+
+# ------------------------------------------- a command's GPUs (numabind run --gpus)
+#: The variables that say which GPUs a command sees, by vendor: the ones :func:`visibility_environ` sets.
+#: ROCm reads ``ROCR_VISIBLE_DEVICES`` first (the ROCr runtime enumerates only those agents, for HIP,
+#: OpenCL and OpenMP offload alike); HIP's ``HIP_VISIBLE_DEVICES`` then indexes into what ROCr left.
+VISIBILITY_VARIABLES = {"nvidia": ("CUDA_VISIBLE_DEVICES",), "amd": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
+                        "intel": ("ZE_AFFINITY_MASK",), "ascend": ("ASCEND_RT_VISIBLE_DEVICES",)}
+#: Most GPUs one list may name (a range such as ``0-999999999`` is refused, never expanded).
+MAX_LISTED_GPUS = 4096
+_SHORT_BDF = re.compile(r"([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
+
+
+def gpu_list_entries(spec: str) -> list[str | int]:
+    """The entries of a GPU list (``numabind run --gpus``): visible indices (``A-B`` ranges expanded), UUIDs
+    (``GPU-...``, or a unique prefix; ``MIG-...``) and PCI addresses (``0000:1b:00.0``, ``1b:00.0``), comma
+    separated, in the list's order. Indices are ints, the rest strings (PCI addresses as sysfs spells them).
+    What does not parse is a :class:`PlanError` naming the entry (whatever the machine)."""
+    out: list[str | int] = []
+    for raw in spec.split(","):
+        entry = raw.strip()
+        lo, dash, hi = entry.partition("-")
+        if entry.isascii() and entry.isdigit():
+            k = ascii_int(entry, max_digits=_INDEX_DIGITS)
+            if k is None:
+                raise PlanError(f"GPU list {_shown(spec)}: index {_shown(entry)} has more than {_INDEX_DIGITS} digits")
+            out.append(k)
+        elif dash and lo.isascii() and lo.isdigit() and hi.isascii() and hi.isdigit():
+            a, b = ascii_int(lo, max_digits=_INDEX_DIGITS), ascii_int(hi, max_digits=_INDEX_DIGITS)
+            if a is None or b is None or a > b or b - a >= MAX_LISTED_GPUS:
+                raise PlanError(f"GPU list {_shown(spec)}: range {_shown(entry)} is not A-B with A <= B "
+                                f"(at most {MAX_LISTED_GPUS} GPUs)")
+            out.extend(range(a, b + 1))
+        elif entry.upper().startswith(("GPU-", "MIG-")) and len(entry) > 4:
+            out.append(entry)
+        elif _normal_bdf(entry) is not None:
+            out.append(_normal_bdf(entry) or entry)
+        elif _SHORT_BDF.fullmatch(entry.lower()):
+            out.append("0000:" + entry.lower())
+        else:
+            raise PlanError(f"GPU list {_shown(spec)}: entry {_shown(entry)} is not a visible index, a UUID "
+                            f"(GPU-...) or a PCI address (0000:1b:00.0)" if entry else
+                            f"GPU list {_shown(spec)} has an empty entry: give GPUs separated by commas, e.g. 4,5")
+        if len(out) > MAX_LISTED_GPUS:
+            raise PlanError(f"GPU list {_shown(spec)} names more than {MAX_LISTED_GPUS} GPUs")
+    return out
+
+
+def pick_gpus(spec: str, gpus: Sequence[Gpu], others: Sequence[PciGpu] = ()) -> tuple[list[Gpu], frozenset[int]]:
+    """The visible GPUs (``gpus``, :attr:`Topology.gpus`) a list names (:func:`gpu_list_entries`), in the list's
+    order, and the indices of those named by UUID. ``others`` are the machine's PCI GPUs (:func:`scan_pci_gpus`):
+    a PCI address of another vendor's GPU is refused as a list of mixed vendors, naming the fix. Raises
+    :class:`PlanError` naming the entry that names no visible GPU, or a GPU named twice."""
+    chosen: list[Gpu] = []
+    named: set[int] = set()
+    vendors = sorted({g.vendor for g in gpus})
+    for entry in gpu_list_entries(spec):
+        if isinstance(entry, int):
+            hit = [g for g in gpus if g.index == entry]
+            why = f"visible GPU index {entry} is out of range ({len(gpus)} visible: {_visible_range(gpus)})"
+        elif entry.upper().startswith("MIG-"):
+            hit = [g for g in gpus if g.mig_uuid and g.mig_uuid.lower().startswith(entry.lower())]
+            why = f"{_shown(entry)} names no visible MIG device, or more than one"
+        elif entry.upper().startswith("GPU-"):
+            hit = [g for g in gpus if g.uuid and g.uuid.lower().startswith(entry.lower())]
+            why = f"{_shown(entry)} matches no visible GPU's UUID, or more than one"
+        else:
+            hit = [g for g in gpus if g.pci_address == entry]
+            other = next((p for p in others if p.pci_address == entry), None)
+            if not hit and other is not None and vendors and other.vendor not in vendors:
+                raise PlanError(
+                    f"GPU list {_shown(spec)} mixes vendors: {entry} is an {other.vendor} GPU, the visible GPUs are "
+                    f"{vendors[0]}'s; one command sees the GPUs of one runtime: list GPUs of one vendor "
+                    f"(NUMABIND_GPU_VENDOR={other.vendor} numbers {other.vendor}'s)")
+            why = f"{entry} is not the PCI address of a visible GPU"
+        if len(hit) != 1:
+            raise PlanError(f"GPU list {_shown(spec)}: {why} (numabind plan lists them)")
+        g = hit[0]
+        if any(c.index == g.index for c in chosen):
+            raise PlanError(f"GPU list {_shown(spec)} names GPU {g.index} ({g.pci_address}) twice: name it once")
+        chosen.append(g)
+        if not isinstance(entry, int) and entry.upper().startswith("GPU-"):
+            named.add(g.index)
+    if not chosen:
+        raise PlanError(f"GPU list {_shown(spec)} names no GPU")
+    return chosen, frozenset(named)
+
+
+def _visible_range(gpus: Sequence[Gpu]) -> str:
+    return f"0-{len(gpus) - 1}" if gpus else "none"
+
+
+def _entries(value: str) -> list[str]:
+    """A visibility variable's entries as the runtimes split them (:func:`_parse_entries`)."""
+    return [raw.strip() for raw in value.split(",")]
+
+
+def _naming(entries: Sequence[str], g: Gpu) -> str | None:
+    """The entry of a filtering variable (ROCR_VISIBLE_DEVICES, in physical terms) that names ``g``."""
+    for e in entries:
+        if e.isascii() and e.isdigit() and ascii_int(e, max_digits=_INDEX_DIGITS) == g.physical_index:
+            return e
+        if e.upper().startswith("GPU-") and g.uuid and g.uuid.lower().startswith(e.lower()):
+            return e
+    return None
+
+
+def visibility_environ(chosen: Sequence[Gpu], env: Mapping[str, str], named: Collection[int] = ()
+                       ) -> dict[str, str]:
+    """The variables that make a command see exactly ``chosen`` (visible GPUs of one vendor, as discovered under
+    ``env``), composed with what ``env`` already says.
+
+    * NVIDIA: ``CUDA_VISIBLE_DEVICES``. Set in ``env``: the entry it has for each GPU (under ``8,9,10,11``,
+      visible GPUs 1 and 2 are ``9,10``; UUID and MIG entries stay UUIDs); unset: the GPU's index (its UUID
+      when the list named it by UUID). In the list's order: the command's GPU 0 is the first listed.
+    * AMD: ``ROCR_VISIBLE_DEVICES``, which ROCm reads first (entries of the one ``env`` has, else indices or
+      UUIDs as for NVIDIA), in the list's order; when ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``,
+      HIP's fallback) is set, its indices would index into the new list, so ``HIP_VISIBLE_DEVICES`` becomes
+      ``0,1,...``.
+    * Intel: ``ZE_AFFINITY_MASK``: the entries of the one ``env`` has for those devices (``N.sub`` entries
+      kept), else the device numbers; Level Zero never reorders, so the command's order is device order.
+    * Ascend: ``ASCEND_RT_VISIBLE_DEVICES``: the logical ids, ascending (CANN reads ascending lists only).
+
+    Raises :class:`PlanError` for GPUs of several vendors."""
+    vendors = sorted({g.vendor for g in chosen})
+    if len(vendors) != 1:
+        raise PlanError(f"the GPUs of one command are of one vendor, got {', '.join(vendors) or 'none'}")
+    vendor = vendors[0]
+
+    def own(g: Gpu) -> str:
+        pos = g.index if g.physical_index is None else g.physical_index
+        return g.uuid if g.index in named and g.uuid else str(pos)
+
+    if vendor == "nvidia":
+        parent = env.get("CUDA_VISIBLE_DEVICES")
+        if parent is None:
+            return {"CUDA_VISIBLE_DEVICES": ",".join(own(g) for g in chosen)}
+        listed = _entries(parent)
+        return {"CUDA_VISIBLE_DEVICES": ",".join(listed[g.index] if g.index < len(listed) else own(g) for g in chosen)}
+    if vendor == "amd":
+        rocr = env.get("ROCR_VISIBLE_DEVICES")
+        values = []
+        for g in chosen:
+            entry = _naming(_entries(rocr), g) if rocr is not None else None
+            values.append(entry if entry is not None else own(g))
+        out = {"ROCR_VISIBLE_DEVICES": ",".join(values)}
+        if "HIP_VISIBLE_DEVICES" in env or "CUDA_VISIBLE_DEVICES" in env:
+            out["HIP_VISIBLE_DEVICES"] = ",".join(str(k) for k in range(len(chosen)))
+        return out
+    positions = sorted(g.index if g.physical_index is None else g.physical_index for g in chosen)
+    if vendor == "intel":
+        mask = env.get("ZE_AFFINITY_MASK")
+        if mask and mask.strip():
+            kept: list[str] = []
+            for e in _entries(mask):
+                head = e.split(".", 1)[0]
+                k = ascii_int(head, max_digits=_INDEX_DIGITS) if head.isascii() and head.isdigit() else None
+                if k in positions and e not in kept:
+                    kept.append(e)
+            return {"ZE_AFFINITY_MASK": ",".join(kept)}
+        return {"ZE_AFFINITY_MASK": ",".join(map(str, positions))}
+    return {"ASCEND_RT_VISIBLE_DEVICES": ",".join(map(str, positions))}

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._base import keep_binding_env
 from ..backends import backend_info, get_backend, interleave_next_node
 from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..rank import RankPlan
     from ..strategies import PlanRow
     from ..topology import Topology
+    from ..types import Mode, NodePolicy
 
 __all__ = ["main", "UsageError", "CliError"]
 
@@ -78,7 +80,32 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _topology_text(topo: Topology) -> str:
+def _source_words(source: str) -> str:
+    """``Topology.allowed_source`` in words: ``"status+cgroup1:/"`` is ``"cpuset: cgroup v1 /"``."""
+    kinds = {"cgroup2": "cgroup v2", "cgroup1": "cgroup v1", "cpuset": "the legacy cpuset filesystem"}
+    said = []
+    for part in source.split("+"):
+        kind, _, path = part.partition(":")
+        if kind in kinds and path:
+            said.append(f"{kinds[kind]} {path}")
+        elif part.startswith("online ("):
+            said.append(part[len("online ("):].rstrip(")"))
+    return "cpuset: " + ", ".join(said) if said else "no cpuset: every online CPU"
+
+
+def _allowed_what(topo: Topology) -> str:
+    """What the process may use, in words: ``CPUs 0-1 and memory of node 0 (cpuset: cgroup v1 /)``."""
+    nodes = format_cpulist(topo.allowed_nodes)
+    memory = f"memory of node{'s' if len(topo.allowed_nodes) != 1 else ''} {nodes}" if nodes else "no memory node"
+    return f"CPUs {format_cpulist(topo.allowed_cpus) or 'none'} and {memory} ({_source_words(topo.allowed_source)})"
+
+
+def _allowed_words(topo: Topology, who: str = "this process") -> str:
+    """``this process may use CPUs 0-1 and memory of node 0 (cpuset: cgroup v1 /)``."""
+    return f"{who} may use {_allowed_what(topo)}"
+
+
+def _topology_text(topo: Topology, who: str = "this process") -> str:
     ids = sorted(topo.nodes)
     rows = [["node", "cpus", "memory", "distances (" + " ".join(map(str, ids)) + ")"]]
     for n in ids:
@@ -90,8 +117,10 @@ def _topology_text(topo: Topology) -> str:
     lines = [
         f"root: {topo.root}",
         f"cpu model: {topo.model_name or 'unknown'}",
-        f"online cpus: {format_cpulist(topo.online_cpus)}   allowed cpus: {format_cpulist(topo.allowed_cpus)}   "
-        f"allowed memory nodes: {format_cpulist(topo.allowed_nodes)}   ({topo.allowed_source})",
+        f"online cpus: {format_cpulist(topo.online_cpus)}",
+        _allowed_words(topo, who) + (
+            f"; its parent left it the affinity CPUs {format_cpulist(topo.affinity) or 'none'}"
+            if topo.affinity is not None and topo.affinity != topo.allowed_cpus else ""),
         "",
         _table(rows),
     ]
@@ -108,14 +137,14 @@ def _gpu_text(topo: Topology) -> str:
     return _table(rows)
 
 
-def _plan_rows(topo: Topology, mode: str, policy: str, gpus: list[int] | None = None,
+def _plan_rows(topo: Topology, mode: Mode, policy: NodePolicy, gpus: list[int] | None = None,
                within_affinity: bool = False) -> tuple[PlanRow, ...]:
     from ..strategies import plan_table
 
     return plan_table(topo, mode=mode, policy=policy, gpus=gpus, within_affinity=within_affinity)
 
 
-def _node_plans(topo: Topology, policy: str = "bind") -> list[tuple[int, Plan]]:
+def _node_plans(topo: Topology, policy: NodePolicy = "bind") -> list[tuple[int, Plan]]:
     """Without GPUs: the plan a worker per node would get (its allowed CPUs, its memory when allowed)."""
     out = []
     for n, node in sorted(topo.nodes.items()):
@@ -133,7 +162,7 @@ def _plan_json(plan: Plan) -> dict[str, Any]:
             "numactl": plan.to_numactl_args()}
 
 
-def _plans_text(topo: Topology, mode: str = "node", policy: str = "bind", gpus: list[int] | None = None,
+def _plans_text(topo: Topology, mode: Mode = "node", policy: NodePolicy = "bind", gpus: list[int] | None = None,
                 plan_rows: Sequence[PlanRow] | None = None) -> str:
     if topo.gpus or gpus is not None:
         rows = [["gpu", "node", "plan", "numactl equivalent"]]
@@ -153,7 +182,7 @@ def _plans_text(topo: Topology, mode: str = "node", policy: str = "bind", gpus: 
     return ("Plans per NUMA node (no GPUs, so a worker per node would get):\n" + _table(rows))
 
 
-def _plans_json(topo: Topology, mode: str = "node", policy: str = "bind", gpus: list[int] | None = None,
+def _plans_json(topo: Topology, mode: Mode = "node", policy: NodePolicy = "bind", gpus: list[int] | None = None,
                 plan_rows: Sequence[PlanRow] | None = None) -> list[Any]:
     """The rows of :func:`_plans_text` as JSON: PlanRow.to_dict() per GPU, else one per node."""
     if topo.gpus or gpus is not None:
@@ -169,34 +198,102 @@ def _binding_json(b: Binding) -> dict[str, Any]:
             "threads": {str(tid): format_cpulist(c) for tid, c in sorted(b.threads.items())}}
 
 
+def _gpu_prefix(row: PlanRow) -> str:
+    return f"GPU {row.gpu} ({row.vendor} {row.pci_address}): "
+
+
+def _by_text(items: Iterable[tuple[int, str]]) -> list[tuple[str, str]]:
+    """``(gpu, text)`` pairs grouped by text, in first-seen order: ``[("gpus 4-7", text), ("gpu 0", other)]``."""
+    groups: dict[str, list[int]] = {}
+    for gpu, text in items:
+        groups.setdefault(text, []).append(gpu)
+    return [(("gpus " if len(ids) > 1 else "gpu ") + format_cpulist(ids), text) for text, ids in groups.items()]
+
+
+def _main_plans_text(topo: Topology, rows: Sequence[PlanRow]) -> str:
+    """The first screen's plan table: one line per GPU worker, nothing but the plan in its cells; a GPU that
+    cannot be placed says so in its row and why below the table (GPUs with the same reason on one line).
+    ``numabind plan`` gives every reason of every GPU."""
+    if not topo.gpus:
+        return _plans_text(topo)
+    table = [["gpu", "node", "plan", "numactl equivalent"]]
+    errors = []
+    for r in rows:
+        if r.plan is None:
+            table.append([str(r.gpu), "-", "cannot place (see below)", "-"])
+            error = (r.error or "no reason given").replace(f"from {topo.allowed_source}",
+                                                           _source_words(topo.allowed_source))
+            errors.append((r.gpu, error[len(_gpu_prefix(r)):] if error.startswith(_gpu_prefix(r)) else error))
+            continue
+        table.append([str(r.gpu), "-" if r.cpu_node is None else str(r.cpu_node), r.plan.describe(),
+                      r.plan.to_numactl_args()])
+    lines = ["Plans per GPU worker (mode node, memory bind):", _table(table)]
+    lines += [f"{who} cannot be placed: {text}" for who, text in _by_text(errors)]
+    lines.append("(numabind plan explains each GPU's placement)")
+    return "\n".join(lines)
+
+
+def alignment_warnings(topo: Topology, who: str = "this process") -> list[str]:
+    """One line per NUMA node holding GPUs whose CPUs or memory ``who`` may not use, by its cpuset
+    (``cpuset.cpus``/``cpuset.mems``, a Kubernetes pod's among them): those GPUs' workers would run on another
+    node's CPUs or memory, across the socket interconnect, or could not be placed. Empty when all are aligned."""
+    out = []
+    for node in sorted({g.numa_node for g in topo.gpus if g.numa_node is not None}):
+        held = topo.nodes.get(node)
+        no_cpus = held is not None and bool(held.cpus) and not held.cpus & topo.allowed_cpus
+        no_mem = held is not None and held.has_memory and node not in topo.allowed_nodes
+        if not (no_cpus or no_mem):
+            continue
+        gpus = [g.index for g in topo.gpus if g.numa_node == node]
+        missing = " or ".join(what for what, off in (("CPUs", no_cpus), ("memory", no_mem)) if off)
+        out.append(f"{'gpus' if len(gpus) > 1 else 'gpu'} {format_cpulist(gpus)} on node {node}: {who} may use "
+                   f"none of node {node}'s {missing}, only {_allowed_what(topo)}, so their workers would run "
+                   f"off their GPU's node; give the pod node {node}'s CPUs and memory (Kubernetes Topology Manager "
+                   f"policy single-numa-node or restricted) or use the GPUs of the allowed nodes")
+    return out
+
+
 def cmd_main(args: argparse.Namespace) -> int:
     from ..verify import current_binding
     from ..topology import discover
 
     topo = discover(args.root)
     info = backend_info()
+    replayed = args.root is not None and os.path.realpath(args.root) != "/"
+    who = "the replayed process" if replayed else "this process"
+    rows = _plan_rows(topo, "node", "bind") if topo.gpus else ()
     if args.json:
-        _dump({"topology": topo.to_dict(), "plans": _plans_json(topo), "binding": _binding_json(current_binding()),
-               "backends": info})
+        _dump({"topology": topo.to_dict(), "plans": _plans_json(topo, plan_rows=rows or None),
+               "binding": _binding_json(current_binding()), "backends": info})
         return 0
+    if replayed:
+        print(f"#### the replayed machine, read from {args.root} (not the host this runs on) ####")
+        print()
     print("== topology ==")
-    print(_topology_text(topo))
+    print(_topology_text(topo, who))
     print()
     print("== GPUs ==")
     print(_gpu_text(topo))
     print()
     print("== plans ==")
-    print(_plans_text(topo))
+    print(_main_plans_text(topo, rows))
+    for line in alignment_warnings(topo, who):
+        print(f"WARNING: {line}")
     print()
+    if replayed:
+        print("#### this host, live: the process running numabind (not the replayed machine) ####")
+        print()
     print("== current binding of this process ==")
     print(current_binding().describe())
     print()
     print("== backends ==")
-    native = info.get("native")
+    native = None if info["native_ok"] else info["native"]
     reason = info["reason"]
     if native:  # said once, in one line, instead of once per native backend
         print(native)
         reason = reason.replace(f"ImportError: {native}", "native core missing (above)")
+    else:
+        print(f"native core: {info['native']}")
     print(f"selected: {info['selected']} ({reason})")
     for name, why in info["unavailable"].items():
         if not (native and native in why):
@@ -378,6 +475,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if getattr(args, "gpu_from_rank", False):
         return _cmd_plan_rank(args)
+    if getattr(args, "nic", False):
+        raise UsageError("numabind plan: --nic chooses the NICs of the rank's GPU; it goes with --gpu-from-rank")
     topo = discover(args.root)
     if args.all and not topo.gpus:
         message = ("no GPU is visible on this machine, so --all (every visible GPU) has nothing to plan; "
@@ -407,7 +506,8 @@ def _place_rank(args: argparse.Namespace, within: frozenset[int] | None = None) 
     from ..topology import discover
 
     return place_rank(args.mode or "node", args.policy or "bind", discover(args.root), within=within,
-                      strict=getattr(args, "strict", None), migrate=bool(getattr(args, "migrate", False)))
+                      strict=getattr(args, "strict", None), migrate=bool(getattr(args, "migrate", False)),
+                      nics=bool(getattr(args, "nic", False)))
 
 
 def _cmd_plan_rank(args: argparse.Namespace) -> int:
@@ -424,6 +524,8 @@ def _cmd_plan_rank(args: argparse.Namespace) -> int:
     else:
         print(placed.describe())
         print("numactl equivalent: " + (placed.plan.to_numactl_args() or "(none)"))
+        if getattr(args, "nic", False):
+            print("environment (--nic): " + (" ".join(f"{k}={v}" for k, v in placed.env.items()) or "(none)"))
         print("\n".join([f"  {why}" for why in placed.reasons] + [f"  warning: {w}" for w in placed.warnings]))
     return 0 if placed.to_dict()["placed"] else 1
 
@@ -435,6 +537,10 @@ def _rank_run_plan(args: argparse.Namespace) -> Plan:
     placed = _place_rank(args, within=current_binding(args.backend).cpus)
     if args.verbose:
         print(placed.describe(), file=sys.stderr)
+    for var, value in placed.env.items():      # --nic: the command's environment (the user's own are not here)
+        os.environ[var] = value
+        if args.verbose:
+            print(f"numabind: {var}={value}", file=sys.stderr)
     plan: Plan = placed.plan
     return plan
 
@@ -459,7 +565,7 @@ def _given(args: argparse.Namespace, dest: str) -> bool:
 def check_run_options(args: argparse.Namespace) -> None:
     """Conflicting or unused ``numabind run`` options are a usage error naming them, never ignored."""
     explicit = [flag for dest, flag in _EXPLICIT_RUN_OPTIONS if _given(args, dest)]
-    gpu = [flag for dest, flag in _GPU_RUN_OPTIONS if _given(args, dest)]
+    gpu = [flag for dest, flag in (*_GPU_RUN_OPTIONS, ("gpus", "--gpus")) if _given(args, dest)]
     shaping = [flag for dest, flag in _GPU_PLAN_OPTIONS if _given(args, dest)]
     if len(gpu) > 1:
         raise UsageError(f"numabind run: {' and '.join(gpu)} both choose the GPU; give one of them")
@@ -467,8 +573,10 @@ def check_run_options(args: argparse.Namespace) -> None:
         raise UsageError(
             f"numabind run: {gpu[0]} plans the CPUs and memory for the GPU, so it cannot be combined with "
             f"{', '.join(explicit)}; drop {gpu[0]} to bind explicitly, or drop {', '.join(explicit)}")
-    if _given(args, "bind_replayed_root") and not _given(args, "gpu_from_rank"):
-        raise UsageError("numabind run: --bind-replayed-root applies only with --gpu-from-rank")
+    if _given(args, "bind_replayed_root") and not (_given(args, "gpu_from_rank") or _given(args, "gpus")):
+        raise UsageError("numabind run: --bind-replayed-root applies only with --gpu-from-rank or --gpus")
+    if _given(args, "nic") and not _given(args, "gpu_from_rank"):
+        raise UsageError("numabind run: --nic chooses the NICs of the rank's GPU; it goes with --gpu-from-rank")
     if shaping and not gpu:
         raise UsageError(
             f"numabind run: {' and '.join(shaping)} only {'shapes' if len(shaping) == 1 else 'shape'} the plan "
@@ -489,7 +597,8 @@ def _live_root(args: argparse.Namespace) -> None:
     raise UsageError(
         f"numabind {args.cmd} binds processes of this machine, but {source}={root!r} is another discovery root "
         f"(a replayed machine): its CPUs and nodes are not this machine's. To plan on it use "
-        f"`numabind plan --root {root}`; to {args.cmd} here, {fix}")
+        f"`numabind plan --root {root}` (or add --dry-run to see what {args.cmd} would do there); "
+        f"to {args.cmd} here, {fix}")
 
 
 def _run_plan(args: argparse.Namespace) -> Plan:
@@ -497,7 +606,7 @@ def _run_plan(args: argparse.Namespace) -> Plan:
 
     if getattr(args, "gpu_from_rank", False):
         return _rank_run_plan(args)
-    topo = discover("/")
+    topo = discover(args.root if getattr(args, "dry_run", False) else "/")   # a dry run plans on any root
     if args.gpu is not None:
         from ..strategies import plan_for_gpu
 
@@ -583,7 +692,14 @@ def check_run_syntax(args: argparse.Namespace) -> None:
         if dest == "preferred" and len(ids) > 1 and text == value:
             raise UsageError(f"--preferred={value} names several nodes; --preferred takes one "
                              f"(--preferred-many/-P takes several)")
-    gpu = _given(args, "gpu") or _given(args, "gpu_from_rank")
+    if _given(args, "gpus"):
+        from ..devices import gpu_list_entries
+
+        try:
+            gpu_list_entries(args.gpus)
+        except NumabindError as e:
+            raise UsageError(f"--gpus: {e}") from None
+    gpu = _given(args, "gpu") or _given(args, "gpu_from_rank") or _given(args, "gpus")
     if args.migrate and not gpu and (not memory or memory == ["--localalloc"]):
         raise UsageError("--migrate moves pages onto the nodes of a memory policy: give --membind, --interleave, "
                          "--preferred or --preferred-many with it")
@@ -622,7 +738,10 @@ def _balance(be: Backend, strict: Strictness | None, warnings: list[str]) -> Non
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    _live_root(args)
+    dry = bool(getattr(args, "dry_run", False))
+    replayed_gpus = _given(args, "gpus") and _given(args, "bind_replayed_root")
+    if not dry and not replayed_gpus:   # a dry run plans on any root; --gpus --bind-replayed-root binds here
+        _live_root(args)
     check_run_options(args)
     command = list(args.command)
     if command and command[0] == "--":
@@ -643,7 +762,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.strict = strict   # what planning for --gpu reads
     check_run_syntax(args)
     try:
-        plan = _run_plan(args)
+        launch = None
+        if _given(args, "gpus"):   # the union of the GPUs' plans, and the command sees only them
+            from ..topology import discover
+            from .launch import gpu_launch
+
+            launch = gpu_launch(args, discover(args.root if dry or replayed_gpus else "/"))
+        plan = launch.plan if launch is not None else _run_plan(args)
+        if dry:
+            from .launch import run_dry
+
+            return run_dry(args, plan, command, launch)
+        if launch is not None:
+            logging.getLogger("numabind").info("GPUs %s for %s: %s", ",".join(str(g.index) for g in launch.gpus),
+                                               command[0], " ".join(f"{k}={v}" for k, v in launch.environ.items()))
         be, why = get_backend(args.backend)
         prefix = be.command_prefix(plan)
         if prefix is not None:
@@ -654,7 +786,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                     raise NumabindError(why_not + " (--lenient runs the command without it)")
                 logging.getLogger("numabind.bind").warning("--balancing left out: %s", why_not)
             logging.getLogger("numabind").info("starting %s through %s (%s)", command[0], be.name, why)
-            os.execv(prefix[0], prefix + command)
+            env = dict(os.environ, **(launch.environ if launch is not None else {}))
+            keep_binding_env(env)    # TensorRT-LLM must not undo the binding (INFO / WARNING through logging)
+            os.execve(prefix[0], prefix + command, env)
         from ..bind import bind_current, bound_environ
 
         report = bind_current(plan, strict=strict, backend=args.backend,
@@ -666,12 +800,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise
     except NumabindError as e:
         raise CliError(str(e), NOT_APPLIED) from None
+    env = bound_environ(report, None if launch is None else dict(os.environ, **launch.environ))
+    kept = keep_binding_env(env)     # TensorRT-LLM must not undo the binding: said in the report too
+    if kept is not None:
+        report = report.replace(notes=(*report.notes, kept[1]))
     if args.verbose:
         print(report.describe() + "".join(f"\nwarning: {w}" for w in extra), file=sys.stderr)
     if args.json:
         print(json.dumps(dict(report.to_dict(), balancing=bool(args.balancing and not extra)), sort_keys=True),
               file=sys.stderr)
-    return exec_command(command, bound_environ(report))
+    return exec_command(command, env)
 
 
 class _Once(argparse.Action):
@@ -727,7 +865,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--all", action="store_true",
                    help="every visible GPU; exit 1 when none is (without --gpu/--all: every GPU, else per node)")
     g.add_argument("--gpu-from-rank", action="store_true",
-                   help="the GPU of this process's local rank (LOCAL_RANK, SLURM_LOCALID, ...)")
+                   help="the GPU of this process's local rank (LOCAL_RANK, SLURM_LOCALID, ...); without a visible "
+                        "GPU: the rank's share of the nodes (cores), by the local world size")
+    pl.add_argument("--nic", action="store_true", help="with --gpu-from-rank: also the rank's nearest NICs and the "
+                    "NCCL_IB_HCA, UCX_NET_DEVICES, NCCL_SOCKET_IFNAME for them (those already set are kept)")
     pl.add_argument("--mode", choices=MODES, default="node", help="placement mode (default node)")
     pl.add_argument("--policy", choices=POLICIES, default="bind", help="memory policy (default bind)")
     pl.add_argument("--within-affinity", action="store_true",
@@ -770,11 +911,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --membind (or --preferred-many): NUMA balancing within those nodes "
                         "(MPOL_F_NUMA_BALANCING, Linux 5.12+)")
     r.add_argument("--gpu", type=int, action=_Once, help="bind for this visible GPU (see numabind plan)")
+    r.add_argument("--gpus", metavar="LIST", action=_Once,
+                   help="bind for these GPUs (the union of their plans) and let the command see only them: visible "
+                        "indices, UUIDs or PCI addresses, e.g. 4,5; sets CUDA_VISIBLE_DEVICES (NVIDIA), "
+                        "ROCR_VISIBLE_DEVICES (AMD), ZE_AFFINITY_MASK (Intel) or ASCEND_RT_VISIBLE_DEVICES (Ascend), "
+                        "composed with the one already set")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print the plan, the variables as export lines and the equivalent numactl command; run "
+                        "nothing (exit 0); with --json one object")
     r.add_argument("--gpu-from-rank", action="store_true",
                    help="bind for the GPU of this process's local rank (LOCAL_RANK, SLURM_LOCALID, ...), "
-                        "within the CPUs the launcher gave it")
+                        "within the CPUs the launcher gave it; without a visible GPU: the rank's share of the "
+                        "nodes (cores), by the local world size")
+    r.add_argument("--nic", action="store_true", help="with --gpu-from-rank: export NCCL_IB_HCA, UCX_NET_DEVICES and "
+                   "NCCL_SOCKET_IFNAME for the rank's nearest NICs into the command (those already set are kept)")
     r.add_argument("--bind-replayed-root", action="store_true",
-                   help="with --gpu-from-rank: bind this process although the discovery root is a replayed "
+                   help="with --gpu-from-rank or --gpus: bind this process although the discovery root is a replayed "
                         "machine whose CPU ids are this machine's (tests of launchers on fake GPU machines)")
     r.add_argument("--mode", choices=MODES, default=None, action=_Once, help="placement mode of --gpu (default node)")
     r.add_argument("--policy", choices=POLICIES, default=None, action=_Once,
@@ -800,7 +952,22 @@ def build_parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("instrument", help="run a Python program with numabind in place of vLLM's and SGLang's "
                                             "numa_utils, in every process (no source edit)")
     ins.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
+    _keep_global_options(sub)
     return p
+
+
+#: Options the top-level parser takes that a subcommand takes again: given before the subcommand they must stay.
+_GLOBAL_DESTS = ("json", "root", "verbose")
+
+
+def _keep_global_options(sub: Any) -> None:
+    """A subcommand's copy of a global option must not reset what was given before the subcommand (argparse
+    fills a subparser's defaults over the top-level namespace): ``numabind --json stat PID`` prints JSON as
+    ``numabind stat --json PID`` does. Every subcommand, its own parser or not, is checked here, in one place."""
+    for parser in sub.choices.values():
+        for action in parser._actions:
+            if action.dest in _GLOBAL_DESTS:
+                action.default = argparse.SUPPRESS
 
 
 def _cmd_instrument(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@
     numabind move PID... --node N
     numabind move PID... --plan 'v1;cpus=2-3;mem=bind:1;migrate=0'
     numabind move --restore PID...
-    [--all-children] [--strict | --lenient] [--backend B] [--json] [-v]
+    [--all-children] [--strict | --lenient] [--backend B] [--dry-run] [--json] [-v]
 
 Every thread of each process gets the binding's CPUs (threads born meanwhile too), then its pages are migrated
 onto the binding's memory nodes, and both are read back (:func:`numabind.move`). numactl's options are read by
@@ -20,24 +20,24 @@ follows its own policy (the report says so).
 Exit status: 0 when every process was moved as asked (``--lenient``: moved, with the warnings printed); 1 when a
 process could not be moved (it does not exist or exited, the kernel refused, under ``--strict`` the default: any
 degradation, or no record for ``--restore``); 2 for a usage error.
+
+``--dry-run`` moves nothing: it prints each process's plan and the commands that would do the same
+(``taskset -a -p -c CPUS PID``, ``migratepages PID FROM TO``; :func:`numabind.cli.launch.move_lines`), and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from typing import Any
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind move starts faster
-
-from .._base import EXIT_NOT_APPLIED, EXIT_USAGE
+from .. import live
+from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness
 from ..errors import NumabindError, PlanError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
-
-    from .._base import Strictness
-    from ..plan import Plan
+from ..plan import Plan
+from . import device_node, run_strictness
 
 __all__ = ["add_parser", "build_parser", "cmd_move", "main", "move_plan"]
 
@@ -96,6 +96,8 @@ def _arguments(m: argparse.ArgumentParser) -> None:
     m.add_argument("--lenient", action="store_true", help="move what can be moved; print the warnings, exit 0")
     m.add_argument("--backend", default=None, action=_Once,
                    help="force a backend (default: $NUMABIND_BACKEND, else the first usable)")
+    m.add_argument("--dry-run", action="store_true",
+                   help="print the plan and the equivalent taskset and migratepages commands; move nothing")
     m.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="one JSON list: each process's MoveReport.to_dict(), or its error")
     m.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log INFO (-v) or DEBUG (-vv)")
@@ -117,7 +119,7 @@ DESCRIPTION = ("Move running processes: every thread gets the binding's CPUs (th
                "allocates later follows that policy. Exit: 0 moved; 1 not moved (no such process, refused, "
                "--strict degradations, no record for --restore); 2 usage.")
 USAGE = ("numabind move PID... [numactl options | --gpu N | --node N | --plan TEXT | --restore] [--all-children] "
-         "[--strict | --lenient] [--json]")
+         "[--strict | --lenient] [--dry-run] [--json]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,8 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _strictness(args: argparse.Namespace) -> Strictness:
-    from . import run_strictness
-
     try:
         return run_strictness(args.strict, args.lenient)
     except ValueError as e:
@@ -138,8 +138,6 @@ def _strictness(args: argparse.Namespace) -> Strictness:
 def move_plan(args: argparse.Namespace) -> Plan | None:
     """The plan the options ask for (None for ``--restore``: each process's own); usage errors as _Usage, the rest
     as PlanError."""
-    from ..plan import Plan
-
     given = [f"--{d.replace('_', '-')}" for d, _ in NUMACTL_OPTIONS if getattr(args, d) is not None]
     if args.localalloc:
         given.append("--localalloc")
@@ -158,13 +156,10 @@ def move_plan(args: argparse.Namespace) -> Plan | None:
     if args.plan is not None:
         return Plan.from_text(args.plan)
     if args.gpu is not None:
-        from ..strategies import plan_for_gpu
+        from ..strategies import plan_for_gpu   # a whole discovery: only --gpu needs it
         from ..topology import discover
 
         return plan_for_gpu(args.gpu, mode=args.mode or "node", topology=discover("/"), policy=args.policy or "bind")
-    from .. import live
-    from . import device_node
-
     argv = [f"{flag}={getattr(args, d)}" for d, flag in NUMACTL_OPTIONS if getattr(args, d) is not None]
     if args.localalloc:
         argv.append("--localalloc")
@@ -216,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
     """Run ``numabind move`` from parsed options (:func:`add_parser`'s or :func:`build_parser`'s): the exit status."""
-    from ..relocate import move, recorded_plan
+    from ..relocate import move, recorded_plan   # not for add_parser: the full CLI builds its parser from it
 
     as_json = getattr(args, "json", False)
     try:
@@ -232,6 +227,8 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
     except NumabindError as e:   # a plan the machine cannot hold
         print(f"numabind move: error: {_message(e)}", file=sys.stderr)
         return EXIT_NOT_APPLIED
+    if getattr(args, "dry_run", False):
+        return _dry_run(args, plan, as_json)
     rc = 0
     out: list[dict[str, Any]] = []
     for pid in _pids(args):
@@ -250,9 +247,32 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
         else:
             print(report.describe())
     if as_json:
-        import json
-
         print(json.dumps(out, indent=2, sort_keys=True))
+    sys.stdout.flush()
+    return rc
+
+
+def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
+    """``--dry-run``: each process's plan (``--restore``: its record) and the commands that would move it."""
+    from ..relocate import recorded_plan   # as in cmd_move
+    from .launch import move_lines, render
+
+    memory = frozenset(n for n, node in live.machine().nodes.items() if node.has_memory)
+    rc = 0
+    out: list[str] = []
+    for pid in _pids(args):
+        try:
+            target = recorded_plan(pid) if plan is None else plan
+        except (NumabindError, PlanError) as e:
+            rc = EXIT_NOT_APPLIED
+            print(f"numabind move: error: {_message(e)}", file=sys.stderr)
+            continue
+        notes = ["and each descendant of the process (--all-children)"] if args.all_children else []
+        out.append(render(target, move_lines(target, pid, memory), as_json=as_json, extra={"pid": pid}, notes=notes))
+    if as_json:
+        print(json.dumps({"dry_run": True, "processes": [json.loads(o) for o in out]}, indent=2, sort_keys=True))
+    elif out:
+        print("\n".join(out))
     sys.stdout.flush()
     return rc
 

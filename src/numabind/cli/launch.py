@@ -1,0 +1,155 @@
+"""``numabind run --gpus`` (bind for some GPUs and show the command only them) and ``--dry-run`` (say what
+``numabind run`` or ``numabind move`` would do, as shell lines, and do nothing).
+
+``--gpus LIST`` plans the union of the listed GPUs' plans (:func:`numabind.strategies.plan_for_gpus`) and sets
+the vendor's visibility variable (:func:`numabind.devices.visibility_environ`), composed with the one already
+set. A dry run prints the plan as a comment, each variable as an ``export NAME=value`` line and the equivalent
+command line: ``numactl`` for ``run`` (``taskset`` where numactl cannot say it), ``taskset -a -p`` and
+``migratepages`` for ``move``; every line is a line of shell, shell-quoted. ``--json`` prints the same as one
+object.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..cpulist import format_cpulist
+from ..plan import format_weights
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+    from collections.abc import Mapping, Sequence
+
+    from ..devices import Gpu
+    from ..plan import Plan
+    from ..topology import Topology
+
+__all__ = ["GpuLaunch", "gpu_launch", "move_lines", "plan_json", "render", "run_dry", "run_lines", "weights_note"]
+
+#: Where the kernel keeps the weights of weighted interleave (one file per node).
+WEIGHTS_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
+
+
+class GpuLaunch(NamedTuple):
+    """What ``numabind run --gpus`` does: the plan, the GPUs (in the list's order), the variables it sets."""
+
+    plan: Plan
+    gpus: tuple[Gpu, ...]
+    environ: dict[str, str]
+
+
+def gpu_launch(args: argparse.Namespace, topo: Topology) -> GpuLaunch:
+    """The plan and visibility of ``--gpus LIST`` on ``topo`` (the environment is this process's, which
+    discovery read). Raises :class:`PlanError` for a list that names no visible GPU, mixes vendors, or a GPU
+    that cannot be placed (a :class:`numabind.errors.PlanError`)."""
+    from .._fs import FsReader
+    from ..devices import pick_gpus, scan_pci_gpus, visibility_environ
+    from ..strategies import plan_for_gpus
+
+    try:
+        others = scan_pci_gpus(FsReader(topo.root))
+    except (OSError, ValueError):   # only for naming another vendor's GPU in an error
+        others = []
+    chosen, named = pick_gpus(args.gpus, topo.gpus, others)
+    within = bool(getattr(args, "within_affinity", False))
+    plan = plan_for_gpus([g.index for g in chosen], topo, mode=args.mode or "node", policy=args.policy or "bind",
+                         migrate=bool(args.migrate), strict=getattr(args, "strict", None), within_affinity=within)
+    plan = plan.validate(topo, within_affinity=within)
+    return GpuLaunch(plan, tuple(chosen), visibility_environ(chosen, os.environ, named))
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """A plan as the dry run's JSON says it."""
+    return {"cpus": None if plan.cpus is None else format_cpulist(plan.cpus), "mem_policy": plan.mem_policy,
+            "mem_nodes": None if plan.mem_nodes is None else format_cpulist(plan.mem_nodes),
+            "weights": format_weights(plan.weights) if plan.weights else None, "migrate": plan.migrate,
+            "describe": plan.describe(), "text": plan.to_text(), "reason": plan.reason}
+
+
+def run_lines(plan: Plan, command: Sequence[str], *, live: bool = True, balancing: bool = False,
+              set_weights: bool = False) -> list[list[str]]:
+    """The commands that do what ``numabind run`` does with ``plan`` (the last one runs ``command``).
+
+    ``numactl`` with the plan's options; ``--all`` first when the CPUs leave this process's affinity and the
+    plan is for this machine (``live``): numactl checks ``--physcpubind`` against the affinity, numabind against
+    the cpuset (as its numactl backend does); ``--balancing`` before the memory option (numactl applies it
+    there). Weights numactl cannot say: with ``set_weights`` they are written first (``tee`` into
+    :data:`WEIGHTS_DIR`), else numactl's ``-w`` uses the system's, which numabind checks. A plan whose memory
+    policy numactl cannot set (``default``) is ``taskset -c CPUS``."""
+    pre: list[list[str]] = []
+    if plan.weights:
+        if set_weights:
+            pre = [["sh", "-c", f"echo {w} > {WEIGHTS_DIR}/node{n}"] for n, w in sorted(plan.weights.items())]
+        plan = plan.replace(weights=None)
+    if plan.mem_policy == "default":
+        cpus = ["taskset", "-c", format_cpulist(plan.cpus)] if plan.cpus is not None else []
+        return [*pre, [*cpus, *command]]
+    argv = plan.to_numactl_argv()
+    whole = ["--all"] if live and plan.cpus is not None and not plan.cpus <= os.sched_getaffinity(0) else []
+    if balancing:
+        k = 1 if argv and argv[0].startswith("--physcpubind=") else 0
+        argv.insert(k, "--balancing")
+    return [*pre, ["numactl", *whole, *argv, "--", *command]]
+
+
+def move_lines(plan: Plan, pid: int, memory_nodes: frozenset[int]) -> list[list[str]]:
+    """The commands that move ``pid`` as ``numabind move`` does: every thread's CPUs (``taskset -a -p -c``),
+    then its pages from every other memory node onto the plan's (``migratepages``)."""
+    out: list[list[str]] = []
+    if plan.cpus is not None:
+        out.append(["taskset", "-a", "-p", "-c", format_cpulist(plan.cpus), str(pid)])
+    if plan.mem_nodes:
+        source = memory_nodes - plan.mem_nodes
+        if source:
+            out.append(["migratepages", str(pid), format_cpulist(source), format_cpulist(plan.mem_nodes)])
+    return out
+
+
+def render(plan: Plan, lines: Sequence[Sequence[str]], *, environ: Mapping[str, str] | None = None,
+           gpus: Sequence[Gpu] = (), as_json: bool = False, extra: Mapping[str, Any] | None = None,
+           notes: Sequence[str] = ()) -> str:
+    """The dry run's text (a comment with the plan, ``export`` lines, the command lines) or JSON object."""
+    import json
+
+    environ = dict(environ or {})
+    exports = [f"export {name}={shlex.quote(value)}" for name, value in environ.items()]
+    text_lines = [shlex.join(argv) for argv in lines]
+    if as_json:
+        return json.dumps(dict(extra or {}, dry_run=True, plan=plan_json(plan), environ=environ, exports=exports,
+                               gpus=[g.to_dict() for g in gpus], commands=[list(a) for a in lines],
+                               lines=text_lines, notes=list(notes)), indent=2, sort_keys=True)
+    out = [f"# plan: {plan.describe()}"]
+    out += [f"# {g.describe()}" for g in gpus]
+    out += [f"# {n}" for n in notes]
+    return "\n".join(out + exports + text_lines)
+
+
+def weights_note(plan: Plan, set_weights: bool) -> list[str]:
+    """What the numactl line cannot say about the plan's weights."""
+    if not plan.weights or set_weights:
+        return []
+    return [f"numactl -w interleaves by the system's weights ({WEIGHTS_DIR}); numabind checks they are "
+            f"{format_weights(plan.weights)} (--set-weights writes them)"]
+
+
+def run_dry(args: argparse.Namespace, plan: Plan, command: Sequence[str], launch: GpuLaunch | None) -> int:
+    """``numabind run --dry-run``: print what the run would do (text, or ``--json``), run nothing, exit 0. The
+    variables are those numabind would add or change in the command's environment (the GPUs' visibility,
+    :func:`numabind._base.keep_binding_env`'s); the numactl line is for this machine unless the root is a
+    replayed one (then no ``--all`` is derived from this process's affinity)."""
+    from .._base import keep_binding_env
+
+    root = getattr(args, "root", None) or os.environ.get("NUMABIND_FSROOT") or "/"
+    before = dict(os.environ)
+    env = dict(before, **(launch.environ if launch is not None else {}))
+    keep_binding_env(env, say=False)
+    added = {name: value for name, value in env.items() if before.get(name) != value}
+    set_weights = bool(getattr(args, "set_weights", False))
+    live = os.path.realpath(root) == "/" or bool(getattr(args, "bind_replayed_root", False))   # binds here
+    lines = run_lines(plan, command, live=live, balancing=bool(args.balancing),
+                      set_weights=set_weights)
+    print(render(plan, lines, environ=added, gpus=launch.gpus if launch is not None else (), as_json=bool(args.json),
+                 extra={"command": list(command)}, notes=weights_note(plan, set_weights)))
+    return 0
