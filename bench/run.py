@@ -23,6 +23,9 @@ the same process or pair by pair, never an absolute time compared with a budget:
 * P7: ``numabind run -N N -m N -- /bin/true`` / ``python -c pass`` (same interpreter).
 * P8: ``numabind move`` / (``taskset -a -p`` + ``migratepages``) on the same running process (bench/bench_move.py):
   CPUs only on a one-node machine (P8-affinity), the whole move in the 3-node guest (P8-guest, one run).
+* P9: a look started fresh (bench/bench_look.py): ``numabind topology`` / ``lstopo-no-graphics --of xml -``,
+  ``numabind hardware`` / ``python -c pass`` and ``python -c "import numabind; numabind.discover()"`` /
+  ``python -c pass``, each the median of per-pair ratios with its spread (min-max).
 
 ``--quick`` runs every part at its smallest size (the test suite does, so the runner cannot rot).
 """
@@ -353,8 +356,14 @@ def p8(quick: bool) -> list[dict]:
     return bench_move.p8(quick)
 
 
+def p9(quick: bool) -> list[dict]:
+    from bench import bench_look
+
+    return bench_look.p9(quick)
+
+
 PARTS: dict[str, Callable[[bool], list[dict]]] = {"P1": p1_p2, "P3": p3, "P4": p4, "P5": p5, "P6": p6, "P7": p7,
-                                                  "P8": p8}
+                                                  "P8": p8, "P9": p9}
 
 
 def fmt_time(s: float | None) -> str:

@@ -21,7 +21,8 @@ def test_runner_gives_every_row_at_the_smallest_size():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(proc.stdout)
     ids = {r["id"] for r in result["rows"]}
-    assert {"P1", "P2", "P3", "P4", "P5", "P6", "P7"} <= ids      # measured or skipped, every one has its row
+    assert {"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9-topology", "P9-hardware", "P9-discover"} <= ids
+    # measured or skipped, every one has its row
     for r in result["rows"]:
         if "skipped" in r:         # a skipped row says why, and gives no figure
             assert isinstance(r["skipped"], str) and r["skipped"].strip() and r["ratio"] is None, r
@@ -44,6 +45,41 @@ def test_parts_run_alone(argv):
     proc = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ratio" in proc.stdout or "bound/unbound" in proc.stdout, proc.stdout
+
+
+def test_look_rows_give_the_median_of_pair_ratios_and_its_spread():
+    """P9 (issue 34 §3): the three start-up measures of a look, each with its goal, the median of the per-pair
+    ratios and their spread, from the part alone and through the runner."""
+    proc = subprocess.run([sys.executable, "bench/bench_look.py", "--reps", "3", "--json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("P9 ")]
+    rows = json.loads(line[3:])
+    goals = {r["id"]: r["target"] for r in rows if r["target"] is not None}
+    assert goals == {"P9-topology": 1.0, "P9-hardware": 1.3, "P9-discover": 1.3}, rows
+    for r in rows:
+        if r.get("skipped"):
+            assert r["id"] == "P9-topology" and "lstopo" in r["skipped"], r
+            continue
+        lo, hi = r["spread"]
+        assert r["runs"] == 3 and 0 < lo <= r["ratio"] <= hi, r
+        assert r["a_s"] > 0 and r["b_s"] > 0, r
+    table = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "P9"], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert table.returncode == 0, table.stdout + table.stderr
+    assert "| P9-hardware | " in table.stdout and "pair ratios, spread " in table.stdout, table.stdout
+
+
+def test_a_look_at_the_topology_loads_no_web_client():
+    """P9-topology's start-up: ``numabind topology`` (text and hwloc XML) escapes XML attributes itself;
+    ``xml.sax.saxutils`` brought ``urllib.request`` with http, email and ssl, most of the command's start."""
+    code = ("import sys\nfrom numabind.cli import main\nfor form in ([], ['--of', 'xml']):\n"
+            "    assert main(['topology', *form]) == 0\n"
+            "web = ('urllib', 'http', 'email', 'ssl', 'xml.sax')\n"
+            "print('LOADED', sorted(m for m in sys.modules if m.startswith(web)))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "<topology version=" in proc.stdout and "LOADED []" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_extras_reach_the_interpreters_the_benchmarks_start(tmp_path):

@@ -13,13 +13,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
-from xml.sax.saxutils import quoteattr
 
 from ..cpulist import format_cpulist
 from ..iodevices import PciDevice
 from ..topology import Cache, Topology
 
 __all__ = ["Obj", "build_tree", "hwloc_bitmap", "hwloc_xml", "tree_text", "size_text"]
+
+
+#: XML attribute escapes: markup characters, the quote, and the whitespace an attribute value would normalise.
+_XML_ATTR = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\n": "&#10;", "\r": "&#13;",
+                           "\t": "&#9;"})
+
+
+def quoteattr(value: str) -> str:
+    """``value`` as a double-quoted XML attribute value. Written here rather than taken from
+    ``xml.sax.saxutils``, whose import brings ``urllib.request`` (http, email, ssl): most of
+    ``numabind topology``'s start-up."""
+    return '"' + value.translate(_XML_ATTR) + '"'
+
 
 #: Nesting order of objects with the same CPUs (the machine outermost, PUs innermost).
 _RANK = {"Machine": 0, "Package": 1, "Group": 2, "Cluster": 2, "Cache": 3, "Core": 30, "PU": 31}
