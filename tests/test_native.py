@@ -290,7 +290,10 @@ def test_task_list_in_a_child_forked_without_atfork_handlers_lists_the_child():
     lacks the child's thread, so it is reopened (binding the parent's threads from the child would be wrong)."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
+    # PyDLL: the GIL stays held across _Fork, so no other thread of this process holds it at the fork; the child
+    # then resets the interpreter's own state (the GIL's lock, threading) as os.fork does. That is Python's
+    # bookkeeping only: no pthread_atfork handler runs, and numabind's C core must still notice the new process.
+    libc = ctypes.PyDLL(None, use_errno=True)
     if not hasattr(libc, "_Fork"):
         pytest.skip("this C library has no _Fork (glibc 2.34 and newer have it)")
     buf = ffi.new("int[]", 64)
@@ -300,6 +303,7 @@ def test_task_list_in_a_child_forked_without_atfork_handlers_lists_the_child():
         r, w = os.pipe()
         pid = libc._Fork()
         if pid == 0:
+            ctypes.pythonapi.PyOS_AfterFork_Child()
             n = lib.nb_task_list(threading.get_native_id(), buf, 64)   # gettid(2): the child's own id
             os.write(w, f"{n} {buf[0]} {threading.get_native_id()}".encode())
             os._exit(0)
