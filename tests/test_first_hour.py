@@ -100,6 +100,54 @@ def test_sched_setaffinity_refused_with_einval_names_the_cpusets_cpus(monkeypatc
     assert exc.value.cpuset == allowed
 
 
+def _bind_with(monkeypatch, be: SyscallBackend, plan: numabind.Plan, strict) -> numabind.BindReport:
+    """bind_current step by step (no one-call bind) through the faked backend ``be``."""
+    monkeypatch.setattr(be, "apply_all", lambda *args, **kwargs: None)
+    import numabind.bind
+
+    monkeypatch.setattr(numabind.bind, "get_backend", lambda name=None: (be, "faked"))
+    return numabind.bind_current(plan, strict=strict, threads="current", backend="syscall")
+
+
+def test_a_lenient_bind_says_the_fix_of_a_refused_memory_policy_once_for_every_step(monkeypatch):
+    """set_mempolicy refused (EPERM) at every step of the ladder (bind, then preferred): each step is a warning,
+    the fix is said in the first one only."""
+    be = _faked(monkeypatch, "set_mempolicy", errno.EPERM)
+
+    def swap(mode, mask, bits, need_old, ints, masks, now, now_masks, errors):   # the old policy read, the set refused
+        ints[2], ints[3], ints[4] = 0, -errno.EPERM, 0
+
+    monkeypatch.setitem(be._fn, "swap_mempolicy", swap)
+    report = _bind_with(monkeypatch, be, numabind.Plan(mem_policy="bind", mem_nodes={MEM_NODE}), False)
+    refusals = [w for w in report.warnings if "set_mempolicy failed with EPERM" in w]
+    assert len(refusals) == 2 and "memory policy bind" in refusals[0] and "preferred" in refusals[1], report.warnings
+    _fixes_once("\n".join(report.warnings))
+    assert refusals[0].count("likely cause:") == 1, refusals
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_bind_refused_by_the_cpuset_names_its_cpus(monkeypatch, strict):
+    """sched_setaffinity refused with EINVAL for the calling thread: the message names the cpuset's CPUs."""
+    allowed = numabind.format_cpulist(numabind.backends.live.limits().allowed_cpus)
+    be = SyscallBackend()
+
+    def walk(ints, n, mask, words, flags, before, after, status):   # every thread refused
+        for i in range(n):
+            status[i] = -errno.EINVAL
+        return n
+
+    monkeypatch.setitem(be._fn, "affinity_many", walk)
+    plan = numabind.Plan(cpus={CPU_A})
+    if strict:
+        with pytest.raises(BindError) as exc:
+            _bind_with(monkeypatch, be, plan, True)
+        text = str(exc.value)
+    else:
+        text = "\n".join(_bind_with(monkeypatch, be, plan, False).warnings)
+    assert f"outside the thread's cpuset (the cpuset allows CPUs {allowed})" in text, text
+    _fixes_once(text)
+
+
 def test_a_refusal_quoted_in_another_error_is_said_once():
     inner = BindError(errno.EPERM, "get_mempolicy", "calling thread")
     outer = BindError(errno.EPERM, "get_mempolicy", f"the calling thread's memory policy cannot be read ({inner}), "

@@ -23,8 +23,8 @@ import pytest
 import numabind
 from numabind import live
 from numabind.cli.move import main as move_main
-from numabind.errors import BindError, NumabindError, PlanError
-from numabind.relocate import MEMORY_POLICY_NOTE, MoveReport, move, recorded_plan
+from numabind.errors import BindError, NumabindError, PlanError, refusal_fix
+from numabind.relocate import AFFINITY_FIX, MEMORY_POLICY_NOTE, MIGRATE_FIX, MoveReport, move, recorded_plan
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -305,6 +305,9 @@ def test_strict_refusal_names_the_pid_and_the_fix_and_changes_nothing():
         kind, err, text, records = _refused_move(t.pid, one_cpu(), strict=True)
         assert kind == "raised" and err == errno.EPERM
         assert f"pid {t.pid}" in text and "CAP_SYS_NICE" in text and "sched_setaffinity" in text
+        # numabind move's own fix, once; not the fix for binding the calling process (a seccomp profile, --lenient)
+        assert text.count(AFFINITY_FIX) == 1, text
+        assert refusal_fix(errno.EPERM, "sched_setaffinity") not in text and "--lenient" not in text, text
         assert affinities(t.pid) == before
 
 
@@ -315,8 +318,54 @@ def test_lenient_refusal_is_reported_and_logged_once():
         kind, refused, warnings, records, bound = _refused_move(t.pid, one_cpu(), strict=False)
         assert kind == "report" and refused == len(before) and bound == 0     # every thread tried, each refused
         assert len(warnings) == 1 and "CAP_SYS_NICE" in warnings[0] and str(t.pid) in warnings[0], warnings
+        assert warnings[0].count(AFFINITY_FIX) == 1 and "--lenient" not in warnings[0], warnings
         assert [level for level, _ in records].count("WARNING") == 1, records
         assert affinities(t.pid) == before
+
+
+def _refused_migration(monkeypatch) -> None:
+    """The kernel refuses migrate_pages (EPERM), faked at the backend boundary, on a machine whose process may
+    use two memory nodes (so there are pages to move off the other one)."""
+    import types
+
+    from numabind import _proc
+    from numabind.backends import get_backend
+
+    real = live.machine()
+    two = {0: types.SimpleNamespace(has_memory=True, cpus=real.nodes[min(real.nodes)].cpus),
+           1: types.SimpleNamespace(has_memory=True, cpus=frozenset())}
+
+    class TwoNodes:   # the real machine, with a second memory node
+        nodes = two
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+    monkeypatch.setattr(live, "machine", TwoNodes)
+    status = _proc.status_fields
+    monkeypatch.setattr(_proc, "status_fields",
+                        lambda *a, **k: {**(status(*a, **k) or {}), "Mems_allowed_list": "0-1"})
+
+    def refuse(self, pid, source, target):
+        raise BindError(errno.EPERM, "migrate_pages", f"pid {pid}")
+
+    monkeypatch.setattr(type(get_backend(None)[0]), "migrate_pages", refuse)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_refused_migration_says_the_fix_of_numabind_move_once(monkeypatch, strict):
+    _refused_migration(monkeypatch)
+    with Target() as t:
+        plan = numabind.Plan(cpus={one_cpu()}, mem_policy="bind", mem_nodes={0}, migrate=True)
+        if strict:
+            with pytest.raises(BindError) as info:
+                move(t.pid, plan, strict=True)
+            text = str(info.value)
+        else:
+            text = "\n".join(w for w in move(t.pid, plan, strict=False).warnings if "migrate_pages" in w)
+        assert text.count(MIGRATE_FIX) == 1, text
+        # not the generic fix for the calling process's memory policy (CAP_SYS_NICE via docker, a seccomp profile)
+        assert refusal_fix(errno.EPERM, "migrate_pages") not in text and "--lenient" not in text, text
 
 
 # ----------------------------------------------------------------------------- the command line

@@ -585,6 +585,24 @@ def test_cpu_ranks_get_their_share_of_the_machine(tmp_path, machine, ranks):
         assert all(topo.cpus[c].siblings <= plan.cpus for c in plan.cpus)
 
 
+@pytest.mark.parametrize("ranks, expected", [
+    (1, ["0-11"]),                                  # the node's performance CPUs, not its efficiency cores
+    (2, ["0-5", "6-11"]),                           # 6 performance cores split in two
+    (6, [f"{2 * r}-{2 * r + 1}" for r in range(6)]),  # one performance core (both threads) each
+    (8, ["0-1", "2-3", "4-5", "6-7", "8-9", "10-11", "12", "13"]),   # too few for one each: every core split
+])
+def test_cpu_ranks_of_a_hybrid_cpu_keep_its_performance_cores(tmp_path, ranks, expected):
+    from tests.fake.machines import hybrid_laptop
+
+    hybrid_laptop(tmp_path)      # 6 P-cores with SMT (CPUs 0-11) + 8 E-cores (12-19), one node
+    topo = topo_of(tmp_path, {})
+    placed = [place_rank(topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=ranks)) for r in range(ranks)]
+    assert [numabind.format_cpulist(p.plan.cpus) for p in placed] == expected
+    assert all(p.device == "cpu" and p.plan.mem_nodes == {0} for p in placed)
+    said = "not the efficiency cores (CPUs 12-19; core kinds from cpu_core/cpu_atom)"
+    assert all((said in p.plan.reason) == (ranks <= 6) for p in placed), placed[0].plan.reason
+
+
 def test_device_cpu_ignores_visible_gpus_and_device_gpu_needs_one(tmp_path):
     eight_gpus(tmp_path)                           # 4 SNC nodes with two GPUs each
     topo = topo_of(tmp_path, {})

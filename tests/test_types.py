@@ -98,9 +98,8 @@ numabind.auto_plan_available(mode="nodes")
 numabind.auto_plan_available(mem_policy="binds")
 '''
 
-#: The same through the planners, bind_current and the other public functions: errors once their signatures
-#: name the Literal types (issue 30: the signature edits in strategies.py, plan.py, bind.py, memory.py,
-#: rank.py, verify.py).
+#: The same through the planners, bind_current and the other public functions: their signatures name the
+#: Literal types.
 WRONG_WORDS_EVERYWHERE = '''
 import numabind
 
@@ -170,8 +169,6 @@ def test_a_consumer_and_the_literal_types_type_check_under_pyright(tmp_path):
     assert "\"Literal['nodes']\" is not assignable to" in bad.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="waits for the Literal signatures of strategies.py, plan.py, bind.py, "
-                                       "memory.py, rank.py and verify.py (issue 30; owned elsewhere)")
 def test_a_misspelt_word_is_an_error_at_every_public_function(tmp_path):
     bad = _mypy(tmp_path, "everywhere.py", WRONG_WORDS_EVERYWHERE)
     assert _error_lines(bad.stdout, "everywhere.py") == _wrong_lines(WRONG_WORDS_EVERYWHERE), bad.stdout

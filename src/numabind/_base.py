@@ -19,7 +19,7 @@ import sys
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
-    from typing import Any, Literal, TypeVar, Union
+    from typing import Any, TypeVar
 
     _V = TypeVar("_V", bound="Value")
 
@@ -112,7 +112,7 @@ def _rebuild(cls: type, values: tuple[object, ...]) -> object:
 #: weakening, ``False`` degrades with a warning per step, ``"partial"`` degrades like ``False`` but
 #: raises when in the end nothing of the plan is in force.
 if TYPE_CHECKING:  # pragma: no cover
-    Strictness = Union[bool, Literal["partial"]]
+    from .types import Strictness as Strictness   # defined once, in numabind.types
 else:
     Strictness = object   # a stand-in for annotations: where they are evaluated, this one reads as object
 

@@ -17,12 +17,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._base import Strictness
     from .backends import Backend, BindCall, MemPolicyState, MemPolicySwap
     from .plan import Limits, Plan
+    from .types import ThreadMode
 
 from . import _proc, live
 from ._base import getLogger
 from ._util import FrozenMap
 from .backends import (WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_FLAGS, WALK_LEFT_ALONE, WALK_MATCHING,
                        SETTLE_ROUNDS, WALK_STOP_ON_ERROR, WEIGHTS_DIR, AffinityWalk, walk_all, write_weights)
+from .backends import refused as refused_error   # a refused call's BindError, naming the cpuset
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
 from .plan import format_weights, narrow_cpus, narrow_nodes, plannable_policy, read_back_plan
@@ -239,6 +241,7 @@ class Transaction:
                 ladder.append(("preferred-many", usable))
             if policy != "preferred":
                 ladder.append(("preferred", frozenset({min(usable)})))
+        said: set[str] = set()   # the fixes already said: a refusal's fix is said once, not per step
         for k, (step, step_nodes) in enumerate(ladder):
             if k == 0 and usable == nodes:
                 e: BindError | None = refused        # that very call was refused already
@@ -254,7 +257,9 @@ class Transaction:
                                                       f"(Linux 6.9 and newer have it; /sys/kernel/mm/mempolicy/"
                                                       f"weighted_interleave is absent)")
                 self.fail(e)
-                self.warn(f"{e}; memory policy {step} {format_cpulist(step_nodes)} not applied")
+                self.warn(f"{e.brief if e.fix in said else e}; memory policy {step} {format_cpulist(step_nodes)} "
+                          f"not applied")
+                said.add(e.fix)
                 continue
             self._set(old, step, step_nodes)
             if k:
@@ -265,7 +270,7 @@ class Transaction:
         self.warn("memory policy left unchanged (every step of the ladder was refused)")
 
     # -- CPUs -----------------------------------------------------------------
-    def take(self, one: BindCall, threads: str) -> AffinityWalk:
+    def take(self, one: BindCall, threads: ThreadMode) -> AffinityWalk:
         """Go on from what :meth:`Backend.apply_all` did in one call: record it for the undo log and
         explain every refusal or difference, exactly as the steps one by one would."""
         swap = one.swap()
@@ -287,7 +292,7 @@ class Transaction:
         self.warn(f"{err}; only the calling thread was bound (threads started from it inherit its binding; the "
                   f"others keep theirs)")
 
-    def apply_cpus(self, threads: str, walk: AffinityWalk | None = None,
+    def apply_cpus(self, threads: ThreadMode, walk: AffinityWalk | None = None,
                    settled: list[int] | BindError | None = None) -> AffinityWalk:
         """Set the plan's CPUs on the threads (``walk``: what :meth:`Backend.apply_all` did already, ``settled``
         how its listing again after the walk ended, :meth:`BindCall.settle`; None: it did not, list here)."""
@@ -311,7 +316,7 @@ class Transaction:
                           lambda: [_TAKEN] if self.cpus_taken else undo_walk(be, held[0])))
         first = walk.status[0]
         if first < 0:
-            return self._caller_refused(walk, BindError(-first, "sched_setaffinity", f"thread {walk.tids[0]}"))
+            return self._caller_refused(walk, refused_error(-first, "sched_setaffinity", f"thread {walk.tids[0]}"))
         if settled is not None:     # the one call listed again and bound the threads it found
             if isinstance(settled, BindError):
                 self._relist_failed(settled)
@@ -452,7 +457,7 @@ class Transaction:
         for i, st in enumerate(statuses):
             tid = walk.tids[i]
             if st < 0:
-                e = BindError(-st, "sched_setaffinity", f"thread {tid}")
+                e = refused_error(-st, "sched_setaffinity", f"thread {tid}")
                 self.fail(e)
                 self.warn(f"{e}; thread {tid} ({live.thread_name(tid)}) keeps CPUs {format_cpulist(walk.before(i))}")
             elif st == WALK_DIFFERS:

@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
     from typing import Any
 
+    from .types import BackendName, ThreadMode
+
 from . import live
 from ._base import INFO, Strictness, Value, bind_settings, environ_copy, getLogger, strict_from_env
 from .backends import (
@@ -346,7 +348,7 @@ def interleave_weights() -> dict[int, int] | None:
     return None if system is None else dict(system.weights)
 
 
-def set_interleave_weights(weights: "Any", *, backend: str | None = None) -> dict[int, int]:
+def set_interleave_weights(weights: "Any", *, backend: "BackendName | None" = None) -> dict[int, int]:
     """Write the system-wide weights of the nodes in ``weights`` (a mapping or ``"0:3,1:1"``); returns the
     weights those nodes had before. They apply to every process on the machine that uses weighted
     interleave (allocations made afterwards); writing needs root. On Linux 6.16 and newer a write switches
@@ -405,7 +407,7 @@ def bound_environ(report: BindReport, environ: "Any" = None) -> dict[str, str]:
 _last_applied: tuple[Plan | None, Plan | None] = (None, None)   # the last plan bound cleanly, and its applied
 
 
-def _clean_report(plan: Plan, be: Backend, why: str, threads: str, one: BindCall) -> BindReport | None:
+def _clean_report(plan: Plan, be: Backend, why: str, threads: "ThreadMode", one: BindCall) -> BindReport | None:
     """The report of a bind that :meth:`Backend.apply_all` did in full, read back exactly as asked: nothing
     to explain, undo or narrow. None when the policy read back is one a Plan cannot carry."""
     global _last_applied
@@ -452,8 +454,8 @@ _STRICT_FLAGS = {threads: WALK_FLAGS[threads, True] for threads in THREAD_MODES}
 _LENIENT_FLAGS = {threads: WALK_FLAGS[threads, False] for threads in THREAD_MODES}
 
 
-def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: str = "matching",
-                 backend: str | None = None, set_weights: bool = False) -> BindReport:
+def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: "ThreadMode" = "matching",
+                 backend: "BackendName | None" = None, set_weights: bool = False) -> BindReport:
     """Bind the running process to ``plan`` and report what the kernel now says.
 
     * CPU affinity is set on **every thread** (``threads="matching"``: those
@@ -615,7 +617,7 @@ def _roll_back(be: Backend, tx: "Any", exc: BaseException, pending: "list[Any]")
 
 
 
-def bind_thread(plan: Plan, strict: Strictness | None = None, *, backend: str | None = None) -> "_ThreadBinding":
+def bind_thread(plan: Plan, strict: Strictness | None = None, *, backend: "BackendName | None" = None) -> "_ThreadBinding":
     """Bind only the calling thread to ``plan`` for the ``with`` block, then put it back as it was.
 
     ``with numabind.bind_thread(plan) as report: ...``. CPU affinity and memory policy are per
@@ -637,7 +639,7 @@ class _ThreadBinding:
 
     __slots__ = ("plan", "strict", "backend", "_be", "_cpus", "_saved")
 
-    def __init__(self, plan: Plan, strict: Strictness, backend: str | None) -> None:
+    def __init__(self, plan: Plan, strict: Strictness, backend: "BackendName | None") -> None:
         self.plan, self.strict, self.backend = plan, strict, backend
         self._be: Backend | None = None
         self._cpus: frozenset[int] = frozenset()

@@ -32,6 +32,7 @@ from .plan import MEM_POLICIES, Plan, format_weights, narrow_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .backends import NativeBackend
+    from .types import BackendName, MemPolicy
 
 __all__ = ["MemoryReport", "PagePlacement", "bind_memory", "page_placement"]
 
@@ -255,6 +256,8 @@ def _policy(plan: object, mode: str | None, nodes: object) -> tuple[str, frozens
     if mode is None:
         raise PlanError("bind_memory needs a memory policy: a Plan, or mode= (one of "
                         f"{', '.join(MEM_POLICIES)}) with nodes=")
+    if mode not in MEM_POLICIES:
+        raise PlanError(f"bind_memory: mode {mode!r} is not one of {', '.join(MEM_POLICIES)}")
     built = Plan(mem_policy=mode, mem_nodes=nodes)   # the one check of a mode and its nodes
     assert built.mem_policy is not None
     return built.mem_policy, built.mem_nodes or frozenset(), built
@@ -271,7 +274,7 @@ def _check_nodes(policy: str, nodes: frozenset[int]) -> None:
 
 
 # ----------------------------------------------------------------------------- the public functions
-def page_placement(buf: object, *, length: int | None = None, backend: str | None = None) -> PagePlacement:
+def page_placement(buf: object, *, length: int | None = None, backend: BackendName | None = None) -> PagePlacement:
     """Where the pages of ``buf`` (as :func:`bind_memory` takes it) are now: per node, and how many are not
     faulted in yet, by ``move_pages(2)`` in query mode over every page the buffer touches. Raises PlanError on
     bad input and BindError when the kernel (or the backend) cannot say."""
@@ -299,9 +302,10 @@ def _count(be: NativeBackend, start: int, pages: int) -> PagePlacement:
     return PagePlacement(pages, by_node, not_faulted, errors)
 
 
-def bind_memory(buf: object, plan: Plan | str | None = None, *, mode: str | None = None, nodes: object = None,
-                length: int | None = None, move: bool = False, strict: Strictness | None = None,
-                verify: bool = True, backend: str | None = None) -> MemoryReport:
+def bind_memory(buf: object, plan: Plan | MemPolicy | None = None, *, mode: MemPolicy | None = None,
+                nodes: object = None, length: int | None = None, move: bool = False,
+                strict: Strictness | None = None, verify: bool = True,
+                backend: BackendName | None = None) -> MemoryReport:
     """Set the NUMA memory policy of one range of memory (``mbind(2)``) and say where its pages are.
 
     ``buf``: an object with the buffer protocol (``bytearray``, ``mmap``, ``memoryview``, numpy array; a

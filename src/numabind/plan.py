@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from typing import Any, Protocol
 
+    from .types import MemPolicy, NodePolicy
+
     class NodeView(Protocol):
         """A node as a plan reads it: its online CPUs and whether it has memory."""
 
@@ -64,9 +66,10 @@ __all__ = ["Allowed", "DEVICE_SPECIFIERS", "Limits", "MAX_WEIGHT", "MEM_POLICIES
 
 #: Memory policies a plan may carry (``None`` means "leave as is"). ``weighted-interleave`` is
 #: ``MPOL_WEIGHTED_INTERLEAVE`` (Linux 6.9 and newer).
-MEM_POLICIES = ("bind", "preferred", "preferred-many", "interleave", "weighted-interleave", "local", "default")
+MEM_POLICIES: "tuple[MemPolicy, ...]" = ("bind", "preferred", "preferred-many", "interleave", "weighted-interleave",
+                                         "local", "default")
 #: The policies that take nodes (what a placement strategy or ``numabind plan --policy`` may choose).
-NODE_POLICIES = ("bind", "preferred", "preferred-many", "interleave")
+NODE_POLICIES: "tuple[NodePolicy, ...]" = ("bind", "preferred", "preferred-many", "interleave")
 _NODELESS = ("local", "default")
 _NUMACTL_MEM_FLAG = {
     "bind": "--membind",
@@ -74,6 +77,11 @@ _NUMACTL_MEM_FLAG = {
     "preferred-many": "--preferred-many",
     "interleave": "--interleave",
     "weighted-interleave": "--weighted-interleave",
+}
+#: numactl's memory options (in the order they are checked) and the policy each one means.
+_NUMACTL_MEM_OPTION: "dict[str, MemPolicy]" = {
+    "membind": "bind", "preferred": "preferred", "preferred-many": "preferred-many", "interleave": "interleave",
+    "weighted-interleave": "weighted-interleave", "localalloc": "local",
 }
 #: The range of one node's weighted-interleave weight, as the kernel accepts it in
 #: ``/sys/kernel/mm/mempolicy/weighted_interleave/nodeN``.
@@ -455,13 +463,13 @@ class Plan(Value):
     __slots__ = ("cpus", "mem_policy", "mem_nodes", "migrate", "reason", "weights")
     _compare = ("cpus", "mem_policy", "mem_nodes", "migrate", "weights")
     cpus: frozenset[int] | None
-    mem_policy: str | None
+    mem_policy: "MemPolicy | None"
     mem_nodes: frozenset[int] | None
     migrate: bool
     reason: str
     weights: "Any"     # FrozenMap[int, int] | None
 
-    def __init__(self, cpus: "Any" = None, mem_policy: str | None = None, mem_nodes: "Any" = None,
+    def __init__(self, cpus: "Any" = None, mem_policy: "MemPolicy | None" = None, mem_nodes: "Any" = None,
                  migrate: bool = False, reason: str = "", weights: "Any" = None) -> None:
         cpus = _as_ids(cpus, "cpus")
         nodes = _as_ids(mem_nodes, "mem_nodes")
@@ -743,15 +751,15 @@ class Plan(Value):
                 said or f"CPUs {format_cpulist(cpus)}")
         else:
             said = ""
-        mem_policy = mem_nodes = None
-        mem_opts = [k for k in ("membind", "preferred", "preferred-many", "interleave", "weighted-interleave",
-                                "localalloc") if k in opts]
+        mem_policy: "MemPolicy | None" = None
+        mem_nodes = None
+        mem_opts = [k for k in _NUMACTL_MEM_OPTION if k in opts]
         if len(mem_opts) > 1:
             raise PlanError(f"a process has one memory policy, got {', '.join('--' + k for k in mem_opts)}: "
                             f"give one of them")
         if mem_opts:
             key = mem_opts[0]
-            mem_policy = {"membind": "bind", "localalloc": "local"}.get(key, key)
+            mem_policy = _NUMACTL_MEM_OPTION[key]
             if key != "localalloc":
                 mem_nodes = _resolve_ids(opts[key], f"--{key}", topology, "mem-nodes", whole, device_node, limits)
         weights = None
@@ -859,9 +867,12 @@ def _parse_numactl_argv(argv: list[str]) -> dict[str, str]:
     return opts
 
 
-def plannable_policy(policy: str | None) -> str | None:
+def plannable_policy(policy: str | None) -> "MemPolicy | None":
     """``policy`` if a Plan can carry it (kernels newer than numabind have more modes), else None."""
-    return policy if policy in MEM_POLICIES else None
+    for known in MEM_POLICIES:
+        if policy == known:
+            return known
+    return None
 
 
 def read_back_plan(cpus: frozenset[int] | None, policy: str | None, nodes: frozenset[int] | None,

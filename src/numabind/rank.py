@@ -55,7 +55,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._base import Strictness, strict_from_env
 from ._fs import ascii_int
@@ -63,6 +63,9 @@ from ._util import FrozenMap
 from .cpulist import format_cpulist
 from .errors import NumabindError, PlanError
 from .plan import Plan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .types import Mode, NodePolicy
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +336,7 @@ def _all_gpus(topology: Any, env: Mapping[str, str]) -> tuple[Any, ...]:
 
 
 def _peer_topology(topology: Any, indices: list[int], own_devices: bool, size: int | None, size_source: str,
-                   mode: str, env: Mapping[str, str], reasons: list[str]) -> tuple[Any, dict[int, int]]:
+                   mode: Mode, env: Mapping[str, str], reasons: list[str]) -> tuple[Any, dict[int, int]]:
     """``(topology whose GPUs are the peers, visible index -> index in it)``.
 
     Only ``exclusive`` and ``core-complex`` depend on the peers: they share a
@@ -406,8 +409,8 @@ def _narrow(plan: Plan, allowed: frozenset[int], allowed_source: str, strict: St
     return plan.replace(cpus=inside or None)
 
 
-def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: str = "node",
-                    policy: str | None = "bind", own_devices: bool = True, size: int | None = None,
+def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: Mode = "node",
+                    policy: NodePolicy | None = "bind", own_devices: bool = True, size: int | None = None,
                     size_source: str = "", env: Mapping[str, str] | None = None,
                     within: Iterable[int] | None = None, strict: Strictness = False, migrate: bool = False,
                     reasons: list[str] | None = None, warnings: list[str] | None = None) -> Plan:
@@ -489,8 +492,9 @@ def _rank_nodes(topology: Any, limit: frozenset[int]) -> list[int]:
     return sorted(nodes, key=lambda n: (package(n), n))
 
 
-def plan_cpu_rank(topology: Any, rank: int, size: int | None, *, size_source: str = "", policy: str | None = "bind",
-                  label: str | None = None, reasons: list[str] | None = None) -> tuple[Plan, tuple[int, ...]]:
+def plan_cpu_rank(topology: Any, rank: int, size: int | None, *, size_source: str = "",
+                  policy: NodePolicy | None = "bind", label: str | None = None,
+                  reasons: list[str] | None = None) -> tuple[Plan, tuple[int, ...]]:
     """``(plan, its nodes)`` of local rank ``rank`` of ``size`` ranks that have no GPU, within the cpuset
     (``topology.allowed_cpus``; the launcher's affinity is :func:`place_rank`'s narrowing, after).
 
@@ -502,9 +506,15 @@ def plan_cpu_rank(topology: Any, rank: int, size: int | None, *, size_source: st
       (the launcher, data loaders and the system run there; the reasons name them). No core for a rank is a
       PlanError.
 
+    On a hybrid CPU the ranks keep the performance cores (:func:`numabind.strategies.prefer_performance`, as
+    the GPU placement modes do): a node's share is its performance CPUs, and the cores split among more ranks
+    than nodes are the performance cores when there is one for each rank.
+
     Memory (``policy``; ``preferred`` over several nodes becomes ``preferred-many``) goes on every node the
     rank's CPUs span that has memory in ``topology.allowed_nodes``. An unknown ``size`` plans one rank per
     node and is a PlanError for a rank past the nodes."""
+    from .strategies import prefer_performance
+
     label = label or f"local rank {rank}"
     reasons = [] if reasons is None else reasons
     limit = _shared_limit(topology)
@@ -523,15 +533,22 @@ def plan_cpu_rank(topology: Any, rank: int, size: int | None, *, size_source: st
         size = count
     if rank >= size:
         raise PlanError(f"{label}: rank {rank} is not below the local world size {size} ({size_source})")
+    hybrid: list[str] = []     # a hybrid CPU's performance cores, said after the rank's share
     if size <= count:
         mine = nodes[rank * count // size:(rank + 1) * count // size]
-        cpus = frozenset().union(*(topology.nodes[n].cpus & limit for n in mine))
         group = f"node {mine[0]}" if len(mine) == 1 else f"nodes {format_cpulist(mine)}"
+        cpus = prefer_performance(topology, frozenset().union(*(topology.nodes[n].cpus & limit for n in mine)),
+                                  f"{group}'s CPUs", hybrid)
         split = "one node per rank" if size == count else \
             f"{count} nodes split into {size} groups of whole nodes, in order"
         reasons.append(f"CPU rank {rank} of {size} -> {group} ({split}): CPUs {format_cpulist(cpus)}")
     else:
         cores = [core for n in nodes for core in _cores_of(topology, topology.nodes[n].cpus & limit)]
+        fast = prefer_performance(topology, frozenset().union(*cores), f"the CPUs of {count} node(s)", hybrid)
+        if len(fast_cores := _cores_of(topology, fast)) >= size:
+            cores = fast_cores      # a core of its own for each rank among the performance cores
+        else:
+            hybrid.clear()          # too few performance cores for one each: every core is split
         block = len(cores) // size
         if block == 0:
             raise PlanError(f"{label}: {size} local ranks ({size_source}) but only {len(cores)} cores in the "
@@ -547,6 +564,7 @@ def plan_cpu_rank(topology: Any, rank: int, size: int | None, *, size_source: st
             reasons.append(f"{len(spare)} core(s) left to no rank ({len(cores)} cores do not split into {size} "
                            f"equal blocks): CPUs {format_cpulist(left)}")
         mine = sorted({topology.cpus[c].node for c in cpus if c in topology.cpus and topology.cpus[c].node is not None})
+    reasons.extend(hybrid)
     spans = tuple(n for n in nodes if n in mine)
     if policy is None:
         reasons.append("memory policy left unchanged")
@@ -629,7 +647,7 @@ def _cpu_rank_nics(topology: Any, rank: int, size: int | None, env: Mapping[str,
     return _exports(choice, env, reasons)
 
 
-def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = None, *,
+def place_rank(mode: Mode = "node", policy: NodePolicy | None = "bind", topology: Any = None, *,
                env: Mapping[str, str] | None = None, within: Iterable[int] | None = None,
                strict: Strictness | None = None, migrate: bool = False, device: str | None = None,
                nics: bool = False) -> RankPlan:
@@ -696,8 +714,8 @@ def place_rank(mode: str = "node", policy: str | None = "bind", topology: Any = 
     )
 
 
-def _place_cpu_rank(topology: Any, rank: int, rank_source: str, size: int | None, size_source: str, mode: str,
-                    policy: str | None, within: Iterable[int] | None, strict: Strictness, migrate: bool,
+def _place_cpu_rank(topology: Any, rank: int, rank_source: str, size: int | None, size_source: str, mode: Mode,
+                    policy: NodePolicy | None, within: Iterable[int] | None, strict: Strictness, migrate: bool,
                     nics: bool, device: str | None, label: str, allowed: frozenset[int],
                     env: Mapping[str, str]) -> RankPlan:
     """:func:`place_rank` for a rank without a GPU (:func:`plan_cpu_rank`, then the launcher's narrowing)."""
@@ -732,7 +750,7 @@ def _place_cpu_rank(topology: Any, rank: int, rank_source: str, size: int | None
     )
 
 
-def plan_for_rank(mode: str = "node", policy: str | None = "bind", topology: Any = None, *,
+def plan_for_rank(mode: Mode = "node", policy: NodePolicy | None = "bind", topology: Any = None, *,
                   env: Mapping[str, str] | None = None, within: Iterable[int] | None = None,
                   strict: Strictness | None = None, migrate: bool = False, device: str | None = None) -> Plan:
     """The :class:`~numabind.Plan` of this process's local rank (see :func:`place_rank`; ``device="cpu"``

@@ -54,6 +54,7 @@ from .residency import BoundBy, Locality, locality
 if TYPE_CHECKING:  # pragma: no cover
     from ._base import Strictness
     from .backends import AffinityWalk
+    from .types import BackendName
 
 __all__ = ["MEMORY_POLICY_NOTE", "MoveReport", "ProcessMove", "move", "recorded_binding", "recorded_plan"]
 
@@ -299,11 +300,19 @@ class _Walk:
             elif st in (WALK_BOUND, WALK_DIFFERS):
                 out.append(ThreadResult(tid, name, before, after, "bound"))
             elif st < 0:
-                out.append(ThreadResult(tid, name, before, before, "failed",
-                                        str(BindError(-st, "sched_setaffinity", f"thread {tid} of pid {pid}"))))
+                out.append(ThreadResult(tid, name, before, before, "failed", str(_affinity_refused(pid, -st, tid))))
             else:
                 out.append(ThreadResult(tid, name, before, before, "unchanged"))
         return tuple(out)
+
+
+def _affinity_refused(pid: int, err: int, tid: int) -> BindError:
+    """The error of a refused sched_setaffinity on thread ``tid`` of ``pid``, ending with numabind move's fix
+    (not the one for binding the calling process), once."""
+    fix = AFFINITY_FIX if err == errno.EPERM else (
+        "the CPUs are outside the process's cpuset (see its /proc/PID/status Cpus_allowed_list)"
+        if err == errno.EINVAL else None)
+    return BindError(err, "sched_setaffinity", f"thread {tid} of pid {pid}", fix=fix)
 
 
 class _Mover:
@@ -314,12 +323,6 @@ class _Mover:
         self.walks: list[tuple[int, _Walk]] = []     # what was set, per process: the undo log of strict
 
     # -- CPUs ------------------------------------------------------------------
-    def _refused(self, pid: int, err: int, tid: int) -> BindError:
-        fix = AFFINITY_FIX if err == errno.EPERM else (
-            "the CPUs are outside the process's cpuset (see its /proc/PID/status Cpus_allowed_list)"
-            if err == errno.EINVAL else "")
-        return BindError(err, "sched_setaffinity", f"thread {tid} of pid {pid}" + (f": {fix}" if fix else ""))
-
     def set_cpus(self, pid: int, started: int, warnings: list[str]) -> _Walk:
         """Every thread of ``pid`` set to the plan's CPUs, the list read again until it settles."""
         cpus, be = self.plan.cpus, self.be
@@ -355,7 +358,7 @@ class _Mover:
                 refused = [i for i in range(one.processed) if one.status[i] < 0]
                 if refused and self.strict is True:
                     i = refused[0]
-                    raise self._refused(pid, -one.status[i], one.tids[i])
+                    raise _affinity_refused(pid, -one.status[i], one.tids[i])
                 new = new[max(1, one.processed):]
             if not _alive(pid, started):
                 break
@@ -373,7 +376,7 @@ class _Mover:
             elif st in (WALK_BOUND, WALK_DIFFERS) and after != cpus:
                 other.setdefault(after, []).append(tid)
         for err, tids in sorted(refused.items()):
-            e = self._refused(pid, err, tids[0])
+            e = _affinity_refused(pid, err, tids[0])
             warnings.append(f"{e}" + (f" (and {len(tids) - 1} more thread(s) of pid {pid}, refused alike)"
                                       if len(tids) > 1 else "") + "; they keep their CPUs")
         for got, tids in sorted(other.items(), key=lambda kv: sorted(kv[0])):
@@ -452,8 +455,7 @@ class _Mover:
             except BindError as e:
                 if e.errno == errno.ESRCH or not _alive(pid, started):
                     raise
-                fix = MIGRATE_FIX if e.errno == errno.EPERM else ""
-                err = BindError(e.errno, e.syscall, f"{e.detail}" + (f": {fix}" if fix else ""))
+                err = BindError(e.errno, e.syscall, e.detail, fix=MIGRATE_FIX if e.errno == errno.EPERM else None)
                 if self.strict is True:
                     raise err from None
                 warnings.append(f"{err}; its pages stay where they are")
@@ -543,7 +545,7 @@ def _policy_note(plan: Plan, processes: Sequence[ProcessMove]) -> str:
 
 
 def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children: bool = False,
-         backend: str | None = None) -> MoveReport:
+         backend: BackendName | None = None) -> MoveReport:
     """Move a running process (``taskset -a -p`` + ``migratepages``): every thread's CPUs, then its pages.
 
     * Every thread of ``pid`` gets ``plan.cpus`` (None: the CPUs are left as they are), threads started while
@@ -590,7 +592,8 @@ def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children
             if stayed:
                 tail += "; not put back: " + "; ".join(stayed)
             if isinstance(exc, BindError):
-                raise BindError(exc.errno, exc.syscall, f"pid {pid} (strict): {exc.detail}{tail}") from None
+                raise BindError(exc.errno, exc.syscall, f"pid {pid} (strict): {exc.detail}{tail}",
+                                fix=exc.fix) from None
             raise PlanError(f"numabind move pid {pid} (strict): {exc}{tail}") from None
         raise
     warnings = [w for p in processes for w in p.warnings]

@@ -31,13 +31,16 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
 from .plan import MAX_WEIGHT, NODE_POLICIES, Plan, check_plan, core_groups
 from .devices import Gpu
 from .topology import LOCAL_DISTANCE, Topology
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .types import Mode, NodePolicy, Strictness
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ __all__ = [
     "weights_from_bandwidth",
 ]
 
-MODES = ("node", "socket", "exclusive", "core-complex", "pct")
+MODES: tuple[Mode, ...] = ("node", "socket", "exclusive", "core-complex", "pct")
 #: Memory policies a strategy can produce; None leaves the policy alone.
 POLICIES = (*NODE_POLICIES, None)
 _UNKNOWN_DISTANCE = 255
@@ -467,8 +470,8 @@ def _mode_cpus(topology: Topology, p: _Placement, mode: str, nodes: Sequence[int
     return fn(topology, p, _gpu_label(p.index, p.gpu), nodes, reasons)
 
 
-def _mem_plan(policy: str | None, mem_nodes: frozenset[int],
-              reasons: list[str]) -> tuple[str | None, frozenset[int] | None]:
+def _mem_plan(policy: NodePolicy | None, mem_nodes: frozenset[int],
+              reasons: list[str]) -> tuple[NodePolicy | None, frozenset[int] | None]:
     if policy not in POLICIES:
         raise PlanError(f"policy {policy!r} is not one of bind, preferred, preferred-many, interleave (or None)")
     if policy is None:
@@ -506,7 +509,7 @@ def _explicit_cpus(topology: Topology, cpus: object, index: int, label: str, rea
     return _trim(topology, frozenset(ids), "explicit CPUs", reasons, label, node)
 
 
-def _check_identity(p: _Placement, nodes: Sequence[int] | None, strict: bool | None, reasons: list[str]) -> None:
+def _check_identity(p: _Placement, nodes: Sequence[int] | None, strict: Strictness | None, reasons: list[str]) -> None:
     """A GPU whose identity is uncertain (see numabind.devices): said in the reasons, refused when strict."""
     gpu = p.gpu
     if nodes is not None or gpu is None or getattr(gpu, "identity", "certain") == "certain":
@@ -523,9 +526,9 @@ def _check_identity(p: _Placement, nodes: Sequence[int] | None, strict: bool | N
     reasons.append(f"{label}: identity uncertain ({note})")
 
 
-def _plan_one(topology: Topology, index: int, mode: str, policy: str | None, nodes: Sequence[int] | None,
+def _plan_one(topology: Topology, index: int, mode: Mode, policy: NodePolicy | None, nodes: Sequence[int] | None,
               cpus: Sequence[object] | None, migrate: bool,
-              strict: bool | None = None) -> tuple[Plan, _Placement, tuple[str, ...]]:
+              strict: Strictness | None = None) -> tuple[Plan, _Placement, tuple[str, ...]]:
     if mode not in MODES:
         raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     p = _place(topology, index, nodes)
@@ -551,9 +554,10 @@ def _plan_one(topology: Topology, index: int, mode: str, policy: str | None, nod
 
 
 # ------------------------------------------------------------- public API
-def plan_for_gpu(gpu_index: int, mode: str = "node", topology: Topology | None = None, *, policy: str | None = "bind",
-                 nodes: Sequence[int] | None = None, cpus: Sequence[object] | None = None,
-                 migrate: bool = False, strict: bool | None = None, within_affinity: bool = False) -> Plan:
+def plan_for_gpu(gpu_index: int, mode: Mode = "node", topology: Topology | None = None, *,
+                 policy: NodePolicy | None = "bind", nodes: Sequence[int] | None = None,
+                 cpus: Sequence[object] | None = None, migrate: bool = False, strict: Strictness | None = None,
+                 within_affinity: bool = False) -> Plan:
     """The plan for a worker that drives visible GPU ``gpu_index``.
 
     ``mode`` is one of :data:`MODES`; ``policy`` the memory policy (``bind``,
@@ -564,8 +568,9 @@ def plan_for_gpu(gpu_index: int, mode: str = "node", topology: Topology | None =
     id per GPU, and a cpulist string or id set per GPU; ``cpus`` overrides the
     mode's CPU choice. Raises :class:`PlanError` when the GPU cannot be placed.
     A GPU whose identity is uncertain (``gpu.identity``) is planned with that
-    said in the plan's reason, or refused when ``strict`` (default
-    ``NUMABIND_STRICT``); explicit ``nodes`` do not depend on it.
+    said in the plan's reason, or refused when ``strict`` is True (default
+    ``NUMABIND_STRICT``; ``"partial"`` plans with the note); explicit ``nodes``
+    do not depend on it.
 
     The limit is the cpuset (``topology.allowed_cpus``), never the affinity the process inherited: a
     worker whose parent was bound to node 0 is planned on its GPU's node all the same, and the plan's
@@ -578,9 +583,10 @@ def plan_for_gpu(gpu_index: int, mode: str = "node", topology: Topology | None =
     return plan
 
 
-def plan_for_gpus(indices: Iterable[int], topology: Topology | None = None, *, mode: str = "node", policy: str | None = "bind",
-                  nodes: Sequence[int] | None = None, cpus: Sequence[object] | None = None,
-                  migrate: bool = False, strict: bool | None = None, within_affinity: bool = False) -> Plan:
+def plan_for_gpus(indices: Iterable[int], topology: Topology | None = None, *, mode: Mode = "node",
+                  policy: NodePolicy | None = "bind", nodes: Sequence[int] | None = None,
+                  cpus: Sequence[object] | None = None, migrate: bool = False, strict: Strictness | None = None,
+                  within_affinity: bool = False) -> Plan:
     """The plan for a process driving a shard of GPUs (EngineCore, DP rank, torchrun agent).
 
     CPUs are the allowed CPUs of the members' CPU nodes (for ``pct``, the
@@ -655,9 +661,9 @@ class PlanRow:
         }
 
 
-def plan_table(topology: Topology | None = None, mode: str = "node", policy: str | None = "bind", *,
+def plan_table(topology: Topology | None = None, mode: Mode = "node", policy: NodePolicy | None = "bind", *,
                gpus: Iterable[int] | None = None, nodes: Sequence[int] | None = None,
-               cpus: Sequence[object] | None = None, strict: bool | None = None,
+               cpus: Sequence[object] | None = None, strict: Strictness | None = None,
                within_affinity: bool = False) -> tuple[PlanRow, ...]:
     """One :class:`PlanRow` per GPU (``gpus``, default every visible GPU); never raises PlanError per GPU.
 
@@ -700,7 +706,7 @@ def plan_table(topology: Topology | None = None, mode: str = "node", policy: str
 
 # -------------------------------------------------------- automatic gate
 def auto_gate(topology: Topology, *, affinity: Iterable[int] | None = None, mem_policy: str | None = None,
-              gpus: Iterable[int] | None = None, mode: str = "node", unbound_cpus: Iterable[int] | None = None,
+              gpus: Iterable[int] | None = None, mode: Mode = "node", unbound_cpus: Iterable[int] | None = None,
               live: Any = None) -> tuple[bool, str]:
     """The pure automatic-binding gate (see :func:`numabind.auto.auto_plan_available`); never raises.
 

@@ -15,7 +15,7 @@ import errno
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import live
 from ._base import Strictness
@@ -23,6 +23,9 @@ from .backends import get_backend
 from .bind import strict_default
 from .cpulist import format_cpulist
 from .errors import BindError, PlanError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .types import BackendName
 from .plan import Plan, check_plan, core_groups
 from .strategies import THREAD_ORDERS, thread_placement, topology_or_discover
 from .topology import Topology
@@ -131,7 +134,7 @@ def _why(err: int, cpus: frozenset[int], topology: Topology) -> str:
 
 def pin_threads(plan: Plan, threads: Iterable[object] | None = None, order: str = "compact", *,
                 topology: Topology | None = None, strict: Strictness | None = None,
-                backend: str | None = None) -> PinReport:
+                backend: BackendName | None = None) -> PinReport:
     """Place each of ``threads`` on its own core of ``plan``: a pool's threads (torch's intra-op pool, an
     OpenMP team after its first parallel region, a ``ThreadPoolExecutor``'s workers), one per core.
 

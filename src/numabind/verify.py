@@ -8,6 +8,10 @@ way :func:`numabind.bind_current` reports what it applied. Both read through one
 rest of numabind; applying is :mod:`numabind.bind`.
 """
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from .types import BackendName, ThreadMode
+
 from . import live
 from ._base import Strictness, Value, getLogger
 from .backends import WALK_EXITED, check_threads, get_backend, walk_all
@@ -77,7 +81,7 @@ class Binding(Value):
 
 
 
-def current_binding(backend: str | None = None) -> Binding:
+def current_binding(backend: "BackendName | None" = None) -> Binding:
     """Read the calling thread's affinity and memory policy, and every thread's affinity."""
     be, _ = get_backend(backend)
     try:
@@ -101,8 +105,8 @@ def current_binding(backend: str | None = None) -> Binding:
 
 
 
-def verify_current(plan: Plan, strict: Strictness | None = None, *, threads: str = "matching",
-                   backend: str | None = None) -> BindReport:
+def verify_current(plan: Plan, strict: Strictness | None = None, *, threads: "ThreadMode" = "matching",
+                   backend: "BackendName | None" = None) -> BindReport:
     """Whether the kernel holds ``plan`` now, without changing anything (e.g. after ``numactl`` bound the
     process at exec): a :class:`BindReport` whose warnings name every difference.
 

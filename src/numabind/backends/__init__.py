@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
     from typing import Any
     from ..plan import Plan
+    from ..types import BackendName, ThreadMode
 
 __all__ = [
     "AffinityWalk",
@@ -980,7 +981,7 @@ class LibnumaBackend(NativeBackend):
 # ----------------------------------------------------------------------------- choosing a backend
 log = getLogger(__name__)
 
-BACKEND_NAMES = ("libnuma", "syscall", "numactl", "none")
+BACKEND_NAMES: "tuple[BackendName, ...]" = ("libnuma", "syscall", "numactl", "none")
 _lock = _thread.allocate_lock()   # _thread: threading stays off the import path of numabind run
 #: The bind lock where the native core (which has its own, shared by every backend) is not installed.
 _serial = _thread.RLock()
@@ -1129,7 +1130,7 @@ def reset_backends() -> None:
 # ----------------------------------------------------------------------------- the thread walk and the weights
 #: What ``threads=`` of a bind or a verify may be: the threads whose CPUs match the caller's, all of them,
 #: or the calling thread alone.
-THREAD_MODES = ("matching", "all", "current")
+THREAD_MODES: "tuple[ThreadMode, ...]" = ("matching", "all", "current")
 #: The walk's flags per (threads, strict is True): strict stops at the first refusal and checks the caller first.
 WALK_FLAGS = {(threads, strict): (WALK_MATCHING if threads == "matching" else WALK_ONLY_CALLER if threads == "current"
                                   else 0) | (WALK_STOP_ON_ERROR | WALK_CHECK_FIRST if strict else 0)

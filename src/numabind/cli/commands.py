@@ -610,7 +610,7 @@ def _run_plan(args: argparse.Namespace) -> Plan:
     if args.gpu is not None:
         from ..strategies import plan_for_gpu
 
-        policy = args.policy or "bind"
+        policy: NodePolicy = args.policy or "bind"
         within = bool(getattr(args, "within_affinity", False))
         plan = plan_for_gpu(args.gpu, mode=args.mode or "node", topology=topo, policy=policy, within_affinity=within)
         if args.migrate:

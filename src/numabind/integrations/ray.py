@@ -57,11 +57,14 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._base import Strictness, strict_from_env
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..types import Mode, NodePolicy
 
 log = logging.getLogger(__name__)
 
@@ -86,16 +89,18 @@ def _ray() -> Any:
     return ray
 
 
-def _check(mode: str, policy: str | None) -> None:
+def _check(mode: str, policy: str | None) -> tuple[Mode, NodePolicy | None]:
+    """``(mode, policy)``, each checked against the words the planners take (a PlanError names a wrong one)."""
     from ..strategies import MODES, POLICIES
 
     if mode not in MODES:
         raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if policy not in POLICIES:
         raise PlanError(f"policy {policy!r} is not one of bind, preferred, preferred-many, interleave (or None)")
+    return mode, policy
 
 
-def runtime_env(mode: str = "node", policy: str | None = "bind", *, strict: Strictness | None = None,
+def runtime_env(mode: Mode = "node", policy: NodePolicy | None = "bind", *, strict: Strictness | None = None,
                 env_vars: Mapping[str, str] | None = None, **extra: Any) -> dict[str, Any]:
     """A Ray ``runtime_env`` whose workers bind themselves (see :func:`setup_hook`).
 
@@ -114,7 +119,7 @@ def runtime_env(mode: str = "node", policy: str | None = "bind", *, strict: Stri
     return {**extra, "worker_process_setup_hook": HOOK, "env_vars": variables}
 
 
-def plan_for_worker(mode: str = "node", policy: str | None = "bind", topology: Any = None, *,
+def plan_for_worker(mode: Mode = "node", policy: NodePolicy | None = "bind", topology: Any = None, *,
                     gpu_ids: Sequence[Any] | None = None, env: Mapping[str, str] | None = None,
                     within: Any = None, strict: Strictness | None = None) -> Plan:
     """The plan of this Ray worker for the GPUs Ray assigned it (``gpu_ids``, default ``ray.get_gpu_ids()``).
@@ -187,7 +192,7 @@ def physical_gpus(topology: Any, ids: Sequence[str], label: str) -> list[int]:
 class _WorkerBinder:
     """Binds this worker whenever Ray changes its GPUs; remembers the binding it was born with."""
 
-    def __init__(self, mode: str, policy: str | None, strict: Strictness) -> None:
+    def __init__(self, mode: Mode, policy: NodePolicy | None, strict: Strictness) -> None:
         from ..verify import current_binding
 
         self.mode = mode
@@ -259,10 +264,8 @@ def setup_hook() -> None:
     ``bind``); ``NUMABIND_STRICT`` makes failures raise (the task fails).
     """
     global _binder
-    mode = os.environ.get(MODE_VAR) or "node"
     policy_text = os.environ.get(POLICY_VAR) or "bind"
-    policy = None if policy_text == "none" else policy_text
-    _check(mode, policy)
+    mode, policy = _check(os.environ.get(MODE_VAR) or "node", None if policy_text == "none" else policy_text)
     if _binder is None:
         _binder = _WorkerBinder(mode, policy, strict_from_env())
     if not _wrap_assignment(_binder):
@@ -279,7 +282,7 @@ def last_report() -> Any:
 
 
 # ------------------------------------------------------------------ actors
-def bind_this_actor(name: str, mode: str, policy: str | None, strict: Strictness | None) -> Any:
+def bind_this_actor(name: str, mode: Mode, policy: NodePolicy | None, strict: Strictness | None) -> Any:
     """Bind the calling actor (see :func:`bind_actor`); the report, or None when left unbound (lenient)."""
     from ..bind import bind_current
     from ..verify import current_binding
@@ -296,8 +299,8 @@ def bind_this_actor(name: str, mode: str, policy: str | None, strict: Strictness
         return None
 
 
-def bind_actor(cls: T | None = None, *, mode: str = "node", policy: str | None = "bind",
-               strict: bool | None = None) -> Any:
+def bind_actor(cls: T | None = None, *, mode: Mode = "node", policy: NodePolicy | None = "bind",
+               strict: Strictness | None = None) -> Any:
     """Class decorator: the actor binds itself to its GPUs' node(s) first thing in ``__init__``.
 
     Put it under ``@ray.remote(num_gpus=...)``. The actor gains

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from .. import backends as _backends
 from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, Value, keep_binding_env
@@ -16,6 +16,9 @@ from ..errors import NumabindError, PlanError
 from ..plan import Plan, check_plan
 from . import reports
 from .payload import _PKG_PARENT
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..types import BackendName, ThreadMode
 
 __all__ = ["BoundCall", "bound", "exec_bound", "popen_kwargs", "wrap_command"]
 
@@ -27,11 +30,11 @@ class BoundCall(Value):
     plan: Plan
     fn: Callable[..., Any]
     strict: Strictness | None
-    backend: str | None
-    threads: str
+    backend: BackendName | None
+    threads: ThreadMode
 
-    def __init__(self, plan: Plan, fn: Callable[..., Any], strict: Strictness | None = None, backend: str | None = None,
-                 threads: str = "matching") -> None:
+    def __init__(self, plan: Plan, fn: Callable[..., Any], strict: Strictness | None = None,
+                 backend: BackendName | None = None, threads: ThreadMode = "matching") -> None:
         for k, v in (("plan", plan), ("fn", fn), ("strict", strict), ("backend", backend), ("threads", threads)):
             object.__setattr__(self, k, v)
 
@@ -41,8 +44,8 @@ class BoundCall(Value):
         return self.fn(*args, **kwargs)
 
 
-def bound(plan: Plan, fn: Callable[..., Any], *, strict: Strictness | None = None, backend: str | None = None,
-          threads: str = "matching") -> BoundCall:
+def bound(plan: Plan, fn: Callable[..., Any], *, strict: Strictness | None = None,
+          backend: BackendName | None = None, threads: ThreadMode = "matching") -> BoundCall:
     """A picklable callable that binds to ``plan``, then calls ``fn`` (e.g. ``Process(target=bound(plan, work))``)."""
     check_plan(plan, "bound")
     if not callable(fn):
@@ -58,7 +61,7 @@ _EXEC_CODE = ("import sys; sys.path.insert(0, sys.argv[1]); "
 
 
 def wrap_command(plan: Plan, argv: Sequence[str], *, strict: Strictness | None = None,
-                 backend: str | None = None) -> list[str]:
+                 backend: BackendName | None = None) -> list[str]:
     """An argv that runs ``argv`` bound to ``plan`` (give it to subprocess without a shell).
 
     With an in-process backend:
@@ -86,11 +89,15 @@ def wrap_command(plan: Plan, argv: Sequence[str], *, strict: Strictness | None =
     return [sys.executable, "-I", "-c", _EXEC_CODE, _PKG_PARENT, plan.to_text(), flags, "--", *argv]
 
 
+def _a_backend(name: str) -> TypeGuard[BackendName]:
+    return name in _backends.BACKEND_NAMES
+
+
 _STRICT_WORDS: dict[str, Strictness] = {"strict": True, "lenient": False, "partial": "partial"}
 
 
 def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None = None,
-               backend: str | None = None, verbose: bool = False) -> None:
+               backend: BackendName | None = None, verbose: bool = False) -> None:
     """Bind this process to ``plan``, print each warning on stderr, then exec ``command``. Never returns.
 
     The last step of :func:`wrap_command`'s argv: a refused binding raises (the caller reports it); a
@@ -119,7 +126,7 @@ def _exec_main(argv: Sequence[str] | None = None) -> None:
         if len(argv) < 4 or argv[2] != "--":
             raise PlanError("usage: <plan text> <strict|lenient|partial>,<backend> -- command [args...]")
         mode, _, backend = argv[1].partition(",")
-        if mode not in _STRICT_WORDS or backend not in _backends.BACKEND_NAMES:
+        if mode not in _STRICT_WORDS or not _a_backend(backend):
             raise PlanError(f"bad flags {argv[1][:100]!r}: expected strict|lenient|partial,<backend>")
         plan = Plan.from_text(argv[0])
     except NumabindError as e:
@@ -135,7 +142,7 @@ def _exec_main(argv: Sequence[str] | None = None) -> None:
 class _PreexecBind:
     """preexec_fn: binds the forked child before exec (bind_current, calling thread only)."""
 
-    def __init__(self, plan: Plan, strict: Strictness, backend: str) -> None:
+    def __init__(self, plan: Plan, strict: Strictness, backend: BackendName) -> None:
         self.plan, self.strict, self.backend = plan, strict, backend
 
     def __call__(self) -> None:
@@ -149,7 +156,7 @@ class _PreexecBind:
         keep_binding_env(say=False)   # the child's environment, which exec keeps (unless Popen was given env=)
 
 
-def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: str | None = None) -> dict[str, Any]:
+def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: BackendName | None = None) -> dict[str, Any]:
     """``subprocess.Popen`` keyword arguments that bind the child after fork, before exec.
 
     ``subprocess.Popen(argv, **popen_kwargs(plan))``. Memory policy and affinity
@@ -166,6 +173,7 @@ def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: str |
                             "use subprocess.Popen(numabind.wrap_command(plan, argv))")
     plan = plan.replace(migrate=False)
     keep_binding_env(dict(os.environ))   # said here (INFO, or WARNING for the user's 1); the child sets it
-    return {"preexec_fn": _PreexecBind(plan, strict_default(strict), be.name)}
+    # a backend's own name is one of BACKEND_NAMES
+    return {"preexec_fn": _PreexecBind(plan, strict_default(strict), cast("BackendName", be.name))}
 
 

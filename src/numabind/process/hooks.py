@@ -11,7 +11,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._base import Strictness, getLogger, keep_binding_env
 from .. import backends as _backends
@@ -21,6 +21,9 @@ from ..plan import Plan, check_plan
 from . import reports
 from .payload import _BIND_KEY, _ENV_KEY, _PATH_KEY, _BindPayload, _binding_env, _check_args, _Entry, _PathHint
 from .reports import ChildBindings, ChildReport
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..types import BackendName, ThreadMode
 
 __all__ = ["configure_subprocess"]
 
@@ -197,8 +200,8 @@ def _uninstall() -> None:
 
 
 @contextlib.contextmanager
-def configure_subprocess(plan: Plan, *, strict: Strictness | None = None, backend: str | None = None,
-                         threads: str = "matching", report: bool = True,
+def configure_subprocess(plan: Plan, *, strict: Strictness | None = None, backend: BackendName | None = None,
+                         threads: ThreadMode = "matching", report: bool = True,
                          spawn: str = "inherit") -> Iterator[ChildBindings]:
     """Bind every multiprocessing child this thread starts inside the block, at birth.
 
@@ -231,7 +234,8 @@ def configure_subprocess(plan: Plan, *, strict: Strictness | None = None, backen
     prefix = be.command_prefix(plan)   # PlanError here if numactl cannot express the plan
     mode = "numactl-wrapper" if prefix is not None else "in-process"
     handle = ChildBindings(plan, mode, be.name, report)
-    entry = _Entry(plan=plan, text=plan.to_text(), strict=strict, backend=be.name, threads=threads,
+    # a backend's own name is one of BACKEND_NAMES
+    entry = _Entry(plan=plan, text=plan.to_text(), strict=strict, backend=cast("BackendName", be.name), threads=threads,
                    report_dir=handle.directory, prefix=prefix, spawn=spawn,
                    known=handle.known if report else None)
     log.info("children of thread %s are bound at birth to %s (%s via %s: %s)",

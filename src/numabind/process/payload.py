@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import operator
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import backends as _backends
 from .._base import Strictness, keep_binding_env
@@ -15,6 +15,9 @@ from ..verify import verify_current
 from ..errors import BirthBindError, NumabindError, PlanError
 from ..plan import Plan
 from . import reports
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..types import BackendName, ThreadMode
 
 
 #: Keys numabind adds to multiprocessing's preparation data.
@@ -30,7 +33,7 @@ class _Entry:
 
     __slots__ = ("plan", "text", "strict", "backend", "threads", "report_dir", "prefix", "spawn", "known", "pid")
 
-    def __init__(self, plan: Plan, text: str, strict: Strictness, backend: str, threads: str,
+    def __init__(self, plan: Plan, text: str, strict: Strictness, backend: BackendName, threads: ThreadMode,
                  report_dir: str | None, prefix: list[str] | None, spawn: str = "inherit",
                  known: dict[int, reports.ChildReport] | None = None) -> None:
         self.plan, self.text, self.strict, self.backend, self.threads = plan, text, strict, backend, threads
@@ -50,7 +53,8 @@ def _check_args(backend: object, strict: object, threads: object) -> None:
         raise PlanError(f"threads={threads!r} is not one of {', '.join(THREAD_MODES)}")
 
 
-def _bind_or_verify(plan: Plan, strict: Strictness, backend: str | None, threads: str, verify: bool) -> BindReport:
+def _bind_or_verify(plan: Plan, strict: Strictness, backend: BackendName | None, threads: ThreadMode,
+                    verify: bool) -> BindReport:
     """Bind this process (or, after the numactl wrapper bound it at exec, check that it did)."""
     if not verify:
         return bind_current(plan, strict=strict, threads=threads, backend=backend)
@@ -59,7 +63,7 @@ def _bind_or_verify(plan: Plan, strict: Strictness, backend: str | None, threads
                           notes=("bound by numactl at exec, verified in the child", *report.notes))
 
 
-def _child_bind(text: str, strict: Strictness, backend: str | None, threads: str, report_dir: str | None,
+def _child_bind(text: str, strict: Strictness, backend: BackendName | None, threads: ThreadMode, report_dir: str | None,
                 method: str, verify: bool) -> str:
     """Run inside a spawn/forkserver child while it unpickles its preparation data.
 

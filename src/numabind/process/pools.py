@@ -10,7 +10,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _proc
 from .._base import Strictness, getLogger, keep_binding_env
@@ -18,6 +18,9 @@ from ..bind import bind_current
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 from . import reports
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..types import BackendName
 
 __all__ = ["pool_plans", "worker_slot"]
 
@@ -31,7 +34,8 @@ class _SlotTable:
     ``maxtasksperchild``) gets the plan of the worker it replaces.
     """
 
-    def __init__(self, plans: Sequence[Plan], slots: int, strict: Strictness | None, backend: str | None) -> None:
+    def __init__(self, plans: Sequence[Plan], slots: int, strict: Strictness | None,
+                 backend: BackendName | None) -> None:
         fd, self.path = tempfile.mkstemp(prefix="numabind-pool-", suffix=".json")
         st = os.fstat(fd)
         self.ident = (st.st_dev, st.st_ino)   # workers open exactly this file, not one planted at its name later
@@ -119,7 +123,7 @@ def _claim_and_bind(table: _SlotTable) -> None:
 
 
 def pool_plans(plans: Sequence[Plan], processes: int | None = None, *, strict: Strictness | None = None,
-               backend: str | None = None) -> dict[str, Any]:
+               backend: BackendName | None = None) -> dict[str, Any]:
     """``initializer``/``initargs`` giving each pool worker its own plan, round robin.
 
     ``Pool(n, **pool_plans(plans, n))`` or ``ProcessPoolExecutor(n, **pool_plans(plans, n))``:
