@@ -6,6 +6,9 @@ hwloc-2.14.0, BSD-3-Clause, COPYING beside them). For each file numabind's disco
 home node, the distances, the allowed CPUs and nodes, each GPU's node and local CPUs (and the cores and caches).
 The file hwloc 2.x cannot read (the v3 one) is checked against what the file itself says. numabind's own
 ``topology --of xml`` read back gives the same machine. Hostile files are refused with the file and the line.
+Memory attributes become the kernel's HMAT files (checked against hwloc's values and against hwloc reading the
+written tree back), CPU kinds the hybrid PMU lists or ``cpu_capacity``, which discovery's core kinds read; Ascend
+NPUs are found as on a live machine, and GPUs without the runtimes' OS devices say their order is PCI bus order.
 
 Skips only the lstopo comparison when lstopo is not installed (Debian package hwloc-nox; CI installs it).
 """
@@ -463,3 +466,325 @@ def test_amd_gpus_take_rsmi_order_and_uuid(tmp_path):
     bare.write_text(_amd_machine(osdevs=False))
     assert [g.pci_address for g in discover(bare).gpus] == ["0000:05:00.0", "0000:85:00.0"]
     assert "PCI bus order" in gpu_order_note(FsReader(str(bare)))
+
+
+# ------------------------------------------------------------------------------- memory attributes, CPU kinds
+
+def _corpus_text(name: str) -> str:
+    with tarfile.open(ARCHIVE) as tf:
+        member = next(m for m in tf.getmembers() if os.path.basename(m.name) == name)
+        handle = tf.extractfile(member)
+        assert handle is not None
+        return handle.read().decode()
+
+
+#: The corpus files with memory attributes (hwloc 2.3+ ``<memattr>``) and with CPU kinds (``<cpukind>``).
+MEMATTR_FILES = [n for n in CORPUS if "<memattr " in _corpus_text(n)]
+CPUKIND_FILES = [n for n in CORPUS if "<cpukind " in _corpus_text(n)]
+FIGURES = ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency")
+#: hwloc's attribute -> the kernel's figures it gives (a Read/Write attribute overrides the plain one).
+MEMATTR_FIGURES = {"Bandwidth": ("read_bandwidth", "write_bandwidth"), "ReadBandwidth": ("read_bandwidth",),
+                   "WriteBandwidth": ("write_bandwidth",), "Latency": ("read_latency", "write_latency"),
+                   "ReadLatency": ("read_latency",), "WriteLatency": ("write_latency",)}
+
+
+def _machine(extra: str = "", *, infos: str = "", io: tuple[str, str] = ("", "")) -> str:
+    """hwloc's own XML of ``node:2 core:2 pu:1`` (what ``lstopo --input "node:2 core:2 pu:1" --of xml`` writes:
+    NUMA nodes gp_index 6 and 12, CPUs 0-1 on node 0, 2-3 on node 1), with ``extra`` elements after the root
+    object, ``infos`` on the machine and ``io`` objects inside each node's group."""
+    def group(k: int) -> str:
+        node_gp, cpus = 6 + 6 * k, 3 << 2 * k
+        cores = "".join(
+            f'      <object type="Core" os_index="{c}" cpuset="0x{1 << c:08x}" complete_cpuset="0x{1 << c:08x}" '
+            f'nodeset="0x{1 << k:08x}" complete_nodeset="0x{1 << k:08x}" gp_index="{node_gp - 3 + 2 * (c % 2)}">\n'
+            f'        <object type="PU" os_index="{c}" cpuset="0x{1 << c:08x}" complete_cpuset="0x{1 << c:08x}" '
+            f'nodeset="0x{1 << k:08x}" complete_nodeset="0x{1 << k:08x}" gp_index="{node_gp - 4 + 2 * (c % 2)}"/>\n'
+            f'      </object>\n' for c in (2 * k, 2 * k + 1))
+        return (f'    <object type="Group" cpuset="0x{cpus:08x}" complete_cpuset="0x{cpus:08x}" '
+                f'nodeset="0x{1 << k:08x}" complete_nodeset="0x{1 << k:08x}" gp_index="{node_gp + 1}" kind="1001" subkind="0">\n'
+                f'      <object type="NUMANode" os_index="{k}" cpuset="0x{cpus:08x}" complete_cpuset="0x{cpus:08x}" '
+                f'nodeset="0x{1 << k:08x}" complete_nodeset="0x{1 << k:08x}" gp_index="{node_gp}" '
+                f'local_memory="1073741824"/>\n' + cores + io[k] + '    </object>\n')
+    return (HEAD + '<!DOCTYPE topology SYSTEM "hwloc2.dtd">\n<topology version="2.0">\n'
+            '  <object type="Machine" os_index="0" cpuset="0x0000000f" complete_cpuset="0x0000000f" '
+            'allowed_cpuset="0x0000000f" nodeset="0x00000003" complete_nodeset="0x00000003" '
+            'allowed_nodeset="0x00000003" gp_index="1">\n' + infos + group(0) + group(1) + '  </object>\n'
+            + extra + '</topology>\n')
+
+
+#: Memory attributes where the kernel's narrowing matters: node 0 is reached as fast from both nodes' CPUs
+#: (bandwidth) but sooner from its own (latency: the kernel keeps node 0 only); node 1 from its own CPUs
+#: (an object initiator: node 1 itself), with read and write figures apart. hwloc's own user attribute and a
+#: value for a target that is no node are not the kernel's.
+SYNTHETIC_MEMATTRS = """\
+  <memattr name="Bandwidth" flags="5">
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="6" value="1000" initiator_cpuset="0x00000003"/>
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="6" value="1000" initiator_cpuset="0x0000000c"/>
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="12" value="900" initiator_cpuset="0x0000000f"/>
+  </memattr>
+  <memattr name="ReadBandwidth" flags="5">
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="12" value="200" initiator_cpuset="0x00000003"/>
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="12" value="400" initiator_obj_gp_index="12" initiator_obj_type="NUMANode"/>
+  </memattr>
+  <memattr name="WriteBandwidth" flags="5">
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="12" value="100" initiator_cpuset="0x00000003"/>
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="12" value="300" initiator_cpuset="0x0000000c"/>
+  </memattr>
+  <memattr name="Latency" flags="6">
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="6" value="80" initiator_cpuset="0x00000003"/>
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="6" value="120" initiator_cpuset="0x0000000c"/>
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="12" value="150" initiator_cpuset="0x0000000c"/>
+  </memattr>
+  <memattr name="myapp_goodness" flags="1">
+    <memattr_value target_obj_type="NUMANode" target_obj_gp_index="6" value="7"/>
+  </memattr>
+"""
+
+
+def _access(topo) -> dict[int, tuple[dict[str, int], frozenset[int]]]:
+    out = {}
+    for nid, node in topo.nodes.items():
+        if node.access is not None:
+            figures = {f: getattr(node.access, f) for f in FIGURES if getattr(node.access, f) is not None}
+            out[nid] = (figures, node.access.initiators)
+    return out
+
+
+def test_corpus_memory_attributes_are_the_kernels_hmat_files(corpus):
+    """KNL in SNC-4 with MCDRAM (hwloc's Bandwidth from each cluster's CPUs to its DRAM and MCDRAM node) and
+    hwloc's memattrs test (a Bandwidth of the whole machine's CPUs to node 1, and user attributes)."""
+    assert MEMATTR_FILES == ["64intel64-fakeKNL-SNC4-hybrid.xml", "8intel64-4n2t-memattrs.xml"]
+    knl = discover(corpus / "64intel64-fakeKNL-SNC4-hybrid.xml")
+    dram = {n: 22500 for n in range(4)}
+    mcdram = {7: 0, 4: 1, 5: 2, 6: 3}             # the MCDRAM node of each cluster's DRAM node
+    assert _access(knl) == {
+        **{n: ({"read_bandwidth": bw, "write_bandwidth": bw}, frozenset({n})) for n, bw in dram.items()},
+        **{n: ({"read_bandwidth": 90000, "write_bandwidth": 90000}, frozenset({c})) for n, c in mcdram.items()}}
+    from numabind.strategies import bandwidth_weights
+    assert bandwidth_weights([0, 7], knl) == {0: 1, 7: 4}
+    tree = Path(FsReader(str(corpus / "64intel64-fakeKNL-SNC4-hybrid.xml")).root) / "sys/devices/system/node"
+    for access in ("access0", "access1"):
+        assert (tree / f"node7/{access}/initiators/read_bandwidth").read_text() == "90000\n"
+        assert sorted(p.name for p in (tree / f"node7/{access}/initiators").iterdir()) == [
+            "node0", "read_bandwidth", "write_bandwidth"]
+        assert (tree / f"node7/{access}/initiators/node0").resolve() == (tree / "node0").resolve()
+        assert sorted(p.name for p in (tree / f"node0/{access}/targets").iterdir()) == ["node0", "node7"]
+    memattrs = discover(corpus / "8intel64-4n2t-memattrs.xml")
+    assert _access(memattrs) == {1: ({"read_bandwidth": 20, "write_bandwidth": 20}, frozenset({0, 1, 2, 3}))}
+
+
+def test_synthetic_memory_attributes_narrow_as_the_kernel_does(tmp_path):
+    path = tmp_path / "memattrs.xml"
+    path.write_text(_machine(SYNTHETIC_MEMATTRS + '  <memattr name="Latency" flags="6">\n    <memattr_value '
+                             'target_obj_type="NUMANode" target_obj_gp_index="2" value="5" '
+                             'initiator_cpuset="0x00000003"/>\n  </memattr>\n'))
+    assert _access(discover(path)) == {
+        0: ({"read_bandwidth": 1000, "write_bandwidth": 1000, "read_latency": 80, "write_latency": 80},
+            frozenset({0})),
+        1: ({"read_bandwidth": 400, "write_bandwidth": 300, "read_latency": 150, "write_latency": 150},
+            frozenset({1}))}
+
+
+def test_memory_attribute_value_that_is_no_number_is_refused(tmp_path):
+    text = _machine(SYNTHETIC_MEMATTRS.replace('value="900"', 'value="fast"'))
+    message = _refused(tmp_path, text)
+    line = text.split('value="fast"')[0].count("\n") + 1
+    assert f"line {line}" in message and "Bandwidth value='fast'" in message
+    text = _machine(SYNTHETIC_MEMATTRS.replace('initiator_cpuset="0x0000000f"', 'initiator_cpuset="0xqq"'))
+    assert "initiator_cpuset='0xqq' is not an hwloc bitmap" in _refused(tmp_path, text, name="b.xml")
+
+
+def _hwloc_memattrs(xml: str) -> dict[int, dict[str, dict[frozenset[int], int]]]:
+    """hwloc's memory attribute values in its XML (as lstopo writes it): {node: {figure: {initiator CPUs:
+    value}}}, the kernel's figures only, a Read/Write attribute over the plain one."""
+    tree = ET.fromstring(xml)
+    by_gp = {o.get("gp_index"): o for o in tree.iter("object")}
+    pus = frozenset(int(o.get("os_index")) for o in tree.iter("object") if o.get("type") == "PU")
+    found: dict[tuple[int, str, bool], dict[frozenset[int], int]] = {}
+    for attr in tree.iter("memattr"):
+        figures = MEMATTR_FIGURES.get(attr.get("name"))
+        for v in attr.iter("memattr_value") if figures else ():
+            target = by_gp[v.get("target_obj_gp_index")]
+            if target.get("type") != "NUMANode":
+                continue
+            ini = v.get("initiator_cpuset") or by_gp[v.get("initiator_obj_gp_index")].get("cpuset")
+            for figure in figures:
+                found.setdefault((int(target.get("os_index")), figure, len(figures) == 1), {})[
+                    hwloc_bitmap(ini) & pus] = int(v.get("value"))
+    out: dict[int, dict[str, dict[frozenset[int], int]]] = {}
+    for (node, figure, specific), values in found.items():
+        if specific or (node, figure, True) not in found:
+            out.setdefault(node, {})[figure] = values
+    return out
+
+
+@pytest.mark.parametrize("name", [*MEMATTR_FILES, "synthetic"])
+def test_memory_attributes_agree_with_hwloc(name, corpus, tmp_path):
+    """hwloc's values of each target node, as the kernel would show them (the best value of each figure, and
+    of the initiators whose CPUs reach it the nodes with CPUs), are numabind's; and hwloc reading the tree
+    numabind wrote finds those figures from those initiators."""
+    if LSTOPO is None:
+        pytest.skip("hwloc's lstopo-no-graphics is not installed (Debian package hwloc-nox)")
+    path = corpus / name if name != "synthetic" else tmp_path / "memattrs.xml"
+    if name == "synthetic":
+        path.write_text(_machine(SYNTHETIC_MEMATTRS))
+    topo = discover(path)
+    node_cpus = {n: v.cpus for n, v in topo.nodes.items() if v.cpus}
+    ours = _access(topo)
+    assert ours, "the file's memory attributes give figures"
+    said = _hwloc_memattrs(_lstopo(path))
+    assert set(said) == set(ours)
+    for node, (figures, initiators) in ours.items():
+        assert set(figures) == set(said[node]) - {f for f, v in said[node].items() if not any(v.values())}
+        reached = set(node_cpus)
+        for figure in ("write_latency", "read_latency", "write_bandwidth", "read_bandwidth"):
+            per_node: dict[int, int] = {}
+            for cpus, value in said[node].get(figure, {}).items():
+                for n in (n for n, mine in node_cpus.items() if mine & cpus and n in reached):
+                    best = per_node.get(n, value)
+                    per_node[n] = max(best, value) if figure.endswith("bandwidth") else min(best, value)
+            if per_node:
+                best = (max if figure.endswith("bandwidth") else min)(per_node.values())
+                assert figures[figure] == best, f"node {node} {figure}"
+                reached = {n for n, v in per_node.items() if v == best}
+        assert initiators == reached, f"node {node}'s initiators"
+    back = _hwloc_memattrs(_lstopo(Path(FsReader(str(path)).root)))
+    for node, (figures, initiators) in ours.items():
+        cpus = frozenset().union(*(node_cpus[n] for n in initiators))
+        for figure, value in figures.items():
+            assert back[node][figure] == {cpus: value}, f"hwloc reads node {node}'s {figure} back"
+
+
+def _kinds_said(text: str) -> list[tuple[frozenset[int], int]]:
+    """``lstopo --cpukinds``: [(cpuset, efficiency)] in hwloc's order."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("CPU kind #"):
+            words = line.split()
+            out.append((hwloc_bitmap(words[words.index("cpuset") + 1]), int(words[words.index("efficiency") + 1])))
+    return out
+
+
+def _lstopo_kinds(path: Path) -> list[tuple[frozenset[int], int]]:
+    proc = subprocess.run([LSTOPO, "--input", str(path), "--cpukinds"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, LC_ALL="C"))
+    assert proc.returncode == 0, proc.stderr
+    return _kinds_said(proc.stdout)
+
+
+def test_corpus_cpu_kinds_as_capacities(corpus):
+    """hwloc's fake kinds (efficiencies 0, 7 and 10 forced, no Intel pair): ``cpu_capacity`` in their order.
+    The DGX-2 and POWER8 have one kind each (the CPUs of one maximum frequency): not hybrid, no file."""
+    assert CPUKIND_FILES == ["fakecpukinds.xml", "nvidiaDGX2.xml", "power8gpudistances.xml"]
+    for name in ("nvidiaDGX2.xml", "power8gpudistances.xml"):
+        one = Path(FsReader(str(corpus / name)).root)
+        assert not list(one.glob("sys/devices/system/cpu/cpu*/cpu_capacity"))
+        assert not (one / "sys/devices/cpu_core").exists()
+        assert discover(corpus / name).kinds_source == ""
+    root = Path(FsReader(str(corpus / "fakecpukinds.xml")).root)
+    capacities = {c: (root / f"sys/devices/system/cpu/cpu{c}/cpu_capacity").read_text() for c in range(4)}
+    assert capacities == {0: "341\n", 1: "341\n", 2: "682\n", 3: "1024\n"}
+    assert not (root / "sys/devices/cpu_core").exists()
+    if LSTOPO is not None:
+        said = _lstopo_kinds(corpus / "fakecpukinds.xml")
+        assert [cpus for cpus, _e in sorted(said, key=lambda k: k[1])] == [{0, 1}, {2}, {3}]
+        back = _lstopo_kinds(root)            # hwloc reading the capacities ranks the kinds the same
+        assert [cpus for cpus, _e in sorted(back, key=lambda k: k[1])] == [{0, 1}, {2}, {3}]
+
+
+def _kinds(*kinds: tuple[int, str, str]) -> str:
+    return "".join(f'  <cpukind cpuset="0x{cpus:08x}"{attrs}>\n' + "".join(
+        f'    <info name="{k}" value="{v}"/>\n' for k, v in (i.split("=") for i in infos.split(",") if i))
+        + "  </cpukind>\n" for cpus, attrs, infos in kinds)
+
+
+X86 = '    <info name="CPUVendor" value="GenuineIntel"/>\n    <info name="CPUFamilyNumber" value="6"/>\n'
+
+
+@pytest.mark.parametrize("kinds, infos, performance, efficiency, source, capacities", [
+    # arm64 big.LITTLE: the kernel's capacities, as hwloc's Linux backend keeps them
+    (_kinds((0b0101, "", "LinuxCapacity=446"), (0b1010, "", "LinuxCapacity=1024")), "",
+     {1, 3}, {0, 2}, "cpu_capacity", {0: 446, 1: 1024, 2: 446, 3: 1024}),
+    # Intel hybrid on x86: the PMU lists (x86 kernels write no cpu_capacity)
+    (_kinds((0b1100, "", "CoreType=IntelAtom,FrequencyMaxMHz=3800"), (0b0011, "", "CoreType=IntelCore")), X86,
+     {0, 1}, {2, 3}, "cpu_core/cpu_atom", {}),
+    # efficiencies forced, written out of order: the most efficient kind gets the full capacity
+    (_kinds((0b0011, ' forced_efficiency="9"', ""), (0b1100, ' forced_efficiency="2"', "")), "",
+     {0, 1}, {2, 3}, "cpu_capacity", {0: 1024, 1: 1024, 2: 512, 3: 512}),
+    # one kind: not hybrid, the kernel says nothing
+    (_kinds((0b1111, "", "CoreType=IntelCore")), X86, set(), set(), "", {}),
+], ids=["arm64-capacities", "intel-hybrid", "forced-efficiency", "one-kind"])
+def test_cpu_kinds_reach_the_topology(tmp_path, kinds, infos, performance, efficiency, source, capacities):
+    path = tmp_path / "kinds.xml"
+    path.write_text(_machine(kinds, infos=infos))
+    topo = discover(path)
+    assert (topo.performance_cpus, topo.efficiency_cpus, topo.kinds_source) == (performance, efficiency, source)
+    root = Path(FsReader(str(path)).root)
+    assert {c: int((root / f"sys/devices/system/cpu/cpu{c}/cpu_capacity").read_text()) for c in range(4)
+            if (root / f"sys/devices/system/cpu/cpu{c}/cpu_capacity").exists()} == capacities
+    if source == "cpu_core/cpu_atom":
+        assert (root / "sys/devices/cpu_core/cpus").read_text() == "0-1\n"
+        assert (root / "sys/devices/cpu_atom/cpus").read_text() == "2-3\n"
+    if LSTOPO is not None and capacities and "LinuxCapacity" in kinds:
+        assert [c for c, _e in sorted(_lstopo_kinds(root), key=lambda k: k[1])] == [{0, 2}, {1, 3}]
+
+
+def test_cpu_kind_bad_efficiency_refused(tmp_path):
+    text = _machine(_kinds((0b0011, ' forced_efficiency="high"', ""), (0b1100, ' forced_efficiency="2"', "")))
+    message = _refused(tmp_path, text)
+    assert "forced_efficiency='high'" in message and f"line {text.split('high')[0].count(chr(10)) + 1}" in message
+
+
+# ------------------------------------------------------------------------------- Ascend NPUs, the order note
+
+def _pcidev(bus: str, pci_type: str, gp: int) -> str:
+    return (f'      <object type="Bridge" gp_index="{gp}" bridge_type="0-1" depth="0" bridge_pci="0000:[{bus[5:7]}-'
+            f'{bus[5:7]}]">\n        <object type="PCIDev" gp_index="{gp + 1}" pci_busid="{bus}" '
+            f'pci_type="{pci_type}" pci_link_speed="0.000000"/>\n      </object>\n')
+
+
+def test_ascend_npus_from_xml(tmp_path):
+    """Two Ascend 910B NPUs (19e5:d802, class 1200), one per node, and a Huawei function of the accelerator
+    class that is no NPU (a Kunpeng engine): the NPUs with their nodes, CPUs and model, in PCI bus order."""
+    from numabind._hwloc_xml import _ASCEND_NPUS
+    from numabind.devices import ASCEND_NPUS
+
+    assert _ASCEND_NPUS == set(ASCEND_NPUS)
+    path = tmp_path / "ascend.xml"
+    path.write_text(_machine(io=(
+        _pcidev("0000:c1:00.0", "1200 [19e5:d802] [19e5:0100] 00", 100)
+        + _pcidev("0000:79:00.0", "1200 [19e5:a258] [19e5:0000] 21", 102),
+        _pcidev("0000:01:00.0", "1200 [19e5:d802] [19e5:0100] 00", 104))))
+    topo = discover_from(FsReader(str(path)), env={})
+    assert [(g.index, g.vendor, g.pci_address, g.numa_node, g.local_cpus, g.name) for g in topo.gpus] == [
+        (0, "ascend", "0000:01:00.0", 1, {2, 3}, "Ascend 910B"),
+        (1, "ascend", "0000:c1:00.0", 0, {0, 1}, "Ascend 910B")]
+    assert gpu_order_note(FsReader(str(path)), "ascend") == ""
+    only = discover_from(FsReader(str(path)), env={"ASCEND_RT_VISIBLE_DEVICES": "1"})
+    assert [(g.index, g.pci_address) for g in only.gpus] == [(0, "0000:c1:00.0")]
+
+
+def test_identity_note_says_pci_bus_order_per_gpu(corpus):
+    """An XML without the runtimes' OS devices: each GPU's identity note says the order is PCI bus order, in
+    ``topology --json`` and in the plan of every GPU; the DGX-2's cuda/nvml devices say nothing."""
+    import json
+
+    path = str(corpus / "24em64t-2n6c2t-pci.xml")
+    reader = FsReader(path)
+    note = gpu_order_note(reader, "nvidia")
+    assert note == ("24em64t-2n6c2t-pci.xml carries no nvml/cuda OS devices for its nvidia GPUs (exported without "
+                    "them, or with I/O filtered): numabind numbers them in PCI bus order")
+    assert gpu_order_note(reader, "amd") == "" and gpu_order_note(reader) == note
+    topo = discover_from(reader, env={})
+    assert [(g.identity, g.identity_note.split("; ")[0]) for g in topo.gpus] == [("uncertain", note)] * 3
+    dgx2 = discover_from(FsReader(str(corpus / "nvidiaDGX2.xml")), env={})
+    assert {(g.identity, g.identity_note) for g in dgx2.gpus} == {("certain", "")}
+    out = subprocess.run([sys.executable, "-m", "numabind", "--root", path, "topology", "--json"],
+                         capture_output=True, text=True, timeout=120, env=_clean_env())
+    assert out.returncode == 0, out.stderr
+    assert [g["identity_note"].split("; ")[0] for g in json.loads(out.stdout)["gpus"]] == [note] * 3
+    plan = subprocess.run([sys.executable, "-m", "numabind", "--root", path, "plan"], capture_output=True,
+                          text=True, timeout=120, env=_clean_env())
+    assert plan.returncode == 0, plan.stderr
+    lines = [line for line in plan.stdout.splitlines() if "PCI bus order" in line]
+    assert [line.split(":")[0].strip() for line in lines] == ["gpu 0", "gpu 1", "gpu 2"]

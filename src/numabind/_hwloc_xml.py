@@ -20,6 +20,22 @@ What the tree holds, from the XML:
 * The latency matrix is the one named ``NUMALatency``, else an unnamed latency matrix of NUMA nodes whose
   diagonal is the SLIT's 10, else the first such (v1: ``distances`` of as many objects as there are nodes, as
   hwloc 2 reads them, values times ``latency_base``). Bandwidth matrices and heterogeneous ones (GPU NVLink) are not distances.
+* Memory attributes (hwloc 2.3+ ``<memattr>``), as the kernel shows the firmware's HMAT table:
+  ``nodeN/access0/initiators/{read,write}_{bandwidth,latency}`` (MB/s and ns: hwloc's Linux backend takes the
+  kernel's numbers as they are) with a ``nodeM`` link per initiator node and ``nodeM/access0/targets/nodeN``
+  back, and the same under ``access1`` (Linux 5.17+: CPU initiators, which every hwloc initiator is). ``Bandwidth``
+  gives both bandwidths and ``Latency`` both latencies, unless ``ReadBandwidth``/``WriteBandwidth``/
+  ``ReadLatency``/``WriteLatency`` give that figure. An initiator (a cpuset, or an object's) is the nodes whose
+  CPUs it holds some of. Of a target's values the kernel shows one per figure: it narrows the initiators figure
+  by figure (write latency, read latency, write bandwidth, read bandwidth) to those of the best value
+  (drivers/acpi/numa/hmat.c), and links those left. Capacity, Locality, user attributes and 0 are not shown.
+* CPU kinds (``<cpukind>``): an Intel hybrid CPU (the kinds' ``CoreType`` are ``IntelCore`` and ``IntelAtom``)
+  gets the PMU lists ``sys/devices/cpu_core/cpus`` and ``sys/devices/cpu_atom/cpus``; any other set of kinds a
+  per-CPU ``cpuN/cpu_capacity``: the kinds' ``LinuxCapacity`` where every kind has one, else 1024 for the most
+  efficient kind and less for each lower one, evenly (by ``forced_efficiency`` where every kind has one, else in
+  the file's order, which hwloc writes least efficient first). One kind without ``LinuxCapacity`` (the CPUs of
+  one maximum frequency, as the DGX-2 has) is no hybrid CPU: nothing is written. Discovery reads
+  ``cpu_capacity`` once per core: kinds that split a core's threads (hwloc's fake ones) read as the first's.
 * ``proc/self/status``: ``Cpus_allowed_list`` and ``Mems_allowed_list`` from the root's ``allowed_cpuset`` and
   ``allowed_nodeset``; where those are not the whole machine (an XML exported inside a cpuset), a cgroup v2
   cpuset at ``sys/fs/cgroup`` too (``cpuset.cpus.effective``, ``cpuset.mems.effective``, with ``proc/mounts``
@@ -28,9 +44,13 @@ What the tree holds, from the XML:
   every ``PCIDev``, from its locality (the nearest ancestor that is not an I/O object: its cpuset, and its one
   node, or its one node with CPUs, else ``-1``). GPU discovery then takes GPUs as on a live machine (NVIDIA, AMD
   and Intel functions of the display or accelerator class: never an NVSwitch, a BMC's VGA of another vendor, a
-  QEMU display). An NVIDIA GPU gets ``proc/driver/nvidia/gpus/<bus id>/information`` (``Model``, and ``GPU
-  UUID`` from its ``cuda``/``nvml`` OS device); AMD GPUs with ``rsmi`` OS devices get a KFD topology in that
-  order. :func:`gpu_order_note` says how the GPUs were ordered.
+  QEMU display; Huawei Ascend NPUs, vendor 0x19e5 of the accelerator class and an NPU's device id, never the
+  Kunpeng SoC's own engines). An NVIDIA GPU gets ``proc/driver/nvidia/gpus/<bus id>/information`` (``Model``,
+  and ``GPU UUID`` from its ``cuda``/``nvml`` OS device); AMD GPUs with ``rsmi`` OS devices get a KFD topology
+  in that order. Ascend NPUs need nothing more: without ``dev/davinci*`` nodes discovery takes every NPU of
+  sysfs in PCI bus order (hwloc has no Ascend OS devices). :func:`gpu_order_note` says, per vendor, where
+  numabind's order (PCI bus order) is not the one the file's OS devices give, or the file has none of them
+  for several GPUs; GPU discovery makes it the GPUs' identity note (their identity uncertain).
 
 Safety: the file is parsed by expat with no DTD: an internal subset (entity declarations: "billion laughs", an
 external entity) is refused when the parser meets it, before any expansion, and external entities are never
@@ -77,9 +97,12 @@ _V2_CACHES = {f"L{n}Cache": n for n in range(1, 6)} | {f"L{n}iCache": n for n in
 _TIERS = ("MCDRAM", "HBM", "GPUMemory", "NVM", "SPM", "CXL")
 _WORD_HEX = frozenset("0123456789abcdefABCDEF")
 #: PCI vendor ids and base classes of GPUs, as live discovery takes them (numabind.devices).
-_GPU_VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
-_GPU_CLASSES = {"nvidia": (0x03, 0x12), "amd": (0x03, 0x12), "intel": (0x03,)}
-_RUNTIME_OSDEVS = {"nvidia": ("nvml", "cuda"), "amd": ("rsmi", "opencl"), "intel": ("ze", "opencl")}
+_GPU_VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel", 0x19E5: "ascend"}
+_GPU_CLASSES = {"nvidia": (0x03, 0x12), "amd": (0x03, 0x12), "intel": (0x03,), "ascend": (0x12,)}
+#: PCI device ids of Huawei's Ascend NPUs (vendor 0x19e5), as numabind.devices.ASCEND_NPUS lists them: the
+#: vendor's other accelerator-class functions (the Kunpeng SoC's crypto and compression engines) are no NPUs.
+_ASCEND_NPUS = frozenset({0xD100, 0xD500, 0xD801, 0xD802, 0xD803})
+_RUNTIME_OSDEVS = {"nvidia": ("nvml", "cuda"), "amd": ("rsmi", "opencl"), "intel": ("ze", "opencl"), "ascend": ()}
 
 
 def _fail(path: str, line: int | None, problem: str, fix: str = "") -> NumabindError:
@@ -123,6 +146,18 @@ class _Matrix:
         self.latencies: list[tuple[str, int]] = []
 
 
+class _Extra:
+    """A ``<memattr>`` (its values) or a ``<cpukind>`` (its infos): attributes and the line of the start tag."""
+
+    __slots__ = ("attrs", "line", "values", "infos")
+
+    def __init__(self, attrs: dict[str, str], line: int) -> None:
+        self.attrs = attrs
+        self.line = line
+        self.values: list[tuple[dict[str, str], int]] = []     # memattr_value attributes, line
+        self.infos: dict[str, str] = {}
+
+
 class _Reader:
     """The expat handlers: they build the objects and matrices and refuse what hwloc never writes."""
 
@@ -132,6 +167,9 @@ class _Reader:
         self.path = path
         self.objects: list[_Obj] = []
         self.matrices: list[_Matrix] = []
+        self.memattrs: list[_Extra] = []
+        self.cpukinds: list[_Extra] = []
+        self.extras = 0                 # memattr values and CPU kinds, counted against MAX_XML_OBJECTS
         self.version = ""
         self.stack: list[tuple[str, int]] = []      # (element, object position or -1)
         self.text: list[str] | None = None
@@ -209,6 +247,18 @@ class _Reader:
             self.text = []
         elif name == "latency" and parent_name == "distances":
             self.matrices[-1].latencies.append((attrs.get("value", ""), line))
+        elif name in ("memattr", "cpukind", "memattr_value") and (
+                parent_name == ("memattr" if name == "memattr_value" else "topology")):
+            self.extras += 1
+            if self.extras > MAX_XML_OBJECTS:
+                raise _fail(self.path, line, f"more than {MAX_XML_OBJECTS} memory attribute values and CPU kinds; "
+                            f"no machine has that many")
+            if name == "memattr_value":
+                self.memattrs[-1].values.append((dict(attrs), line))
+            else:
+                (self.memattrs if name == "memattr" else self.cpukinds).append(_Extra(dict(attrs), line))
+        elif name == "info" and parent_name == "cpukind" and attrs.get("name") is not None:
+            self.cpukinds[-1].infos.setdefault(attrs["name"], attrs.get("value", ""))
         self.stack.append((name, pos))
 
     def end(self, name: str) -> None:
@@ -339,6 +389,13 @@ class HwlocTopology:
                                   dict[str, str]]] = {}
         self.cpu_info: dict[str, str] = {}
         self.gpu_note = ""
+        self.gpu_notes: dict[str, str] = {}        # vendor -> its part of gpu_note
+        #: node -> ({figure: value}, initiator nodes): what the kernel shows in ``nodeN/access0/initiators``
+        self.access: dict[int, tuple[dict[str, int], frozenset[int]]] = {}
+        #: an Intel hybrid CPU's PMU lists (``cpu_core``, ``cpu_atom``), or None
+        self.hybrid_pmus: tuple[frozenset[int], frozenset[int]] | None = None
+        #: PU -> ``cpu_capacity`` (the kinds of another hybrid CPU, or the XML's ``LinuxCapacity``)
+        self.capacities: dict[int, int] = {}
 
 
 def _int_attr(path: str, obj: _Obj, name: str, *, required: bool = False, cap: int | None = MAX_ID) -> int | None:
@@ -478,6 +535,10 @@ def read_topology(path: str, data: bytes) -> HwlocTopology:
     topo.allowed_nodes = node_ids if allowed_n is None else allowed_n.within(node_ids)
 
     topo.distances = _distances(path, r, objs, node_objs, node_ids)
+    if r.memattrs:
+        topo.access = _memory_access(path, r, objs, topo, below)
+    if r.cpukinds:
+        _cpu_kinds(path, r, topo, cpuset)
 
     # the CPU's name, as proc/cpuinfo has it
     for pos in sorted({p for c, p in pus.items()}):
@@ -554,6 +615,127 @@ def _distances(path: str, r: _Reader, objs: list[_Obj], node_objs: Mapping[int, 
                     "get no distances", path, line, format_cpulist(ids), format_cpulist(node_ids))
         return {}
     return {a: {b: values[i * n + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
+
+
+#: hwloc's memory attributes that the kernel's HMAT figures are (hwloc's Linux backend reads them from there):
+#: name -> (the figures it gives, whether higher is better). A ``Read``/``Write`` one overrides the plain one.
+_MEMATTRS = {"Bandwidth": (("read_bandwidth", "write_bandwidth"), True),
+             "ReadBandwidth": (("read_bandwidth",), True), "WriteBandwidth": (("write_bandwidth",), True),
+             "Latency": (("read_latency", "write_latency"), False),
+             "ReadLatency": (("read_latency",), False), "WriteLatency": (("write_latency",), False)}
+#: The order in which the kernel narrows a target's best initiators (drivers/acpi/numa/hmat.c).
+_FIGURES = ("write_latency", "read_latency", "write_bandwidth", "read_bandwidth")
+
+
+def _memory_access(path: str, r: _Reader, objs: list[_Obj], topo: HwlocTopology,
+                   below: Any) -> dict[int, tuple[dict[str, int], frozenset[int]]]:
+    """The HMAT view of the XML's memory attributes: per target node, its best figures and the initiator
+    nodes that reach them (see the module doc)."""
+    gp_of = {o.attrs["gp_index"]: pos for pos, o in enumerate(objs) if "gp_index" in o.attrs}
+    cpu_nodes = {nid: cpus for nid, (cpus, _m, _s) in topo.nodes.items() if cpus}
+    # figure -> target -> initiator node -> value, from the plain attribute and from the Read/Write one
+    found: dict[tuple[str, bool], dict[int, dict[int, int]]] = {}
+    for attr in r.memattrs:
+        kind = _MEMATTRS.get(attr.attrs.get("name", ""))
+        if kind is None:
+            continue                    # Capacity, Locality and user attributes: no kernel file
+        figures, higher = kind
+        specific = len(figures) == 1
+        for values, line in attr.values:
+            if values.get("target_obj_type") != "NUMANode":
+                continue
+            target_pos = gp_of.get(values.get("target_obj_gp_index", ""))
+            if target_pos is None or objs[target_pos].type != "NUMANode":
+                log.warning("hwloc XML %s, line %d: a %s value for target gp_index %s, which is no NUMA node of "
+                            "the file; ignored", path, line, attr.attrs["name"],
+                            _shown(values.get("target_obj_gp_index", "")))
+                continue
+            target = int(objs[target_pos].attrs["os_index"])
+            text = values.get("value", "")
+            if not text.isascii() or not text.isdigit() or len(text) > 19:
+                raise _fail(path, line, f"{attr.attrs['name']} value={_shown(text)} is not a non-negative "
+                            f"integer", _REEXPORT)
+            value = int(text)
+            if "initiator_cpuset" in values:
+                cpus = _bitmap(path, line, "initiator_cpuset", values["initiator_cpuset"]).within(topo.pus)
+            else:
+                ini_pos = gp_of.get(values.get("initiator_obj_gp_index", ""))
+                if ini_pos is None:
+                    log.debug("hwloc XML %s, line %d: a %s value without an initiator the file holds; ignored",
+                              path, line, attr.attrs["name"])
+                    continue
+                cpus = below(ini_pos)
+            initiators = [n for n, mine in cpu_nodes.items() if mine & cpus]
+            if not value or not initiators:
+                continue                # the kernel shows no 0, and only nodes as initiators
+            for figure in figures:
+                per = found.setdefault((figure, specific), {}).setdefault(target, {})
+                for n in initiators:
+                    old = per.get(n)
+                    per[n] = value if old is None else (max if higher else min)(old, value)
+    out: dict[int, tuple[dict[str, int], frozenset[int]]] = {}
+    for target in sorted({t for per in found.values() for t in per}):
+        by_figure = {f: found.get((f, True), {}).get(target) or found.get((f, False), {}).get(target) or {}
+                     for f in _FIGURES}
+        candidates = set().union(*by_figure.values())
+        best_of: dict[str, int] = {}
+        for figure in _FIGURES:          # as the kernel: each figure narrows the initiators to its best
+            values_of = {n: v for n, v in by_figure[figure].items() if n in candidates}
+            if not values_of:
+                continue
+            best = (max if figure.endswith("bandwidth") else min)(values_of.values())
+            best_of[figure] = best
+            candidates = {n for n, v in values_of.items() if v == best}
+        if best_of:
+            out[target] = (best_of, frozenset(candidates))
+    return out
+
+
+#: hwloc's ``CoreType`` of the kinds the kernel lists in ``sys/devices/cpu_core`` and ``cpu_atom``.
+_INTEL_TYPES = {"IntelCore": 0, "IntelAtom": 1}
+#: The kernel's ``cpu_capacity`` of the most capable CPUs.
+_CAPACITY_SCALE = 1024
+
+
+def _cpu_kinds(path: str, r: _Reader, topo: HwlocTopology, cpuset: Any) -> None:
+    """What the kernel shows of the XML's CPU kinds (see the module doc)."""
+    kinds: list[tuple[frozenset[int], _Extra]] = []
+    for kind in r.cpukinds:
+        text = kind.attrs.get("cpuset")
+        if text is None:
+            raise _fail(path, kind.line, "a cpukind without a cpuset", _REEXPORT)
+        cpus = _bitmap(path, kind.line, "cpuset", text).within(topo.pus)
+        if cpus:
+            kinds.append((cpus, kind))
+    if not kinds:
+        return
+    types = {k.infos.get("CoreType") for _c, k in kinds}
+    if types <= set(_INTEL_TYPES) and len(types) == 2:
+        p_cpus = frozenset().union(*(c for c, k in kinds if k.infos["CoreType"] == "IntelCore"))
+        topo.hybrid_pmus = (p_cpus, frozenset().union(*(c for c, k in kinds)) - p_cpus)
+        return
+    capacities = [_kind_number(path, k, "LinuxCapacity", k.infos.get("LinuxCapacity")) for _c, k in kinds]
+    if all(c is not None for c in capacities):
+        ranks: list[int] = [c for c in capacities if c is not None]
+    elif len(kinds) < 2:
+        return                          # one kind, not hybrid: the kernel says nothing of it
+    else:
+        forced = [_kind_number(path, k, "forced_efficiency", k.attrs.get("forced_efficiency")) for _c, k in kinds]
+        order: list[int] = ([f for f in forced if f is not None] if all(f is not None for f in forced)
+                            else list(range(len(kinds))))     # hwloc writes the kinds least efficient first
+        levels = sorted(set(order))
+        ranks = [_CAPACITY_SCALE * (levels.index(o) + 1) // len(levels) for o in order]
+    for (cpus, _k), capacity in zip(kinds, ranks):
+        for cpu in cpus:
+            topo.capacities.setdefault(cpu, capacity)
+
+
+def _kind_number(path: str, kind: _Extra, name: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isascii() or not text.isdigit() or len(text) > 9:
+        raise _fail(path, kind.line, f"cpukind {name}={_shown(text)} is not a non-negative integer", _REEXPORT)
+    return int(text)
 
 
 def _count(path: str, line: int, text: str | None) -> int:
@@ -636,12 +818,20 @@ def _read_pci(path: str, topo: HwlocTopology, objs: list[_Obj], node_objs: Mappi
                         "the first is kept", path, obj.line, bus, kind[0])
             continue
         topo.pci[bus] = (kind[0], kind[1], kind[2], node, local, osdevs, obj.infos)
-    topo.gpu_note = _gpu_note(path, topo)
+    topo.gpu_notes = _gpu_notes(path, topo)
+    topo.gpu_note = "; ".join(topo.gpu_notes.values())
+
+
+def _is_gpu(cls: int, vendor_id: int, device: int) -> str | None:
+    """The vendor name of a PCI function live discovery takes as a GPU (or an Ascend NPU), else None."""
+    vendor = _GPU_VENDORS.get(vendor_id)
+    if vendor is None or cls >> 8 not in _GPU_CLASSES[vendor]:
+        return None
+    return None if vendor == "ascend" and device not in _ASCEND_NPUS else vendor
 
 
 def _gpus(topo: HwlocTopology, vendor: str) -> list[str]:
-    return sorted(bus for bus, (cls, ven, _d, _n, _l, _o, _i) in topo.pci.items()
-                  if _GPU_VENDORS.get(ven) == vendor and cls >> 8 in _GPU_CLASSES[vendor])
+    return sorted(bus for bus, (cls, ven, dev, _n, _l, _o, _i) in topo.pci.items() if _is_gpu(cls, ven, dev) == vendor)
 
 
 def _runtime_index(name: str, prefixes: tuple[str, ...]) -> tuple[int, int] | None:
@@ -656,15 +846,19 @@ def _runtime_index(name: str, prefixes: tuple[str, ...]) -> tuple[int, int] | No
     return None
 
 
-def _gpu_note(path: str, topo: HwlocTopology) -> str:
-    """How the GPUs of the runtime discovery will pick are ordered, said for the identity note."""
+def _gpu_notes(path: str, topo: HwlocTopology) -> dict[str, str]:
+    """How the GPUs of each vendor are ordered, said for their identity note ({vendor: note}, none where the
+    file's OS devices number them as numabind does)."""
     name = os.path.basename(path)
-    notes = []
-    for vendor in ("nvidia", "amd", "intel"):
+    out: dict[str, str] = {}
+    for vendor in ("nvidia", "amd", "intel", "ascend"):
         gpus = _gpus(topo, vendor)
-        if not gpus:
-            continue
+        if len(gpus) < 2:
+            continue                    # one device (or none) has one order
+        notes: list[str] = []
         prefixes = _RUNTIME_OSDEVS[vendor]
+        if not prefixes:
+            continue                    # hwloc has no Ascend OS devices: NPUs are paired as on a live machine
         indexed: dict[str, dict[str, int]] = {}       # OS device kind -> {bus id: its index}
         for bus in gpus:
             for osdev, _infos in topo.pci[bus][5]:
@@ -672,8 +866,8 @@ def _gpu_note(path: str, topo: HwlocTopology) -> str:
                 if hit is not None:
                     indexed.setdefault(prefixes[hit[0]], {}).setdefault(bus, hit[1])
         if not indexed:
-            notes.append(f"{name} carries no {'/'.join(prefixes)} OS devices for its {vendor} GPUs (exported "
-                         f"without them, or with I/O filtered): numabind numbers them in PCI bus order")
+            out[vendor] = (f"{name} carries no {'/'.join(prefixes)} OS devices for its {vendor} GPUs (exported "
+                           f"without them, or with I/O filtered): numabind numbers them in PCI bus order")
             continue
         for kind, found in indexed.items():
             by_runtime = sorted(found, key=lambda b: found[b])
@@ -685,7 +879,9 @@ def _gpu_note(path: str, topo: HwlocTopology) -> str:
         if covered < len(gpus):
             notes.append(f"{name} has OS devices for {covered} of its {len(gpus)} {vendor} GPUs; numabind "
                          f"numbers all {len(gpus)}")
-    return "; ".join(notes)
+        if notes:
+            out[vendor] = "; ".join(notes)
+    return out
 
 
 # ----------------------------------------------------------------------------- the tree
@@ -754,6 +950,22 @@ def write_tree(topo: HwlocTopology, dest: str) -> None:
         total += memory >> 10
         if topo.distances:
             files[f"{base}/distance"] = " ".join(str(topo.distances[nid][o]) for o in ids)
+    links: dict[str, str] = {}
+    for nid, (figures, initiators) in sorted(topo.access.items()):
+        # access0: the best initiators of any kind; access1 (Linux 5.17+): the best CPU initiators, the same
+        # here (an hwloc initiator is a set of CPUs)
+        for access in ("access0", "access1"):
+            base = f"{node_dir}/node{nid}/{access}/initiators"
+            for figure, value in figures.items():
+                files[f"{base}/{figure}"] = str(value)
+            for ini in sorted(initiators):
+                links[f"{base}/node{ini}"] = f"../../../node{ini}"
+                links[f"{node_dir}/node{ini}/{access}/targets/node{nid}"] = f"../../../node{nid}"
+    if topo.hybrid_pmus is not None:
+        files["sys/devices/cpu_core/cpus"] = format_cpulist(topo.hybrid_pmus[0])
+        files["sys/devices/cpu_atom/cpus"] = format_cpulist(topo.hybrid_pmus[1])
+    for cpu, capacity in sorted(topo.capacities.items()):
+        files[f"{cpu_dir}/cpu{cpu}/cpu_capacity"] = str(capacity)
     files["proc/meminfo"] = f"MemTotal:       {total} kB\n"
     files["proc/self/status"] = (f"Name:\tlstopo\nCpus_allowed:\t{_mask(topo.allowed_cpus)}\n"
                                  f"Cpus_allowed_list:\t{format_cpulist(topo.allowed_cpus)}\n"
@@ -774,15 +986,19 @@ def write_tree(topo: HwlocTopology, dest: str) -> None:
             lines.append(f"model name\t: {info['CPUModel']}")
         files["proc/cpuinfo"] = "\n".join(lines) + "\n\n"
     _pci_files(topo, files)
-    files[GPU_NOTE_FILE] = f"source: {topo.path}\nversion: {topo.version}\ngpu_order: {topo.gpu_note}\n"
+    files[GPU_NOTE_FILE] = (f"source: {topo.path}\nversion: {topo.version}\ngpu_order: {topo.gpu_note}\n"
+                            + "".join(f"gpu_order.{v}: {n}\n" for v, n in sorted(topo.gpu_notes.items())))
     made: set[str] = set()
-    for rel, text in files.items():
+    for rel in (*files, *links):
         parent = os.path.dirname(rel)
         if parent not in made:
             os.makedirs(os.path.join(dest, parent), mode=0o700, exist_ok=True)
             made.add(parent)
+    for rel, text in files.items():
         with open(os.path.join(dest, rel), "x", encoding="utf-8") as out:
             out.write(text if text.endswith("\n") else text + "\n")
+    for rel, target in links.items():
+        os.symlink(target, os.path.join(dest, rel))
 
 
 def _pci_files(topo: HwlocTopology, files: dict[str, str]) -> None:
@@ -795,8 +1011,8 @@ def _pci_files(topo: HwlocTopology, files: dict[str, str]) -> None:
         files[f"{base}/numa_node"] = str(node)
         files[f"{base}/local_cpulist"] = format_cpulist(local)
         files[f"{base}/local_cpus"] = _mask(local)
-        name = _GPU_VENDORS.get(vendor)
-        if name is None or cls >> 8 not in _GPU_CLASSES[name]:
+        name = _is_gpu(cls, vendor, device)
+        if name is None:
             continue
         uuid = next((v for _n, i in osdevs for k, v in i.items() if k.endswith("UUID") and v), None)
         model = next((i["GPUModel"] for _n, i in osdevs if i.get("GPUModel")), None) or infos.get("PCIDevice")
@@ -830,15 +1046,18 @@ def _pci_files(topo: HwlocTopology, files: dict[str, str]) -> None:
         files["sys/class/kfd/kfd/topology/nodes/0/properties"] = "cpu_cores_count 1\nsimd_count 0\n"
 
 
-def gpu_order_note(reader: Any) -> str:
-    """What the tree of an XML root says about its GPUs' order (for their identity note); "" for another root."""
+def gpu_order_note(reader: Any, vendor: str | None = None) -> str:
+    """What the tree of an XML root says about its GPUs' order (for their identity note): of the GPUs of
+    ``vendor`` (``"nvidia"``, ``"amd"``, ``"intel"``, ``"ascend"``), or of every vendor; "" for another root
+    and where the file's OS devices number the GPUs as numabind does."""
     if getattr(reader, "is_live", True):
         return ""
     text: str | None = reader.read(GPU_NOTE_FILE)
     if not text:
         return ""
+    want = "gpu_order" if vendor is None else f"gpu_order.{vendor}"
     for line in text.splitlines():
         key, _sep, value = line.partition(": ")
-        if key == "gpu_order":
+        if key == want:
             return value.strip()
     return ""
