@@ -41,7 +41,8 @@ def restore_process(request, monkeypatch):
     for var in ("NUMABIND_BACKEND", "NUMABIND_STRICT", "NUMABIND_FSROOT", "_NUMABIND_LIBNUMA"):
         monkeypatch.delenv(var, raising=False)
     refusal = mempolicy_refusal()
-    if refusal is not None and request.node.get_closest_marker("kernel") is not None:
+    if refusal is not None and (request.node.get_closest_marker("kernel") is not None
+                                or request.node.get_closest_marker("mempolicy") is not None):
         pytest.skip(refusal)
     affinity = thread_affinities()
     word = None if refusal is not None else raw_word()

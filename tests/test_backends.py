@@ -107,6 +107,7 @@ def test_default_selection_is_libnuma_with_a_reason(fresh_backends):
     assert info["unavailable"] == {}
 
 
+@pytest.mark.mempolicy
 @pytest.mark.parametrize("name", BACKEND_NAMES)
 def test_force_by_argument_and_by_environment(name, monkeypatch):
     be, why = get_backend(name)
@@ -267,6 +268,7 @@ def test_none_backend_has_no_memory_calls():
     assert be.command_prefix(Plan(cpus={0})) is None
 
 
+@pytest.mark.mempolicy
 @pytest.mark.parametrize("name", NATIVE)
 def test_native_backends_bind_in_process(name):
     be, _ = get_backend(name)
@@ -584,6 +586,7 @@ def test_libnuma_path_of_another_user_is_refused(tmp_path):
     assert target is None and "belongs to uid 65534" in why
 
 
+@pytest.mark.mempolicy
 def test_libnuma_by_path_is_loaded():
     out = run_json(CHILD + '''
 import json, numabind

@@ -15,6 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.mempolicy
 def test_runner_gives_every_row_at_the_smallest_size():
     proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json"], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
@@ -41,6 +42,7 @@ def test_runner_gives_every_row_at_the_smallest_size():
     ["bench/bench_spawn.py", "--rounds", "2"],
     ["bench/bench_move.py", "--reps", "1", "--size-mib", "8", "--threads", "4"],
 ])
+@pytest.mark.mempolicy
 def test_parts_run_alone(argv):
     proc = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -234,6 +234,7 @@ def test_device_specifiers_fail_or_bind_as_numactl_does(spec, tmp_path):
         assert ours.stdout == theirs.stdout
 
 
+@pytest.mark.mempolicy
 def test_device_specifiers_go_through_device_nodes(monkeypatch, capsys):
     """Both paths hand pci:/netdev:/block:/file: to iodevices.DeviceNodes, and bind to the node it gives."""
     mem = min(n for n in discover().allowed_nodes if discover().nodes[n].memory_bytes)

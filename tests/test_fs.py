@@ -286,9 +286,11 @@ def test_environ_value_reads_a_process_environment_through_the_bounded_read(monk
     from numabind import _proc
 
     env = {**os.environ, "NUMABIND_TEST_ENV": "yes=it is", "OTHER": "x"}
-    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
-                          env=env) as child:
+    with subprocess.Popen([sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env) as child:
         try:
+            # until the child has exec'd, /proc/PID/environ is the forked parent's: wait for its first line
+            assert child.stdout.readline() == b"up\n"
             assert _proc.environ_value(child.pid, "NUMABIND_TEST_ENV") == "yes=it is"
             assert _proc.environ_value(child.pid, "NUMABIND_TEST_ENV_MISSING") is None
             assert _proc.environ_value(child.pid, "NUMABIND_TEST") is None       # a prefix of a name is not it

@@ -54,6 +54,8 @@ def _names() -> list[str]:
 
 
 CORPUS = _names()
+#: tarfile's data filter where this Python has it (3.10.12, 3.11.4, 3.12 and later; Debian 12's 3.11.2 lacks it)
+DATA_FILTER = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,7 @@ def corpus(tmp_path_factory) -> Path:
     """The corpus unpacked (tarfile's data filter: plain files only, nothing outside the folder)."""
     dest = tmp_path_factory.mktemp("hwloc-xml")
     with tarfile.open(ARCHIVE) as tf:
-        tf.extractall(dest, filter="data")
+        tf.extractall(dest, **DATA_FILTER)
     return dest
 
 

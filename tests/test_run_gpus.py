@@ -324,7 +324,7 @@ def dgx2(tmp_path_factory) -> Path:
     with tarfile.open(archive) as tf:
         member = next(m for m in tf.getmembers() if os.path.basename(m.name) == "nvidiaDGX2.xml")
         member.name = "nvidiaDGX2.xml"
-        tf.extract(member, dest, filter="data")
+        tf.extract(member, dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     return dest / "nvidiaDGX2.xml"
 
 
@@ -363,6 +363,7 @@ OPTION_SETS = [
 @pytest.mark.skipif(not ORACLES, reason="no numactl to run the printed line")
 @pytest.mark.parametrize("options", range(len(OPTION_SETS)))
 @pytest.mark.parametrize("narrow", [False, True], ids=["affinity", "taskset-one-cpu"])
+@pytest.mark.mempolicy
 def test_printed_numactl_line_does_what_numabind_does(options, narrow):
     """The dry run's numactl line, run by the numactl oracle, gives the child the affinity and memory policy
     ``numabind run`` gives it (also from a parent confined to one CPU, where numabind's limit is the cpuset)."""
@@ -400,6 +401,7 @@ def _host_gpu_root(root) -> tuple[Path, frozenset[int], int]:
 
 @pytest.mark.parametrize("backend", [[], ["--backend", "numactl"]], ids=["in-process", "numactl"])
 @pytest.mark.parametrize("parent", [None, "1,0"])
+@pytest.mark.mempolicy
 def test_run_gpus_binds_on_a_replayed_machine_and_sets_visibility(tmp_path, parent, backend):
     """``--gpus`` with ``--bind-replayed-root``: planned on a fake GPU machine whose CPU ids are this host's,
     bound here for real (in-process, or through the numactl backend's exec); the child sees the GPU's variable,
