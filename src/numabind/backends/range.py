@@ -89,14 +89,8 @@ def mbind_range(be: NativeBackend, address: int, length: int, policy: str, nodes
 def range_policy(be: NativeBackend, address: int) -> tuple[str, frozenset[int]]:
     """The memory policy of the mapping at ``address`` (``get_mempolicy(MPOL_F_ADDR)``), as a Plan spells it:
     ``default`` when the range has none of its own. Raises BindError."""
-    ffi = be.ffi
-    bits = live.node_mask_bits()
-    mode = ffi.new("int *")
-    mask = ffi.new("unsigned long[]", bits // 64)
-    rc = getattr(be.lib, be.prefix + "get_mempolicy")(mode, mask, bits + 1, ffi.cast("void *", address), MPOL_F_ADDR)
-    if rc < 0:
-        raise BindError(-rc, "get_mempolicy", f"MPOL_F_ADDR at {address:#x}")
-    return policy_of(mode[0], words_to_ids(mask))
+    mode, nodes = range_mode(be, address)
+    return policy_of(mode, nodes)
 
 
 def page_status(be: NativeBackend, address: int, pages: int) -> Iterator[list[int]]:

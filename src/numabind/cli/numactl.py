@@ -340,6 +340,15 @@ class _Segments:
             self._be = segment_backend()
         return self._be
 
+    def same(self, value: str) -> str:
+        """numactl's ``same``: the node list given last on this line; any other list becomes the last one."""
+        if value == "same":
+            if self.last is None:
+                raise NumactlUsage("same needs previous node specification")
+            return self.last
+        self.last = value
+        return value
+
     def node_list(self, name: str, value: str) -> frozenset[int]:
         """The nodes of a policy's list, read as numactl reads them (Mems_allowed; every node after -a)."""
         from .. import live
@@ -347,12 +356,7 @@ class _Segments:
         from ..plan import Plan
         from . import device_node
 
-        if value == "same":
-            if self.last is None:
-                raise NumactlUsage("same needs previous node specification")
-            value = self.last
-        else:
-            self.last = value
+        value = self.same(value)
         flag = "membind" if name in ("preferred", "preferred-many") else name
         try:
             machine = live.machine()
@@ -372,12 +376,7 @@ class _Segments:
         from . import device_node
 
         if name != "physcpubind":
-            if value == "same":
-                if self.last is None:
-                    raise NumactlUsage("same needs previous node specification")
-                value = self.last
-            else:
-                self.last = value
+            value = self.same(value)
         flag = "cpunodebind" if name == "cpubind" else name
         try:
             machine = live.machine()
