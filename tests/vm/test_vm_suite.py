@@ -36,6 +36,13 @@ SUBSET = ("tests/test_bind.py", "tests/test_backends.py", "tests/test_native.py"
           "tests/test_cli.py::test_show_reports_a_binding_made_by_numactl",
           "tests/test_cli.py::test_run_with_each_backend_binds_cpus_and_memory",
           "tests/test_cli.py::test_run_numactl_like_options")
+#: Left out of the guest's run: two tests that need a thread to start threads *while* a bind walks the
+#: process. They try up to 300 binds for that to happen; an emulated 4-CPU guest schedules the starting
+#: thread so rarely that they miss it in some runs (1 of 3 CI runs here, each try under a second), where the
+#: host, which runs them in every CI run, hits the window within a few tries.
+DESELECT = ("tests/test_native.py::test_bind_says_which_threads_still_appeared_after_its_last_listing",
+            "tests/test_native.py::test_bind_walks_the_threads_started_during_the_walk_and_matching_binds_those_"
+            "already_moved")
 
 
 @pytest.mark.numa_vm(topology="suite")
@@ -48,6 +55,8 @@ def test_the_kernel_tests_pass_on_4_cpus_and_3_nodes(vm_topology):
     env.pop("NUMABIND_REQUIRE_VM", None)
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no", "-o", "addopts=",
             "-m", "not numa_vm and not packaging", *paths]
+    if not os.environ.get("NUMABIND_VM_SUITE"):
+        argv += [f"--deselect={test}" for test in DESELECT]
     start = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=2100)
     out = (proc.stdout + proc.stderr).strip()
