@@ -24,17 +24,14 @@ from numabind import memory
 from numabind.backends import range as door
 from numabind.memory import MemoryReport, PagePlacement, bind_memory, page_placement
 
-from .kernel import MEM_NODE, MISSING_NODE, MPOL, NATIVE, mempolicy_refusal
+from .kernel import MEM_NODE, MISSING_NODE, MPOL, NATIVE
 
 PAGE = mmap.PAGESIZE
 MPOL_F_ADDR = 2
 
 
-@pytest.fixture(autouse=True)
-def _kernel_may_be_used():
-    why = mempolicy_refusal()
-    if why:
-        pytest.skip(why)
+#: every test here sets or reads a range's policy: conftest skips them with the reason where the calls are refused
+pytestmark = pytest.mark.mempolicy
 
 
 @pytest.fixture(params=NATIVE)
