@@ -482,3 +482,28 @@ def test_nic_without_gpu_from_rank_is_a_usage_error(argv, capsys):
 
     assert main(argv) == 2
     assert "--nic chooses the NICs of the rank's GPU; it goes with --gpu-from-rank" in capsys.readouterr().err
+
+
+def test_nics_that_cannot_be_read_are_a_warning_or_under_strict_an_error(tmp_path, monkeypatch):
+    from numabind import iodevices
+    from numabind.rank import place_rank
+    from numabind._fs import FsReader
+    from numabind.topology import discover_from
+    from numabind.errors import NumabindError
+
+    def unreadable(*a, **k):
+        raise NumabindError("class/infiniband: Permission denied")
+
+    monkeypatch.setattr(iodevices, "gpu_nics", unreadable)
+    monkeypatch.setattr(iodevices, "scan_nics", unreadable)
+    for gpus in (True, False):                      # a GPU rank and a CPU-only rank
+        root = tmp_path / str(gpus)
+        dgx_box(root) if gpus else two_sockets(root)
+        env = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+        topo = discover_from(FsReader(str(root)), env=env)
+        placed = place_rank(topology=topo, env=env, nics=True)
+        assert placed.env == {} and placed.plan is not None
+        assert any("could not be found: class/infiniband: Permission denied; no NCCL/UCX variable is set" in w
+                   for w in placed.warnings), placed.warnings
+        with pytest.raises(PlanError, match="could not be found: class/infiniband: Permission denied"):
+            place_rank(topology=topo, env=env, nics=True, strict=True)

@@ -604,12 +604,16 @@ def _rank_nics(topology: Any, index: int, own_devices: bool, size: int | None, e
     try:
         choice = gpu_nics(topology, index, peers=peers)
     except NumabindError as exc:
-        why = f"--nic: the NICs nearest GPU {index} could not be found: {exc}"
-        if strict is True:
-            raise PlanError(why) from None
-        warnings.append(why + "; no NCCL/UCX variable is set")
-        return FrozenMap(), ()
+        return _no_nics(f"--nic: the NICs nearest GPU {index} could not be found: {exc}", strict, warnings)
     return _exports(choice, env, reasons)
+
+
+def _no_nics(why: str, strict: Strictness, warnings: list[str]) -> tuple[FrozenMap[str, str], tuple[str, ...]]:
+    """NICs that could not be read: an error under ``strict=True``, else a warning and no variable."""
+    if strict is True:
+        raise PlanError(why) from None
+    warnings.append(why + "; no NCCL/UCX variable is set")
+    return FrozenMap(), ()
 
 
 def _exports(choice: Any, env: Mapping[str, str], reasons: list[str]) -> tuple[FrozenMap[str, str], tuple[str, ...]]:
@@ -639,11 +643,7 @@ def _cpu_rank_nics(topology: Any, rank: int, size: int | None, env: Mapping[str,
         choice = choose_nics(places[rank], places, scan_nics(topology.root) if found is None else found,
                              label=f"local rank {rank} (node {places[rank].numa_node})", sharers="ranks")
     except NumabindError as exc:
-        why = f"--nic: the NICs of local rank {rank} could not be found: {exc}"
-        if strict is True:
-            raise PlanError(why) from None
-        warnings.append(why + "; no NCCL/UCX variable is set")
-        return FrozenMap(), ()
+        return _no_nics(f"--nic: the NICs of local rank {rank} could not be found: {exc}", strict, warnings)
     return _exports(choice, env, reasons)
 
 
