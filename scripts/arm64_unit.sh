@@ -83,6 +83,7 @@ trap cleanup EXIT
 [ -e "$BINFMT/register" ] || $SUDO mount -t binfmt_misc binfmt_misc "$BINFMT"
 usable_entry() {
     for e in "$BINFMT"/*; do
+        case "${e##*/}" in register|status) continue ;; esac   # write-only / not an entry
         [ -f "$e" ] && grep -qx enabled "$e" && grep -qx "magic $magic_hex" "$e" \
             && grep -q "^flags: .*P" "$e" && grep -q "^flags: .*F" "$e" && return 0
     done

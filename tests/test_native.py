@@ -287,19 +287,40 @@ def test_task_list_in_a_forked_child_lists_the_child():
 
 def test_task_list_in_a_child_forked_without_atfork_handlers_lists_the_child():
     """glibc's _Fork runs no atfork handler: the child keeps the parent's cached descriptor, whose listing
-    lacks the child's thread, so it is reopened (binding the parent's threads from the child would be wrong)."""
+    lacks the child's thread, so it is reopened (binding the parent's threads from the child would be wrong).
+
+    In a fresh interpreter whose only other threads are the test's two, each asleep on its event before the
+    fork: a child of _Fork may only rely on what no other thread held at the fork (glibc's own locks, the
+    allocator's), and a pytest process has threads of its own. The parent waits for the child's line with a
+    deadline, so a child that never answers fails the test instead of hanging the run."""
     import ctypes
 
-    # PyDLL: the GIL stays held across _Fork, so no other thread of this process holds it at the fork; the child
-    # then resets the interpreter's own state (the GIL's lock, threading) as os.fork does. That is Python's
-    # bookkeeping only: no pthread_atfork handler runs, and numabind's C core must still notice the new process.
-    libc = ctypes.PyDLL(None, use_errno=True)
-    if not hasattr(libc, "_Fork"):
+    if not hasattr(ctypes.CDLL(None), "_Fork"):
         pytest.skip("this C library has no _Fork (glibc 2.34 and newer have it)")
-    buf = ffi.new("int[]", 64)
-    me = threading.get_native_id()
-    with Parked(2):
-        assert lib.nb_task_list(me, buf, 64) >= 3        # cache the parent's descriptor, with 3 threads listed
+    out = run_json("""
+        import ctypes, json, os, select, signal, threading, time
+        from numabind import _native
+        ffi, lib = _native.ffi, _native.lib
+        # PyDLL: the GIL stays held across _Fork, so no other thread of this process holds it at the fork; the
+        # child then resets the interpreter's own state (the GIL's lock, threading) as os.fork does. That is
+        # Python's bookkeeping only: no pthread_atfork handler runs, and numabind's C core must still notice
+        # the new process.
+        libc = ctypes.PyDLL(None, use_errno=True)
+        release = threading.Event()
+        threads = [threading.Thread(target=release.wait, daemon=True) for _ in range(2)]
+        for t in threads:
+            t.start()
+        tids = [t.native_id for t in threads]
+        deadline = time.monotonic() + 30
+        def asleep(tid):
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "S"
+        while not all(asleep(t) for t in tids):     # both blocked on their event, holding nothing
+            assert time.monotonic() < deadline, "the test's threads did not go to sleep"
+            time.sleep(0.001)
+        buf = ffi.new("int[]", 64)
+        me = threading.get_native_id()
+        listed = lib.nb_task_list(me, buf, 64)      # caches the parent's descriptor, with 3 threads listed
         r, w = os.pipe()
         pid = libc._Fork()
         if pid == 0:
@@ -307,12 +328,21 @@ def test_task_list_in_a_child_forked_without_atfork_handlers_lists_the_child():
             n = lib.nb_task_list(threading.get_native_id(), buf, 64)   # gettid(2): the child's own id
             os.write(w, f"{n} {buf[0]} {threading.get_native_id()}".encode())
             os._exit(0)
-    assert pid > 0, ctypes.get_errno()
-    os.close(w)
-    out = os.read(r, 100).decode().split()
-    os.close(r)
-    os.waitpid(pid, 0)
-    assert out[0] == "1" and out[1] == out[2] == str(pid), out
+        assert pid > 0, ctypes.get_errno()
+        os.close(w)
+        ready, _, _ = select.select([r], [], [], 30)
+        line = os.read(r, 100).decode().split() if ready else None
+        if line is None:
+            os.kill(pid, signal.SIGKILL)
+        os.close(r)
+        os.waitpid(pid, 0)
+        release.set()
+        print(json.dumps({"listed": listed, "pid": pid, "line": line}))
+    """)
+    assert out["listed"] >= 3, out
+    assert out["line"] is not None, f"the _Fork child {out['pid']} did not answer within 30 s"
+    assert out["line"][0] == "1" and out["line"][1] == out["line"][2] == str(out["pid"]), out
+
 
 #: A read-only bind (no policy set, no CPUs set) of a subprocess: whether the threads were counted rather than
 #: listed (NB_COUNTED), the link count read (NB_BIND_LINKS), and the threads.
