@@ -107,7 +107,9 @@ def measure(reps: int) -> list[dict]:
     rows.append(look_row("P9-hardware", f"{name} hardware / python -c pass",
                          pair_ratios([*nb, "hardware"], base, reps, env), TARGETS["P9-hardware"]))
     numactl = shutil.which("numactl")
-    if numactl:
+    # for scale only: numactl -H exits 1 where libnuma finds no NUMA (get_mempolicy refused: qemu-user, seccomp)
+    if numactl and subprocess.run([numactl, "-H"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, cwd="/").returncode == 0:
         rows.append(look_row("P9-hardware", "numactl -H / python -c pass (for scale)",
                              pair_ratios([numactl, "-H"], base, reps, env), None))
     rows.append(look_row("P9-discover", 'fresh python -c "import numabind; numabind.discover()" / python -c pass',

@@ -72,6 +72,23 @@ def test_look_rows_give_the_median_of_pair_ratios_and_its_spread():
     assert "| P9-hardware | " in table.stdout and "pair ratios, spread " in table.stdout, table.stdout
 
 
+def test_a_numactl_that_refuses_leaves_out_its_scale_row_only(tmp_path):
+    """numactl -H exits 1 where libnuma finds no NUMA support (get_mempolicy refused: qemu-user, a seccomp
+    filter): P9's scale row is left out, and the measured rows stand (it stopped the whole part before)."""
+    import os
+
+    fake = tmp_path / "numactl"
+    fake.write_text("#!/bin/sh\necho 'No NUMA available on this system' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run([sys.executable, "bench/bench_look.py", "--reps", "1", "--json"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("P9 ")]
+    whats = [r["what"] for r in json.loads(line[3:])]
+    assert not any(w.startswith("numactl") for w in whats) and len(whats) == 3, whats
+
+
 def test_a_look_at_the_topology_loads_no_web_client():
     """P9-topology's start-up: ``numabind topology`` (text and hwloc XML) escapes XML attributes itself;
     ``xml.sax.saxutils`` brought ``urllib.request`` with http, email and ssl, most of the command's start."""
