@@ -43,10 +43,8 @@ SUBSET = ("tests/test_bind.py", "tests/test_backends.py", "tests/test_native.py"
 DESELECT = ("tests/test_native.py::test_bind_says_which_threads_still_appeared_after_its_last_listing",
             "tests/test_native.py::test_bind_walks_the_threads_started_during_the_walk_and_matching_binds_those_"
             "already_moved")
-#: A test still running after HANG_S seconds gets every thread's stack dumped into the log; the whole
-#: subset (about 400 s in the guest) is stopped after SUITE_S, inside the guest's own limit (timeout_s of
-#: topology "suite"), so the host reads the log and names the test that was running.
-HANG_S = 180
+#: The whole subset (about 400 s in the guest) is stopped after SUITE_S, inside the guest's own limit
+#: (timeout_s of topology "suite"), so the host reads the log and names the test that was running.
 SUITE_S = 1500
 
 
@@ -58,11 +56,12 @@ def test_the_kernel_tests_pass_on_4_cpus_and_3_nodes(vm_topology):
     paths = os.environ.get("NUMABIND_VM_SUITE", "").split() or list(SUBSET)
     env = {k: v for k, v in os.environ.items() if k not in (plugin.RESULTS_ENV,)}
     env.pop("NUMABIND_REQUIRE_VM", None)
-    # -v names each test as it starts, so a log cut short ends at the test that hung; faulthandler dumps
-    # every thread's stack of a test still running after HANG_S; the output goes straight to a file in
-    # the run's folder (on the host), so whatever the guest printed survives a timeout
+    # -v names each test as it starts, so a log cut short ends at the test that hung; the output goes
+    # straight to a file in the run's folder (on the host), so whatever the guest printed survives a timeout.
+    # (No faulthandler_timeout: its watchdog is one more thread in the process, and the tests that count
+    # the process's threads would see it.)
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "--color=no", "-o", "addopts=",
-            "-o", f"faulthandler_timeout={HANG_S}", "-m", "not numa_vm and not packaging", *paths]
+            "-m", "not numa_vm and not packaging", *paths]
     if not os.environ.get("NUMABIND_VM_SUITE"):
         argv += [f"--deselect={test}" for test in DESELECT]
     share = os.environ.get("_NUMABIND_VM_SHARE")
