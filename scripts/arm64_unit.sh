@@ -32,8 +32,9 @@ QEMU=/usr/bin/qemu-aarch64-static
 ENTRY=numabind-aarch64
 BINFMT=/proc/sys/fs/binfmt_misc
 start=$(date +%s)
-# host test dependencies with compiled code (cffi: the same version as its pure-Python half): arm64 wheels, step 3
-ARM64_WHEELS=(hypothesis cffi)
+# host test dependencies with compiled code (cffi: the same version as its pure-Python half; psutil, a runtime
+# dependency: numabind._proc reads other processes through it): arm64 wheels, step 3
+ARM64_WHEELS=(hypothesis cffi psutil)
 
 # 1. qemu-user-static (only the emulator binary is used; nothing is registered by the package here)
 if [ ! -x "$QEMU" ]; then
@@ -60,17 +61,7 @@ unset 'binds[0]'
 #    extension since 6.1xx): the same versions as the host's, as arm64 wheels (pip download, no install), unpacked
 #    into tests/vm/_cache/arm64/site, which comes before the host's packages on the chroot's PYTHONPATH
 site=$(dirname "$userland")/site
-for pkg in "${ARM64_WHEELS[@]}"; do
-    ver=$("$PY" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$pkg")
-    [ -d "$site/$pkg-$ver.dist-info" ] && continue
-    wheels=$(mktemp -d)
-    "$PY" -m pip download -q --no-deps --only-binary=:all: --implementation cp --python-version 3.11 \
-        --platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 -d "$wheels" "$pkg==$ver"
-    rm -rf "$site/$pkg" "$site/$pkg"-*.dist-info
-    "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
-        "$site" "$wheels"/*.whl
-    rm -rf "$wheels"
-done
+PYTHON="$PY" bash "$repo/scripts/arm64_wheels.sh" "$site" "${ARM64_WHEELS[@]}"
 
 # 4. binfmt_misc: arm64 ELF executables run through qemu-aarch64-static, with the flags P (the program keeps its
 #    own argv[0]: busybox's sh runs its applets by re-executing itself under their names, and would otherwise

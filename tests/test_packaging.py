@@ -174,7 +174,7 @@ def test_project_metadata():
     assert "Typing :: Typed" in classifiers and "Operating System :: POSIX :: Linux" in classifiers
     for minor in range(10, 14):
         assert f"Programming Language :: Python :: 3.{minor}" in classifiers
-    assert not [d for d in project["dependencies"] if d.lower().startswith("psutil")]
+    assert project["dependencies"] == ["cffi>=1.15", "psutil>=5.9"]   # psutil: other processes (numabind._proc)
     assert any(t.startswith("mypy") for t in project["optional-dependencies"]["test"])
     assert (ROOT / "src" / "numabind" / "py.typed").is_file()
 
@@ -216,12 +216,20 @@ def test_setup_and_ci_install_every_extra_the_suite_needs():
     assert uses_sphinx == ["test_packaging.py"], uses_sphinx   # the one docs build, covered by the docs extra
 
 
-def test_nothing_imports_psutil():
+def test_psutil_is_imported_in_one_place_and_only_inside_a_function():
+    """Other processes are read through psutil in numabind._proc alone, imported where it is used: a module
+    import (numabind run's path, a child bound at birth) never loads it."""
+    found = []
     for path in (ROOT / "src" / "numabind").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for n in ast.walk(f)}
+        for node in ast.walk(tree):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            assert not [n for n in names if n.split(".")[0] == "psutil"], f"{path} imports psutil"
+            if [n for n in names if n.split(".")[0] == "psutil"]:
+                found.append((path.relative_to(ROOT).as_posix(), id(node) in inside))
+    assert found == [("src/numabind/_proc.py", True)], found
 
 
 def test_cibuildwheel_builds_one_abi3_wheel_per_platform():
@@ -359,7 +367,7 @@ def test_sdist_metadata(dists: dict[str, Any]):
     assert "\nLicense-Expression: Apache-2.0\n" in pkg_info and "\nLicense-File: LICENSE\n" in pkg_info
     assert "\nRequires-Python: >=3.10\n" in pkg_info
     requires = re.findall(r"^Requires-Dist: (.*)$", pkg_info, re.M)
-    assert "cffi>=1.15" in requires and not [r for r in requires if r.startswith("psutil")]
+    assert "cffi>=1.15" in requires and "psutil>=5.9" in requires
 
 
 @packaging

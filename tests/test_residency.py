@@ -398,8 +398,11 @@ def _fake_kernel(tmp_path, pid: int, numa_maps: str | None) -> None:
     """A procfs/sysfs root with one process ``pid`` (two CPUs, one thread) and no NUMA directory."""
     proc = tmp_path / "proc" / str(pid)
     (proc / "task" / str(pid)).mkdir(parents=True)
-    stat = f"{pid} (fake worker) S 1 " + " ".join(["0"] * 17) + " 12345 0 0\n"
+    # the whole stat line (52 fields, start time in field 22) for the process and its thread: psutil reads
+    # them (numabind._proc lists threads and children through it)
+    stat = f"{pid} (fake worker) S 1 " + " ".join(["0"] * 17) + " 12345" + " 0" * 30 + "\n"
     (proc / "stat").write_text(stat)
+    (proc / "task" / str(pid) / "stat").write_text(stat)
     status = f"Name:\tfake worker\nPid:\t{pid}\nCpus_allowed_list:\t0-1\nMems_allowed_list:\t0\n"
     (proc / "status").write_text(status)
     (proc / "task" / str(pid) / "status").write_text(status)

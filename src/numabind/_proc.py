@@ -3,16 +3,25 @@ status, threads with their CPUs, children and environment, and where its pages a
 (``/proc/PID/numa_maps``, per node).
 
 What ``numabind stat`` (:mod:`numabind.residency`), the bound-process records and page migration
-read about a process; none of it is on the path of a bind. Every read goes through
-:func:`numabind.live.reader` (the live system's :class:`~numabind._fs.FsReader`), and the environment,
-which is NUL-separated bytes, through the same bounded read (:func:`numabind._fs.read_bounded`).
+read about a process; none of it is on the path of a bind. What psutil knows of another process is
+read through psutil (DESIGN.md, "the machine"): whether it exists, its threads, its children and its
+environment (:func:`process_exists`, :func:`process_tasks`, :func:`process_children`,
+:func:`process_tree`, :func:`environ_value`). psutil is imported inside those functions, never when this
+module is (a child bound at birth loads it), and reads ``/proc`` below the root of
+:func:`numabind.live.reader`: ``psutil.PROCFS_PATH`` is set to ``<root>/proc`` for the length of each
+call, under a lock, and put back after it. The rest goes through that reader (the live system's
+:class:`~numabind._fs.FsReader`): the start time in clock ticks (psutil gives it only in seconds),
+``/proc/PID/status`` (psutil has no whole-file view of it), each thread's name and allowed CPUs (psutil
+reads a thread's CPUs with ``sched_getaffinity``, which a replayed machine cannot answer) and numa_maps.
 """
 
 import os
-from typing import Any
+import stat
+import threading
+from typing import Any, Callable, TypeVar
 
 from ._base import Value   # not dataclasses: a child bound at birth in the child loads this module
-from ._fs import key_values, read_bounded
+from ._fs import key_values
 from .cpulist import parse_cpulist
 from .errors import NumabindError
 from . import live
@@ -172,8 +181,52 @@ def node_pages(pid: int | str = "self") -> NodePages | None:
 
 
 # ----------------------------------------------------------------------------- processes
+_T = TypeVar("_T")
+
+#: Held while ``psutil.PROCFS_PATH`` points at this reader's procfs: one call of this module's at a time.
+_PSUTIL_LOCK = threading.Lock()
+
+
+def _pid_number(pid: int | str) -> int:
+    """A pid :func:`_pid_ok` accepted as the number psutil takes (``self`` is this process)."""
+    return os.getpid() if pid == "self" else int(pid)
+
+
+def _through_psutil(read: Callable[[Any], _T], default: _T) -> _T:
+    """``read(psutil)`` with ``psutil.PROCFS_PATH`` at ``/proc`` below :func:`numabind.live.reader`'s root
+    (a replayed machine's too), put back as it was afterwards; ``default`` where psutil raises (the
+    process is gone, a zombie where psutil says so, not this process's to read) or the files do not parse
+    (a replayed root's, cut short).
+
+    psutil's module-level setting is the only way to point it elsewhere, so the calls of this module are
+    serialised by a lock; another thread of the program using psutil meanwhile sees the same setting
+    (only under ``NUMABIND_FSROOT`` or a replayed reader does it differ from ``/proc``).
+    """
+    # imported here, not at the top: a child bound at birth loads this module, and numabind run's path and
+    # bind_current never need psutil (tests/run_path.py)
+    import psutil  # type: ignore[import-untyped]   # psutil ships no type information
+
+    procfs = live.reader().path("proc")
+    with _PSUTIL_LOCK:
+        before = psutil.PROCFS_PATH
+        psutil.PROCFS_PATH = procfs
+        try:
+            return read(psutil)
+        except (psutil.Error, OSError, ValueError, IndexError):  # gone, not ours, a short or garbled file
+            return default
+        finally:
+            psutil.PROCFS_PATH = before
+
+
 def start_time(pid: int) -> int:
-    """Process start time in clock ticks (field 22 of /proc/PID/stat), 0 if gone; guards against pid reuse."""
+    """Process start time in clock ticks (field 22 of /proc/PID/stat), 0 if gone; guards against pid reuse.
+
+    Read here, not through psutil: the value is compared with start times processes recorded of
+    themselves in clock ticks (the records' names, the exec marker, ``bind``'s own read of
+    ``/proc/self/stat``), and psutil gives it only in seconds (since boot through a private method, or
+    since the epoch by adding a boot time that moves with the wall clock), which cannot be turned back
+    into those ticks reliably.
+    """
     text = live.reader().read(f"proc/{int(pid)}/stat")
     if not text:
         return 0
@@ -187,8 +240,19 @@ def start_time(pid: int) -> int:
 
 
 def process_exists(pid: int) -> bool:
-    """Whether ``/proc/PID`` is there (a zombie counts: it has not been reaped)."""
-    return _pid_ok(pid) and live.reader().isdir(f"proc/{pid}")
+    """Whether process (or thread) ``pid`` is there, as psutil sees it (a zombie counts: it has not been
+    reaped; one that may not be read counts too)."""
+    if not _pid_ok(pid):
+        return False
+
+    def read(psutil: Any) -> bool:
+        try:
+            psutil.Process(_pid_number(pid))   # NoSuchProcess when it is not
+        except psutil.AccessDenied:            # there, but not this process's to read
+            pass
+        return True
+
+    return _through_psutil(read, False)
 
 
 def has_numa_maps(pid: int | str = "self") -> bool:
@@ -225,11 +289,17 @@ class ProcessTasks(Value):
 
 
 def process_tasks(pid: int) -> ProcessTasks | None:
-    """Every thread of ``pid`` with its name and allowed CPUs; None when ``/proc/PID/task`` cannot be listed."""
+    """Every thread of ``pid`` with its name and allowed CPUs; None when its threads cannot be listed.
+
+    The threads are psutil's (``Process.threads()``); each one's name and ``Cpus_allowed_list`` come from
+    ``/proc/PID/task/TID/status``: psutil names a thread only as a process of its own (``/proc/TID``, which
+    a replayed machine does not have), and reads its CPUs with ``sched_getaffinity``, which would ask this
+    kernel, not a replayed machine's files.
+    """
     if not _pid_ok(pid):
         return None
-    fs = live.reader()
-    tids = fs.numbered(f"proc/{pid}/task", "")
+    tids: list[int] = _through_psutil(lambda psutil: sorted(t.id for t in psutil.Process(_pid_number(pid)).threads()),
+                                      [])
     if not tids:
         return None
     names: dict[int, str] = {}
@@ -244,66 +314,61 @@ def process_tasks(pid: int) -> ProcessTasks | None:
         except ValueError:
             continue
         names[tid] = fields.get("Name", "?") if fields else "?"
-    return ProcessTasks(int(pid), names, cpus)
+    return ProcessTasks(_pid_number(pid), names, cpus)
 
 
 def process_children(pid: int) -> list[int]:
-    """The children of ``pid``: ``/proc/PID/task/*/children`` (``CONFIG_PROC_CHILDREN``), else every
-    process whose ``/proc/N/stat`` names ``pid`` as its parent."""
+    """The children of ``pid`` (psutil's ``Process.children()``: every process whose parent it is, none
+    older than it), sorted; [] when it is gone or cannot be read."""
     if not _pid_ok(pid):
         return []
-    fs = live.reader()
-    out: set[int] = set()
-    found_file = False
-    for tid in fs.numbered(f"proc/{pid}/task", ""):
-        text = fs.read(f"proc/{pid}/task/{tid}/children")
-        if text is None:
-            continue
-        found_file = True
-        out.update(int(w) for w in text.split() if _digits(w))
-    if not found_file and process_exists(pid):
-        for other in fs.numbered("proc", ""):
-            stat = fs.read(f"proc/{other}/stat")
-            fields = stat[stat.rfind(")") + 2:].split() if stat else []
-            if len(fields) > 1 and fields[1] == str(pid):
-                out.add(other)
-    return sorted(out)
+    return sorted(_through_psutil(lambda psutil: [c.pid for c in psutil.Process(_pid_number(pid)).children()], []))
 
 
 def process_tree(root: int) -> list[int]:
-    """``root`` and every descendant (:func:`process_children`), parents before children."""
-    out, queue, seen = [], [root], set()
-    while queue:
-        pid = queue.pop(0)
-        if pid in seen:
-            continue
-        seen.add(pid)
-        out.append(pid)
-        queue.extend(process_children(pid))
+    """``root`` and every descendant (psutil's ``Process.children(recursive=True)``, which lists a process
+    after its parent), parents before children; ``[root]`` alone when it is gone or cannot be read."""
+    found: list[int] = []
+    if _pid_ok(root):
+        found = _through_psutil(
+            lambda psutil: [c.pid for c in psutil.Process(_pid_number(root)).children(recursive=True)], [])
+    out, seen = [root], {root}
+    for pid in found:
+        if pid not in seen:
+            seen.add(pid)
+            out.append(pid)
     return out
 
 
-#: Largest environment read from /proc/PID/environ (Linux caps a process's arguments and environment
-#: at a quarter of its stack limit; beyond this the variable is not looked for).
+#: Largest environment looked in (Linux caps a process's arguments and environment at a quarter of its
+#: stack limit; beyond this the variable is not looked for, and a replayed machine's file is not read).
 ENVIRON_MAX = 4 << 20
 
 
 def environ_value(pid: int, name: str) -> str | None:
-    """The value of variable ``name`` in the environment ``pid`` was exec'd with (``/proc/PID/environ``),
-    or None when it is not there or cannot be read (another user's process, a kernel thread).
+    """The value of variable ``name`` in the environment ``pid`` was exec'd with (psutil's
+    ``Process.environ()``, from ``/proc/PID/environ``), or None when it is not there or cannot be read
+    (another user's process, a kernel thread, a zombie) or the environment is over :data:`ENVIRON_MAX`
+    bytes. Bytes that are not UTF-8 read as U+FFFD; a name given twice has psutil's answer (the last).
 
-    The file holds NUL-separated ``NAME=value`` entries, so it is read as bytes (FsReader's text ends
-    at the first NUL) by :func:`numabind._fs.read_bounded`: non-blocking, a regular file only, no
-    symbolic link followed, at most :data:`ENVIRON_MAX` bytes.
+    The live kernel bounds its file (an exec's environment fits in a quarter of the stack limit); a
+    replayed machine's (a directory under
+    ``NUMABIND_FSROOT``) is read only when it is a regular file, not a symbolic link, of at most
+    :data:`ENVIRON_MAX` bytes (a FIFO there would block psutil's read).
     """
     if not _pid_ok(pid) or not name or "=" in name or "\0" in name:
         return None
-    try:
-        data = read_bounded(live.reader().path(f"proc/{pid}/environ"), ENVIRON_MAX, nofollow=True)
-    except (OSError, NumabindError):   # gone, another user's, not a regular file, larger than the cap
+    fs = live.reader()
+    if not fs.is_live:
+        try:
+            st = os.lstat(fs.path(f"proc/{pid}/environ"))
+        except (OSError, ValueError):
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_size > ENVIRON_MAX:
+            return None
+    env: dict[str, str] | None = _through_psutil(lambda psutil: psutil.Process(_pid_number(pid)).environ(), None)
+    if not env or sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items()) > ENVIRON_MAX:
         return None
-    key = name.encode() + b"="
-    for entry in data.split(b"\0"):
-        if entry.startswith(key):
-            return entry[len(key):].decode("utf-8", errors="replace")
-    return None
+    value = env.get(name)
+    # psutil decodes with the file-system encoding's surrogate escapes: back to the bytes, then UTF-8
+    return None if value is None else os.fsencode(value).decode("utf-8", errors="replace")

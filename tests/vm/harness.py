@@ -784,16 +784,39 @@ def arm64_problems() -> list[str]:
                 f"checkout's own, built in place (pip install -e .)"]
     try:
         arm64_native(build=True)
+        arm64_wheels()
     except HarnessError as exc:
         return [str(exc)]
     return []
 
 
+#: numabind's runtime dependencies with compiled code: their arm64 wheels, unpacked into :func:`arm64_site`
+ARM64_WHEELS = ("psutil",)
+
+
+def arm64_site() -> Path:
+    """arm64 builds of numabind's dependencies with compiled code (scripts/arm64_wheels.sh), before the host's
+    own on the arm64 guest's PYTHONPATH (its own folder: scripts/arm64_unit.sh's ``site`` holds more)."""
+    return arm64_dir() / "guest-site"
+
+
+def arm64_wheels(progress: ProgressFn = _quiet) -> None:
+    """The arm64 wheels of :data:`ARM64_WHEELS` at the host's versions in :func:`arm64_site`
+    (scripts/arm64_wheels.sh: a download only when one is missing or of another version)."""
+    from importlib.metadata import version
+
+    if all((arm64_site() / f"{pkg}-{version(pkg)}.dist-info").is_dir() for pkg in ARM64_WHEELS):
+        return
+    _run(["bash", str(REPO_ROOT / "scripts" / "arm64_wheels.sh"), str(arm64_site()), *ARM64_WHEELS], progress,
+         env=dict(os.environ, PYTHON=sys.executable))
+
+
 def prepare_arm64_userland(progress: ProgressFn = _quiet) -> None:
-    """scripts/arm64_userland.sh (idempotent), then the arm64 C core."""
+    """scripts/arm64_userland.sh (idempotent), the arm64 wheels of :data:`ARM64_WHEELS`, then the arm64 C core."""
     env = dict(os.environ, NUMABIND_VM_CACHE=str(cache_dir()), PYTHON=sys.executable)
     proc = _run(["bash", str(REPO_ROOT / "scripts" / "arm64_userland.sh"), str(arm64_dir())], progress, env=env)
     progress(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "arm64 userland ready")
+    arm64_wheels(progress)
     arm64_native(build=True, progress=progress)
 
 
@@ -821,11 +844,13 @@ def guest_python(kernel: str | None = None) -> str:
 
 def guest_env(kernel: str | None = None) -> dict[str, str]:
     """Environment a guest command needs on top of :func:`guest_script`'s: in the arm64 userland, the
-    checkout's package and the host's pure-Python packages on PYTHONPATH (no .pth file is read there, so the
-    host's editable install of numabind does not apply)."""
+    checkout's package, the arm64 wheels (:func:`arm64_site`: psutil) and the host's pure-Python packages on
+    PYTHONPATH, in that order (no .pth file is read there, so the host's editable install of numabind does not
+    apply; the host's psutil carries an x86 extension module)."""
     if kernel_spec(kernel).arch != "arm64":
         return {}
-    return {"PYTHONPATH": ":".join([str(REPO_ROOT / "src"), str(REPO_ROOT), sysconfig.get_paths()["purelib"]])}
+    return {"PYTHONPATH": ":".join([str(REPO_ROOT / "src"), str(REPO_ROOT), str(arm64_site()),
+                                    sysconfig.get_paths()["purelib"]])}
 
 
 # ----------------------------------------------------------------------------- running a guest

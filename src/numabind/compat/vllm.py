@@ -71,7 +71,7 @@ from . import (
     wrapper_executable,
 )
 
-#: vLLM's module has psutil as an attribute (its tests patch through it); numabind does not need it.
+#: vLLM's module has psutil as an attribute (its tests patch through it); nothing here reads through it.
 psutil: Any
 try:
     psutil = importlib.import_module("psutil")
