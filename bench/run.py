@@ -9,8 +9,8 @@ the same process or pair by pair, never an absolute time compared with a budget:
 * P1: ``bind_current(Plan(cpus, "bind", {node}))`` with one thread / the raw floor
   (``os.sched_setaffinity`` + a bare ``set_mempolicy`` system call). Also, where they are importable,
   psutil's ``Process().cpu_affinity(cpus)`` and py-libnuma's ``run_on_cpus`` + ``set_membind_nodes``
-  over the same floor (``--extras DIR`` adds a folder holding them, e.g.
-  ``pip install --target DIR psutil py-libnuma``; they are never numabind dependencies).
+  over the same floor (psutil is a numabind dependency, for other processes only; ``--extras DIR`` adds a
+  folder holding py-libnuma, e.g. ``pip install --target DIR py-libnuma``).
 * P2: the same plan with 32 live threads / a per-thread ``os.sched_setaffinity`` loop over
   ``/proc/self/task`` (what ``torch.numa`` does), while numabind also sets the memory policy and
   reads every thread back.
