@@ -25,7 +25,7 @@ import pytest
 
 from numabind import _proc, live
 from numabind._fs import FsReader
-from tests.kernel import ROOT, child_env, wait_zombie
+from tests.kernel import ROOT, child_env, run_json, wait_zombie
 from tests.run_path import loaded_by
 
 # ----------------------------------------------------------------------------- a replayed /proc
@@ -224,3 +224,34 @@ def test_importing_the_module_does_not_import_psutil():
     loaded = loaded_by("import os, numabind, numabind._proc as p\np.start_time(os.getpid())\np.node_pages()")
     assert "numabind._proc" in loaded and "psutil" not in loaded
     assert "psutil" in loaded_by("import os, numabind._proc as p\np.process_exists(os.getpid())")
+
+
+def test_a_child_forked_while_another_thread_reads_through_psutil_can_read():
+    """The lock that serialises psutil's PROCFS_PATH is made anew in a forked child: a child forked while
+    another thread of the parent held it would otherwise wait forever on its first read of a process."""
+    out = run_json("""
+        import json, os, select, signal, threading
+        from numabind import _proc
+        held, release = threading.Event(), threading.Event()
+        def holder():
+            with _proc._PSUTIL_LOCK:
+                held.set()
+                release.wait(60)
+        t = threading.Thread(target=holder, daemon=True)
+        t.start()
+        assert held.wait(60)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(w, b"1" if _proc.process_exists(os.getpid()) else b"0")
+            os._exit(0)
+        os.close(w)
+        ready, _, _ = select.select([r], [], [], 30)
+        answer = os.read(r, 1).decode() if ready else None
+        if answer is None:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        release.set()
+        print(json.dumps({"answer": answer}))
+    """)
+    assert out["answer"] == "1", "the forked child did not read within 30 s (the lock it inherited was held)"

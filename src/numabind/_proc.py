@@ -187,6 +187,14 @@ _T = TypeVar("_T")
 _PSUTIL_LOCK = threading.Lock()
 
 
+def _fresh_psutil_lock() -> None:
+    global _PSUTIL_LOCK
+    _PSUTIL_LOCK = threading.Lock()   # a forked child: the thread that held it does not exist there
+
+
+os.register_at_fork(after_in_child=_fresh_psutil_lock)
+
+
 def _pid_number(pid: int | str) -> int:
     """A pid :func:`_pid_ok` accepted as the number psutil takes (``self`` is this process)."""
     return os.getpid() if pid == "self" else int(pid)
