@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import types
@@ -454,7 +453,7 @@ def test_auto_gate_refuses(topo, kw, why, caplog):
 
 def test_auto_gate_on_live_root_reads_the_kernel(monkeypatch):
     t = dgx()
-    live = Topology(**{**{f: getattr(t, f) for f in t.__dataclass_fields__}, "root": "/"})
+    live = t.replace(root="/")
 
     def binding(cpus, policy):
         return lambda: types.SimpleNamespace(cpus=cpus, mem_policy=policy)
@@ -657,9 +656,8 @@ def test_e2e_granite_rapids_pct(tmp_path, monkeypatch, perf, expected):
 
 # ------------------------------------------------- GPU identity uncertain
 def _uncertain(t, index, note="NVML lists 2 GPUs, /dev/nvidiaN says 8; set CUDA_VISIBLE_DEVICES to GPU UUIDs"):
-    gpus = tuple(g if g.index != index else dataclasses.replace(g, identity="uncertain", identity_note=note)
-                 for g in t.gpus)
-    return dataclasses.replace(t, gpus=gpus)
+    gpus = tuple(g if g.index != index else g.replace(identity="uncertain", identity_note=note) for g in t.gpus)
+    return t.replace(gpus=gpus)
 
 
 def test_uncertain_gpu_identity_is_said_in_the_plan_and_refused_when_strict(monkeypatch):
@@ -781,6 +779,6 @@ def test_explicit_cpus_on_a_hybrid_cpu_are_kept(laptop):
 
 
 def test_a_cpuset_of_efficiency_cores_only_keeps_them(laptop):
-    narrowed = dataclasses.replace(laptop, allowed_cpus=L("12-19"))
+    narrowed = laptop.replace(allowed_cpus=L("12-19"))
     plan = plan_for_gpu(0, "node", narrowed, nodes=[0])
     assert plan.cpus == L("12-19") and "performance cores" not in plan.reason

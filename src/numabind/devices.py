@@ -167,19 +167,20 @@ that node, else through NVML's memory affinity, else left ``None``.
 
 from __future__ import annotations
 
-import logging
 import os
-import re
-import stat
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+import stat   # loaded by os already: free
 
+from ._base import Value, getLogger
 from ._fs import ascii_int, key_values
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
 
-log = logging.getLogger(__name__)
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (discovery's start-up, issue 34)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Collection, Mapping, Sequence
+    from typing import Any
+
+log = getLogger(__name__)
 
 __all__ = [
     "Gpu",
@@ -216,19 +217,22 @@ _PCI_DEVICES = "sys/bus/pci/devices"
 _NV_PROC = "proc/driver/nvidia/gpus"
 _NV_CAPS = "proc/driver/nvidia/capabilities"
 _KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
-_BDF = re.compile(r"([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
-_HEX = re.compile(r"(?:0[xX])?([0-9a-fA-F]{1,16})")
-_NV_NODE = re.compile(r"nvidia([0-9]{1,6})")
-_RENDER_NODE = re.compile(r"renderD([0-9]{1,6})")
-_DAVINCI_NODE = re.compile(r"davinci([0-9]{1,6})")
+#: Digits of a PCI address as sysfs spells it (lower case), and of a sysfs hex attribute. Plain string tests
+#: instead of regular expressions: ``re`` is a third of discovery's start-up (issue 34).
+_LOWER_HEX = frozenset("0123456789abcdef")
+_ANY_HEX = frozenset("0123456789abcdefABCDEF")
+_DIGITS = frozenset("0123456789")
+#: Device file names ``<prefix><N>`` (N: 1 to 6 ASCII digits) of NVIDIA GPUs, render nodes and Ascend NPUs.
+_NV_NODE = "nvidia"
+_RENDER_NODE = "renderD"
+_DAVINCI_NODE = "davinci"
 #: Most digits accepted in a visibility index (CUDA_VISIBLE_DEVICES & co.).
 _INDEX_DIGITS = 9
 #: Read caps for the small driver files (bytes).
 _INFO_LIMIT = 16384
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(Value):
     """One accelerator as a worker process sees it.
 
     ``numa_source`` says how ``numa_node`` was found: ``"numa_node"`` (the PCI
@@ -242,24 +246,43 @@ class Gpu:
     ``vendor`` is ``"nvidia"``, ``"amd"``, ``"intel"`` or ``"ascend"`` (a
     Huawei Ascend NPU: ``minor`` is N of its ``/dev/davinci<N>``, the chip's
     physical id; ``name`` the model its PCI device id names).
+
+    A frozen value (:class:`numabind._base.Value`, not a dataclass): ``gpu.replace(index=1)`` is a changed
+    copy (``copy.replace`` from Python 3.13); ``dataclasses.replace`` does not apply.
     """
+
+    __slots__ = ("index", "pci_address", "vendor", "numa_node", "local_cpus", "uuid", "name", "minor", "integrated",
+                 "numa_source", "numa_note", "device_id", "physical_index", "mig_uuid", "identity", "identity_note")
+
+    def __init__(self, index: int, pci_address: str, vendor: str, numa_node: int | None,
+                 local_cpus: frozenset[int] = frozenset(), uuid: str | None = None, name: str | None = None,
+                 minor: int | None = None, integrated: bool = False, numa_source: str = "numa_node",
+                 numa_note: str = "", device_id: int | None = None, physical_index: int | None = None,
+                 mig_uuid: str | None = None, identity: str = "certain", identity_note: str = "") -> None:
+        for key, value in (("index", index), ("pci_address", pci_address), ("vendor", vendor),
+                           ("numa_node", numa_node), ("local_cpus", frozenset(local_cpus)), ("uuid", uuid),
+                           ("name", name), ("minor", minor), ("integrated", integrated),
+                           ("numa_source", numa_source), ("numa_note", numa_note), ("device_id", device_id),
+                           ("physical_index", physical_index), ("mig_uuid", mig_uuid), ("identity", identity),
+                           ("identity_note", identity_note)):
+            object.__setattr__(self, key, value)
 
     index: int                      # visible index (after CUDA_VISIBLE_DEVICES & co.)
     pci_address: str                # "0000:1b:00.0"
     vendor: str                     # "nvidia" | "amd" | "intel" | "ascend"
     numa_node: int | None           # None when the firmware reports -1 and nothing else places it
-    local_cpus: frozenset[int] = field(default_factory=frozenset)
-    uuid: str | None = None
-    name: str | None = None
-    minor: int | None = None
-    integrated: bool = False
-    numa_source: str = "numa_node"
-    numa_note: str = ""
-    device_id: int | None = None
-    physical_index: int | None = None
-    mig_uuid: str | None = None
-    identity: str = "certain"
-    identity_note: str = ""
+    local_cpus: frozenset[int]
+    uuid: str | None
+    name: str | None
+    minor: int | None
+    integrated: bool
+    numa_source: str
+    numa_note: str
+    device_id: int | None
+    physical_index: int | None
+    mig_uuid: str | None
+    identity: str
+    identity_note: str
 
     @property
     def identity_certain(self) -> bool:
@@ -294,9 +317,27 @@ class Gpu:
         }
 
 
-@dataclass(frozen=True)
-class PciGpu:
+class PciGpu(Value):
     """A GPU as sysfs lists it, before numbering (internal record, public for tests)."""
+
+    __slots__ = ("pci_address", "vendor", "pci_class", "device_id", "firmware_node", "local_cpus", "integrated",
+                 "uuid", "name", "minor", "kfd_node", "mig_uuids", "nvml_memory_nodes", "driver", "render_minor",
+                 "mig_slices")
+
+    def __init__(self, pci_address: str, vendor: str, pci_class: int, device_id: int | None,
+                 firmware_node: int | None, local_cpus: frozenset[int], integrated: bool = False,
+                 uuid: str | None = None, name: str | None = None, minor: int | None = None,
+                 kfd_node: int | None = None, mig_uuids: tuple[str, ...] = (),
+                 nvml_memory_nodes: frozenset[int] | None = None, driver: str | None = None,
+                 render_minor: int | None = None, mig_slices: int = 0) -> None:
+        for key, value in (("pci_address", pci_address), ("vendor", vendor), ("pci_class", pci_class),
+                           ("device_id", device_id), ("firmware_node", firmware_node),
+                           ("local_cpus", frozenset(local_cpus)), ("integrated", integrated), ("uuid", uuid),
+                           ("name", name), ("minor", minor), ("kfd_node", kfd_node),
+                           ("mig_uuids", tuple(mig_uuids)),
+                           ("nvml_memory_nodes", None if nvml_memory_nodes is None else frozenset(nvml_memory_nodes)),
+                           ("driver", driver), ("render_minor", render_minor), ("mig_slices", mig_slices)):
+            object.__setattr__(self, key, value)
 
     pci_address: str
     vendor: str
@@ -304,25 +345,49 @@ class PciGpu:
     device_id: int | None
     firmware_node: int | None       # numa_node as read; None when missing or unparsable
     local_cpus: frozenset[int]
-    integrated: bool = False
-    uuid: str | None = None
-    name: str | None = None
-    minor: int | None = None         # NVIDIA device minor, AMD render minor, Ascend physical id (davinci<N>)
-    kfd_node: int | None = None
-    mig_uuids: tuple[str, ...] = ()
-    nvml_memory_nodes: frozenset[int] | None = None
-    driver: str | None = None       # kernel driver bound to it (basename of its driver link)
-    render_minor: int | None = None  # N of its /dev/dri/renderDN (AMD, Intel)
-    mig_slices: int = 0             # MIG GPU instances procfs lists for it (NVIDIA)
+    integrated: bool
+    uuid: str | None
+    name: str | None
+    minor: int | None               # NVIDIA device minor, AMD render minor, Ascend physical id (davinci<N>)
+    kfd_node: int | None
+    mig_uuids: tuple[str, ...]
+    nvml_memory_nodes: frozenset[int] | None
+    driver: str | None              # kernel driver bound to it (basename of its driver link)
+    render_minor: int | None        # N of its /dev/dri/renderDN (AMD, Intel)
+    mig_slices: int                 # MIG GPU instances procfs lists for it (NVIDIA)
 
 
 # ------------------------------------------------------------ small parsers
 def _hex(text: str | None) -> int | None:
-    """A sysfs hex attribute (``0x10de``) of ASCII hex digits, else None."""
+    """A sysfs hex attribute (``0x10de``: an optional ``0x``, then 1 to 16 ASCII hex digits), else None."""
     if text is None:
         return None
-    m = _HEX.fullmatch(text.strip())
-    return int(m.group(1), 16) if m else None
+    digits = text.strip()
+    if digits[:2] in ("0x", "0X"):
+        digits = digits[2:]
+    return int(digits, 16) if 0 < len(digits) <= 16 and set(digits) <= _ANY_HEX else None
+
+
+def _bdf(text: str) -> tuple[str, str, str, str] | None:
+    """``(domain, bus, device, function)`` of a PCI address spelled ``dddd:bb:dd.f`` (a domain of 4 to 8 and
+    bus and device of 2 lower-case hex digits, a function 0 to 7), else None."""
+    parts = text.split(":")
+    if len(parts) != 3:
+        return None
+    domain, bus, rest = parts
+    device, dot, function = rest[:2], rest[2:3], rest[3:]
+    if not (4 <= len(domain) <= 8 and len(bus) == 2 and len(rest) == 4 and dot == "." and len(function) == 1
+            and function in "01234567" and set(domain + bus + device) <= _LOWER_HEX):
+        return None
+    return domain, bus, device, function
+
+
+def _numbered(name: str, prefix: str) -> int | None:
+    """N of a device file name ``<prefix><N>`` (N: 1 to 6 ASCII digits), else None."""
+    digits = name[len(prefix):]
+    if name.startswith(prefix) and 0 < len(digits) <= 6 and set(digits) <= _DIGITS:
+        return int(digits)
+    return None
 
 
 def _shown(text: str, width: int = 40) -> str:
@@ -341,8 +406,8 @@ def _read_hex(reader: Any, rel: str) -> int | None:
 
 
 def _is_integrated(vendor: str, address: str) -> bool:
-    m = _BDF.fullmatch(address)
-    return vendor == "intel" and m is not None and int(m.group(1), 16) == 0 and int(m.group(2), 16) == 0
+    m = _bdf(address)
+    return vendor == "intel" and m is not None and int(m[0], 16) == 0 and int(m[1], 16) == 0
 
 
 def _driver(reader: Any, base: str) -> str | None:
@@ -353,9 +418,9 @@ def _driver(reader: Any, base: str) -> str | None:
 
 def _render_minor(reader: Any, base: str) -> int | None:
     for name in reader.listdir(f"{base}/drm"):
-        m = _RENDER_NODE.fullmatch(name)
-        if m:
-            return int(m.group(1))
+        minor = _numbered(name, _RENDER_NODE)
+        if minor is not None:
+            return minor
     return None
 
 
@@ -364,7 +429,7 @@ def scan_pci_gpus(reader: Any) -> list[PciGpu]:
     found = []
     for addr in reader.listdir(_PCI_DEVICES):
         address = addr.lower()
-        if not _BDF.fullmatch(address):
+        if _bdf(address) is None:
             continue
         base = f"{_PCI_DEVICES}/{addr}"
         vendor_id = _read_hex(reader, f"{base}/vendor")
@@ -406,10 +471,10 @@ def scan_pci_gpus(reader: Any) -> list[PciGpu]:
 
 def _normal_bdf(name: str) -> str | None:
     """A procfs/NVML bus id (``0000:18:00.0``, ``00000000:18:00.0``) as sysfs spells it."""
-    m = _BDF.fullmatch(name.strip().lower())
+    m = _bdf(name.strip().lower())
     if m is None:
         return None
-    return f"{int(m.group(1), 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
+    return f"{int(m[0], 16):04x}:{m[1]}:{m[2]}.{m[3]}"
 
 
 def parse_nvidia_information(text: str) -> dict[str, str]:
@@ -438,8 +503,7 @@ def _nvidia_proc(reader: Any, gpus: list[PciGpu], listed: Mapping[str, str] | No
                 minor = ascii_int(raw, max_digits=6) if raw else None
                 if raw and minor is None:
                     log.debug("GPU %s: unparsable Device Minor %s; ignored", g.pci_address, _shown(raw))
-                g = replace(
-                    g,
+                g = g.replace(
                     uuid=info.get("GPU UUID") or g.uuid,
                     name=info.get("Model") or g.name,
                     minor=minor if minor is not None else g.minor,
@@ -448,7 +512,7 @@ def _nvidia_proc(reader: Any, gpus: list[PciGpu], listed: Mapping[str, str] | No
             slices = [n for n in reader.listdir(f"{_NV_CAPS}/gpu{g.minor}/mig")
                       if n.startswith("gi") and ascii_int(n[2:], max_digits=6) is not None]
             if slices:
-                g = replace(g, mig_slices=len(slices))
+                g = g.replace(mig_slices=len(slices))
         out.append(g)
     return out
 
@@ -465,7 +529,13 @@ def _kfd_properties(text: str) -> dict[str, int]:
     return out
 
 
-class _Kfd(NamedTuple):
+class _Kfd(Value):
+    __slots__ = ("agents", "hidden")
+
+    def __init__(self, agents: dict[str, tuple[int, dict[str, int], str | None]], hidden: list[int]) -> None:
+        object.__setattr__(self, "agents", agents)
+        object.__setattr__(self, "hidden", hidden)
+
     agents: dict[str, tuple[int, dict[str, int], str | None]]   # pci address -> (node id, properties, name)
     hidden: list[int]                                            # node ids whose properties cannot be read
 
@@ -509,8 +579,7 @@ def _amd_kfd(gpus: list[PciGpu], kfd: _Kfd | None) -> list[PciGpu]:
             nid, props, name = hit
             unique = props.get("unique_id")
             render = props.get("drm_render_minor")
-            g = replace(
-                g,
+            g = g.replace(
                 kfd_node=nid,
                 uuid=f"GPU-{unique:016x}" if unique else g.uuid,
                 name=name or g.name,
@@ -535,8 +604,7 @@ def _with_nvml(gpus: list[PciGpu], nvml_devices: Sequence[Any]) -> list[PciGpu]:
                     "GPU %s: sysfs local_cpulist %s, NVML CPU affinity %s; using sysfs",
                     g.pci_address, format_cpulist(g.local_cpus), format_cpulist(d.cpu_affinity),
                 )
-            g = replace(
-                g,
+            g = g.replace(
                 uuid=d.uuid or g.uuid,
                 name=d.name or g.name,
                 minor=d.minor if d.minor is not None else g.minor,
@@ -596,15 +664,15 @@ def _accessible(reader: Any, rel: str) -> bool:
     return st.st_mode & 0o600 == 0o600
 
 
-def _device_nodes(reader: Any, directory: str, pattern: re.Pattern[str]) -> dict[int, bool] | None:
-    """``{N: accessible}`` of the device files ``directory/<pattern N>``; None when there is none."""
+def _device_nodes(reader: Any, directory: str, prefix: str) -> dict[int, bool] | None:
+    """``{N: accessible}`` of the device files ``directory/<prefix N>``; None when there is none."""
     if not hasattr(reader, "path"):
         return None
     found = {}
     for name in reader.listdir(directory):
-        m = pattern.fullmatch(name)
-        if m:
-            found[int(m.group(1))] = _accessible(reader, f"{directory}/{name}")
+        n = _numbered(name, prefix)
+        if n is not None:
+            found[n] = _accessible(reader, f"{directory}/{name}")
     return found or None
 
 
@@ -647,7 +715,14 @@ def _drop_other_drivers(vendor: str, gpus: Sequence[PciGpu]) -> list[PciGpu]:
     return out
 
 
-class _Runtime(NamedTuple):
+class _Runtime(Value):
+    __slots__ = ("gpus", "membership", "order")
+
+    def __init__(self, gpus: list[PciGpu], membership: list[str], order: list[str]) -> None:
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "membership", membership)
+        object.__setattr__(self, "order", order)
+
     gpus: list[PciGpu]          # what the runtime numbers, in its order
     membership: list[str]       # why the set may be wrong (sources disagree)
     order: list[str]            # why the order may be wrong
@@ -898,7 +973,7 @@ def _ascend_runtime(reader: Any, gpus: Sequence[PciGpu], env: Mapping[str, str],
             membership.append(_warn(
                 f"/dev holds accessible NPU device nodes {_names('davinci', stray)}, but sysfs lists "
                 f"{len(host)} Ascend NPUs ({_addrs(host)}); numabind drops those nodes"))
-        keep = [replace(host[n], minor=n) for n in opened if n < len(host)]
+        keep = [host[n].replace(minor=n) for n in opened if n < len(host)]
         manager = _accessible(reader, "dev/davinci_manager") if reader.exists("dev/davinci_manager") else None
         if keep and not manager:
             membership.append(_warn(
@@ -909,18 +984,18 @@ def _ascend_runtime(reader: Any, gpus: Sequence[PciGpu], env: Mapping[str, str],
         value = env.get("ASCEND_VISIBLE_DEVICES") if container_env else None
         word = value.strip().lower() if value is not None else None
         if word is None:
-            keep = [replace(g, minor=k) for k, g in enumerate(host)]
+            keep = [g.replace(minor=k) for k, g in enumerate(host)]
         elif word in ("", "void"):
             keep = []
         else:
             ids = _ascend_env_ids(word, len(host))
             if ids is None:
-                keep = [replace(g, minor=k) for k, g in enumerate(host)]
+                keep = [g.replace(minor=k) for k, g in enumerate(host)]
                 membership.append(_warn(
                     f"ASCEND_VISIBLE_DEVICES={_shown(value or '')} names devices numabind cannot resolve without "
                     f"/dev/davinci* nodes; numabind counts all {len(host)} Ascend NPUs of sysfs"))
             else:
-                keep = [replace(host[k], minor=k) for k in ids]
+                keep = [host[k].replace(minor=k) for k in ids]
     placements = {(g.firmware_node, g.local_cpus) for g in host}
     if len(placements) > 1:
         order.append(_warn(
@@ -960,7 +1035,14 @@ def _match_uuid(entry: str, uuids: Sequence[str | None]) -> int | None:
     return hits[0] if len(hits) == 1 else None
 
 
-class _Pick(NamedTuple):
+class _Pick(Value):
+    __slots__ = ("pos", "mig_uuid", "named")
+
+    def __init__(self, pos: int, mig_uuid: str | None, named: bool) -> None:
+        object.__setattr__(self, "pos", pos)
+        object.__setattr__(self, "mig_uuid", mig_uuid)
+        object.__setattr__(self, "named", named)
+
     pos: int                    # position in the runtime's list
     mig_uuid: str | None
     named: bool                 # selected by UUID: its identity does not depend on numbering
@@ -1032,7 +1114,7 @@ def _select(vendor: str, devices: Sequence[PciGpu], env: Mapping[str, str]) -> t
             sub = [devices[p.pos] for p in chosen]
             inner, note = _parse_entries(hip, len(sub), [d.uuid for d in sub], {}, var)
             notes += [note] if note else []
-            chosen = [chosen[p.pos]._replace(named=chosen[p.pos].named or p.named) for p in inner]
+            chosen = [chosen[p.pos].replace(named=chosen[p.pos].named or p.named) for p in inner]
         return chosen, notes
     value = env.get("ZE_AFFINITY_MASK")
     if not value or not value.strip():
@@ -1131,11 +1213,11 @@ def discover_gpus(reader: Any, nodes: Mapping[int, Any], env: Mapping[str, str] 
         runtime = _intel_runtime(reader, gpus, env)
     physical = runtime.gpus
     doubt = runtime.membership + runtime.order
-    if not getattr(reader, "is_live", True):
+    if len(physical) > 1 and not getattr(reader, "is_live", True):
         from ._hwloc_xml import gpu_order_note     # an hwloc XML root: how its GPUs are ordered, if unsure
 
         xml_note = gpu_order_note(reader, chosen_vendor)
-        if xml_note and len(physical) > 1:
+        if xml_note:
             doubt.append(xml_note)
     if chosen_vendor == "ascend":
         picks, _notes, order_doubts = _ascend_select(physical, env)
@@ -1180,7 +1262,6 @@ VISIBILITY_VARIABLES = {"nvidia": ("CUDA_VISIBLE_DEVICES",), "amd": ("ROCR_VISIB
                         "intel": ("ZE_AFFINITY_MASK",), "ascend": ("ASCEND_RT_VISIBLE_DEVICES",)}
 #: Most GPUs one list may name (a range such as ``0-999999999`` is refused, never expanded).
 MAX_LISTED_GPUS = 4096
-_SHORT_BDF = re.compile(r"([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
 
 
 def gpu_list_entries(spec: str) -> list[str | int]:
@@ -1207,7 +1288,7 @@ def gpu_list_entries(spec: str) -> list[str | int]:
             out.append(entry)
         elif _normal_bdf(entry) is not None:
             out.append(_normal_bdf(entry) or entry)
-        elif _SHORT_BDF.fullmatch(entry.lower()):
+        elif _bdf("0000:" + entry.lower()) is not None:   # bus:device.function
             out.append("0000:" + entry.lower())
         else:
             raise PlanError(f"GPU list {_shown(spec)}: entry {_shown(entry)} is not a visible index, a UUID "

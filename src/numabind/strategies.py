@@ -25,7 +25,6 @@ Placement of one GPU:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import re
@@ -117,7 +116,7 @@ def narrowed_to_affinity(topology: Topology) -> Topology:
     """``topology`` with its allowed CPUs narrowed to the affinity the process inherited (``within_affinity``,
     ``--within-affinity``); a :class:`PlanError` when that affinity is unknown or outside the cpuset."""
     narrowed = topology.allowed.within_affinity()
-    return dataclasses.replace(topology, allowed_cpus=narrowed.allowed_cpus, allowed_source=narrowed.cpus_source)
+    return topology.replace(allowed_cpus=narrowed.allowed_cpus, allowed_source=narrowed.cpus_source)
 
 
 def _widen_fix(topology: Topology) -> str:

@@ -63,13 +63,12 @@ error, never an empty machine.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
+
+from ._base import Value, getLogger
 from ._cgroup import read_allowed
 from ._fs import WEIGHTS_AUTO_NAMES, WEIGHTS_DIR, FsReader, ascii_int, key_values
 from ._util import FrozenMap
@@ -79,12 +78,17 @@ from .errors import NumabindError, PlanError
 from .plan import Allowed
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable, Mapping
+    from typing import Any, TypeVar
+
     from .iodevices import Nic
+
+    _T = TypeVar("_T", bound=Value)
 
 __all__ = ["ARM_CPU_PARTS", "Cache", "Cpu", "InterleaveWeights", "MemoryAccess", "Node", "Topology",
            "arm_cpu_name", "discover", "discover_from", "read_interleave_weights"]
 
-log = logging.getLogger(__name__)
+log = getLogger(__name__)   # logging.getLogger(__name__), without importing logging until a record can be seen
 
 _NODE_DIR = "sys/devices/system/node"
 _CPU_DIR = "sys/devices/system/cpu"
@@ -92,9 +96,11 @@ _CPU_DIR = "sys/devices/system/cpu"
 #: SLIT distance of a node to itself (the kernel's LOCAL_DISTANCE).
 LOCAL_DISTANCE = 10
 
+_set = object.__setattr__          # sets a field of a frozen value (Value.__setattr__ refuses)
+_NO_DISTANCES: FrozenMap[int, int] = FrozenMap()   # Node's default distances (immutable: one for all)
 
-@dataclass(frozen=True)
-class Cpu:
+
+class Cpu(Value):
     """One online logical CPU.
 
     ``cluster_cpus`` is the kernel's ``cluster_cpus_list`` (Linux 5.16+: the cores of a cluster, as the
@@ -107,45 +113,80 @@ class Cpu:
     they do not take part in equality, so a Cpu written with the first five fields equals the discovered one.
     """
 
+    __slots__ = ("id", "node", "package", "core", "siblings", "cluster", "cluster_cpus", "capacity", "kind")
+    _compare = ("id", "node", "package", "core", "siblings")
+
+    def __init__(self, id: int, node: int | None, package: int, core: int,
+                 siblings: frozenset[int], cluster: int = -1, cluster_cpus: frozenset[int] = frozenset(),
+                 capacity: int | None = None, kind: str | None = None) -> None:
+        _set(self, "id", id)
+        _set(self, "node", node)
+        _set(self, "package", package)
+        _set(self, "core", core)
+        _set(self, "siblings", siblings)
+        _set(self, "cluster", cluster)
+        _set(self, "cluster_cpus", cluster_cpus)
+        _set(self, "capacity", capacity)
+        _set(self, "kind", kind)
+
     id: int
     node: int | None                 # NUMA node holding this CPU (None if no node lists it)
     package: int                     # physical_package_id, -1 when unknown
     core: int                        # core_id, -1 when unknown
     siblings: frozenset[int]         # thread_siblings_list (contains id itself)
-    cluster: int = field(default=-1, compare=False)       # cluster_id of a cluster larger than the core, else -1
-    cluster_cpus: frozenset[int] = field(default=frozenset(), compare=False)  # cluster_cpus_list (online)
-    capacity: int | None = field(default=None, compare=False)   # cpu_capacity (not on x86), None when absent
-    kind: str | None = field(default=None, compare=False)       # "performance" | "efficiency" | None (not hybrid)
+    cluster: int                     # cluster_id of a cluster larger than the core, else -1 (not compared)
+    cluster_cpus: frozenset[int]     # cluster_cpus_list (online; not compared)
+    capacity: int | None             # cpu_capacity (not on x86), None when absent (not compared)
+    kind: str | None                 # "performance" | "efficiency" | None (not hybrid; not compared)
 
 
-@dataclass(frozen=True)
-class Cache:
+class Cache(Value):
     """One cache instance shared by a group of CPUs.
 
     ``size_bytes`` is the instance's ``size`` file (None when the kernel does not
     write one); it does not take part in equality.
     """
 
+    __slots__ = ("level", "type", "cpus", "size_bytes")
+    _compare = ("level", "type", "cpus")
+
+    def __init__(self, level: int, type: str, cpus: frozenset[int],
+                 size_bytes: int | None = None) -> None:
+        _set(self, "level", level)
+        _set(self, "type", type)
+        _set(self, "cpus", cpus)
+        _set(self, "size_bytes", size_bytes)
+
     level: int
     type: str                        # "Unified" | "Data" | "Instruction"
     cpus: frozenset[int]             # shared_cpu_list
-    size_bytes: int | None = field(default=None, compare=False)
+    size_bytes: int | None           # size (not compared)
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "type": self.type, "cpus": format_cpulist(self.cpus),
                 "size_bytes": self.size_bytes}
 
 
-@dataclass(frozen=True)
-class MemoryAccess:
+class MemoryAccess(Value):
     """How fast a node's memory is from its best initiators, as the firmware's HMAT table says
     (``nodeN/access0/initiators``): bandwidths in MB/s, latencies in ns (None: not given)."""
 
-    read_bandwidth: int | None = None
-    write_bandwidth: int | None = None
-    read_latency: int | None = None
-    write_latency: int | None = None
-    initiators: frozenset[int] = frozenset()    # the nodes (with CPUs) those figures are measured from
+    __slots__ = ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency", "initiators")
+
+    def __init__(self, read_bandwidth: int | None = None, write_bandwidth: int | None = None,
+                 read_latency: int | None = None, write_latency: int | None = None,
+                 initiators: frozenset[int] = frozenset()) -> None:
+        _set(self, "read_bandwidth", read_bandwidth)
+        _set(self, "write_bandwidth", write_bandwidth)
+        _set(self, "read_latency", read_latency)
+        _set(self, "write_latency", write_latency)
+        _set(self, "initiators", initiators)
+
+    read_bandwidth: int | None
+    write_bandwidth: int | None
+    read_latency: int | None
+    write_latency: int | None
+    initiators: frozenset[int]       # the nodes (with CPUs) those figures are measured from
 
     def to_dict(self) -> dict[str, Any]:
         return {"read_bandwidth": self.read_bandwidth, "write_bandwidth": self.write_bandwidth,
@@ -153,8 +194,7 @@ class MemoryAccess:
                 "initiators": format_cpulist(self.initiators)}
 
 
-@dataclass(frozen=True)
-class InterleaveWeights:
+class InterleaveWeights(Value):
     """The system-wide weights of weighted interleave (``sys/kernel/mm/mempolicy/weighted_interleave``).
 
     ``weights`` maps each node with a weight file to its weight (1-255); ``auto`` is the kernel's
@@ -162,27 +202,43 @@ class InterleaveWeights:
     such switch; ``auto_name`` the switch's file name.
     """
 
+    __slots__ = ("weights", "auto", "auto_name")
+
+    def __init__(self, weights: FrozenMap[int, int], auto: bool | None = None, auto_name: str | None = None) -> None:
+        _set(self, "weights", weights)
+        _set(self, "auto", auto)
+        _set(self, "auto_name", auto_name)
+
     weights: FrozenMap[int, int]
-    auto: bool | None = None
-    auto_name: str | None = None
+    auto: bool | None
+    auto_name: str | None
 
     def to_dict(self) -> dict[str, Any]:
         return {"weights": {str(n): w for n, w in self.weights.items()}, "auto": self.auto}
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(Value):
     """One NUMA node as the kernel lists it (memory-only and CPU-only too).
 
     ``access`` holds the firmware's memory performance figures for the node (HMAT), None on the
     many machines without them.
     """
 
+    __slots__ = ("id", "cpus", "memory_bytes", "distances", "access")
+
+    def __init__(self, id: int, cpus: frozenset[int], memory_bytes: int,
+                 distances: FrozenMap[int, int] = _NO_DISTANCES, access: MemoryAccess | None = None) -> None:
+        _set(self, "id", id)
+        _set(self, "cpus", cpus)
+        _set(self, "memory_bytes", memory_bytes)
+        _set(self, "distances", distances)
+        _set(self, "access", access)
+
     id: int
     cpus: frozenset[int]             # online CPUs of the node; empty for memory-only nodes
     memory_bytes: int                # MemTotal of the node; 0 for CPU-only nodes
-    distances: FrozenMap[int, int] = field(default_factory=FrozenMap)
-    access: MemoryAccess | None = None
+    distances: FrozenMap[int, int]   # SLIT distance to each node (empty when the kernel gives none)
+    access: MemoryAccess | None
 
     @property
     def has_memory(self) -> bool:
@@ -202,9 +258,36 @@ class Node:
         }
 
 
-@dataclass(frozen=True)
-class Topology:
+class Topology(Value):
     """What discovery found under one root. Frozen, hashable, picklable."""
+
+    __slots__ = ("root", "nodes", "cpus", "online_cpus", "possible_cpus", "allowed_cpus", "online_nodes",
+                 "possible_nodes", "allowed_nodes", "caches", "model_name", "cppc_highest_perf", "gpus",
+                 "allowed_source", "interleave_weights", "affinity", "kinds_source")
+
+    def __init__(self, root: str, nodes: FrozenMap[int, Node], cpus: FrozenMap[int, Cpu], online_cpus: frozenset[int],
+                 possible_cpus: frozenset[int], allowed_cpus: frozenset[int], online_nodes: frozenset[int],
+                 possible_nodes: frozenset[int], allowed_nodes: frozenset[int], caches: tuple[Cache, ...] = (),
+                 model_name: str | None = None, cppc_highest_perf: int | None = None, gpus: tuple[Gpu, ...] = (),
+                 allowed_source: str = "", interleave_weights: InterleaveWeights | None = None,
+                 affinity: frozenset[int] | None = None, kinds_source: str = "") -> None:
+        _set(self, "root", root)
+        _set(self, "nodes", nodes)
+        _set(self, "cpus", cpus)
+        _set(self, "online_cpus", online_cpus)
+        _set(self, "possible_cpus", possible_cpus)
+        _set(self, "allowed_cpus", allowed_cpus)
+        _set(self, "online_nodes", online_nodes)
+        _set(self, "possible_nodes", possible_nodes)
+        _set(self, "allowed_nodes", allowed_nodes)
+        _set(self, "caches", caches)
+        _set(self, "model_name", model_name)
+        _set(self, "cppc_highest_perf", cppc_highest_perf)
+        _set(self, "gpus", gpus)
+        _set(self, "allowed_source", allowed_source)
+        _set(self, "interleave_weights", interleave_weights)
+        _set(self, "affinity", affinity)
+        _set(self, "kinds_source", kinds_source)
 
     root: str
     nodes: FrozenMap[int, Node]
@@ -215,15 +298,15 @@ class Topology:
     online_nodes: frozenset[int]
     possible_nodes: frozenset[int]
     allowed_nodes: frozenset[int]    # Mems_allowed / cpuset.mems
-    caches: tuple[Cache, ...] = ()   # distinct cache instances, sorted by (level, type, min cpu)
-    model_name: str | None = None    # /proc/cpuinfo "model name" of the first CPU
-    cppc_highest_perf: int | None = None  # cpu0/acpi_cppc/highest_perf (PCT gate)
-    gpus: tuple[Gpu, ...] = ()
-    allowed_source: str = ""         # where allowed_cpus/allowed_nodes were read from
-    interleave_weights: InterleaveWeights | None = None   # None: no weighted interleave (before Linux 6.9)
-    affinity: frozenset[int] | None = None   # the affinity inherited (live) or dumped (Cpus_allowed), beside
-                                             # the limit, never one; None where unknown
-    kinds_source: str = ""                   # where the core kinds came from ("" when the CPU is not hybrid)
+    caches: tuple[Cache, ...]        # distinct cache instances, sorted by (level, type, min cpu)
+    model_name: str | None           # /proc/cpuinfo "model name" of the first CPU
+    cppc_highest_perf: int | None    # cpu0/acpi_cppc/highest_perf (PCT gate)
+    gpus: tuple[Gpu, ...]
+    allowed_source: str              # where allowed_cpus/allowed_nodes were read from
+    interleave_weights: InterleaveWeights | None   # None: no weighted interleave (before Linux 6.9)
+    affinity: frozenset[int] | None  # the affinity inherited (live) or dumped (Cpus_allowed), beside
+                                     # the limit, never one; None where unknown
+    kinds_source: str                # where the core kinds came from ("" when the CPU is not hybrid)
 
     # -- queries -------------------------------------------------------------
 
@@ -661,18 +744,22 @@ def read_interleave_weights(reader: FsReader) -> InterleaveWeights | None:
 
 
 _NO_OWNERS: Mapping[int, frozenset[int]] = {}
-_T = TypeVar("_T")
 _new = object.__new__
-_set_fields = object.__setattr__
+#: Per value class, each slot's setter (the slot's own descriptor): :func:`_made` sets a field with one call.
+_SETTERS: dict[type, dict[str, Any]] = {}
 
 
 def _made(cls: type[_T], fields: dict[str, Any]) -> _T:
-    """An instance of the frozen dataclass ``cls`` holding ``fields`` (every one of its fields), made without
-    its ``__init__``, which sets each field through ``object.__setattr__``: discovery makes a Cpu per CPU and
-    a Cache per cache instance, thousands on a large machine. Equal, hashable and picklable as if made by
-    ``cls(**fields)``."""
+    """An instance of the frozen value class ``cls`` holding ``fields`` (every one of its fields), made without
+    its ``__init__`` and its keyword arguments: each slot is set through its descriptor, one call a field.
+    Discovery makes a Cpu per CPU and a Cache per cache instance, thousands on a large machine. Equal,
+    hashable and picklable as if made by ``cls(**fields)``."""
+    setters = _SETTERS.get(cls)
+    if setters is None:
+        setters = _SETTERS[cls] = {name: getattr(cls, name).__set__ for name in cls._fields()}
     obj = _new(cls)
-    _set_fields(obj, "__dict__", fields)
+    for name, value in fields.items():
+        setters[name](obj, value)
     return obj
 
 
@@ -881,7 +968,7 @@ def _core_kinds(sets: _Sets, online_cpus: frozenset[int], cpus: dict[int, Cpu]) 
     for c, kind in kind_of.items():
         cpu = cpus.get(c)
         if cpu is not None:
-            cpus[c] = _made(Cpu, {**cpu.__dict__, "kind": kind})
+            cpus[c] = cpu.replace(kind=kind)
     if source:
         log.debug("hybrid CPU (from %s): performance CPUs %s, efficiency CPUs %s", source,
                   format_cpulist(c for c, k in kind_of.items() if k == PERFORMANCE),

@@ -205,8 +205,7 @@ def _renumber(base: _Entry, vis: tuple[tuple[str, str | None], ...]) -> Any | No
         if found is None:
             return None
         chosen.append(found)
-    return dataclasses.replace(
-        base.topology, gpus=tuple(dataclasses.replace(g, index=i) for i, g in enumerate(chosen)))
+    return base.topology.replace(gpus=tuple(g.replace(index=i) for i, g in enumerate(chosen)))
 
 
 _cache = _Cache()
