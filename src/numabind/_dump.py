@@ -16,7 +16,10 @@ from __future__ import annotations
 import os
 import posixpath
 import _thread
-from collections.abc import Callable
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (every replayed root is read through here)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
 
 from ._base import getLogger
 from .errors import NumabindError

@@ -64,7 +64,8 @@ whole file is read and checked before one file of the tree is written, so there 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (discovery of a replayed root's GPUs)
 
 from ._base import getLogger
 from .cpulist import MAX_ID, format_cpulist
@@ -72,6 +73,7 @@ from .errors import NumabindError
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable, Mapping
+    from typing import Any
 
 __all__ = ["GPU_NOTE_FILE", "MAX_XML_BYTES", "MAX_XML_DEPTH", "MAX_XML_OBJECTS", "HwlocTopology", "gpu_order_note",
            "looks_like_hwloc_xml", "read_error", "read_topology", "write_tree"]

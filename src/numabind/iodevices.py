@@ -49,14 +49,17 @@ The nearest network device of each GPU (what ``nvidia-smi topo -m`` prints, from
 from __future__ import annotations
 
 import os
-import stat
-from dataclasses import dataclass, field
-from collections.abc import Iterable, Sequence
-from typing import Any
+import stat   # already loaded by os: costs nothing
 
+from ._base import Value
 from ._fs import FsReader, ascii_int
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind topology loads this module
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable, Sequence
+    from typing import Any
 
 __all__ = ["LINK_CLASSES", "NIC_ENV_VARS", "DeviceNodes", "Nic", "NicChoice", "PciDevice", "PciPlace", "choose_nics",
            "gpu_nics", "gpu_places", "interface_functions", "link_class", "link_matrix", "nearest_nics", "nic_env",
@@ -89,9 +92,25 @@ def pci_class_name(pci_class: int | None) -> str:
     return _SUBCLASSES.get(pci_class >> 8) or _BASE_CLASSES.get(pci_class >> 16, f"class {pci_class >> 8:04x}")
 
 
-@dataclass(frozen=True)
-class PciDevice:
-    """One PCI function as sysfs lists it."""
+class PciDevice(Value):
+    """One PCI function as sysfs lists it (``extra`` takes no part in equality and hashing)."""
+
+    __slots__ = ("address", "vendor_id", "device_id", "pci_class", "numa_node", "local_cpus", "nets", "blocks",
+                 "extra")
+    _compare = ("address", "vendor_id", "device_id", "pci_class", "numa_node", "local_cpus", "nets", "blocks")
+
+    def __init__(self, address: str, vendor_id: int | None, device_id: int | None, pci_class: int | None,
+                 numa_node: int | None, local_cpus: frozenset[int], nets: tuple[str, ...] = (),
+                 blocks: tuple[str, ...] = (), extra: tuple[tuple[str, str], ...] = ()) -> None:
+        object.__setattr__(self, "address", address)
+        object.__setattr__(self, "vendor_id", vendor_id)
+        object.__setattr__(self, "device_id", device_id)
+        object.__setattr__(self, "pci_class", pci_class)
+        object.__setattr__(self, "numa_node", numa_node)
+        object.__setattr__(self, "local_cpus", local_cpus)
+        object.__setattr__(self, "nets", nets)
+        object.__setattr__(self, "blocks", blocks)
+        object.__setattr__(self, "extra", extra)
 
     address: str                     # "0000:18:00.0"
     vendor_id: int | None
@@ -99,9 +118,9 @@ class PciDevice:
     pci_class: int | None            # the 24-bit class code (base, subclass, programming interface)
     numa_node: int | None            # None when the firmware reports -1 (or nothing)
     local_cpus: frozenset[int]       # local_cpulist; empty when not reported
-    nets: tuple[str, ...] = ()       # network interfaces on this function (sys/class/net)
-    blocks: tuple[str, ...] = ()     # whole block devices on it (sys/class/block, partitions left out)
-    extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    nets: tuple[str, ...]            # network interfaces on this function (sys/class/net)
+    blocks: tuple[str, ...]          # whole block devices on it (sys/class/block, partitions left out)
+    extra: tuple[tuple[str, str], ...]
 
     @property
     def kind(self) -> str:
@@ -338,10 +357,16 @@ def _is_host_bridge(name: str) -> bool:
     return len(name) == 10 and name.startswith("pci") and name[7] == ":" and set(name[3:7] + name[8:]) <= _HEX
 
 
-@dataclass(frozen=True)
-class PciPlace:
+class PciPlace(Value):
     """A PCI function's place: ``path`` is ``(host bridge, bridge, ..., address)`` from the root down (just
     ``(address,)`` when sysfs shows no tree), ``numa_node`` None when neither it nor anything above it has one."""
+
+    __slots__ = ("address", "path", "numa_node")
+
+    def __init__(self, address: str, path: tuple[str, ...], numa_node: int | None) -> None:
+        object.__setattr__(self, "address", address)
+        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "numa_node", numa_node)
 
     address: str
     path: tuple[str, ...]
@@ -398,19 +423,30 @@ def link_class(a: PciPlace, b: PciPlace) -> str:
     return "PIX" if len(above_a) - common <= 1 and len(above_b) - common <= 1 else "PXB"
 
 
-@dataclass(frozen=True)
-class Nic:
+class Nic(Value):
     """A network device on a PCI function: an RDMA device (``kind`` ``"ib"``, InfiniBand or RoCE, with its
     ``ports``) or a plain interface (``"eth"``). ``netdevs`` are the interfaces on its function, ``uppers`` the
     virtual interfaces stacked on them (bonds, VLANs), ``physfn`` the physical function of an SR-IOV VF."""
 
+    __slots__ = ("name", "kind", "place", "ports", "netdevs", "uppers", "physfn")
+
+    def __init__(self, name: str, kind: str, place: PciPlace, ports: tuple[int, ...] = (),
+                 netdevs: tuple[str, ...] = (), uppers: tuple[str, ...] = (), physfn: str | None = None) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "place", place)
+        object.__setattr__(self, "ports", ports)
+        object.__setattr__(self, "netdevs", netdevs)
+        object.__setattr__(self, "uppers", uppers)
+        object.__setattr__(self, "physfn", physfn)
+
     name: str
     kind: str
     place: PciPlace
-    ports: tuple[int, ...] = ()
-    netdevs: tuple[str, ...] = ()
-    uppers: tuple[str, ...] = ()
-    physfn: str | None = None
+    ports: tuple[int, ...]
+    netdevs: tuple[str, ...]
+    uppers: tuple[str, ...]
+    physfn: str | None
 
     @property
     def address(self) -> str:
@@ -541,11 +577,20 @@ def nearest_nics(gpus: Sequence[PciPlace], nics: Iterable[Nic], *, kind: str | N
 NIC_ENV_VARS = ("NCCL_IB_HCA", "UCX_NET_DEVICES", "NCCL_SOCKET_IFNAME")
 
 
-@dataclass(frozen=True)
-class NicChoice:
+class NicChoice(Value):
     """The NICs of the rank that drives GPU ``gpu`` (a PCI address): ``rdma`` its nearest RDMA devices,
     ``sockets`` its nearest devices with an interface, ``env`` (pairs, in :data:`NIC_ENV_VARS` order) the
     variables a launcher sets for them, ``reasons`` one line per choice naming each NIC and its link class."""
+
+    __slots__ = ("gpu", "rdma", "sockets", "env_items", "reasons")
+
+    def __init__(self, gpu: str, rdma: tuple[Nic, ...], sockets: tuple[Nic, ...],
+                 env_items: tuple[tuple[str, str], ...], reasons: tuple[str, ...]) -> None:
+        object.__setattr__(self, "gpu", gpu)
+        object.__setattr__(self, "rdma", rdma)
+        object.__setattr__(self, "sockets", sockets)
+        object.__setattr__(self, "env_items", env_items)
+        object.__setattr__(self, "reasons", reasons)
 
     gpu: str
     rdma: tuple[Nic, ...]

@@ -11,12 +11,15 @@ gives them no node). Pure: the caller discovers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
-
 from ..cpulist import format_cpulist
-from ..iodevices import PciDevice
-from ..topology import Cache, Topology
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind topology loads this module
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable
+    from typing import Any
+
+    from ..iodevices import PciDevice
+    from ..topology import Cache, Topology
 
 __all__ = ["Obj", "build_tree", "hwloc_bitmap", "hwloc_xml", "tree_text", "size_text"]
 
