@@ -9,11 +9,16 @@ module is plain Python (tests/test_layers.py enforces it). The paths:
   :data:`CPUSET_MODULES` too when the process's affinity leaves out an online CPU (the cpuset is read then);
 * what ``bind_current`` loads, through each backend (:func:`bind_current_modules`);
 * what a spawn child bound at birth in the child loads (``configure_subprocess(plan, spawn="in-child")``,
-  :func:`birth_modules`): it binds while it unpickles its preparation data, before the program runs.
+  :func:`birth_modules`): it binds while it unpickles its preparation data, before the program runs;
+* the look path (issue 34 §3): what ``numabind hardware``, ``numabind topology [--of xml]``, numactl's ``-H`` and a
+  first ``numabind.discover()`` load (:func:`look_modules`): people and scripts start them in loops;
+* the move path (issue 28, P8): what ``numabind move PID -C CPUS`` loads (:func:`move_modules`), a command that
+  stands beside ``taskset -a -p`` and ``migratepages``.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -21,7 +26,8 @@ import sys
 
 from tests.kernel import MEM_NODE, ROOT, child_env
 
-__all__ = ["CPUSET_MODULES", "RUN_PATH_MODULES", "birth_modules", "bind_current_modules", "loaded_by"]
+__all__ = ["CPUSET_MODULES", "LOOK_FORMS", "RUN_PATH_MODULES", "birth_modules", "bind_current_modules", "gpu_box",
+           "loaded_by", "look_modules", "look_modules_everywhere", "move_modules"]
 
 #: What ``numabind run``'s fast path loads besides what ``python -c pass`` has: the modules a bind needs
 #: and nothing of argparse, logging, typing, ``__future__`` or discovery. Each module more costs about
@@ -35,19 +41,23 @@ RUN_PATH_MODULES = {"numabind", "numabind.cli", "numabind._base", "numabind.erro
 CPUSET_MODULES = {"numabind._cgroup"}
 
 _MEASURE = """
-import json, sys
+import sys
+{setup}
 before = set(sys.modules)
 {body}
-print(json.dumps(sorted(set(sys.modules) - before)))
+print(repr(sorted(set(sys.modules) - before)))
 """
 
 
-def loaded_by(body: str, **env: str) -> set[str]:
-    """The modules a fresh interpreter has loaded after running ``body`` that ``python -c pass`` had not."""
-    cp = subprocess.run([sys.executable, "-c", _MEASURE.format(body=body)], capture_output=True, text=True,
-                        env={**child_env(), **env}, timeout=120, cwd=ROOT)
+def loaded_by(body: str, setup: str = "", **env: str) -> set[str]:
+    """The modules a fresh interpreter has loaded after running ``body`` that it had not after ``setup`` (by
+    default: that ``python -c pass`` had not). Nothing is imported before the baseline (not even :mod:`json`,
+    which would hide ``re``, ``enum``, ``functools`` and ``collections``); the list comes back as its ``repr``,
+    the last line of the output."""
+    cp = subprocess.run([sys.executable, "-c", _MEASURE.format(setup=setup, body=body)], capture_output=True,
+                        text=True, env={**child_env(), **env}, timeout=120, cwd=ROOT)
     assert cp.returncode == 0, cp.stderr
-    return set(json.loads(cp.stdout.splitlines()[-1]))
+    return set(ast.literal_eval(cp.stdout.splitlines()[-1]))
 
 
 def bind_current_modules() -> set[str]:
@@ -82,3 +92,55 @@ def birth_modules() -> set[str]:
                         cwd=ROOT)
     assert cp.returncode == 0, cp.stderr
     return {m for m in json.loads(cp.stdout.splitlines()[-1]) if m.partition(".")[0] == "numabind"}
+
+
+#: The look commands' plain forms (numabind.cli.look), each run by ``numabind.cli.main`` in one interpreter.
+LOOK_FORMS = (["hardware"], ["topology"], ["topology", "--of", "xml"], ["-H"])
+
+
+def look_modules(**env: str) -> set[str]:
+    """What a first ``numabind.discover()`` and then the look commands' plain forms load in a fresh interpreter,
+    beside what ``python -c pass`` has (``env``: e.g. ``NUMABIND_FSROOT`` for a replayed machine)."""
+    body = ("import numabind\nnumabind.discover()\nfrom numabind.cli import main\n"     # the looks print before
+            f"for args in {list(LOOK_FORMS)!r}:\n"                                 # the last line, loaded_by's
+            "    assert main(args) == 0, args\n")
+    return loaded_by(body, **env)
+
+
+def gpu_box(root: str | os.PathLike) -> str:
+    """A replayed two-socket machine with an NVIDIA GPU on each node, written under ``root``; returns its path."""
+    from tests.fake.machines import two_sockets
+    from tests.fakegpu import add_nvidia_gpu
+
+    two_sockets(root).write()
+    add_nvidia_gpu(root, "0000:18:00.0", numa_node=0, local_cpulist="0-3,8-11", minor=0)
+    add_nvidia_gpu(root, "0000:9a:00.0", numa_node=1, local_cpulist="4-7,12-15", minor=1)
+    return str(root)
+
+
+def look_modules_everywhere(tmp: str | os.PathLike) -> set[str]:
+    """:func:`look_modules` on this machine, on :func:`gpu_box` replayed from its directory, and on the same
+    machine replayed from the hwloc XML numabind writes of it (``--root FILE.xml``), all together."""
+    from numabind.cli.look import topology_output
+    from numabind.topology import discover
+
+    box = gpu_box(os.path.join(tmp, "box"))
+    xml = os.path.join(tmp, "box.xml")
+    with open(xml, "w") as f:
+        f.write(topology_output(discover(box), "xml"))
+    return look_modules() | look_modules(NUMABIND_FSROOT=box) | look_modules(NUMABIND_FSROOT=xml)
+
+
+_TARGET = ("import subprocess, sys\n"
+           "target = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE)")
+
+
+def move_modules() -> set[str]:
+    """What ``numabind move PID -C CPUS`` (every CPU of this process's affinity) loads in a fresh interpreter, beside
+    what that interpreter had after starting the process it moves."""
+    cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    body = ("from numabind.cli import main\n"
+            f"rc = main(['move', str(target.pid), '-C', {cpus!r}])\n"
+            "target.stdin.close()\ntarget.wait(60)\n"
+            "assert rc == 0, rc\n")
+    return loaded_by(body, setup=_TARGET)

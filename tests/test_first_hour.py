@@ -295,7 +295,7 @@ def test_the_first_screen_says_the_cpuset_in_words(capsys, tmp_path):
     ("online", "no cpuset: every online CPU"),
 ])
 def test_where_the_limits_come_from_in_words(source, words):
-    from numabind.cli.commands import _source_words
+    from numabind.cli.look import source_words as _source_words
 
     assert _source_words(source) == words
 

@@ -254,10 +254,12 @@ def speed_idioms(module: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def run_path() -> set[str]:
-    from tests.run_path import CPUSET_MODULES, RUN_PATH_MODULES, bind_current_modules, birth_modules
+def run_path(tmp_path_factory) -> set[str]:
+    from tests.run_path import (CPUSET_MODULES, RUN_PATH_MODULES, bind_current_modules, birth_modules,
+                                look_modules_everywhere, move_modules)
 
-    return RUN_PATH_MODULES | CPUSET_MODULES | bind_current_modules() | birth_modules() | EVERY_INTERPRETER
+    return (RUN_PATH_MODULES | CPUSET_MODULES | bind_current_modules() | birth_modules()
+            | look_modules_everywhere(tmp_path_factory.mktemp("look")) | move_modules() | EVERY_INTERPRETER)
 
 
 def off_the_run_path_with_speed_idioms(run_path: set[str]) -> list[str]:
@@ -266,8 +268,9 @@ def off_the_run_path_with_speed_idioms(run_path: set[str]) -> list[str]:
 
 @pytest.mark.kernel
 def test_speed_idioms_only_on_the_run_path(run_path):
-    """STYLE.md "Speed where it pays": the modules ``numabind run``, ``bind_current`` and a child bound at birth
-    load keep ``typing`` and ``dataclasses`` off their start; every other module is plain Python."""
+    """STYLE.md "Speed where it pays": the modules ``numabind run``, ``bind_current``, a child bound at birth, the
+    look commands (``hardware``, ``topology``, a first ``discover()``; issue 34 §3) and ``numabind move`` (P8) load
+    keep ``typing`` and ``dataclasses`` off their start; every other module is plain Python."""
     assert {"numabind.bind", "numabind.live", "numabind.plan"} <= run_path     # the measurement saw a bind
     found = off_the_run_path_with_speed_idioms(run_path)
     assert not found, "speed idioms off the run path:\n" + "\n".join(found)

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from numabind import discover
-from numabind.cli.commands import _compressed
+from numabind.cli.look import compressed as _compressed
 from numabind.cli.numactl import NumactlUsage, check_order, is_numactl_form, parse, run_args
 from tests.fakesys import two_sockets
 from tests.kernel import CPU_A, CPU_B, MEM_NODE, ROOT, child_env, run_main

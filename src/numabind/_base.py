@@ -28,7 +28,7 @@ from .errors import NumabindError
 __all__ = ["DEBUG", "ERROR", "EXIT_NOT_APPLIED", "EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND", "EXIT_USAGE", "INFO", "WARNING",
            "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
            "TLLM_AFFINITY_ENV", "Value", "bind_settings", "environ_copy", "environ_get", "getLogger", "keep_binding_env",
-           "real_logger", "strict_from_env"]
+           "real_logger", "strict_from_env", "warn_through"]
 
 #: Exit statuses of ``numabind run`` and of a command started bound (numactl's and a shell's): the binding
 #: could not be applied, a usage error, a command found but not executable, a command not found.
@@ -264,7 +264,7 @@ class Logger:
         return "logging" in _modules and self._get().isEnabledFor(level)
 
     def log(self, level: int, msg: str, *args: "Any", **kwargs: "Any") -> None:
-        if "logging" in _modules:
+        if "logging" in _modules or _woken(level):
             self._get().log(level, msg, *args, stacklevel=2, **kwargs)
 
     def debug(self, msg: str, *args: "Any", **kwargs: "Any") -> None:
@@ -276,12 +276,35 @@ class Logger:
             self._get().info(msg, *args, stacklevel=2, **kwargs)
 
     def warning(self, msg: str, *args: "Any", **kwargs: "Any") -> None:
-        if "logging" in _modules:
+        if "logging" in _modules or _woken(WARNING):
             self._get().warning(msg, *args, stacklevel=2, **kwargs)
 
     def error(self, msg: str, *args: "Any", **kwargs: "Any") -> None:
-        if "logging" in _modules:
+        if "logging" in _modules or _woken(ERROR):
             self._get().error(msg, *args, stacklevel=2, **kwargs)
+
+
+_before_warning: "Any" = None   # warn_through's hook, until the first record at WARNING or above
+
+
+def warn_through(hook: "Any") -> None:
+    """Have ``hook()`` called once, before the first record at WARNING or above that would otherwise be dropped
+    because :mod:`logging` is not imported yet; the record then goes through logging if ``hook`` imported it.
+    numabind's command line uses it on its fast paths: the hook configures logging as the full command line
+    does, so a warning found while discovering is printed, not lost, without importing logging on every start."""
+    global _before_warning
+    _before_warning = hook
+
+
+def _woken(level: int) -> bool:
+    """Whether logging is there after calling :func:`warn_through`'s hook for a record at ``level``."""
+    global _before_warning
+    hook = _before_warning
+    if hook is None or level < WARNING:
+        return False
+    _before_warning = None
+    hook()
+    return "logging" in _modules
 
 
 def getLogger(name: str) -> Logger:  # noqa: N802 - the name of the function it stands for

@@ -5,8 +5,10 @@
 (no argparse, logging, discovery or multiprocessing is imported: it starts at about the cost of
 Python itself, and this is the only CLI module it loads); everything else, and any ``run`` the
 fast path does not take (``--gpu``, ``--help``, an error to report), goes to the full argparse CLI
-in :mod:`numabind.cli.commands`, with the same options, messages and exit codes. The library never
-prints; this package does.
+in :mod:`numabind.cli.commands`, with the same options, messages and exit codes. ``numabind hardware`` and
+``numabind topology [--of text|xml]`` (and numactl's ``-H``) take the look's own path, :mod:`numabind.cli.look`,
+which discovers and prints without argparse, logging or the planning modules. The library never prints; this
+package does.
 
 Every module a bind loads costs about 1 % of the fast path's start (``python -m bench``, P7), so the
 path loads few (``RUN_PATH_MODULES`` in tests/test_cli.py lists them), and none of them says
@@ -47,7 +49,8 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the
 if TYPE_CHECKING:  # pragma: no cover
     from .._base import Strictness
 
-__all__ = ["main", "fast_run", "command_environ", "exec_command", "run_strictness", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND"]
+__all__ = ["main", "fast_run", "command_environ", "configure_logging", "exec_command", "run_strictness", "stdout_gone",
+           "write_out", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND", "SIGPIPE_STATUS"]
 
 #: Exit statuses of ``numabind run`` before the command runs (see the module docstring).
 NOT_APPLIED, USAGE, NOT_EXECUTABLE, NOT_FOUND = EXIT_NOT_APPLIED, EXIT_USAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
@@ -195,6 +198,42 @@ def fast_run(args: list[str]) -> int | None:
     return exec_command(command, command_environ(bound_environ(report)))   # _NUMABIND_BOUND: for numabind stat
 
 
+def configure_logging(verbose: int = 0) -> None:
+    """Logging as numabind's command line shows it: ``name: LEVEL: message`` on stderr, from WARNING (INFO with
+    ``-v``, DEBUG with ``-vv``). The full command line calls it first; a fast path only when a warning comes."""
+    import logging
+
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr)
+
+
+#: The exit status of a process ended by SIGPIPE (128 + 13 on Linux), numabind's when its reader goes away.
+SIGPIPE_STATUS = 128 + 13
+
+
+def stdout_gone() -> int:
+    """After a ``BrokenPipeError`` on stdout (``numabind ... | head``): stop quietly, as other command-line tools
+    do, with the status of a process ended by SIGPIPE; stdout is pointed at /dev/null so that the interpreter's
+    final flush cannot raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (captured in tests)
+        pass
+    return SIGPIPE_STATUS
+
+
+def write_out(text: str) -> int:
+    """Write ``text`` to stdout and flush it: 0, or :func:`stdout_gone`'s status when the reader went away."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()   # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:
+        return stdout_gone()
+    return 0
+
+
 #: numabind's subcommands: any other first word (or a numactl option) is numactl's command line.
 SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat", "instrument", "move")
 
@@ -225,6 +264,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         from .instrument import main as instrument_main   # its own small parser: the command is not numabind's
 
         return instrument_main(args[1:])
+    elif args and args[0] in ("hardware", "topology") and prog != "numactl":
+        from .look import fast_look   # a plain look, without argparse (issue 34 §3)
+
+        rc = fast_look(args)
+        if rc is not None:
+            return rc
     elif args and args[0] == "move" and prog != "numactl":
         from .move import main as move_main   # its own parser: PIDs and numactl options, no command
 

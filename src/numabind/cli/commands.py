@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,9 @@ from ..backends import backend_info, get_backend, interleave_next_node
 from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
-from . import NOT_APPLIED, USAGE, device_node, exec_command, run_strictness
+from . import NOT_APPLIED, USAGE, configure_logging, device_node, exec_command, run_strictness, stdout_gone
+from .look import (allowed_what, gpu_text, hardware_text, node_free_bytes, source_words, table, topology_output,
+                   topology_text)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._base import Strictness
@@ -71,72 +72,6 @@ def _dump(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True))
 
 
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes // 2**20} MiB"
-
-
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def _source_words(source: str) -> str:
-    """``Topology.allowed_source`` in words: ``"status+cgroup1:/"`` is ``"cpuset: cgroup v1 /"``."""
-    kinds = {"cgroup2": "cgroup v2", "cgroup1": "cgroup v1", "cpuset": "the legacy cpuset filesystem"}
-    said = []
-    for part in source.split("+"):
-        kind, _, path = part.partition(":")
-        if kind in kinds and path:
-            said.append(f"{kinds[kind]} {path}")
-        elif part.startswith("online ("):
-            said.append(part[len("online ("):].rstrip(")"))
-    return "cpuset: " + ", ".join(said) if said else "no cpuset: every online CPU"
-
-
-def _allowed_what(topo: Topology) -> str:
-    """What the process may use, in words: ``CPUs 0-1 and memory of node 0 (cpuset: cgroup v1 /)``."""
-    nodes = format_cpulist(topo.allowed_nodes)
-    memory = f"memory of node{'s' if len(topo.allowed_nodes) != 1 else ''} {nodes}" if nodes else "no memory node"
-    return f"CPUs {format_cpulist(topo.allowed_cpus) or 'none'} and {memory} ({_source_words(topo.allowed_source)})"
-
-
-def _allowed_words(topo: Topology, who: str = "this process") -> str:
-    """``this process may use CPUs 0-1 and memory of node 0 (cpuset: cgroup v1 /)``."""
-    return f"{who} may use {_allowed_what(topo)}"
-
-
-def _topology_text(topo: Topology, who: str = "this process") -> str:
-    ids = sorted(topo.nodes)
-    rows = [["node", "cpus", "memory", "distances (" + " ".join(map(str, ids)) + ")"]]
-    for n in ids:
-        node = topo.nodes[n]
-        kind = ("" if node.cpus and node.memory_bytes else " (memory-only)" if node.memory_bytes else
-                " (cpu-only)" if node.cpus else " (no CPUs, no memory)")
-        rows.append([str(n), (format_cpulist(node.cpus) or "-") + kind, _size(node.memory_bytes),
-                     " ".join(str(node.distances.get(m, "-")) for m in ids)])
-    lines = [
-        f"root: {topo.root}",
-        f"cpu model: {topo.model_name or 'unknown'}",
-        f"online cpus: {format_cpulist(topo.online_cpus)}",
-        _allowed_words(topo, who) + (
-            f"; its parent left it the affinity CPUs {format_cpulist(topo.affinity) or 'none'}"
-            if topo.affinity is not None and topo.affinity != topo.allowed_cpus else ""),
-        "",
-        _table(rows),
-    ]
-    return "\n".join(lines)
-
-
-def _gpu_text(topo: Topology) -> str:
-    if not topo.gpus:
-        return "none found (no NVIDIA, AMD or Intel display/accelerator PCI device is visible)"
-    rows = [["gpu", "pci", "vendor", "numa node", "local cpus"]]
-    for g in topo.gpus:
-        rows.append([str(g.index), g.pci_address, g.vendor, "-" if g.numa_node is None else str(g.numa_node),
-                     format_cpulist(g.local_cpus) or "-"])
-    return _table(rows)
-
-
 def _plan_rows(topo: Topology, mode: Mode, policy: NodePolicy, gpus: list[int] | None = None,
                within_affinity: bool = False) -> tuple[PlanRow, ...]:
     from ..strategies import plan_table
@@ -174,12 +109,12 @@ def _plans_text(topo: Topology, mode: Mode = "node", policy: NodePolicy = "bind"
             rows.append([str(r.gpu), "-" if r.cpu_node is None else str(r.cpu_node), r.plan.describe(),
                          r.plan.to_numactl_args()])
             notes += [f"  gpu {r.gpu}: {why}" for why in r.reasons]
-        text = f"Plans per GPU worker (mode {mode}, memory {policy}):\n" + _table(rows)
+        text = f"Plans per GPU worker (mode {mode}, memory {policy}):\n" + table(rows)
         return text + ("\n" + "\n".join(notes) if notes else "")
     rows = [["node", "plan", "numactl equivalent"]]
     for n, plan in _node_plans(topo, policy):
         rows.append([str(n), plan.describe(), plan.to_numactl_args()])
-    return ("Plans per NUMA node (no GPUs, so a worker per node would get):\n" + _table(rows))
+    return ("Plans per NUMA node (no GPUs, so a worker per node would get):\n" + table(rows))
 
 
 def _plans_json(topo: Topology, mode: Mode = "node", policy: NodePolicy = "bind", gpus: list[int] | None = None,
@@ -216,18 +151,18 @@ def _main_plans_text(topo: Topology, rows: Sequence[PlanRow]) -> str:
     ``numabind plan`` gives every reason of every GPU."""
     if not topo.gpus:
         return _plans_text(topo)
-    table = [["gpu", "node", "plan", "numactl equivalent"]]
+    cells = [["gpu", "node", "plan", "numactl equivalent"]]
     errors = []
     for r in rows:
         if r.plan is None:
-            table.append([str(r.gpu), "-", "cannot place (see below)", "-"])
+            cells.append([str(r.gpu), "-", "cannot place (see below)", "-"])
             error = (r.error or "no reason given").replace(f"from {topo.allowed_source}",
-                                                           _source_words(topo.allowed_source))
+                                                           source_words(topo.allowed_source))
             errors.append((r.gpu, error[len(_gpu_prefix(r)):] if error.startswith(_gpu_prefix(r)) else error))
             continue
-        table.append([str(r.gpu), "-" if r.cpu_node is None else str(r.cpu_node), r.plan.describe(),
+        cells.append([str(r.gpu), "-" if r.cpu_node is None else str(r.cpu_node), r.plan.describe(),
                       r.plan.to_numactl_args()])
-    lines = ["Plans per GPU worker (mode node, memory bind):", _table(table)]
+    lines = ["Plans per GPU worker (mode node, memory bind):", table(cells)]
     lines += [f"{who} cannot be placed: {text}" for who, text in _by_text(errors)]
     lines.append("(numabind plan explains each GPU's placement)")
     return "\n".join(lines)
@@ -247,7 +182,7 @@ def alignment_warnings(topo: Topology, who: str = "this process") -> list[str]:
         gpus = [g.index for g in topo.gpus if g.numa_node == node]
         missing = " or ".join(what for what, off in (("CPUs", no_cpus), ("memory", no_mem)) if off)
         out.append(f"{'gpus' if len(gpus) > 1 else 'gpu'} {format_cpulist(gpus)} on node {node}: {who} may use "
-                   f"none of node {node}'s {missing}, only {_allowed_what(topo)}, so their workers would run "
+                   f"none of node {node}'s {missing}, only {allowed_what(topo)}, so their workers would run "
                    f"off their GPU's node; give the pod node {node}'s CPUs and memory (Kubernetes Topology Manager "
                    f"policy single-numa-node or restricted) or use the GPUs of the allowed nodes")
     return out
@@ -270,10 +205,10 @@ def cmd_main(args: argparse.Namespace) -> int:
         print(f"#### the replayed machine, read from {args.root} (not the host this runs on) ####")
         print()
     print("== topology ==")
-    print(_topology_text(topo, who))
+    print(topology_text(topo, who))
     print()
     print("== GPUs ==")
-    print(_gpu_text(topo))
+    print(gpu_text(topo))
     print()
     print("== plans ==")
     print(_main_plans_text(topo, rows))
@@ -302,69 +237,21 @@ def cmd_main(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- hardware (numactl --hardware)
-def _node_free_bytes(root: str | None, topo: Topology) -> dict[int, int | None]:
-    """MemFree of each node from its ``meminfo`` (``proc/meminfo`` for a kernel without NUMA's one node)."""
-    from .._fs import FsReader
-
-    reader = FsReader(root)
-    out: dict[int, int | None] = {}
-    for n in topo.nodes:
-        text = reader.read(f"sys/devices/system/node/node{n}/meminfo")
-        if text is None and len(topo.nodes) == 1:
-            text = reader.read("proc/meminfo")
-        out[n] = _meminfo_free(text)
-    return out
-
-
-def _meminfo_free(text: str | None) -> int | None:
-    for line in (text or "").splitlines():
-        head, sep, rest = line.partition("MemFree:")
-        words = rest.split()
-        if sep and words and words[0].isascii() and words[0].isdigit():
-            return int(words[0]) * 1024
-    return None
-
-
 def cmd_hardware(args: argparse.Namespace) -> int:
     """Like ``numactl --hardware``: available nodes, each node's CPUs, size and free memory, distances."""
     from ..topology import discover
 
     topo = discover(args.root)
-    ids = sorted(topo.nodes)
-    free = _node_free_bytes(args.root, topo)
+    free = node_free_bytes(args.root, topo)
     if args.json:
+        ids = sorted(topo.nodes)
         _dump({"available": format_cpulist(ids),
                "nodes": {str(n): {"cpus": format_cpulist(topo.nodes[n].cpus), "size_bytes": topo.nodes[n].memory_bytes,
                                   "free_bytes": free[n]} for n in ids},
                "distances": {str(n): {str(m): d for m, d in sorted(topo.nodes[n].distances.items())} for n in ids}})
         return 0
-    print(f"available: {len(ids)} nodes ({format_cpulist(ids)})")
-    for n in ids:
-        node = topo.nodes[n]
-        print(f"node {n} cpus:" + (_compressed(node.cpus) if getattr(args, "cpu_compress", False) else
-                                   "".join(f" {c}" for c in sorted(node.cpus))))
-        print(f"node {n} size: {node.memory_bytes // 2**20} MB")
-        mb = free[n]
-        print(f"node {n} free: " + ("unknown (no MemFree in its meminfo)" if mb is None else f"{mb // 2**20} MB"))
-    print("node distances:")    # numactl 2.0.19's columns, 4 wide (2.0.16's were 3)
-    print("node  " + "".join(f"{n:>4} " for n in ids))
-    for n in ids:
-        print(f"{n:>4}: " + "".join(f"{topo.nodes[n].distances.get(m, 0):>4} " for m in ids))
+    sys.stdout.write(hardware_text(topo, free, cpu_compress=getattr(args, "cpu_compress", False)))
     return 0
-
-
-def _compressed(cpus: Iterable[int]) -> str:
-    """numactl --hardware --cpu-compress's CPU list: `` 0-3, 8-11 (8)``, `` 5 (1)``, `` (0)`` when empty."""
-    ids = sorted(cpus)
-    runs: list[str] = []
-    k = 0
-    while k < len(ids):
-        j = k
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        runs.append(f" {ids[k]}" if j == k else f" {ids[k]}-{ids[j]}")
-        k = j + 1
-    return ",".join(runs) + f" ({len(ids)})"
 
 
 # ----------------------------------------------------------------------------- show (numactl --show)
@@ -440,9 +327,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- topology
 def cmd_topology(args: argparse.Namespace) -> int:
-    from ..iodevices import scan_pci
     from ..topology import discover
-    from .tree import build_tree, hwloc_xml, tree_text
 
     topo = discover(args.root)
     form = args.of or ("json" if args.json else "text")
@@ -456,16 +341,7 @@ def cmd_topology(args: argparse.Namespace) -> int:
     if form == "json":
         _dump(topo.to_dict())
         return 0
-    pci = [d for d in scan_pci(topo.root) if d.important]
-    tree = build_tree(topo, pci)
-    if form == "xml":
-        sys.stdout.write(hwloc_xml(topo, tree))
-        return 0
-    print(_topology_text(topo))
-    print()
-    print(tree_text(topo, tree))
-    print()
-    print("GPUs: " + _gpu_text(topo) if not topo.gpus else "GPUs:\n" + _gpu_text(topo))
+    sys.stdout.write(topology_output(topo, form))
     return 0
 
 
@@ -978,8 +854,7 @@ def _cmd_instrument(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr)
+    configure_logging(args.verbose)
     from .move import cmd_move
     from .stat import cmd_stat
 
@@ -990,16 +865,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()   # a closed pipe shows here, not at interpreter exit
         return rc
     except BrokenPipeError:
-        # The reader went away (`numabind ... --json | head`): stop quietly, as other command-line tools
-        # do, with the status of a process ended by SIGPIPE; stdout is pointed at /dev/null so that the
-        # interpreter's final flush cannot raise again.
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
-        except (OSError, ValueError, AttributeError):  # stdout is not a file (captured in tests)
-            pass
-        return 128 + signal.SIGPIPE
+        return stdout_gone()   # the reader went away (`numabind ... --json | head`)
     except NumabindError as e:
         print(f"numabind: error: {_message(e)}", file=sys.stderr)
         return getattr(e, "exit_status", USAGE)

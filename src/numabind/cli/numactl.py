@@ -35,7 +35,10 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (numactl -H's start: scripts call it in loops)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 __all__ = ["numactl_main", "is_numactl_form", "NumactlUsage", "NumactlFailure", "segment_main", "memsize"]
 
@@ -211,11 +214,10 @@ def _run(argv: list[str], command: list[str]) -> int:
 
 
 def _hardware(cpu_compress: bool) -> int:
-    import argparse
+    from . import write_out
+    from .look import look_output   # the look's own path: no argparse (numactl's scripts call -H in loops)
 
-    from .commands import cmd_hardware
-
-    return cmd_hardware(argparse.Namespace(root=None, json=False, cpu_compress=cpu_compress))
+    return write_out(look_output("hardware", "compressed" if cpu_compress else ""))
 
 
 def numactl_main(args: list[str]) -> int:

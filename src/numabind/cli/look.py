@@ -1,0 +1,218 @@
+"""The look commands without argparse: ``numabind hardware``, ``numabind topology`` and numactl's ``-H``.
+
+A person or a script that looks at the machine pays the start-up every time (numactl's own test scripts call
+``numactl --hardware`` in loops), so the plain forms are taken here before the full command line is loaded:
+``hardware`` and ``topology [--of text|xml]``, with no other option. They discover, format and
+print without argparse, json, logging or the planning modules (issue 34 §3; ``python -m bench``, P9, measures
+them). Any other form, and any error, is left to :mod:`numabind.cli.commands`, which gives the usage, the
+messages and the exit statuses; a discovery warning configures logging as the full command line does
+(:func:`numabind.cli.configure_logging`) before it is printed, so it is never dropped.
+
+The text every look prints is made here, once: :mod:`numabind.cli.commands` (the first screen, ``plan``,
+``--json``) uses the same functions.
+"""
+
+import sys
+
+from ..cpulist import format_cpulist
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the look's start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable
+
+    from ..topology import Topology
+
+__all__ = ["allowed_what", "allowed_words", "compressed", "fast_look", "gpu_text", "hardware_text",
+           "meminfo_free", "node_free_bytes", "size_text", "source_words", "table", "topology_output",
+           "topology_text"]
+
+
+# ----------------------------------------------------------------------------- words and tables
+def size_text(nbytes: int) -> str:
+    """``1.5 GiB`` from a GiB up, else whole MiB."""
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes // 2**20} MiB"
+
+
+def table(rows: "list[list[str]]") -> str:
+    """Rows as left-aligned columns two spaces apart, without trailing blanks."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def source_words(source: str) -> str:
+    """``Topology.allowed_source`` in words: ``"status+cgroup1:/"`` is ``"cpuset: cgroup v1 /"``."""
+    kinds = {"cgroup2": "cgroup v2", "cgroup1": "cgroup v1", "cpuset": "the legacy cpuset filesystem"}
+    said = []
+    for part in source.split("+"):
+        kind, _, path = part.partition(":")
+        if kind in kinds and path:
+            said.append(f"{kinds[kind]} {path}")
+        elif part.startswith("online ("):
+            said.append(part[len("online ("):].rstrip(")"))
+    return "cpuset: " + ", ".join(said) if said else "no cpuset: every online CPU"
+
+
+def allowed_what(topo: "Topology") -> str:
+    """What the process may use, in words: ``CPUs 0-1 and memory of node 0 (cpuset: cgroup v1 /)``."""
+    nodes = format_cpulist(topo.allowed_nodes)
+    memory = f"memory of node{'s' if len(topo.allowed_nodes) != 1 else ''} {nodes}" if nodes else "no memory node"
+    return f"CPUs {format_cpulist(topo.allowed_cpus) or 'none'} and {memory} ({source_words(topo.allowed_source)})"
+
+
+def allowed_words(topo: "Topology", who: str = "this process") -> str:
+    """``this process may use CPUs 0-1 and memory of node 0 (cpuset: cgroup v1 /)``."""
+    return f"{who} may use {allowed_what(topo)}"
+
+
+def topology_text(topo: "Topology", who: str = "this process") -> str:
+    """The nodes in a table under the root, the CPU model, the online CPUs and what ``who`` may use."""
+    ids = sorted(topo.nodes)
+    rows = [["node", "cpus", "memory", "distances (" + " ".join(map(str, ids)) + ")"]]
+    for n in ids:
+        node = topo.nodes[n]
+        kind = ("" if node.cpus and node.memory_bytes else " (memory-only)" if node.memory_bytes else
+                " (cpu-only)" if node.cpus else " (no CPUs, no memory)")
+        rows.append([str(n), (format_cpulist(node.cpus) or "-") + kind, size_text(node.memory_bytes),
+                     " ".join(str(node.distances.get(m, "-")) for m in ids)])
+    lines = [
+        f"root: {topo.root}",
+        f"cpu model: {topo.model_name or 'unknown'}",
+        f"online cpus: {format_cpulist(topo.online_cpus)}",
+        allowed_words(topo, who) + (
+            f"; its parent left it the affinity CPUs {format_cpulist(topo.affinity) or 'none'}"
+            if topo.affinity is not None and topo.affinity != topo.allowed_cpus else ""),
+        "",
+        table(rows),
+    ]
+    return "\n".join(lines)
+
+
+def gpu_text(topo: "Topology") -> str:
+    """The GPUs in a table (index, PCI address, vendor, node, local CPUs), or why none is listed."""
+    if not topo.gpus:
+        return "none found (no NVIDIA, AMD or Intel display/accelerator PCI device is visible)"
+    rows = [["gpu", "pci", "vendor", "numa node", "local cpus"]]
+    for g in topo.gpus:
+        rows.append([str(g.index), g.pci_address, g.vendor, "-" if g.numa_node is None else str(g.numa_node),
+                     format_cpulist(g.local_cpus) or "-"])
+    return table(rows)
+
+
+# ----------------------------------------------------------------------------- hardware (numactl --hardware)
+def meminfo_free(text: "str | None") -> "int | None":
+    """MemFree of a (node's) ``meminfo`` in bytes; None when it has none."""
+    for line in (text or "").splitlines():
+        head, sep, rest = line.partition("MemFree:")
+        words = rest.split()
+        if sep and words and words[0].isascii() and words[0].isdigit():
+            return int(words[0]) * 1024
+    return None
+
+
+def node_free_bytes(root: "str | None", topo: "Topology") -> "dict[int, int | None]":
+    """MemFree of each node from its ``meminfo`` (``proc/meminfo`` for a kernel without NUMA's one node)."""
+    from .._fs import FsReader
+
+    reader = FsReader(root)
+    out: dict[int, int | None] = {}
+    for n in topo.nodes:
+        text = reader.read(f"sys/devices/system/node/node{n}/meminfo")
+        if text is None and len(topo.nodes) == 1:
+            text = reader.read("proc/meminfo")
+        out[n] = meminfo_free(text)
+    return out
+
+
+def compressed(cpus: "Iterable[int]") -> str:
+    """numactl --hardware --cpu-compress's CPU list: `` 0-3, 8-11 (8)``, `` 5 (1)``, `` (0)`` when empty."""
+    ids = sorted(cpus)
+    runs: list[str] = []
+    k = 0
+    while k < len(ids):
+        j = k
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        runs.append(f" {ids[k]}" if j == k else f" {ids[k]}-{ids[j]}")
+        k = j + 1
+    return ",".join(runs) + f" ({len(ids)})"
+
+
+def hardware_text(topo: "Topology", free: "dict[int, int | None]", cpu_compress: bool = False) -> str:
+    """``numactl --hardware``'s lines (2.0.19's 4-wide distance columns), with a line end after the last."""
+    ids = sorted(topo.nodes)
+    lines = [f"available: {len(ids)} nodes ({format_cpulist(ids)})"]
+    for n in ids:
+        node = topo.nodes[n]
+        lines.append(f"node {n} cpus:" + (compressed(node.cpus) if cpu_compress else
+                                          "".join(f" {c}" for c in sorted(node.cpus))))
+        lines.append(f"node {n} size: {node.memory_bytes // 2**20} MB")
+        mb = free[n]
+        lines.append(f"node {n} free: " + ("unknown (no MemFree in its meminfo)" if mb is None else f"{mb // 2**20} MB"))
+    lines.append("node distances:")    # numactl 2.0.19's columns, 4 wide (2.0.16's were 3)
+    lines.append("node  " + "".join(f"{n:>4} " for n in ids))
+    for n in ids:
+        lines.append(f"{n:>4}: " + "".join(f"{topo.nodes[n].distances.get(m, 0):>4} " for m in ids))
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- topology
+def topology_output(topo: "Topology", form: str) -> str:
+    """``numabind topology``'s text (``form`` ``"text"``: nodes, the tree of packages, caches, cores and PCI
+    devices, the GPUs) or hwloc 2 XML (``"xml"``), with a line end after the last line."""
+    from ..iodevices import scan_pci
+    from .tree import build_tree, hwloc_xml, tree_text
+
+    pci = [d for d in scan_pci(topo.root) if d.important]
+    tree = build_tree(topo, pci)
+    if form == "xml":
+        return hwloc_xml(topo, tree)
+    gpus = "GPUs: " + gpu_text(topo) if not topo.gpus else "GPUs:\n" + gpu_text(topo)
+    return f"{topology_text(topo)}\n\n{tree_text(topo, tree)}\n\n{gpus}\n"
+
+
+# ----------------------------------------------------------------------------- the fast path
+def _look_form(args: "list[str]") -> "tuple[str, str] | None":
+    """(``"hardware"``, ``""``) or (``"topology"``, ``"text"``/``"xml"``) for a plain look's arguments (after
+    ``numabind``); None for anything else. (numactl's ``-H --cpu-compress`` comes through :func:`look_output`.)"""
+    if args == ["hardware"]:
+        return "hardware", ""
+    if not args or args[0] != "topology":
+        return None
+    rest = args[1:]
+    if not rest:
+        return "topology", "text"
+    if len(rest) == 1 and rest[0].startswith("--of="):
+        rest = ["--of", rest[0][len("--of="):]]
+    if len(rest) == 2 and rest[0] == "--of" and rest[1] in ("text", "xml"):
+        return "topology", rest[1]
+    return None
+
+
+def look_output(what: str, how: str) -> str:
+    """The text a look prints, for this machine (or ``NUMABIND_FSROOT``'s); raises what discovery raises."""
+    from .._base import warn_through
+    from ..topology import discover
+    from . import configure_logging
+
+    warn_through(configure_logging)    # a warning discovery gives is printed as the full command line prints it
+    topo = discover(None)
+    if what == "hardware":
+        return hardware_text(topo, node_free_bytes(None, topo), cpu_compress=how == "compressed")
+    return topology_output(topo, how)
+
+
+def fast_look(args: "list[str]") -> "int | None":
+    """Print a plain look (see the module docstring) and return 0; None when the full command line must take
+    ``args`` (another form, or an error to report)."""
+    form = _look_form(args)
+    if form is None:
+        return None
+    from ..errors import NumabindError
+
+    try:
+        text = look_output(*form)
+    except NumabindError:
+        return None        # the full command line says it, with its exit status
+    from . import write_out
+
+    return write_out(text)
