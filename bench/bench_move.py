@@ -123,6 +123,8 @@ def measure(reps: int, size_mib: int, threads: int, affinity_only: bool = False)
         ta: list[float] = []
         tb: list[float] = []
         tc: list[float] = []
+        tp: list[float] = []      # python -c pass: the start every Python command pays
+        tq: list[float] = []      # python -c "import psutil": what reading other processes through psutil adds
         flip = 0
         _wall(*a_argv(spots[1]))     # warm: the target starts on spot 1, the first timed move goes to spot 0
         for k in range(reps):
@@ -138,10 +140,13 @@ def measure(reps: int, size_mib: int, threads: int, affinity_only: bool = False)
                     t0 = time.perf_counter()
                     move(target.pid, c_plan(spot), strict=False)
                     out.append(time.perf_counter() - t0)
+            tp.append(_wall([sys.executable, "-c", "pass"]))
+            tq.append(_wall([sys.executable, "-c", "import psutil"]))
     finally:
         target.kill()
         target.wait(60)
     return {"a_s": statistics.median(ta), "b_s": statistics.median(tb), "c_s": statistics.median(tc),
+            "pass_s": statistics.median(tp), "psutil_s": statistics.median(tq),
             "whole": whole, "places": [s[0] for s in spots], "reps": reps, "size_mib": size_mib, "threads": threads,
             "mover": " ".join(os.path.basename(x) for x in mover[:3])}
 
@@ -156,7 +161,13 @@ def rows(result: dict) -> list[dict]:
     return [{"id": "P8" if result["whole"] else "P8-affinity", "what": what, "a_s": a, "b_s": b, "ratio": a / b,
              "target": 1.0, "ok": a / b <= 1.0},
             {"id": "P8-api", "what": "numabind.move() in process / the same commands (for scale)", "a_s": c,
-             "b_s": b, "ratio": c / b, "target": None}]
+             "b_s": b, "ratio": c / b, "target": None},
+            {"id": "P8-floor", "what": "python -c pass + numabind.move() in process / the same commands: the least any "
+             "Python command doing this move takes (for scale)", "a_s": result["pass_s"] + c, "b_s": b,
+             "ratio": (result["pass_s"] + c) / b, "target": None},
+            {"id": "P8-psutil", "what": "python -c 'import psutil' - python -c pass / the same commands: what importing "
+             "psutil adds (for scale)", "a_s": result["psutil_s"] - result["pass_s"], "b_s": b,
+             "ratio": (result["psutil_s"] - result["pass_s"]) / b, "target": None}]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,16 +15,24 @@ call, under a lock, and put back after it. The rest goes through that reader (th
 reads a thread's CPUs with ``sched_getaffinity``, which a replayed machine cannot answer) and numa_maps.
 """
 
+from __future__ import annotations
+
 import os
 import stat
 import threading
-from typing import Any, Callable, TypeVar
 
 from ._base import Value   # not dataclasses: a child bound at birth in the child loads this module
 from ._fs import key_values
 from .cpulist import parse_cpulist
 from .errors import NumabindError
 from . import live
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (numabind move starts without it)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    _T = TypeVar("_T")
 
 __all__ = ["ENVIRON_MAX", "NUMA_MAPS_MAX", "NodePages", "ProcessTasks", "environ_value", "has_numa_maps", "node_pages",
            "numa_maps_text", "parse_numa_maps", "process_children", "process_exists", "process_tasks", "start_time",
@@ -181,8 +189,6 @@ def node_pages(pid: int | str = "self") -> NodePages | None:
 
 
 # ----------------------------------------------------------------------------- processes
-_T = TypeVar("_T")
-
 #: Held while ``psutil.PROCFS_PATH`` points at this reader's procfs: one call of this module's at a time.
 _PSUTIL_LOCK = threading.Lock()
 

@@ -44,7 +44,6 @@ I/O); only the birth bindings above do.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 
@@ -274,6 +273,8 @@ def write_record(pid: int, start_method: str, requested: str, applied: str | Non
             raise OSError(f"process {pid} is gone (no start time in /proc/{pid}/stat)")
         _path, fd = open_runtime_dir()
         try:
+            import json   # only a record written or read needs it: off numabind move's start
+
             data = json.dumps({"numabind_record": _RECORD_VERSION, "pid": pid, "start_time": start,
                                "start_method": start_method, "requested": requested, "applied": applied},
                               sort_keys=True).encode()
@@ -368,6 +369,8 @@ def _read_file(dir_fd: int, name: str, uid: int) -> dict[str, object] | None:
         return None
     if data is None:
         return None
+    import json   # only a record written or read needs it: off numabind move's start
+
     try:
         rec = json.loads(data)
     except ValueError:

@@ -37,12 +37,9 @@ CAP_SYS_NICE, which also lets it move pages that other processes map.
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from . import _proc, live
-from ._base import getLogger
+from ._base import Value, getLogger
 from .backends import (SETTLE_ROUNDS, WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_STOP_ON_ERROR, Backend,
                        get_backend)
 from .bind import ThreadResult, strict_default, strict_label
@@ -51,7 +48,11 @@ from .errors import AccessDenied, BindError, NoSuchProcess, NumabindError, PlanE
 from .plan import Plan, check_plan
 from .residency import BoundBy, Locality, locality
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (numabind move starts without it)
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+    from typing import Any
+
     from ._base import Strictness
     from .backends import AffinityWalk
     from .types import BackendName
@@ -82,8 +83,7 @@ def _pid(value: object, what: str = "pid") -> int:
 
 
 # ----------------------------------------------------------------------------- reports
-@dataclass(frozen=True)
-class ProcessMove:
+class ProcessMove(Value):
     """What :func:`move` did to one process (frozen).
 
     ``threads``: one :class:`~numabind.bind.ThreadResult` per thread (main thread first); ``pages_moved``:
@@ -95,21 +95,39 @@ class ProcessMove:
     facts that are not (pages in mappings other processes share, which stayed).
     """
 
-    pid: int
-    name: str = "?"
-    threads: tuple[ThreadResult, ...] = ()
-    pages_moved: int | None = None
-    pages_left: int | None = None
-    pages_left_shared: int | None = None
-    pages_refused: int | None = None
-    locality: Locality | None = field(default=None, compare=False)   # a snapshot: not part of equality
-    error: str | None = None
-    warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
+    __slots__ = ("pid", "name", "threads", "pages_moved", "pages_left", "pages_left_shared", "pages_refused",
+                 "locality", "error", "warnings", "notes")
+    _compare = ("pid", "name", "threads", "pages_moved", "pages_left", "pages_left_shared", "pages_refused",
+                "error", "warnings", "notes")   # locality is a snapshot: not part of equality
 
-    def __post_init__(self) -> None:   # a list given is kept as a tuple
-        for k in ("threads", "warnings", "notes"):
-            object.__setattr__(self, k, tuple(getattr(self, k)))
+    def __init__(self, pid: int, name: str = "?", threads: Sequence[ThreadResult] = (), pages_moved: int | None = None,
+                 pages_left: int | None = None, pages_left_shared: int | None = None,
+                 pages_refused: int | None = None, locality: Locality | None = None, error: str | None = None,
+                 warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
+        _set = object.__setattr__
+        _set(self, "pid", pid)
+        _set(self, "name", name)
+        _set(self, "threads", tuple(threads))     # a list given is kept as a tuple
+        _set(self, "pages_moved", pages_moved)
+        _set(self, "pages_left", pages_left)
+        _set(self, "pages_left_shared", pages_left_shared)
+        _set(self, "pages_refused", pages_refused)
+        _set(self, "locality", locality)
+        _set(self, "error", error)
+        _set(self, "warnings", tuple(warnings))
+        _set(self, "notes", tuple(notes))
+
+    pid: int
+    name: str
+    threads: tuple[ThreadResult, ...]
+    pages_moved: int | None
+    pages_left: int | None
+    pages_left_shared: int | None
+    pages_refused: int | None
+    locality: Locality | None   # a snapshot: not part of equality
+    error: str | None
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...]
 
     def _count(self, status: str) -> int:
         return sum(1 for t in self.threads if t.status == status)
@@ -162,23 +180,30 @@ class ProcessMove:
                 "warnings": list(self.warnings), "notes": list(self.notes)}
 
 
-@dataclass(frozen=True)
-class MoveReport:
+class MoveReport(Value):
     """The outcome of :func:`move` (frozen): the plan asked for, the backend, one :class:`ProcessMove` per
     process (the one named first, then its descendants with ``all_children=True``), every degradation
     (``warnings``) and the facts that are not degradations (``notes``: among them, once, that the kernel
     cannot set another process's memory policy)."""
 
+    __slots__ = ("requested", "backend", "backend_reason", "processes", "warnings", "notes")
+
+    def __init__(self, requested: Plan, backend: str, backend_reason: str, processes: Sequence[ProcessMove] = (),
+                 warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
+        _set = object.__setattr__
+        _set(self, "requested", requested)
+        _set(self, "backend", backend)
+        _set(self, "backend_reason", backend_reason)
+        _set(self, "processes", tuple(processes))   # a list given is kept as a tuple
+        _set(self, "warnings", tuple(warnings))
+        _set(self, "notes", tuple(notes))
+
     requested: Plan
     backend: str
     backend_reason: str
-    processes: tuple[ProcessMove, ...] = ()
-    warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:   # a list given is kept as a tuple
-        for k in ("processes", "warnings", "notes"):
-            object.__setattr__(self, k, tuple(getattr(self, k)))
+    processes: tuple[ProcessMove, ...]
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...]
 
     @property
     def ok(self) -> bool:

@@ -42,15 +42,18 @@ gives a :class:`Locality` with what could be read and an ``error`` that says wha
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any
 
-from . import _proc, live, records
+from . import _proc, live
+from ._base import Value
 from .backends import get_backend
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import AccessDenied, NoSuchProcess, NumabindError
 from ._proc import NodePages
 from .plan import Plan
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (numabind move starts without it)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 __all__ = ["BoundBy", "Locality", "SOURCE_EXEC", "SOURCE_NUMACTL", "SOURCE_UNVERIFIED", "ThreadPlacement",
            "locality"]
@@ -63,22 +66,24 @@ def _nodes_of(cpus: frozenset[int], node_cpus: dict[int, frozenset[int]]) -> fro
     return frozenset(n for n, c in node_cpus.items() if c & cpus)
 
 
-@dataclass(frozen=True)
-class ThreadPlacement:
+class ThreadPlacement(Value):
     """One thread: the CPUs it may run on and the NUMA nodes of those CPUs."""
+
+    __slots__ = ("tid", "name", "cpus", "nodes")
+
+    def __init__(self, tid: int, name: str, cpus: frozenset[int], nodes: frozenset[int]) -> None:
+        object.__setattr__(self, "tid", tid)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "cpus", frozenset(cpus))
+        object.__setattr__(self, "nodes", frozenset(nodes))
 
     tid: int
     name: str
     cpus: frozenset[int]
     nodes: frozenset[int]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "cpus", frozenset(self.cpus))
-        object.__setattr__(self, "nodes", frozenset(self.nodes))
 
-
-@dataclass(frozen=True)
-class BoundBy:
+class BoundBy(Value):
     """How numabind bound a process: ``source`` says where this was read (the exec marker, the numactl
     wrapper's marker, this process's birth report or a runtime record), ``requested`` is the plan asked
     for and ``applied`` what the kernel held right after binding (None when not recorded: through
@@ -86,9 +91,16 @@ class BoundBy:
     numabind's exec marker without a start time (:data:`SOURCE_UNVERIFIED`): what it says may be
     another process's, one that had the pid before."""
 
+    __slots__ = ("source", "requested", "applied")
+
+    def __init__(self, source: str, requested: Plan, applied: Plan | None = None) -> None:
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "requested", requested)
+        object.__setattr__(self, "applied", applied)
+
     source: str
     requested: Plan
-    applied: Plan | None = None
+    applied: Plan | None
 
     @property
     def verified(self) -> bool:
@@ -96,8 +108,7 @@ class BoundBy:
         return self.source != SOURCE_UNVERIFIED
 
 
-@dataclass(frozen=True)
-class Locality:
+class Locality(Value):
     """Where the pages of process ``pid`` are, next to where its threads may run (frozen).
 
     ``pages`` is None when ``numa_maps`` could not be read (then ``error`` says why: a kernel without
@@ -107,25 +118,39 @@ class Locality:
     memory, are remote to every CPU).
     """
 
+    __slots__ = ("pid", "name", "error", "pages", "page_size", "cpus", "cpu_nodes", "threads", "mems_allowed",
+                 "mem_policy", "bound")
+
+    def __init__(self, pid: int, name: str = "?", error: str | None = None, pages: NodePages | None = None,
+                 page_size: int = 0, cpus: frozenset[int] = frozenset(), cpu_nodes: frozenset[int] = frozenset(),
+                 threads: tuple[ThreadPlacement, ...] = (), mems_allowed: frozenset[int] | None = None,
+                 mem_policy: str | None = None, bound: BoundBy | None = None) -> None:
+        _set = object.__setattr__
+        _set(self, "pid", pid)
+        _set(self, "name", name)
+        _set(self, "error", error)
+        _set(self, "pages", pages)
+        _set(self, "page_size", page_size or os.sysconf("SC_PAGE_SIZE"))
+        _set(self, "cpus", frozenset(cpus))
+        _set(self, "cpu_nodes", frozenset(cpu_nodes))
+        _set(self, "threads", tuple(threads))
+        _set(self, "mems_allowed", None if mems_allowed is None else frozenset(mems_allowed))
+        _set(self, "mem_policy", mem_policy)
+        _set(self, "bound", bound)
+
     pid: int
-    name: str = "?"
-    error: str | None = None
-    pages: NodePages | None = None
-    page_size: int = 0                # 0: this machine's page size
-    cpus: frozenset[int] = field(default_factory=frozenset)
-    cpu_nodes: frozenset[int] = field(default_factory=frozenset)
-    threads: tuple[ThreadPlacement, ...] = ()
-    mems_allowed: frozenset[int] | None = None
-    mem_policy: str | None = None     # this process's calling thread only (get_mempolicy)
-    bound: BoundBy | None = None
+    name: str
+    error: str | None
+    pages: NodePages | None
+    page_size: int                    # 0 given: this machine's page size
+    cpus: frozenset[int]
+    cpu_nodes: frozenset[int]
+    threads: tuple[ThreadPlacement, ...]
+    mems_allowed: frozenset[int] | None
+    mem_policy: str | None            # this process's calling thread only (get_mempolicy)
+    bound: BoundBy | None
 
     __hash__ = None    # type: ignore[assignment]  # holds NodePages (dicts): not hashable
-
-    def __post_init__(self) -> None:
-        for k, v in (("page_size", self.page_size or os.sysconf("SC_PAGE_SIZE")), ("cpus", frozenset(self.cpus)),
-                     ("cpu_nodes", frozenset(self.cpu_nodes)), ("threads", tuple(self.threads)),
-                     ("mems_allowed", None if self.mems_allowed is None else frozenset(self.mems_allowed))):
-            object.__setattr__(self, k, v)
 
     # -- figures ---------------------------------------------------------------------
     @property
@@ -339,6 +364,8 @@ def _from_marker(marker: str, pid: int, started: int) -> BoundBy | None:
 def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
     """What numabind recorded about binding ``pid``: this process's birth report, else the exec marker,
     else the runtime record of a child bound at birth (:mod:`numabind.records`)."""
+    from . import records   # records loads json: kept off numabind move's start (only a migration reads them)
+
     birth = records.own_birth() if me else None   # handed down by numabind.process when this process was born
     if birth is not None:
         return BoundBy(f"birth report ({birth[0]})", birth[1], birth[2])

@@ -28,16 +28,18 @@ degradation, or no record for ``--restore``); 2 for a usage error.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from typing import Any
 
 from .. import live
 from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 from . import device_node, run_strictness
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off numabind move's start)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 __all__ = ["add_parser", "build_parser", "cmd_move", "main", "move_plan"]
 
@@ -247,6 +249,8 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
         else:
             print(report.describe())
     if as_json:
+        import json   # only --json prints JSON: off numabind move's start
+
         print(json.dumps(out, indent=2, sort_keys=True))
     sys.stdout.flush()
     return rc
@@ -270,6 +274,8 @@ def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
         notes = ["and each descendant of the process (--all-children)"] if args.all_children else []
         out.append(render(target, move_lines(target, pid, memory), as_json=as_json, extra={"pid": pid}, notes=notes))
     if as_json:
+        import json   # as in cmd_move
+
         print(json.dumps({"dry_run": True, "processes": [json.loads(o) for o in out]}, indent=2, sort_keys=True))
     elif out:
         print("\n".join(out))
