@@ -22,7 +22,9 @@ the same process or pair by pair, never an absolute time compared with a budget:
 * P6: ``import numabind`` / ``import psutil`` (``-X importtime``, bytecode cache warm).
 * P7: ``numabind run -N N -m N -- /bin/true`` / ``python -c pass`` (same interpreter).
 * P8: ``numabind move`` / (``taskset -a -p`` + ``migratepages``) on the same running process (bench/bench_move.py):
-  CPUs only on a one-node machine (P8-affinity), the whole move in the 3-node guest (P8-guest, one run).
+  CPUs only on a one-node machine (P8-affinity), the whole move in the 3-node guest (P8-guest, one run of 9
+  pairs), each the median of per-pair ratios with its spread; beside it the library call, the floor of any
+  Python command (``python -c pass`` + the library call) and psutil's import, for scale.
 * P9: a look started fresh (bench/bench_look.py): ``numabind topology`` / ``lstopo-no-graphics --of xml -``,
   ``numabind hardware`` / ``python -c pass`` and ``python -c "import numabind; numabind.discover()"`` /
   ``python -c pass``, each the median of per-pair ratios with its spread (min-max).
