@@ -14,7 +14,7 @@ from numabind.cli.look import _look_form, fast_look
 from tests.fake.machines import cgroup_restricted, memory_only_nodes, offline_cpus, one_node, snc, sparse_nodes, \
     two_sockets
 from tests.kernel import ROOT, child_env
-from tests.run_path import gpu_box, look_modules
+from tests.run_path import gpu_box, loaded_by, look_modules
 
 MACHINES = {"one_node": one_node, "two_sockets": two_sockets, "snc": snc, "memory_only_nodes": memory_only_nodes,
             "sparse_nodes": sparse_nodes, "offline_cpus": offline_cpus, "cgroup_restricted": cgroup_restricted}
@@ -171,3 +171,11 @@ def test_numactl_hardware_prints_the_same_as_the_look(tmp_path, monkeypatch, cap
     compressed = capsys.readouterr().out
     assert " 0-3, 8-11 (8)" in compressed and compressed.replace(" 0-3, 8-11 (8)", "") != compressed
     assert os.environ["NUMABIND_FSROOT"] == str(tmp_path)
+
+
+def test_a_public_name_comes_without_importlib():
+    """``numabind.discover`` (PEP 562) imports its module without importlib, which brings warnings along (~5 % of a
+    look on a slow interpreter)."""
+    loaded = loaded_by("import numabind\nnumabind.discover\nfrom numabind import Plan, bind_current")
+    assert {"numabind.topology", "numabind.plan", "numabind.bind"} <= loaded
+    assert not loaded & {"importlib", "warnings"}, sorted(loaded & {"importlib", "warnings"})

@@ -10,6 +10,8 @@ imported from its module on first use (PEP 562), so a program that only
 binds never pays for discovery, multiprocessing hooks or the CLI.
 """
 
+from sys import modules as _modules
+
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: `import numabind` stays cheap
 
 __version__ = "0.1.0"
@@ -56,9 +58,9 @@ def __getattr__(name: str) -> object:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'numabind' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f".{module}", __name__), name)
+    full = f"{__name__}.{module}"
+    __import__(full)      # not importlib.import_module: importing importlib (and warnings) costs ~5 % of a look
+    value = getattr(_modules[full], name)
     globals()[name] = value          # the next lookup is a plain attribute
     return value
 
