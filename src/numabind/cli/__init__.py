@@ -47,6 +47,8 @@ from .._base import EXIT_NOT_APPLIED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the fast path)
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from .._base import Strictness
 
 __all__ = ["main", "fast_run", "command_environ", "configure_logging", "exec_command", "run_strictness", "stdout_gone",
@@ -234,6 +236,29 @@ def write_out(text: str) -> int:
     return 0
 
 
+def _without_collector(step: "Callable[[list[str]], int | None]", args: list[str]) -> "int | None":
+    """``step(args)`` with the cyclic garbage collector off, on again (if it was on) before anything else runs.
+
+    The fast paths (``run``, and a plain look) import their modules and build a few thousand objects that all
+    live until the process execs or exits: the collector has nothing to find there, and its passes over the
+    objects being created cost about 6 % of ``numabind run``'s start and ~12 % of a look's (issue 34 §3)."""
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return step(args)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _look(args: list[str]) -> "int | None":
+    from .look import fast_look
+
+    return fast_look(args)
+
+
 #: numabind's subcommands: any other first word (or a numactl option) is numactl's command line.
 SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat", "instrument", "move")
 
@@ -246,18 +271,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if prog is None:
         prog = os.path.basename(sys.argv[0]) if argv is None and sys.argv else "numabind"
     if args and args[0] == "run" and prog != "numactl":
-        import gc
-
-        # The fast path builds a few hundred objects and execs within milliseconds: the cyclic
-        # collector has nothing to find there, and its passes over the modules being imported cost
-        # about 6 % of the path. It is on again before anything else runs.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            rc = fast_run(args[1:])       # execs, returns an exit status, or None: "not mine"
-        finally:
-            if enabled:
-                gc.enable()
+        rc = _without_collector(fast_run, args[1:])   # execs, returns an exit status, or None: "not mine"
         if rc is not None:
             return rc
     elif args and args[0] == "instrument" and prog != "numactl":
@@ -265,9 +279,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
         return instrument_main(args[1:])
     elif args and args[0] in ("hardware", "topology") and prog != "numactl":
-        from .look import fast_look   # a plain look, without argparse (issue 34 §3)
-
-        rc = fast_look(args)
+        rc = _without_collector(_look, args)   # a plain look, without argparse (issue 34 §3)
         if rc is not None:
             return rc
     elif args and args[0] == "move" and prog != "numactl":
