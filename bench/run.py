@@ -20,7 +20,8 @@ the same process or pair by pair, never an absolute time compared with a budget:
   scaling exponent (bench/bench_discover.py).
 * P5: pages on the plan's node, in a QEMU guest with two nodes (tests/vm/harness.py), when it can start.
 * P6: ``import numabind`` / ``import psutil`` (``-X importtime``, bytecode cache warm).
-* P7: ``numabind run -N N -m N -- /bin/true`` / ``python -c pass`` (same interpreter).
+* P7: ``numabind run -N N -m N -- /bin/true`` / ``python -c pass`` (same interpreter), the median of per-pair
+  ratios with its spread; beside it, for scale, numactl's and the floor (``python -c`` exec'ing /bin/true).
 * P8: ``numabind move`` / (``taskset -a -p`` + ``migratepages``) on the same running process (bench/bench_move.py):
   CPUs only on a one-node machine (P8-affinity), the whole move in the 3-node guest (P8-guest, one run of 9
   pairs), each the median of per-pair ratios with its spread; beside it the library call, the floor of any
@@ -232,14 +233,17 @@ def p6(quick: bool) -> list[dict]:
                 statistics.median(tb))]
 
 
-def _wall(argv: list[str], env: dict) -> float:
-    t0 = time.perf_counter()
-    subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
-    return time.perf_counter() - t0
+#: P7's floor: the same interpreter started and the same command exec'd, with nothing of numabind between.
+_EXEC_FLOOR = "import os; os.execv('/bin/true', ['/bin/true'])"
 
 
 def p7(quick: bool) -> list[dict]:
+    """P7 as P8 and P9 measure: the median of per-pair ratios (A and B back to back, the order flipping each
+    pair) with its spread, and two rows for scale: numactl's own start, and the floor of any Python command
+    that execs /bin/true (Python's start and the exec, without numabind's imports or bind)."""
     import numabind
+
+    from bench.bench_look import look_row, pair_ratios
 
     env = _env()
     node = min(numabind.current_binding().mems_allowed)
@@ -249,19 +253,15 @@ def p7(quick: bool) -> list[dict]:
         run = [script, *run[3:]]
     base = [sys.executable, "-c", "pass"]
     reps = 5 if quick else 41
-    for argv in (run, base):
-        _wall(argv, env)
-    ta, tb = [], []
-    for k in range(reps):
-        for argv, out in ((run, ta), (base, tb)) if k % 2 == 0 else ((base, tb), (run, ta)):
-            out.append(_wall(argv, env))
-    rows = [row("P7", f"{os.path.basename(run[0])} run -N {node} -m {node} -- /bin/true / python -c pass",
-                statistics.median(ta), statistics.median(tb))]
+    rows = [look_row("P7", f"{os.path.basename(run[0])} run -N {node} -m {node} -- /bin/true / python -c pass",
+                     pair_ratios(run, base, reps, env), TARGETS["P7"]),
+            look_row("P7", "python -c \"exec /bin/true\" / python -c pass (the floor, for scale)",
+                     pair_ratios([sys.executable, "-c", _EXEC_FLOOR], base, reps, env), None)]
     numactl = shutil.which("numactl")
     if numactl:
-        tn = [_wall([numactl, "-N", str(node), "-m", str(node), "--", "/bin/true"], env) for _ in range(reps)]
-        rows.append(row("P7", "numactl -N -m -- /bin/true / python -c pass (for scale)", statistics.median(tn),
-                        statistics.median(tb), target=False))
+        rows.append(look_row("P7", "numactl -N -m -- /bin/true / python -c pass (for scale)",
+                             pair_ratios([numactl, "-N", str(node), "-m", str(node), "--", "/bin/true"], base, reps,
+                                         env), None))
     return rows
 
 

@@ -72,6 +72,23 @@ def test_look_rows_give_the_median_of_pair_ratios_and_its_spread():
     assert "| P9-hardware | " in table.stdout and "pair ratios, spread " in table.stdout, table.stdout
 
 
+@pytest.mark.mempolicy
+def test_run_start_gives_the_median_of_pair_ratios_and_its_floor():
+    """P7 is measured as P8 and P9 are (the median of per-pair ratios with its spread), and beside it, for scale,
+    the floor of any Python command that execs the same program: Python's start and the exec alone."""
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "P7", "--json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [r for r in json.loads(proc.stdout)["rows"] if r["id"] == "P7"]
+    (measured,) = [r for r in rows if r["target"] is not None]
+    assert measured["target"] == 1.3 and "/bin/true / python -c pass" in measured["what"], measured
+    (floor,) = [r for r in rows if "floor" in r["what"]]
+    assert floor["target"] is None and "ok" not in floor, floor
+    for r in rows:
+        lo, hi = r["spread"]
+        assert r["runs"] == 5 and 0 < lo <= r["ratio"] <= hi and r["a_s"] > 0 and r["b_s"] > 0, r
+
+
 def test_a_numactl_that_refuses_leaves_out_its_scale_row_only(tmp_path):
     """numactl -H exits 1 where libnuma finds no NUMA support (get_mempolicy refused: qemu-user, a seccomp
     filter): P9's scale row is left out, and the measured rows stand (it stopped the whole part before)."""
@@ -85,8 +102,10 @@ def test_a_numactl_that_refuses_leaves_out_its_scale_row_only(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("P9 ")]
-    whats = [r["what"] for r in json.loads(line[3:])]
-    assert not any(w.startswith("numactl") for w in whats) and len(whats) == 3, whats
+    rows = json.loads(line[3:])
+    whats = [r["what"] for r in rows]
+    assert not any(w.startswith("numactl") for w in whats), whats
+    assert sorted(r["id"] for r in rows if r["target"] is not None) == ["P9-discover", "P9-hardware", "P9-topology"]
 
 
 def test_a_look_at_the_topology_loads_no_web_client():
