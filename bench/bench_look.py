@@ -6,7 +6,8 @@ Three measures, each a command started fresh and waited for, output thrown away:
 
 * P9-topology: ``numabind topology`` / ``lstopo-no-graphics --of xml -`` (goal <= 1.0; ``python -c pass`` /
   ``lstopo-no-graphics`` is shown for scale: the part of the goal that Python's own start takes);
-* P9-hardware: ``numabind hardware`` / ``python -c pass`` (goal <= 1.3; ``numactl -H`` is shown for scale);
+* P9-hardware: ``numabind hardware`` / ``python -c pass`` (goal <= 1.3; ``numactl -H`` is shown for scale, and
+  so is importing as many empty modules as the look imports of numabind's own: the cost of their number alone);
 * P9-discover: ``python -c "import numabind; numabind.discover()"`` / ``python -c pass`` (goal <= 1.3).
 
 Each repetition runs A and B back to back (A, B, then B, A, ...) and gives one ratio A/B; the figure is the
@@ -25,6 +26,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -91,6 +93,35 @@ def look_row(pid: str, what: str, m: dict, target: float | None) -> dict:
     return out
 
 
+def modules_loaded(argv: list[str], env: dict[str, str]) -> list[str]:
+    """The numabind modules that ``argv`` imports (Python's own ``-X importtime`` report, through
+    ``PYTHONPROFILEIMPORTTIME``)."""
+    proc = subprocess.run(argv, env={**env, "PYTHONPROFILEIMPORTTIME": "1"}, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True, cwd="/")
+    names = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    return sorted({name for name in names if name == "numabind" or name.startswith("numabind.")})
+
+
+def import_floor_rows(look: list[str], base: list[str], reps: int, env: dict[str, str]) -> list[dict]:
+    """For scale: importing as many *empty* modules (one package) as the look imports of numabind's own, against
+    ``python -c pass``: what the number of modules alone costs before any of their code runs."""
+    count = len(modules_loaded(look, env))
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = os.path.join(tmp, "emptypkg")
+        os.mkdir(pkg)
+        with open(os.path.join(pkg, "__init__.py"), "w") as f:
+            f.write("")
+        for k in range(1, count):
+            with open(os.path.join(pkg, f"m{k}.py"), "w") as f:
+                f.write("x = 1\n")
+        env2 = {**env, "PYTHONPATH": os.pathsep.join([tmp, env.get("PYTHONPATH", "")])}
+        names = ", ".join(["emptypkg"] + [f"emptypkg.m{k}" for k in range(1, count)])
+        m = pair_ratios([sys.executable, "-c", f"import {names}"], base, reps, env2)
+    return [look_row("P9-hardware", f"python -c \"import {count} empty modules\" / python -c pass (as many as "
+                                    f"numabind hardware imports of its own: the floor of that many, for scale)", m,
+                     None)]
+
+
 def measure(reps: int) -> list[dict]:
     """The P9 rows (bench/run.py's format); P9-topology is skipped without lstopo-no-graphics."""
     env = environ()
@@ -117,6 +148,7 @@ def measure(reps: int) -> list[dict]:
                                   stderr=subprocess.DEVNULL, cwd="/").returncode == 0:
         rows.append(look_row("P9-hardware", "numactl -H / python -c pass (for scale)",
                              pair_ratios([numactl, "-H"], base, reps, env), None))
+    rows.extend(import_floor_rows([*nb, "hardware"], base, reps, env))
     rows.append(look_row("P9-discover", 'fresh python -c "import numabind; numabind.discover()" / python -c pass',
                          pair_ratios([sys.executable, "-c", "import numabind; numabind.discover()"], base, reps, env),
                          TARGETS["P9-discover"]))
