@@ -183,11 +183,11 @@ def test_a_public_name_comes_without_importlib():
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["collector-on", "collector-off"])
 @pytest.mark.parametrize("args,step", [(["hardware"], "look"), (["topology", "--of", "xml"], "look"),
-                                       (["run", "-N", "0", "--", "true"], "run")])
+                                       (["run", "-N", "0", "--", "true"], "run"), (["-H"], "numactl")])
 def test_a_fast_path_runs_without_the_collector_and_gives_it_back(monkeypatch, args, step, enabled):
-    """The fast paths (a plain look, ``numabind run``) build objects that all live until the process ends or
-    execs, so the cyclic collector is off while they run (~4 % of a look's start, measured side by side); it is
-    on again afterwards when it was on, and stays off when the caller had turned it off."""
+    """The fast paths (a plain look, ``numabind run``, numactl's command line) build objects that all live until
+    the process ends or execs, so the cyclic collector is off while they run (~4 % of a look's start, measured
+    side by side); it is on again afterwards when it was on, and stays off when the caller had turned it off."""
     import gc
 
     import numabind.cli
@@ -201,6 +201,12 @@ def test_a_fast_path_runs_without_the_collector_and_gives_it_back(monkeypatch, a
 
     if step == "look":
         monkeypatch.setattr(numabind.cli.look, "fast_look", step_fn)
+    elif step == "numactl":       # numactl's -H prints the look's text
+        def text(*form):
+            seen.append(gc.isenabled())
+            return ""
+
+        monkeypatch.setattr(numabind.cli.look, "look_output", text)
     else:
         monkeypatch.setattr(numabind.cli, "fast_run", step_fn)
     was = gc.isenabled()

@@ -48,8 +48,11 @@ from .._base import EXIT_NOT_APPLIED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the fast path)
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
+    from typing import TypeVar
 
     from .._base import Strictness
+
+    _R = TypeVar("_R")
 
 __all__ = ["main", "fast_run", "command_environ", "configure_logging", "exec_command", "run_strictness", "stdout_gone",
            "write_out", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND", "SIGPIPE_STATUS"]
@@ -236,12 +239,13 @@ def write_out(text: str) -> int:
     return 0
 
 
-def _without_collector(step: "Callable[[list[str]], int | None]", args: list[str]) -> "int | None":
+def _without_collector(step: "Callable[[list[str]], _R]", args: list[str]) -> "_R":
     """``step(args)`` with the cyclic garbage collector off, on again (if it was on) before anything else runs.
 
-    The fast paths (``run``, and a plain look) import their modules and build a few thousand objects that all
-    live until the process execs or exits: the collector has nothing to find there, and its passes over the
-    objects being created cost about 6 % of ``numabind run``'s start and ~12 % of a look's (issue 34 §3)."""
+    The fast paths (``run``, a plain look, numactl's command line) import their modules and build a few thousand
+    objects that all live until the process execs or exits: the collector has nothing to find there, and its
+    passes over the objects being created cost about 6 % of ``numabind run``'s start and ~4 % of a look's
+    (issue 34 §3)."""
     import gc
 
     enabled = gc.isenabled()
@@ -290,7 +294,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         from .numactl import is_numactl_form, numactl_main
 
         if prog == "numactl" or is_numactl_form(args, SUBCOMMANDS):
-            return numactl_main(args)
+            return _without_collector(numactl_main, args)   # binds and execs, or prints and exits
     from .commands import main as full_main
 
     return full_main(args)

@@ -125,16 +125,9 @@ def node_free_bytes(root: "str | None", topo: "Topology") -> "dict[int, int | No
 
 def compressed(cpus: "Iterable[int]") -> str:
     """numactl --hardware --cpu-compress's CPU list: `` 0-3, 8-11 (8)``, `` 5 (1)``, `` (0)`` when empty."""
-    ids = sorted(cpus)
-    runs: list[str] = []
-    k = 0
-    while k < len(ids):
-        j = k
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        runs.append(f" {ids[k]}" if j == k else f" {ids[k]}-{ids[j]}")
-        k = j + 1
-    return ",".join(runs) + f" ({len(ids)})"
+    ids = frozenset(cpus)
+    runs = format_cpulist(ids).split(",") if ids else []   # the cpulist's runs, each after a blank
+    return ",".join(f" {run}" for run in runs) + f" ({len(ids)})"
 
 
 def hardware_text(topo: "Topology", free: "dict[int, int | None]", cpu_compress: bool = False) -> str:
