@@ -19,7 +19,7 @@ import pytest
 
 from numabind import _proc
 from numabind.cli import main
-from numabind.cli.stat import _printable
+from numabind._base import printable as _printable
 from numabind.plan import Plan
 from numabind.residency import SOURCE_EXEC, SOURCE_UNVERIFIED, BoundBy, Locality, ThreadPlacement, locality
 from numabind._proc import NodePages

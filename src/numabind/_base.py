@@ -28,11 +28,24 @@ from .errors import NumabindError
 __all__ = ["DEBUG", "ERROR", "EXIT_NOT_APPLIED", "EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND", "EXIT_USAGE", "INFO", "WARNING",
            "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
            "TLLM_AFFINITY_ENV", "Value", "bind_settings", "environ_copy", "environ_get", "getLogger", "keep_binding_env",
-           "real_logger", "strict_from_env", "warn_through"]
+           "printable", "real_logger", "strict_from_env", "warn_through"]
 
 #: Exit statuses of ``numabind run`` and of a command started bound (numactl's and a shell's): the binding
 #: could not be applied, a usage error, a command found but not executable, a command not found.
 EXIT_NOT_APPLIED, EXIT_USAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 2, 126, 127
+
+
+def printable(text: str) -> str:
+    """``text`` as ``ps`` shows another process's name: each non-printable character (C0 and C1 controls,
+    DEL, format characters such as U+202E, lone surrogates, unassigned code points) and each U+FFFD (a
+    byte that was not UTF-8, as numabind's readers decode it) as ``?``.
+
+    The one rule for everything numabind prints that someone else controls: process names and command
+    lines, record fields, strings read from a replayed machine (an hwloc XML file's attributes, a dump's
+    files) and the kernel's own text about them."""
+    if text.isprintable() and "\ufffd" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\ufffd" else "?" for c in text)
 
 
 # ----------------------------------------------------------------------------- frozen values

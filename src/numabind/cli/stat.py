@@ -40,6 +40,7 @@ import sys
 import time
 from typing import Any
 
+from .._base import printable
 from ..cpulist import format_cpulist
 from ..errors import NumabindError
 
@@ -47,14 +48,6 @@ __all__ = ["add_parser", "binding_changed", "cmd_stat", "system_text"]
 
 _CLEAR = "\x1b[H\x1b[2J"       # cursor home, clear the screen: a refresh in place on a terminal
 
-
-def _printable(text: str) -> str:
-    """``text`` as ``ps`` shows another process's name: each non-printable character (C0 and C1 controls,
-    DEL, format characters such as U+202E, lone surrogates, unassigned code points) and each U+FFFD (a
-    byte that was not UTF-8, as numabind's readers decode it) as ``?``."""
-    if text.isprintable() and "\ufffd" not in text:
-        return text
-    return "".join(c if c.isprintable() and c != "\ufffd" else "?" for c in text)
 
 
 def _pid(text: str) -> int:
@@ -264,7 +257,7 @@ def _show(locs: list[Any], args: argparse.Namespace, refresh: bool) -> None:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             out.append(f"{_CLEAR if refresh else ''}numabind stat, every {args.watch:g} s: {stamp}")
         for loc in locs:
-            out += [_printable(line) for line in _block(loc, nodes)]   # every line: names and plans are the process's
+            out += [printable(line) for line in _block(loc, nodes)]   # every line: names and plans are the process's
         text = "\n".join(out) + "\n"
         encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
         try:     # a character this terminal's encoding cannot show is a '?' too, not an error
@@ -335,7 +328,7 @@ def _system(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             for n in sm.nodes:
                 for why in n.errors:
-                    sys.stderr.write(f"numabind stat: node {n.node}: {_printable(why)}\n")
+                    sys.stderr.write(f"numabind stat: node {n.node}: {printable(why)}\n")
             rounds += 1
             if args.watch is None or (args.count is not None and rounds >= args.count):
                 return 0 if ok else 1
