@@ -246,11 +246,14 @@ def test_pin_threads_strict_refuses_more_threads_than_cores():
 
 
 @pytest.mark.kernel
-def test_a_refused_thread_is_reported_and_logged_never_dropped(caplog):
+def test_a_refused_thread_is_reported_and_logged_never_dropped(caplog, monkeypatch):
     pool, stop = _start(1)
     topo = discover()
     outside = max(topo.possible_cpus | topo.online_cpus) + 1    # a CPU this machine does not have
     fake = Plan(cpus={outside})
+    # the kernel refuses it here, as when the CPU goes offline between the check and the apply (issue 42 §1:
+    # otherwise such a plan is a PlanError before any thread is touched, tests/test_impossible_plans.py)
+    monkeypatch.setattr("numabind.live.check_present", lambda plan, what: None)
     try:
         with caplog.at_level(logging.WARNING, logger="numabind.threads"):
             report = pin_threads(fake, pool, topology=topo, strict=False)

@@ -19,7 +19,8 @@ __version__ = "0.1.0"
 #: Public names by layer (module that defines them -> names), like psutil's ``__all__`` groups.
 _LAYERS: dict[str, tuple[str, ...]] = {
     # values and errors
-    "errors": ("NumabindError", "PlanError", "BindError", "BirthBindError", "NoSuchProcess", "AccessDenied"),
+    "errors": ("NumabindError", "PlanError", "BindError", "BirthBindError", "BindWarning", "NoSuchProcess",
+               "AccessDenied"),
     "cpulist": ("parse_cpulist", "format_cpulist"),
     "plan": ("Plan", "MEM_POLICIES", "Allowed"),
     # discovery
@@ -91,7 +92,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same nam
     from .cpulist import format_cpulist as format_cpulist, parse_cpulist as parse_cpulist
     from .devices import Gpu as Gpu
     from .errors import (AccessDenied as AccessDenied, BindError as BindError, BirthBindError as BirthBindError,
-                         NoSuchProcess as NoSuchProcess, NumabindError as NumabindError, PlanError as PlanError)
+                         BindWarning as BindWarning, NoSuchProcess as NoSuchProcess, NumabindError as NumabindError,
+                         PlanError as PlanError)
     from .memory import (MemoryReport as MemoryReport, PagePlacement as PagePlacement, bind_memory as bind_memory,
                          page_placement as page_placement)
     from .plan import MEM_POLICIES as MEM_POLICIES, Allowed as Allowed, Plan as Plan

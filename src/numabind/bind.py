@@ -9,7 +9,11 @@ or difference is explained from the kernel's limits (cpusets, online CPUs, nodes
 which are read only then. A binding that cannot be applied in full is either raised
 (``strict=True``) after undoing everything, or degraded step by step — hard bind → preferred →
 CPU only → nothing — with a WARNING per step (``strict=False``; ``strict="partial"`` degrades too,
-but raises when nothing of the plan is in force in the end).
+but raises when nothing of the plan is in force in the end). A degraded bind is never silent: where no
+logging handler shows those records, each distinct cause is said once on stderr as a
+:class:`~numabind.errors.BindWarning` (:func:`numabind.errors.warn_degraded`). Strictness is about what the
+kernel or the cpuset refuses: a plan that names CPUs or nodes the machine does not have (absent or offline)
+is a :class:`PlanError` in every mode, before anything is changed (:func:`numabind.live.check_present`).
 
 ``bind_thread`` binds the calling thread only for a ``with`` block. Reading back without changing
 anything (``current_binding``, like ``numactl --show``, and ``verify_current``) is :mod:`numabind.verify`.
@@ -54,7 +58,7 @@ from .backends import (
     write_weights,
 )
 from .cpulist import format_cpulist
-from .errors import BindError, NumabindError, PlanError
+from .errors import BindError, NumabindError, PlanError, warn_degraded
 from .plan import MEM_POLICIES, Plan, check_plan, format_weights, read_back_plan
 
 __all__ = ["BOUND_ENV", "BindReport", "STRICT_VALUES", "THREAD_MODES", "ThreadResult", "bind_current", "bind_thread",
@@ -472,7 +476,9 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: "Thre
       :class:`BindError` on any weakening and rolls back everything this call
       changed; it refuses before changing anything when the old memory policy
       cannot be read (it could not be put back). ``strict=False``: every
-      degradation is in ``report.warnings`` and logged. ``strict="partial"``:
+      degradation is in ``report.warnings`` and logged, and said on stderr
+      once per distinct cause (a :class:`~numabind.errors.BindWarning`) when
+      no logging handler shows it. ``strict="partial"``:
       degrades like False, but when in the end neither the CPU binding nor
       any step of the memory ladder is in force, it rolls back and raises
       (a :class:`BindError` when the kernel refused something, else a
@@ -499,6 +505,9 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: "Thre
     * Binds in one process run one at a time (a process-wide lock, free again in a forked child): two
       threads binding at once get one bind after the other, the later one's binding in force.
 
+    * A plan that names CPUs this machine does not have online (absent or offline) or NUMA nodes that do
+      not exist raises :class:`PlanError` in every mode, before anything is changed.
+
     Usable as a multiprocessing initializer:
     ``Pool(initializer=numabind.bind_current, initargs=(plan,))``.
     """
@@ -507,6 +516,7 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: "Thre
         check_plan(plan, "bind_current")
     if threads not in THREAD_MODES:
         check_threads(threads)
+    live.check_present(plan, "bind_current")    # CPUs or nodes the machine lacks: a PlanError in every mode
     if strict is None and backend is None:
         strict, from_env = bind_settings()
         be, why = backend_for(None, from_env)
@@ -570,6 +580,8 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: "Thre
         report = BindReport(requested=plan, applied=applied, backend=be.name, backend_reason=why,
                             warnings=tx.warnings, notes=tx.notes, pages_not_migrated=left,
                             pages_migrated=tx.pages_migrated, locality=tx.locality, _walk=walk)
+        for text in tx.warnings:   # logged each as it came; said on stderr where logging shows nothing
+            warn_degraded(text)
         if log.isEnabledFor(INFO):
             who = f"thread {walk.tids[0]} of pid {os.getpid()}" if threads == "current" else f"pid {os.getpid()}"
             log.info("%s bound via %s: %s", who, be.name, applied.describe())
@@ -631,6 +643,7 @@ def bind_thread(plan: Plan, strict: Strictness | None = None, *, backend: "Backe
     restore is a WARNING.
     """
     check_plan(plan, "bind_thread")
+    live.check_present(plan, "bind_thread")
     return _ThreadBinding(plan, strict_default(strict), backend)
 
 
@@ -662,6 +675,7 @@ class _ThreadBinding:
                 if strict is True or (strict == "partial" and bind.cpus is None):
                     raise BindError(e.errno, "get_mempolicy", f"{unsaved}; nothing was changed") from None
                 log.warning("%s; the thread keeps its policy", unsaved)
+                warn_degraded(f"{unsaved}; the thread keeps its policy")
                 bind = Plan(cpus=bind.cpus, reason=bind.reason)
         report = bind_current(bind, strict=strict, threads="current", backend=self.backend)
         self._be, self._cpus, self._saved = be, cpus, saved

@@ -5,9 +5,14 @@ there is one, the fix.
 """
 
 import os
+import sys
 
-__all__ = ["NumabindError", "PlanError", "BindError", "BirthBindError", "MEMORY_CALLS", "refusal_fix",
-           "NoSuchProcess", "AccessDenied"]
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (errors is on every import path)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
+__all__ = ["NumabindError", "PlanError", "BindError", "BirthBindError", "BindWarning", "MEMORY_CALLS", "refusal_fix",
+           "NoSuchProcess", "AccessDenied", "warn_degraded"]
 
 
 class NumabindError(Exception):
@@ -100,6 +105,54 @@ class BindError(NumabindError, OSError):
 
 class BirthBindError(NumabindError):
     """A child could not be bound at birth under strict mode (the cause is chained)."""
+
+
+class BindWarning(RuntimeWarning):
+    """A binding was degraded (``strict=False``, or ``"partial"`` with part of it in force): what the kernel or
+    the cpuset refused, and what is in force instead. :func:`warn_degraded` issues it."""
+
+
+#: The warnings registry of :class:`BindWarning`: the causes said in this process (Python's default action shows
+#: each message once per registry; changing the filters clears it, as for any module's).
+_SAID: "dict[object, object]" = {}
+
+
+def warn_degraded(text: str, logger: str = "numabind.bind") -> None:
+    """Say a degraded binding on stderr, once per distinct cause (``text``), where logging would not show it.
+
+    numabind logs every degradation at WARNING (``logger``), but a program that configured no logging never
+    sees a record (numabind's ``NullHandler``), and a lenient bind must not be silent. So the one channel is:
+    logging, when a handler other than a ``NullHandler`` would get ``logger``'s record or when logging was told
+    to drop it (a level above WARNING, ``logging.disable``): the program chose there, and nothing is said twice;
+    otherwise a :class:`BindWarning` of module ``numabind``, which Python's default filter prints once per
+    message, on one line (``numabind.bind:0: BindWarning: <cause>``). ``warnings.filterwarnings("ignore",
+    category=numabind.BindWarning)``, ``-W ignore:::numabind`` and ``-W ignore::numabind.BindWarning`` silence it
+    (the last only where numabind is importable before ``site`` runs, e.g. through ``PYTHONPATH``: Python reads
+    ``-W`` before site-packages is on ``sys.path``), ``error`` instead of ``ignore`` turns it into an exception,
+    and ``logging.captureWarnings(True)`` routes it to logging. Call it after the record was logged (the command
+    line's fast paths configure logging at the first record, :func:`numabind._base.warn_through`).
+    """
+    logging = sys.modules.get("logging")
+    if logging is not None and _logging_decides(logging, logging.getLogger(logger)):
+        return
+    import warnings   # only when a degradation is said (not in sys.modules at start-up)
+
+    # a fixed place, not the caller's line: each cause once per process, on one line (no source line to show)
+    warnings.warn_explicit(text, BindWarning, logger, 0, module="numabind", registry=_SAID)
+
+
+def _logging_decides(logging: "Any", logger: "Any") -> bool:
+    """Whether logging shows or drops ``logger``'s WARNING records by the program's own configuration."""
+    if not logger.isEnabledFor(logging.WARNING):   # a level above WARNING, or logging.disable
+        return True
+    node = logger
+    while node is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in node.handlers):
+            return True
+        if not node.propagate:
+            break
+        node = node.parent
+    return False
 
 
 class _ProcessError(NumabindError):

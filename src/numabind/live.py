@@ -19,9 +19,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from ._base import Value
 from .cpulist import parse_cpulist
-from .plan import Allowed
+from .errors import PlanError
+from .plan import Allowed, Plan, absent_from_machine
 
-__all__ = ["AFFINITY_HOLDS_ONLINE", "LiveMachine", "LiveNode", "check_native_version", "cpu_mask_bits", "gettid",
+__all__ = ["AFFINITY_HOLDS_ONLINE", "LiveMachine", "LiveNode", "check_native_version", "check_present",
+           "cpu_mask_bits", "gettid",
            "interleave_weights", "limits", "machine", "mems_allowed", "native_lib", "node_mask_bits", "reader",
            "thread_ids", "thread_name", "unlisted"]
 
@@ -79,8 +81,10 @@ def cpu_mask_bits() -> int:
 
 
 def forget_mask_bits() -> None:
-    """Read the possible ids again on next use (tests that pretend another kernel)."""
+    """Read the possible ids (and the node ids :func:`check_present` keeps) again on next use (tests that
+    pretend another kernel)."""
     _mask_bits.clear()
+    _node_ids_seen.clear()
 
 
 # ----------------------------------------------------------------------------- limits
@@ -132,6 +136,50 @@ def limits() -> Allowed:
     online = _online()
     nodes, memory = _node_ids(_ids("sys/devices/system/node/online"))
     return read_allowed(reader(), online, nodes, memory, frozenset(os.sched_getaffinity(0)))
+
+
+# ----------------------------------------------------------------------------- what the machine has
+_node_ids_seen: "list[frozenset[int]]" = []    # the NUMA nodes that exist, as check_present last read them
+
+
+def _existing_nodes(again: bool) -> frozenset[int]:
+    if again or not _node_ids_seen:
+        _node_ids_seen[:] = [_node_ids(_ids("sys/devices/system/node/online"))[0]]
+    return _node_ids_seen[0]
+
+
+def check_present(plan: Plan, what: str) -> None:
+    """Raise :class:`~numabind.errors.PlanError` when ``plan`` names CPUs this machine does not have online
+    (absent or offline) or NUMA nodes that do not exist (a memory-only node exists), before anything is
+    applied: no strictness mode binds what the machine lacks (``what`` names the entry point in the message).
+    CPUs or nodes that exist but lie outside the cpuset, and nodes without memory, stay the kernel's refusals
+    at apply time, which strictness handles.
+
+    The one check of every entry point that binds (``bind_current``, ``bind_thread``, birth-time binding in the
+    parent, ``pin_threads``, ``bind_memory``'s nodes, ``move``). Cheap where a plan fits: CPUs inside the calling
+    thread's affinity are online (the kernel reports only active CPUs in it), and the node ids are read once and
+    again only when a plan names one not among them (a node brought up since); the files are read to explain."""
+    cpus, nodes, seen = plan.cpus, plan.mem_nodes, _node_ids_seen
+    if (cpus is None or cpus <= os.sched_getaffinity(0)) and (not nodes or (seen and nodes <= seen[0])):
+        return      # the usual case, spelled out for speed: it runs on every bind
+    online = None
+    if cpus is not None and not cpus <= os.sched_getaffinity(0):
+        online = _online()
+        if cpus <= online:
+            online = None
+    known = None
+    if nodes and not nodes <= _existing_nodes(False):
+        known = _existing_nodes(True)
+        if nodes <= known:
+            known = None
+    if online is None and known is None:
+        return
+    why = absent_from_machine(cpus if online is not None else None, nodes if known is not None else None,
+                              online or frozenset(), known or frozenset(),
+                              _ids("sys/devices/system/cpu/present") if online is not None else None,
+                              _ids("sys/devices/system/node/possible") if known is not None else None)
+    raise PlanError(f"{what}: {why}; no strictness mode binds CPUs or nodes this machine lacks (numabind "
+                    f"hardware lists those it has)")
 
 
 # ----------------------------------------------------------------------------- threads

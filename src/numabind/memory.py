@@ -27,7 +27,7 @@ from .backends.range import (MPOL_MF_MOVE, MPOL_MF_STRICT, PAGE_SIZE, buffer_add
                              range_backend, range_policy, release)
 from .bind import strict_default, strict_label
 from .cpulist import format_cpulist
-from .errors import BindError, NumabindError, PlanError
+from .errors import BindError, NumabindError, PlanError, warn_degraded
 from .plan import MEM_POLICIES, Plan, format_weights, narrow_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -331,7 +331,8 @@ def bind_memory(buf: object, plan: Plan | MemPolicy | None = None, *, mode: MemP
     Returns a frozen :class:`MemoryReport`: the policy read back for the range, and (``verify=True``) the
     node of every page by ``move_pages(2)``. ``strict`` (default: ``$NUMABIND_STRICT``): ``True`` raises
     BindError when the kernel refused or pages are on other nodes after the call; ``"partial"`` raises only
-    when the kernel refused; ``False`` reports either in ``warnings`` and logs a WARNING. Bad input (a length
+    when the kernel refused; ``False`` reports either in ``warnings`` and logs a WARNING (said on stderr once
+    per distinct cause where logging shows nothing, :func:`numabind.errors.warn_degraded`). Bad input (a length
     past the buffer, an empty range, an unknown node, a node without memory or outside the cpuset, a Plan with
     no memory policy) raises PlanError.
     """
@@ -414,6 +415,7 @@ def _bind(address: int, size: int, policy: str, nodes: frozenset[int], plan: Pla
         raise BindError(errno.EIO, "mbind", f"{what} on {where} (strict): " + "; ".join(warnings))
     for text in warnings:
         log.warning("bind_memory (%s): %s", strict_label(strict), text)
+        warn_degraded(f"bind_memory ({strict_label(strict)}): {text}", "numabind.memory")   # where logging shows nothing
     if error is None:
         log.info("bind_memory: %s on %s%s", what, where,
                  f"; {placement.describe()}" if placement is not None else "")

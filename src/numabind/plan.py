@@ -62,7 +62,9 @@ if TYPE_CHECKING:  # pragma: no cover
         def allowed_nodes(self) -> frozenset[int]: ...
 
 __all__ = ["Allowed", "DEVICE_SPECIFIERS", "Limits", "MAX_WEIGHT", "MEM_POLICIES", "MIN_WEIGHT", "NODE_POLICIES",
-           "PROC_BINDS", "Plan", "check_affinity", "check_plan", "core_groups", "format_weights", "narrow_cpus", "narrow_nodes", "parse_weights", "plannable_policy", "read_back_plan"]
+           "PROC_BINDS", "Plan", "absent_from_machine", "check_affinity", "check_plan", "core_groups", "cpus_not_online",
+           "format_weights", "narrow_cpus", "narrow_nodes", "nodes_not_there", "parse_weights", "plannable_policy",
+           "read_back_plan"]
 
 #: Memory policies a plan may carry (``None`` means "leave as is"). ``weighted-interleave`` is
 #: ``MPOL_WEIGHTED_INTERLEAVE`` (Linux 6.9 and newer).
@@ -179,8 +181,7 @@ def narrow_cpus(cpus: frozenset[int], limits: Allowed) -> tuple[frozenset[int], 
     why = []
     offline = outside - limits.online_cpus
     if offline:
-        why.append(f"CPUs {format_cpulist(offline)} are not online on this machine "
-                   f"(online: {format_cpulist(limits.online_cpus)}); pick online CPUs")
+        why.append(cpus_not_online(offline, limits.online_cpus))
     fenced = outside - offline
     if fenced:
         if "within the inherited affinity" in limits.cpus_source:
@@ -193,6 +194,51 @@ def narrow_cpus(cpus: frozenset[int], limits: Allowed) -> tuple[frozenset[int], 
                        f"({format_cpulist(limits.allowed_cpus) or 'none'}, from {limits.cpus_source}); pick "
                        f"CPUs inside that set or widen the cpuset")
     return kept, "; ".join(why)
+
+
+def cpus_not_online(cpus: frozenset[int], online: frozenset[int], present: "frozenset[int] | None" = None) -> str:
+    """Why ``cpus`` (none of them online) cannot be bound, and the fix: the one wording of "this machine has
+    no such CPU online". ``present`` (``cpu/present``, when known) tells the absent (no such CPU) from the
+    offline (there, but taken offline)."""
+    text = f"CPUs {format_cpulist(cpus)} are not online on this machine (online: {format_cpulist(online)})"
+    if present is None:
+        return text + "; pick online CPUs"
+    offline, absent = cpus & present, cpus - present
+    if absent:
+        text += f": CPUs {format_cpulist(absent)} do not exist (present: {format_cpulist(present)})"
+    if offline:
+        text += (f"{',' if absent else ':'} CPUs {format_cpulist(offline)} are offline (as root, "
+                 f"echo 1 > /sys/devices/system/cpu/cpu{min(offline)}/online brings one online)")
+    return text + "; pick online CPUs"
+
+
+def nodes_not_there(nodes: frozenset[int], existing: frozenset[int], possible: "frozenset[int] | None" = None) -> str:
+    """Why ``nodes`` (none of them among the NUMA nodes that exist, ``node/online``) cannot be used: the one
+    wording of "this machine has no such node". A memory-only node exists. ``possible`` (``node/possible``,
+    when known) tells the offline (possible, none of its memory or CPUs brought up) from the absent."""
+    text = f"NUMA nodes {format_cpulist(nodes)} do not exist (nodes: {format_cpulist(existing)})"
+    offline = nodes & possible if possible is not None else frozenset()
+    if offline:
+        text += (f"; nodes {format_cpulist(offline)} are possible but offline (no memory or CPU of theirs is "
+                 f"online)")
+    return text
+
+
+def absent_from_machine(cpus: "frozenset[int] | None", nodes: "frozenset[int] | None", online_cpus: frozenset[int],
+                        node_ids: frozenset[int], present_cpus: "frozenset[int] | None" = None,
+                        possible_nodes: "frozenset[int] | None" = None) -> "str | None":
+    """Why a plan's ``cpus`` and ``nodes`` are not this machine's (CPUs not online, absent or offline; NUMA
+    nodes that do not exist), or None when the machine has them all. Only the machine counts here: CPUs or
+    nodes outside the cpuset, and nodes without memory, are the kernel's refusals at apply time (strictness
+    decides), not this. :func:`numabind.live.check_present` asks it about the live machine."""
+    why = []
+    gone = cpus - online_cpus if cpus else frozenset()
+    if gone:
+        why.append(cpus_not_online(gone, online_cpus, present_cpus))
+    missing = nodes - node_ids if nodes else frozenset()
+    if missing:
+        why.append(nodes_not_there(missing, node_ids, possible_nodes))
+    return "; ".join(why) or None
 
 
 def check_affinity(cpus: frozenset[int], limits: Allowed, flag: str = "--physcpubind") -> None:
@@ -216,7 +262,7 @@ def narrow_nodes(nodes: frozenset[int], limits: Allowed, policy: str | None = No
     why = []
     missing = nodes - limits.nodes
     if missing:
-        why.append(f"NUMA nodes {format_cpulist(missing)} do not exist (nodes: {format_cpulist(limits.nodes)})")
+        why.append(nodes_not_there(missing, limits.nodes))
     memless = nodes - missing - limits.memory_nodes
     if memless:
         what = f"a {policy} policy" if policy else "a memory policy"

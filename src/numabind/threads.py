@@ -22,7 +22,7 @@ from ._base import Strictness
 from .backends import get_backend
 from .bind import strict_default
 from .cpulist import format_cpulist
-from .errors import BindError, PlanError
+from .errors import BindError, PlanError, warn_degraded
 
 if TYPE_CHECKING:  # pragma: no cover
     from .types import BackendName
@@ -148,13 +148,18 @@ def pin_threads(plan: Plan, threads: Iterable[object] | None = None, order: str 
     :class:`~numabind.PlanError`, otherwise each thread gets one CPU, each core's first hyperthread first,
     wrapping around (a WARNING says so).
 
+    A plan that names CPUs this machine does not have online (absent or offline) raises
+    :class:`~numabind.PlanError` in every mode, before any thread is touched.
+
     Every thread is set and read back through the backend (``backend`` or ``$NUMABIND_BACKEND``). A thread
     the kernel refuses raises :class:`~numabind.BindError` under ``strict=True`` (the threads pinned before it
     are put back first) and is reported with status ``failed`` and logged at WARNING otherwise;
-    ``strict="partial"`` raises only when no thread could be pinned. ``strict`` None reads
+    ``strict="partial"`` raises only when no thread could be pinned; a degradation is said on stderr
+    once per distinct cause where logging shows nothing (:func:`numabind.errors.warn_degraded`). ``strict`` None reads
     ``NUMABIND_STRICT``. Returns a :class:`PinReport`: per thread the CPUs given, held before and read back.
     """
     check_plan(plan, "pin_threads")
+    live.check_present(plan, "pin_threads")    # CPUs the machine lacks: a PlanError in every mode
     if order not in THREAD_ORDERS:
         raise PlanError(f"order {order!r} is not one of {', '.join(THREAD_ORDERS)}")
     strict = strict_default(strict)
@@ -211,6 +216,8 @@ def pin_threads(plan: Plan, threads: Iterable[object] | None = None, order: str 
             raise BindError(first_errno, "sched_setaffinity", f"pin_threads: no thread could be pinned: "
                                                               f"{failed[0].detail}")
     report = PinReport(plan, order, be.name, tuple(results), tuple(warnings))
+    for text in warnings:   # logged each as it came; said on stderr where logging shows nothing
+        warn_degraded(f"pin_threads: {text}", "numabind.threads")
     log.info("pin_threads (%s, %s): %s", order, be.name,
              "; ".join(f"{r.tid}->{format_cpulist(r.after or ())} {r.status}" for r in results) or "no threads")
     return report

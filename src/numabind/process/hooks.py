@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._base import Strictness, getLogger, keep_binding_env
 from .. import backends as _backends
+from .. import live
 from ..bind import bind_current, bind_thread, strict_default, strict_label
 from ..errors import PlanError
 from ..plan import Plan, check_plan
@@ -212,7 +213,9 @@ def configure_subprocess(plan: Plan, *, strict: Strictness | None = None, backen
     child: a child that cannot be bound dies at once with a Python traceback
     naming the cause (:class:`BirthBindError` chained to the ``PlanError`` or
     ``BindError``), and its report carries the error; without strict it starts
-    degraded, with the warnings in its report.
+    degraded, with the warnings in its report (and on its stderr where logging
+    shows nothing). A plan that names CPUs or nodes this machine does not have
+    raises :class:`PlanError` here, in the parent, in every mode: no child starts.
 
     Thread safety: the plan belongs to the calling thread. Several threads may
     each hold their own ``configure_subprocess`` with different plans and start
@@ -226,6 +229,7 @@ def configure_subprocess(plan: Plan, *, strict: Strictness | None = None, backen
     the parent's own affinity and memory policy are never changed.
     """
     check_plan(plan, "configure_subprocess")
+    live.check_present(plan, "configure_subprocess")   # here, in the parent: no child starts unbound for it
     strict = strict_default(strict)
     _check_args(backend, strict, threads)
     if spawn not in ("inherit", "in-child"):
