@@ -34,6 +34,11 @@ that pid reads from any process of the same user (or root):
   never matches a dead process's record; records whose process is gone are ignored, and each write
   removes a bounded number of them;
 * a record is written atomically (a temporary file in the same directory, then ``os.replace``);
+* a record is its user's input, and root's ``numabind stat`` and ``numabind move --restore`` read every
+  user's: :func:`read_record` reads at most 64 KiB, refuses nesting deeper than a flat object before
+  parsing (:func:`load_json`), and checks the type of every field it hands on. A bad record is skipped
+  with one WARNING naming its path and why (as ``ps`` shows text: :func:`numabind._base.printable`),
+  and never stops a reader;
 * it is never needed: a failure to write one only logs (DEBUG) and leaves a note in the child's
   report, and ``NUMABIND_NO_RECORD=1`` turns records off.
 
@@ -48,14 +53,14 @@ import os
 import stat
 
 from . import _proc
-from ._base import environ_get, getLogger
+from ._base import environ_get, getLogger, printable
 from ._fs import RefusedFile, read_bounded
-
+from .errors import NumabindError
 from .plan import Plan
 
-__all__ = ["NO_RECORD_ENV", "UnsafeDirError", "UnsafeFileError", "keep_own_birth", "open_private_dir", "open_runtime_dir", "own_birth",
-           "read_private_file", "read_record", "record_dir", "record_dirs", "records_disabled",
-           "write_private_file", "write_record"]
+__all__ = ["NO_RECORD_ENV", "UnsafeDirError", "UnsafeFileError", "keep_own_birth", "load_json", "open_private_dir",
+           "open_runtime_dir", "own_birth", "read_private_file", "read_record", "record_dir", "record_dirs",
+           "records_disabled", "write_private_file", "write_record"]
 
 log = getLogger(__name__)
 
@@ -63,12 +68,17 @@ log = getLogger(__name__)
 NO_RECORD_ENV = "NUMABIND_NO_RECORD"
 _RECORD_VERSION = 1
 _RECORD_MAX = 64 << 10      # a record is a few hundred bytes; larger is not one of ours
+_RECORD_DEPTH = 4           # a record is one flat object; deeper nesting is not one of ours
+_METHOD_MAX = 32            # a start method is a short name ("fork", "forkserver", "pool", ...)
+_NUMBER_MAX = 24            # characters of a JSON number: an int of 20 digits, a float as repr writes one
+_SAID_MAX = 1024            # bad records remembered as already warned about, at most
 _PRUNE_LOOK = 64            # names looked at per write, from a random place in the directory
 _PRUNE_MAX = 32             # stale records removed per write at most
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _RUN_USER = "/run/user"                 # /run/user/<uid>: made by the system for that user alone
 _SHARED_BASES = ("/dev/shm", "/tmp")    # world-writable: another user may squat numabind-<uid> there
 _warned: set[str] = set()               # candidates already warned about in this process
+_bad_said: set[tuple[str, str]] = set()  # (path, why) of bad records already warned about in this process
 
 
 class UnsafeDirError(OSError):
@@ -341,38 +351,152 @@ def _read_dirs(pid: int, uid: int) -> list[str]:
 
 def read_record(pid: int, start: int) -> dict[str, object] | None:
     """The record of process ``pid`` started at ``start`` (clock ticks), or None: none written, the
-    process's user unknown, a directory or file that is not safe, or a record of another process."""
+    process's user unknown, a directory that is not safe, or a bad record.
+
+    A record is its user's input, and root's ``numabind stat`` and ``numabind move --restore`` read every
+    user's: a bad one (not a regular file of the user, over the size cap, nested deeper than a flat
+    object, not JSON, a field of the wrong type, another process's) is skipped with one WARNING naming
+    its path and why (once per path and reason in this process), and the next place is looked at. It
+    never raises. The dict returned holds exactly the fields checked: ``numabind_record``, ``pid``,
+    ``start_time``, ``start_method`` (a name), ``requested`` (a plan text) and ``applied`` (one or None).
+    """
     status = _proc.status_fields(pid) or {}
     uids = status.get("Uid", "").split()
     if len(uids) < 2 or not uids[1].isdigit() or not start:
         return None
     uid = int(uids[1])            # the effective uid: the one its files were created with
+    name = _name(pid, start)
     for path in _read_dirs(pid, uid):
         try:
             fd = open_private_dir(path, uid)
-        except OSError:
+        except (OSError, ValueError):
             continue
         try:
-            rec = _read_file(fd, _name(pid, start), uid)
+            rec, why = _read_file(fd, name, uid, pid, start)
         finally:
             os.close(fd)
-        if rec is not None and rec.get("pid") == pid and rec.get("start_time") == start \
-                and rec.get("numabind_record") == _RECORD_VERSION:
+        if why is not None:
+            _skip(os.path.join(path, name), why)
+        elif rec is not None:
             return rec
     return None
 
 
-def _read_file(dir_fd: int, name: str, uid: int) -> dict[str, object] | None:
+def _skip(path: str, why: str) -> None:
+    """One WARNING for a bad record (``path``, ``why``), once per process: ``numabind stat --watch`` reads
+    it again each round. Both are printed as ``ps`` shows text (:func:`numabind._base.printable`): the
+    path holds the process's own XDG_RUNTIME_DIR, which its user chose."""
+    if (path, why) in _bad_said:
+        return
+    if len(_bad_said) >= _SAID_MAX:
+        _bad_said.clear()
+    _bad_said.add((path, why))
+    log.warning("runtime record %s skipped: %s (its process is taken as having no record; removing the file "
+                "silences this)", printable(path), printable(why))
+
+
+def _read_file(dir_fd: int, name: str, uid: int, pid: int, start: int) -> tuple[dict[str, object] | None, str | None]:
+    """(the record of ``pid`` started at ``start`` in file ``name`` of the directory ``dir_fd``, None) when
+    it is good, (None, None) when there is no such file, (None, why) when it is bad."""
     try:
         data = read_private_file(dir_fd, name, uid, _RECORD_MAX)
-    except OSError:
-        return None
+    except OSError as e:
+        why = str(e.strerror or e)
+        return None, why[len(name) + 1:] if why.startswith(name + " ") else why
     if data is None:
-        return None
+        return None, None
+    try:
+        rec = load_json(data, depth=_RECORD_DEPTH)
+    except ValueError as e:
+        return None, f"not a numabind record: {e}"
+    return _checked(rec, pid, start)
+
+
+def _checked(rec: object, pid: int, start: int) -> tuple[dict[str, object] | None, str | None]:
+    """(the fields of ``rec`` a reader uses, None) when each has the type and value it must have for the
+    record of ``pid`` started at ``start``; (None, why) otherwise."""
+    if not isinstance(rec, dict):
+        return None, "its top level is not a JSON object"
+    version = rec.get("numabind_record")
+    if type(version) is not int:
+        return None, "numabind_record (the record's version) is not an int"
+    if version != _RECORD_VERSION:
+        return None, f"it is a version {version} record; this numabind reads version {_RECORD_VERSION}"
+    for key, want in (("pid", pid), ("start_time", start)):
+        value = rec.get(key)
+        if type(value) is not int:
+            return None, f"{key} is not an int"
+        if value != want:
+            return None, f"{key} is {value}, not the {want} its name says"
+    method = rec.get("start_method")
+    if not (isinstance(method, str) and method.isascii() and method.isidentifier() and len(method) <= _METHOD_MAX):
+        return None, f"start_method is not a name (ASCII letters, digits and _, at most {_METHOD_MAX})"
+    plans: dict[str, object] = {}
+    for key in ("requested", "applied"):
+        text = rec.get(key)
+        if text is None and key == "applied":
+            plans[key] = None
+            continue
+        if not isinstance(text, str):
+            return None, f"{key} is not a plan text" + (" or null" if key == "applied" else "")
+        try:
+            Plan.from_text(text)
+        except (NumabindError, ValueError):
+            return None, f"{key} is not a plan text numabind reads"
+        plans[key] = text
+    return {"numabind_record": version, "pid": pid, "start_time": start, "start_method": method, **plans}, None
+
+
+def load_json(data: bytes, *, depth: int) -> object:
+    """``data`` (JSON that another process wrote, maybe another user's) parsed with its work bounded, or
+    ValueError saying why not.
+
+    The caller has bounded the size (it read at most a cap). Here: the bytes must be UTF-8 (not one of
+    the UTF-16/32 forms :func:`json.loads` would guess), arrays and objects may nest at most ``depth``
+    deep, checked before parsing (the parser recurses once per level: 60,000 ``[`` raise RecursionError,
+    not ValueError), numbers have at most 24 characters and are finite (no NaN, no Infinity, no 1e999)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"byte {e.start} is not UTF-8") from None
+    if _too_deep(text, depth):
+        raise ValueError(f"arrays and objects nest deeper than {depth}")
     import json   # only a record written or read needs it: off numabind move's start
 
-    try:
-        rec = json.loads(data)
-    except ValueError:
-        return None
-    return rec if isinstance(rec, dict) else None
+    return json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+
+
+def _too_deep(text: str, depth: int) -> bool:
+    """Whether arrays and objects nest deeper than ``depth`` in the JSON ``text`` (a bracket inside a string
+    does not count): one pass, linear in the text, without recursion."""
+    if text.count("[") + text.count("{") <= depth:
+        return False        # a flat record: nothing to scan
+    import re   # json imports re anyway
+
+    level = 0
+    for m in re.finditer(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', text, re.DOTALL):   # a string is skipped whole
+        c = text[m.start()]
+        if c in "[{":
+            level += 1
+            if level > depth:
+                return True
+        elif c in "]}":
+            level = max(level - 1, 0)    # unbalanced: json.loads says so
+    return False
+
+
+def _json_int(text: str) -> int:
+    if len(text) > _NUMBER_MAX:
+        raise ValueError(f"a number has more than {_NUMBER_MAX} characters")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    value = float(text) if len(text) <= _NUMBER_MAX else float("inf")
+    if value - value != 0.0:     # inf or nan
+        raise ValueError(f"a number is out of range (or has more than {_NUMBER_MAX} characters)")
+    return value
+
+
+def _json_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")

@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import _proc
+from .. import _proc, records
 from .._base import Strictness, getLogger, keep_binding_env
 from ..bind import bind_current
 from ..errors import NumabindError, PlanError
@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["pool_plans", "worker_slot"]
 
 log = getLogger(__name__)
+
+_TABLE_MAX = 1 << 20     # bytes of a slot table: ~25 per slot
 
 
 class _SlotTable:
@@ -71,7 +73,13 @@ class _SlotTable:
                 raise NumabindError(f"pool slot table {self.path} was replaced (removed when the pool's "
                                     f"pool_plans() result was collected?); refusing another file at its name")
             fcntl.lockf(fd, fcntl.LOCK_EX)
-            table = json.loads(os.pread(fd, 1 << 20, 0) or b"[]")
+            data = os.pread(fd, _TABLE_MAX + 1, 0)
+            try:
+                if len(data) > _TABLE_MAX:
+                    raise ValueError(f"it is larger than {_TABLE_MAX} bytes")
+                table = records.load_json(data or b"[]", depth=2)    # a list of [pid, start time]
+            except ValueError as e:
+                raise NumabindError(f"pool slot table {self.path} is malformed: {e}") from None
             if not isinstance(table, list) or len(table) < self.slots or \
                     not all(isinstance(e, list) and len(e) == 2 for e in table):
                 raise NumabindError(f"pool slot table {self.path} is malformed")

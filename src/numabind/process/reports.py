@@ -11,7 +11,7 @@ import weakref
 from typing import Any
 
 from .. import _proc, records
-from .._base import Value, getLogger, keep_binding_env   # Value: a child bound at birth loads this module
+from .._base import Value, getLogger, keep_binding_env, printable   # Value: a child bound at birth loads this module
 from ..bind import BindReport
 from ..errors import BirthBindError, NumabindError, PlanError
 from ..plan import Plan
@@ -21,6 +21,7 @@ __all__ = ["BirthBindError", "ChildBindings", "ChildReport", "birth_report"]
 log = getLogger(__name__)
 
 _REPORT_MAX = 1 << 20
+_REPORT_DEPTH = 8     # a report nests 5 deep (it, its bind report, the locality, pages, per node): deeper is not one
 
 
 class ChildReport(Value):
@@ -174,9 +175,9 @@ class ChildBindings:
         if data is None:
             return None
         try:
-            rep = ChildReport.from_dict(json.loads(data))
+            rep = ChildReport.from_dict(records.load_json(data, depth=_REPORT_DEPTH))
         except (ValueError, PlanError) as e:
-            raise NumabindError(f"birth report {path} is malformed: {e}") from None
+            raise NumabindError(f"birth report {printable(path)} is malformed: {printable(str(e))}") from None
         if rep.pid != pid:
             raise NumabindError(f"birth report {path} names pid {rep.pid}, not {pid}")
         return rep
