@@ -13,6 +13,14 @@ call, under a lock, and put back after it. The rest goes through that reader (th
 :class:`~numabind._fs.FsReader`): the start time in clock ticks (psutil gives it only in seconds),
 ``/proc/PID/status`` (psutil has no whole-file view of it), each thread's name and allowed CPUs (psutil
 reads a thread's CPUs with ``sched_getaffinity``, which a replayed machine cannot answer) and numa_maps.
+
+Whose ``/proc`` it is: a procfs mounted from another PID namespace (``unshare --pid`` without
+``--mount-proc``, a host's /proc in a container) numbers processes as that namespace does, so process N in
+it is not the process N that this process's kernel calls reach. :func:`procfs_mismatch` is the one check
+(``/proc/self`` names the caller by the number this process has); every reader here goes through it: on
+the live system with such a procfs, another process reads as unreadable (never as the process of the same
+number there), and this process is read through ``/proc/self``. :func:`check_procfs` is the error every
+command that takes process ids raises first (``numabind move``, :func:`numabind.residency.locality`).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import os
 import stat
 import threading
 
-from ._base import Value   # not dataclasses: a child bound at birth in the child loads this module
+from ._base import Value, printable   # not dataclasses: a child bound at birth in the child loads this module
 from ._fs import key_values
 from .cpulist import parse_cpulist
 from .errors import NumabindError
@@ -34,9 +42,70 @@ if TYPE_CHECKING:  # pragma: no cover
 
     _T = TypeVar("_T")
 
-__all__ = ["ENVIRON_MAX", "NUMA_MAPS_MAX", "NodePages", "ProcessTasks", "environ_value", "has_numa_maps", "node_pages",
-           "numa_maps_text", "parse_numa_maps", "process_children", "process_exists", "process_tasks", "start_time",
-           "status_fields"]
+__all__ = ["ENVIRON_MAX", "FOREIGN_PROCFS_FIX", "NUMA_MAPS_MAX", "NodePages", "ProcessTasks", "check_procfs",
+           "environ_value", "has_numa_maps", "node_pages", "numa_maps_text", "parse_numa_maps", "procfs_mismatch",
+           "process_children", "process_exists", "process_tasks", "start_time", "status_fields", "task_ids",
+           "thread_name", "thread_owner", "thread_start_time"]
+
+
+# ----------------------------------------------------------------------------- whose /proc
+#: The fix of a /proc that shows another PID namespace's processes.
+FOREIGN_PROCFS_FIX = ("run numabind in the PID namespace this /proc belongs to, or give this namespace its own "
+                      "procfs (unshare --pid --fork --mount-proc; in a container, mount -t proc proc /proc)")
+
+
+def procfs_mismatch() -> str | None:
+    """Why ``/proc`` below :func:`numabind.live.reader`'s root does not show this process's PID namespace, or
+    None when it does (or the root is a replayed machine's: its processes are read as the machine they are).
+
+    ``/proc/self`` names the caller by the number that procfs's namespace gives it: the number this process
+    has (``getpid``) when the procfs is its namespace's, another number (an ancestor namespace's procfs) or
+    none (a procfs of a namespace the caller is not in) when not. The same fact :func:`numabind.live.thread_ids`
+    checks for the caller's own threads (``/proc/self/task`` without the calling thread). Read at every call
+    (a readlink): a fork or a new mount changes the answer.
+    """
+    fs = live.reader()
+    if not fs.is_live:
+        return None
+    me = os.getpid()
+    try:
+        shown: str | None = os.readlink(fs.path("proc/self"))
+    except OSError:
+        shown = None
+    if shown == str(me):
+        return None
+    named = "no process" if shown is None else f"process {printable(shown)}"
+    return (f"/proc/self names {named}, but this process is {me}: this /proc shows another PID namespace's "
+            f"processes, so no process id in it can be trusted")
+
+
+def check_procfs(who: str, *, acting: bool = False) -> None:
+    """Raise :class:`~numabind.errors.NumabindError` (``who: why; fix``) unless the process ids read from
+    ``/proc`` are those this process's kernel calls reach (:func:`procfs_mismatch`). ``acting``: the caller acts
+    on the processes it reads (moves them), so a replayed machine's ``/proc`` is refused too."""
+    fs = live.reader()
+    if acting and not fs.is_live:
+        raise NumabindError(f"{who}: the processes below {printable(fs.path('proc'))} are a replayed machine's, "
+                            f"not this kernel's, so none of them can be acted on: read /proc of the live system "
+                            f"(unset NUMABIND_FSROOT)")
+    why = procfs_mismatch()
+    if why is not None:
+        raise NumabindError(f"{who}: {why}; {FOREIGN_PROCFS_FIX}")
+
+
+def _where(pid: int | str) -> str | None:
+    """``proc/PID`` for reading ``pid`` (``proc/self`` for this process on the live system), or None when it
+    may not be read: not a pid, or another process's number in a /proc of another PID namespace."""
+    if not _pid_ok(pid):
+        return None
+    if pid == "self":
+        return "proc/self"
+    if live.reader().is_live:
+        if int(pid) == os.getpid():
+            return "proc/self"
+        if procfs_mismatch() is not None:
+            return None
+    return f"proc/{int(pid)}"
 
 
 # ----------------------------------------------------------------------------- pages per node
@@ -170,9 +239,10 @@ def _pid_ok(pid: object) -> bool:
 def numa_maps_text(pid: int | str = "self", tid: int | None = None) -> str | None:
     """The whole ``/proc/PID/numa_maps`` (of thread ``tid``: ``/proc/PID/task/TID/numa_maps``), or None when
     it cannot be read (no such process, no permission, a kernel without NUMA) or is too large."""
-    if not _pid_ok(pid) or (tid is not None and not _pid_ok(tid)):
+    where = _where(pid)
+    if where is None or (tid is not None and not _pid_ok(tid)):
         return None
-    rel = f"proc/{pid}/numa_maps" if tid is None else f"proc/{pid}/task/{tid}/numa_maps"
+    rel = f"{where}/numa_maps" if tid is None else f"{where}/task/{int(tid)}/numa_maps"
     try:
         text = live.reader().read(rel, limit=NUMA_MAPS_MAX + 1)
     except NumabindError:   # not a regular file: not counted (a read error is None already)
@@ -220,6 +290,8 @@ def _through_psutil(read: Callable[[Any], _T], default: _T) -> _T:
     # bind_current never need psutil (tests/run_path.py)
     import psutil  # type: ignore[import-untyped]   # psutil ships no type information
 
+    if live.reader().is_live and procfs_mismatch() is not None:
+        return default     # psutil would read the process of the same number in another namespace
     procfs = live.reader().path("proc")
     with _PSUTIL_LOCK:
         before = psutil.PROCFS_PATH
@@ -241,7 +313,23 @@ def start_time(pid: int) -> int:
     since the epoch by adding a boot time that moves with the wall clock), which cannot be turned back
     into those ticks reliably.
     """
-    text = live.reader().read(f"proc/{int(pid)}/stat")
+    where = _where(pid)
+    return 0 if where is None else _start_of(live.reader().read(f"{where}/stat"))
+
+
+def thread_start_time(pid: int, tid: int) -> int:
+    """Start time of thread ``tid`` of process ``pid`` in clock ticks (``/proc/PID/task/TID/stat``), 0 when it is
+    not a thread of ``pid`` (any more). A thread id is reused like a pid: the same id under the same process's
+    ``task`` directory with the same start time is the same thread; another process's thread with that id never
+    appears there."""
+    where = _where(pid)
+    if where is None or not _pid_ok(tid):
+        return 0
+    return _start_of(live.reader().read(f"{where}/task/{int(tid)}/stat"))
+
+
+def _start_of(text: str | None) -> int:
+    """Field 22 of a ``stat`` file (0: none, or exited)."""
     if not text:
         return 0
     fields = text[text.rfind(")") + 2:].split()
@@ -258,6 +346,8 @@ def process_exists(pid: int) -> bool:
     reaped; one that may not be read counts too)."""
     if not _pid_ok(pid):
         return False
+    if live.reader().is_live and _pid_number(pid) == os.getpid() and procfs_mismatch() is not None:
+        return True      # this process: psutil would read the process of its number in another namespace
 
     def read(psutil: Any) -> bool:
         try:
@@ -271,17 +361,48 @@ def process_exists(pid: int) -> bool:
 
 def has_numa_maps(pid: int | str = "self") -> bool:
     """Whether ``/proc/PID/numa_maps`` exists (kernels built without NUMA have none), readable or not."""
-    return _pid_ok(pid) and live.reader().exists(f"proc/{pid}/numa_maps")
+    where = _where(pid)
+    return where is not None and live.reader().exists(f"{where}/numa_maps")
 
 
 def status_fields(pid: int | str = "self", tid: int | None = None) -> dict[str, str] | None:
     """``/proc/PID/status`` (of thread ``tid``) as name -> value, or None when it cannot be read."""
-    if not _pid_ok(pid) or (tid is not None and not _pid_ok(tid)):
+    where = _where(pid)
+    if where is None or (tid is not None and not _pid_ok(tid)):
         return None
-    text = live.reader().read(f"proc/{pid}/status" if tid is None else f"proc/{pid}/task/{tid}/status")
+    text = live.reader().read(f"{where}/status" if tid is None else f"{where}/task/{int(tid)}/status")
     if text is None:
         return None
     return key_values(text)
+
+
+def task_ids(pid: int) -> list[int]:
+    """The thread ids listed in ``/proc/PID/task``, the main thread first; [] when it cannot be listed."""
+    where = _where(pid)
+    if where is None:
+        return []
+    tids = live.reader().numbered(f"{where}/task", "")
+    if pid in tids:
+        tids.remove(pid)
+        tids.insert(0, pid)
+    return tids
+
+
+def thread_name(pid: int, tid: int) -> str:
+    """The ``comm`` of thread ``tid`` of ``pid`` as the kernel has it (the process sets it: print it through
+    :func:`numabind._base.printable`), or ``'?'`` when it is gone."""
+    where = _where(pid)
+    if where is None or not _pid_ok(tid):
+        return "?"
+    return live.reader().read_strip(f"{where}/task/{int(tid)}/comm") or "?"
+
+
+def thread_owner(tid: int) -> int | None:
+    """The process (``Tgid``) that thread id ``tid`` belongs to now (``/proc/TID/status``: the kernel answers for
+    every thread id, listed or not), or None when no thread has it."""
+    fields = status_fields(tid)
+    tgid = None if fields is None else fields.get("Tgid", "")
+    return int(tgid) if tgid and tgid.isascii() and tgid.isdigit() else None
 
 
 class ProcessTasks(Value):

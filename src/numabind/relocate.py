@@ -26,6 +26,20 @@ report every degradation in ``warnings`` and log them in one WARNING. Private pa
 nodes (pinned, locked, busy, a full node) are a warning in every mode, as for ``bind_current(migrate=True)``;
 pages in mappings other processes share are a note.
 
+Ids that are reused: a thread id (and a pid) names another thread once its own has exited, so every call on
+one is checked after it returns. Each thread's start time (``/proc/PID/task/TID/stat``) is read before its CPUs are
+set and again after: the same id under the same process's ``task`` directory with the same start time is the same
+thread, so the call reached it; otherwise the thread **vanished** (``status="vanished"``, counted apart, never as
+bound, not an error in any mode), and when its id now names another process's thread that the call may have reached,
+a warning says so (it cannot be put back safely). The process itself is held by a pidfd
+(:func:`numabind.backends.pin_process`) and its start time is checked around every step, ``migrate_pages``
+included; a child listed by ``all_children`` is moved only while its parent is one of the tree's. ``/proc`` must
+show this process's PID namespace (:func:`numabind._proc.check_procfs`): in another one, pid N there is not the
+process N the kernel calls reach, and nothing is moved.
+
+What the process controls (its name, its threads' names) is kept as the kernel gives it in the report's fields
+and ``to_dict()``; ``describe()`` prints it through :func:`numabind._base.printable`.
+
 Permissions: setting another user's threads' CPUs needs CAP_SYS_NICE; ``migrate_pages`` needs the right
 to trace the process (the same user, and Yama's ``kernel.yama.ptrace_scope`` not forbidding it) or
 CAP_SYS_NICE, which also lets it move pages that other processes map.
@@ -37,11 +51,12 @@ CAP_SYS_NICE, which also lets it move pages that other processes map.
 from __future__ import annotations
 
 import errno
+import os
 
 from . import _proc, live
-from ._base import Value, getLogger
+from ._base import Value, getLogger, printable
 from .backends import (SETTLE_ROUNDS, WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_STOP_ON_ERROR, Backend,
-                       get_backend)
+                       get_backend, pin_process, process_ended)
 from .bind import ThreadResult, strict_default, strict_label
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import AccessDenied, BindError, NoSuchProcess, NumabindError, PlanError
@@ -133,6 +148,11 @@ class ProcessMove(Value):
         return sum(1 for t in self.threads if t.status == status)
 
     @property
+    def threads_vanished(self) -> int:
+        """Threads whose id ended, or came to name another thread, while they were set: not counted as bound."""
+        return self._count("vanished")
+
+    @property
     def threads_bound(self) -> int:
         return self._count("bound")
 
@@ -147,10 +167,13 @@ class ProcessMove(Value):
     def describe(self) -> str:
         head = f"pid {self.pid} ({self.name})"
         if self.error:
-            return f"{head}: {self.error}"
+            return printable(f"{head}: {self.error}")
         parts = [f"{self.threads_bound} thread(s) bound"]
         if self.threads_exited:
             parts.append(f"{self.threads_exited} exited meanwhile")
+        if self.threads_vanished:
+            parts.append(f"{self.threads_vanished} vanished (exited, or their ids came to name other threads, while "
+                         f"being set: not counted as bound)")
         if self.threads_refused:
             parts.append(f"{self.threads_refused} refused")
         cpus = {t.after for t in self.threads if t.status == "bound" and t.after is not None}
@@ -167,7 +190,7 @@ class ProcessMove(Value):
             mib = loc.page_size / (1 << 20)
             line += "; now " + (", ".join(f"node {n}: {p * mib:.1f} MiB" for n, p in sorted(loc.node_pages.items()))
                                 or "no resident pages")
-        return line
+        return printable(line)   # the name is the process's
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "name": self.name, "error": self.error,
@@ -177,7 +200,8 @@ class ProcessMove(Value):
                 "pages_left_shared": self.pages_left_shared, "pages_refused": self.pages_refused,
                 "node_pages": None if self.locality is None or self.locality.pages is None else
                 {str(n): c for n, c in sorted(self.locality.node_pages.items())},
-                "warnings": list(self.warnings), "notes": list(self.notes)}
+                "warnings": list(self.warnings), "notes": list(self.notes),
+                **({"threads_vanished": self.threads_vanished} if self.threads_vanished else {})}
 
 
 class MoveReport(Value):
@@ -230,6 +254,10 @@ class MoveReport(Value):
     def threads_refused(self) -> int:
         return sum(p.threads_refused for p in self.processes)
 
+    @property
+    def threads_vanished(self) -> int:
+        return sum(p.threads_vanished for p in self.processes)
+
     def _pages(self, name: str) -> int | None:
         got = [getattr(p, name) for p in self.processes if getattr(p, name) is not None]
         return sum(got) if got else None
@@ -247,14 +275,15 @@ class MoveReport(Value):
         lines += [f"moved:     {p.describe()}" for p in self.processes]
         lines += [f"warning:   {w}" for w in self.warnings]
         lines += [f"note:      {n}" for n in self.notes]
-        return "\n".join(lines)
+        return "\n".join(printable(line) for line in lines)   # names, records and kernel text about the process
 
     def to_dict(self) -> dict[str, Any]:
         return {"requested": self.requested.to_text(), "backend": self.backend, "backend_reason": self.backend_reason,
                 "processes": [p.to_dict() for p in self.processes], "threads_bound": self.threads_bound,
                 "threads_exited": self.threads_exited, "threads_refused": self.threads_refused,
                 "pages_moved": self.pages_moved, "pages_left": self.pages_left, "ok": self.ok,
-                "warnings": list(self.warnings), "notes": list(self.notes)}
+                "warnings": list(self.warnings), "notes": list(self.notes),
+                **({"threads_vanished": self.threads_vanished} if self.threads_vanished else {})}
 
 
 # ----------------------------------------------------------------------------- reading the target
@@ -267,22 +296,15 @@ def _where(pid: int) -> tuple[Locality | None, str | None]:
     return found, found.error
 
 
-def _alive(pid: int, started: int) -> bool:
-    """Whether ``pid`` is still the process that started at ``started`` (not exited, not reused)."""
-    return _proc.start_time(pid) == started
-
-
-def _thread_name(pid: int, tid: int) -> str:
-    return live.reader().read_strip(f"proc/{pid}/task/{tid}/comm") or "?"
+def _alive(pid: int, started: int, pin: int | None = None) -> bool:
+    """Whether ``pid`` is still the process that started at ``started`` (not exited, not reused); ``pin``: its
+    pidfd, which must not have seen it end either."""
+    return not process_ended(pin) and _proc.start_time(pid) == started
 
 
 def _tids(pid: int) -> list[int]:
     """The threads of ``pid``, its main thread first (empty when /proc/PID/task cannot be listed)."""
-    tids = live.reader().numbered(f"proc/{pid}/task", "")
-    if pid in tids:
-        tids.remove(pid)
-        tids.insert(0, pid)
-    return tids
+    return _proc.task_ids(pid)
 
 
 def _started(pid: int) -> int:
@@ -298,29 +320,56 @@ def _started(pid: int) -> int:
 
 
 # ----------------------------------------------------------------------------- one process
-class _Walk:
-    """The threads of one process as they were set: per thread its status and its CPUs before and after."""
+#: The detail of a vanished thread.
+VANISHED = ("its id ended, or came to name another thread, while its CPUs were set (its start time under "
+            "/proc/PID/task changed): not counted as bound")
 
-    __slots__ = ("tids", "status", "before", "after")
+
+class _Walk:
+    """The threads of one process as they were set: per thread its status, its CPUs before and after, its start
+    time when it was listed, and whether it vanished (not the same thread after the call)."""
+
+    __slots__ = ("tids", "status", "before", "after", "starts", "vanished")
 
     def __init__(self) -> None:
         self.tids: list[int] = []
         self.status: list[int] = []
         self.before: list[frozenset[int]] = []
         self.after: list[frozenset[int]] = []
+        self.starts: list[int] = []
+        self.vanished: list[bool] = []
 
-    def add(self, walk: AffinityWalk) -> None:
+    def add(self, walk: AffinityWalk, starts: dict[int, int], same: list[bool]) -> None:
         for i in range(walk.processed):
             self.tids.append(walk.tids[i])
             self.status.append(walk.status[i])
             self.before.append(walk.before(i))
             self.after.append(walk.after(i) if walk.status[i] in (WALK_BOUND, WALK_DIFFERS) else walk.before(i))
+            self.starts.append(starts[walk.tids[i]])
+            self.vanished.append(walk.status[i] != WALK_EXITED and not same[i])
+
+    def add_exited(self, tids: list[int]) -> None:
+        """Threads listed that had exited before their CPUs were read: nothing was set."""
+        for tid in tids:
+            self.tids.append(tid)
+            self.status.append(WALK_EXITED)
+            self.before.append(frozenset())
+            self.after.append(frozenset())
+            self.starts.append(0)
+            self.vanished.append(False)
+
+    def counted(self) -> list[tuple[int, int, frozenset[int], int]]:
+        """(tid, status, after, start) of the threads that did not vanish."""
+        return [(t, st, a, s) for t, st, a, s, v in zip(self.tids, self.status, self.after, self.starts, self.vanished)
+                if not v]
 
     def results(self, pid: int) -> tuple[ThreadResult, ...]:
         out = []
-        for tid, st, before, after in zip(self.tids, self.status, self.before, self.after):
-            name = _thread_name(pid, tid)
-            if st == WALK_EXITED:
+        for tid, st, before, after, gone in zip(self.tids, self.status, self.before, self.after, self.vanished):
+            name = _proc.thread_name(pid, tid)
+            if gone:
+                out.append(ThreadResult(tid, name, before, None, "vanished", VANISHED))
+            elif st == WALK_EXITED:
                 out.append(ThreadResult(tid, name, before, None, "exited"))
             elif st in (WALK_BOUND, WALK_DIFFERS):
                 out.append(ThreadResult(tid, name, before, after, "bound"))
@@ -346,6 +395,26 @@ class _Mover:
     def __init__(self, plan: Plan, strict: Strictness, be: Backend) -> None:
         self.plan, self.strict, self.be = plan, strict, be
         self.walks: list[tuple[int, _Walk]] = []     # what was set, per process: the undo log of strict
+        self.pin: int | None = None                  # the pidfd of the process being moved (None: none)
+
+    def _same_threads(self, pid: int, walk: AffinityWalk, starts: dict[int, int], warnings: list[str]) -> list[bool]:
+        """Per thread of ``walk``: whether its id still names the thread listed (same start time under
+        ``/proc/PID/task``). One whose CPUs were set and whose id now names another process's thread: a warning
+        (the call may have reached that thread instead, and it cannot be put back safely)."""
+        cpus = self.plan.cpus
+        same = []
+        for i in range(walk.processed):
+            tid = walk.tids[i]
+            ok = _proc.thread_start_time(pid, tid) == starts[tid]
+            same.append(ok)
+            if ok or walk.status[i] not in (WALK_BOUND, WALK_DIFFERS) or cpus is None:
+                continue
+            owner = _proc.thread_owner(tid)
+            if owner is not None and owner != pid:
+                warnings.append(f"pid {pid}: thread id {tid} ended while its CPUs were set and now names a thread of "
+                                f"process {owner}, which may hold CPUs {format_cpulist(cpus)} now (numabind cannot "
+                                f"tell, and cannot put it back safely: check process {owner}'s CPUs)")
+        return same
 
     # -- CPUs ------------------------------------------------------------------
     def set_cpus(self, pid: int, started: int, warnings: list[str]) -> _Walk:
@@ -377,15 +446,19 @@ class _Mover:
                 warnings.append(message)
                 break
             seen.update(new)
+            starts = {t: _proc.thread_start_time(pid, t) for t in new}   # who each id names now
+            walk.add_exited([t for t in new if not starts[t]])
+            new = [t for t in new if starts[t]]
             while new:    # a walk stops at a refusal of its first thread: the rest are tried in a walk of their own
                 one = be.affinity_many(new, cpus, flags)
-                walk.add(one)
-                refused = [i for i in range(one.processed) if one.status[i] < 0]
+                same = self._same_threads(pid, one, starts, warnings)
+                walk.add(one, starts, same)
+                refused = [i for i in range(one.processed) if one.status[i] < 0 and same[i]]
                 if refused and self.strict is True:
                     i = refused[0]
                     raise _affinity_refused(pid, -one.status[i], one.tids[i])
                 new = new[max(1, one.processed):]
-            if not _alive(pid, started):
+            if not _alive(pid, started, self.pin):
                 break
         return walk
 
@@ -395,7 +468,7 @@ class _Mover:
         assert cpus is not None
         refused: dict[int, list[int]] = {}
         other: dict[frozenset[int], list[int]] = {}
-        for tid, st, after in zip(walk.tids, walk.status, walk.after):
+        for tid, st, after, _start in walk.counted():
             if st < 0:
                 refused.setdefault(-st, []).append(tid)
             elif st in (WALK_BOUND, WALK_DIFFERS) and after != cpus:
@@ -417,13 +490,15 @@ class _Mover:
         started unseen) is a warning (strict: raised); ``refused``: threads whose refusal was said already."""
         cpus = self.plan.cpus
         assert cpus is not None
-        tids = _tids(pid)
-        if not tids or not _alive(pid, started):
+        starts = {t: _proc.thread_start_time(pid, t) for t in _tids(pid)}
+        tids = [t for t, s in starts.items() if s]
+        if not tids or not _alive(pid, started, self.pin):
             return
         now = self.be.affinity_many(tids, None)
         off = [(now.tids[i], now.before(i)) for i in range(now.processed)
                if now.status[i] != WALK_EXITED and now.status[i] >= 0 and now.before(i) != cpus
-               and now.tids[i] not in refused]
+               and now.tids[i] not in refused
+               and _proc.thread_start_time(pid, now.tids[i]) == starts[now.tids[i]]]   # what was read was that thread
         if off:
             shown = ", ".join(f"{t} on {format_cpulist(c)}" for t, c in off[:8])
             message = (f"pid {pid}: read back after the move, {len(off)} thread(s) hold other CPUs than "
@@ -438,14 +513,21 @@ class _Mover:
         """Put back the CPUs this call set (strict failures); what could not be put back, said."""
         stayed = []
         for pid, walk in self.walks:
-            for tid, st, before in zip(walk.tids, walk.status, walk.before):
-                if st not in (WALK_BOUND, WALK_DIFFERS):
-                    continue
+            for tid, st, before, start, gone in zip(walk.tids, walk.status, walk.before, walk.starts, walk.vanished):
+                if gone or st not in (WALK_BOUND, WALK_DIFFERS) or _proc.thread_start_time(pid, tid) != start:
+                    continue     # not set, or not the thread that was set any more (it exited): nothing to put back
                 try:
                     self.be.set_affinity(tid, before)
                 except BindError as e:
                     if e.errno != errno.ESRCH:
                         stayed.append(f"thread {tid} of pid {pid} keeps the new CPUs ({e})")
+                    continue
+                if _proc.thread_start_time(pid, tid) != start:
+                    owner = _proc.thread_owner(tid)
+                    if owner is not None and owner != pid:
+                        stayed.append(f"thread id {tid} of pid {pid} ended while its CPUs were put back and now names "
+                                      f"a thread of process {owner}, which may have been given CPUs "
+                                      f"{format_cpulist(before)} (check process {owner}'s CPUs)")
         self.walks.clear()
         return stayed
 
@@ -475,16 +557,20 @@ class _Mover:
         before = _proc.node_pages(pid)
         refused = None
         if source and target & allowed:
+            if not _alive(pid, started, self.pin):
+                raise _Exited(pid)
             try:
                 refused = self.be.migrate_pages(pid, source, target)
             except BindError as e:
-                if e.errno == errno.ESRCH or not _alive(pid, started):
+                if e.errno == errno.ESRCH or not _alive(pid, started, self.pin):
                     raise
                 err = BindError(e.errno, e.syscall, e.detail, fix=MIGRATE_FIX if e.errno == errno.EPERM else None)
                 if self.strict is True:
                     raise err from None
                 warnings.append(f"{err}; its pages stay where they are")
                 return None, None, None, None, _where(pid)[0]
+            if not _alive(pid, started, self.pin):   # the pid may have named another process during the call
+                raise _Exited(pid)
         after, why = _where(pid)
         pages = None if after is None else after.pages
         if before is None or pages is None:
@@ -508,23 +594,45 @@ class _Mover:
         return moved, left, shared, refused, after
 
     # -- the whole process -----------------------------------------------------
-    def one(self, pid: int, root: bool) -> ProcessMove:
-        """Move process ``pid``; ``root``: the process named by the caller (its exit is an error)."""
+    def one(self, pid: int, root: bool, tree: set[int] | frozenset[int] = frozenset()) -> ProcessMove:
+        """Move process ``pid``; ``root``: the process named by the caller (its exit is an error); else a
+        descendant listed earlier, moved only while its parent is one of ``tree`` (the pid was not reused)."""
         try:
             started = _started(pid)
         except NumabindError as e:
             if root:
                 raise
             return ProcessMove(pid, error=str(e).removeprefix("numabind move: "))
-        name = (_proc.status_fields(pid) or {}).get("Name", "?")
+        self.pin = pin_process(pid)
+        try:
+            return self._one(pid, started, root, tree)
+        finally:
+            if self.pin is not None:
+                os.close(self.pin)
+            self.pin = None
+
+    def _one(self, pid: int, started: int, root: bool, tree: set[int] | frozenset[int]) -> ProcessMove:
+        status = _proc.status_fields(pid) or {}
+        name = status.get("Name", "?")
+        if not _alive(pid, started, self.pin):     # the pidfd may hold a process that took the pid since
+            if root:
+                raise NumabindError(f"numabind move: process {pid} ({printable(name)}) exited before it could be "
+                                    f"moved; nothing is left to move")
+            return ProcessMove(pid, name, error=f"process {pid} ({printable(name)}) exited before it could be moved")
+        if not root:
+            ppid = status.get("PPid", "")
+            if not (ppid.isascii() and ppid.isdigit() and int(ppid) in tree):
+                return ProcessMove(pid, name, error=f"process {pid} ({printable(name)}) is no longer in the tree "
+                                                    f"(its parent is {printable(ppid) or '?'}): its pid may have been "
+                                                    f"taken by another process since the tree was listed; not moved")
         warnings: list[str] = []
         notes: list[str] = []
         walk = None
         try:
             if self.plan.cpus is not None:
                 walk = self.set_cpus(pid, started, warnings)
-            if not _alive(pid, started) or (walk is not None and walk.status and
-                                            all(s == WALK_EXITED for s in walk.status)):
+            if not _alive(pid, started, self.pin) or (walk is not None and walk.status and
+                                                      all(s == WALK_EXITED for s in walk.status)):
                 raise _Exited(pid)
             if walk is not None:
                 self.check_cpus(pid, walk, warnings)
@@ -535,16 +643,16 @@ class _Mover:
             if self.plan.cpus is not None:
                 refusals = frozenset(t for t, st in zip(walk.tids, walk.status) if st < 0) if walk else frozenset()
                 self.verify_cpus(pid, started, warnings, refusals)
-            if not _alive(pid, started):
+            if not _alive(pid, started, self.pin):
                 raise _Exited(pid)
         except _Exited:
-            message = f"process {pid} ({name}) exited while it was being moved"
+            message = f"process {pid} ({printable(name)}) exited while it was being moved"
             if root:
                 raise NumabindError(f"numabind move: {message}; nothing is left to move") from None
             return ProcessMove(pid, name, () if walk is None else walk.results(pid), error=message)
         except BindError as e:
-            if e.errno == errno.ESRCH and not _alive(pid, started):
-                message = f"process {pid} ({name}) exited while it was being moved"
+            if e.errno == errno.ESRCH and not _alive(pid, started, self.pin):
+                message = f"process {pid} ({printable(name)}) exited while it was being moved"
                 if root:
                     raise NumabindError(f"numabind move: {message}; nothing is left to move") from None
                 return ProcessMove(pid, name, () if walk is None else walk.results(pid), error=message)
@@ -592,6 +700,7 @@ def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children
     if not isinstance(all_children, bool):
         raise PlanError(f"numabind.move: all_children must be True or False, got {all_children!r}")
     strict = strict_default(strict)
+    _proc.check_procfs("numabind move", acting=True)
     _check_fits(plan)
     be, why = get_backend(backend)
     _started(pid)
@@ -606,8 +715,8 @@ def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children
                 if not todo:
                     break
                 for child in todo:
+                    processes.append(mover.one(child, root=False, tree=done))
                     done.add(child)
-                    processes.append(mover.one(child, root=False))
     except NumabindError as exc:
         stayed = mover.undo() if strict is True else []
         if strict is True and isinstance(exc, (BindError, PlanError)):
@@ -638,15 +747,12 @@ def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children
 
 
 def _check_fits(plan: Plan) -> None:
-    """A PlanError unless the plan's CPUs are online and its nodes have memory (the target's cpuset is the
-    kernel's to apply: what it narrows is reported)."""
-    machine = live.machine()
-    if plan.cpus is not None:
-        offline = plan.cpus - machine.online_cpus
-        if offline:
-            raise PlanError(f"numabind move: CPUs {format_cpulist(offline)} are not online (online: "
-                            f"{format_cpulist(machine.online_cpus)}); give online CPUs")
+    """A PlanError unless the plan's CPUs and nodes are this machine's (:func:`numabind.live.check_present`, the
+    one check of every entry point) and its nodes have memory (the target's cpuset is the kernel's to apply:
+    what it narrows is reported)."""
+    live.check_present(plan, "numabind move")
     if plan.mem_nodes:
+        machine = live.machine()
         memory = frozenset(n for n, node in machine.nodes.items() if node.has_memory)
         lacking = plan.mem_nodes - memory
         if lacking:
@@ -659,6 +765,7 @@ def recorded_binding(pid: int) -> BoundBy | None:
     """What numabind recorded when it bound ``pid`` at birth (:attr:`numabind.residency.Locality.bound`: the exec
     marker of ``numabind run``, or a runtime record); None when it recorded nothing."""
     pid = _pid(pid)
+    _proc.check_procfs("numabind move --restore", acting=True)
     _started(pid)
     return locality(pid).bound
 

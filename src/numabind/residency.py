@@ -415,6 +415,8 @@ def locality(pid: int | None = None, *, pages: NodePages | None = None) -> Local
     pid = os.getpid() if pid is None else pid
     if pages is not None and not me:
         raise NumabindError("locality(pages=...) applies to this process only")
+    if not me:   # pid N in a /proc of another PID namespace is not process N here (this one reads /proc/self)
+        _proc.check_procfs(f"process {pid}")
     if not _proc.process_exists(pid):
         raise NoSuchProcess(pid, f"no such process: /proc/{pid} does not exist")
     started = _proc.start_time(pid)

@@ -1047,12 +1047,18 @@ def backend_for(name: str | None, from_env: str | None) -> tuple[Backend, str]:
     return out
 
 
+def check_backend_name(value: str, source: str = "NUMABIND_BACKEND") -> None:
+    """NumabindError naming ``value`` (of ``source``, default ``$NUMABIND_BACKEND``) and the backends when it is
+    none of them: the one message for it (the CLI gives it as a usage error before binding, :func:`get_backend`
+    when it binds)."""
+    if value not in BACKEND_NAMES:
+        unset = " (or unset it: the first usable)" if source == "NUMABIND_BACKEND" else ""
+        raise NumabindError(f"{source}={value!r} is not a backend; choose one of {', '.join(BACKEND_NAMES)}{unset}")
+
+
 def _choose(name: str | None, forced: str | None) -> tuple[Backend, str]:
     if forced:
-        if forced not in BACKEND_NAMES:
-            raise NumabindError(
-                f"NUMABIND_BACKEND={forced!r} is not a backend; choose one of {', '.join(BACKEND_NAMES)}"
-            )
+        check_backend_name(forced, "backend" if name else "NUMABIND_BACKEND")
         be = _load(forced)
         if be is None:
             raise NumabindError(f"backend {forced!r} was forced but cannot be used: {_failures[forced]}")
@@ -1201,5 +1207,28 @@ def interleave_next_node() -> int | None:
     return mode.value
 
 
-__all__ += ["THREAD_MODES", "WALK_FLAGS", "check_threads", "exec_command", "interleave_next_node", "walk_all",
-            "write_weights"]
+# ----------------------------------------------------------------------------- holding another process
+def pin_process(pid: int) -> int | None:
+    """A pidfd on process ``pid`` (``pidfd_open(2)``), or None where there is none (Linux before 5.3, the process
+    is gone). While it is open and :func:`process_ended` says no, the number ``pid`` names that process: a pid is
+    reused only after its process has ended and been reaped. The caller closes it (``os.close``)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def process_ended(pidfd: int | None) -> bool:
+    """Whether the process a :func:`pin_process` pidfd holds has ended (the pidfd polls readable from its exit
+    on, zombie or reaped); False without a pidfd (the caller checks the start time alone)."""
+    if pidfd is None:
+        return False
+    import select   # numabind move only: off numabind run's path
+
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+__all__ += ["THREAD_MODES", "WALK_FLAGS", "check_backend_name", "check_threads", "exec_command", "interleave_next_node", "pin_process",
+            "process_ended", "walk_all", "write_weights"]

@@ -23,6 +23,12 @@ degradation, or no record for ``--restore``); 2 for a usage error.
 
 ``--dry-run`` moves nothing: it prints each process's plan and the commands that would do the same
 (``taskset -a -p -c CPUS PID``, ``migratepages PID FROM TO``; :func:`numabind.cli.launch.move_lines`), and exits 0.
+
+What the moved process (or its owner) controls, its name, its threads' names, the fields of its record that
+``--restore`` shows, and the kernel's text about it, is printed through :func:`numabind._base.printable` (the
+text output, the warnings line, ``--dry-run`` and every error); ``--json`` prints it as JSON escapes it. A
+``/proc`` of another PID namespace is refused before anything is read or moved
+(:func:`numabind._proc.check_procfs`).
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ import argparse
 import os
 import sys
 
-from .. import live
-from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness
+from .. import _proc, live
+from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, printable
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 from . import device_node, run_strictness
+from ._parser import ArgumentParser
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off numabind move's start)
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,7 +132,7 @@ USAGE = ("numabind move PID... [numactl options | --gpu N | --node N | --plan TE
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="numabind move", usage=USAGE, allow_abbrev=False, description=DESCRIPTION)
+    p = ArgumentParser(prog="numabind move", usage=USAGE, allow_abbrev=False, description=DESCRIPTION)
     _arguments(p)
     return p
 
@@ -182,11 +189,18 @@ def _live_root() -> None:
 
 
 def _message(e: BaseException) -> str:
+    """An error's text without numabind move's own prefix, printable (it may quote the process's name)."""
     text = str(e)
     for prefix in ("numabind move --restore: ", "numabind move: "):
         if text.startswith(prefix):
-            return text[len(prefix):]
-    return text
+            text = text[len(prefix):]
+            break
+    return printable(text)
+
+
+def _lines(text: str) -> str:
+    """Text for the terminal: each line through printable (names, records and kernel text about the process)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def _pids(args: argparse.Namespace) -> list[int]:
@@ -216,6 +230,11 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
     from ..relocate import move, recorded_plan   # not for add_parser: the full CLI builds its parser from it
 
     as_json = getattr(args, "json", False)
+    if "logging" not in sys.modules:   # a library WARNING (a bad runtime record) is printed, never lost
+        from . import configure_logging
+        from .._base import warn_through
+
+        warn_through(configure_logging)
     try:
         _live_root()
         if not args.pids:
@@ -243,11 +262,11 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
             out.append({"pid": pid, "error": str(e)})
             continue
         if report.warnings and "logging" not in sys.modules:   # what the WARNING the library logs says
-            sys.stderr.write(f"numabind.move: WARNING: pid {pid}: " + "; ".join(report.warnings) + "\n")
+            sys.stderr.write(printable(f"numabind.move: WARNING: pid {pid}: " + "; ".join(report.warnings)) + "\n")
         if as_json:
             out.append(dict(report.to_dict(), pid=pid))
         else:
-            print(report.describe())
+            print(_lines(report.describe()))
     if as_json:
         import json   # only --json prints JSON: off numabind move's start
 
@@ -261,6 +280,11 @@ def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
     from ..relocate import recorded_plan   # as in cmd_move
     from .launch import move_lines, render
 
+    try:   # the pids given are this namespace's only when /proc is (as move itself checks)
+        _proc.check_procfs("numabind move", acting=True)
+    except NumabindError as e:
+        print(f"numabind move: error: {_message(e)}", file=sys.stderr)
+        return EXIT_NOT_APPLIED
     memory = frozenset(n for n, node in live.machine().nodes.items() if node.has_memory)
     rc = 0
     out: list[str] = []
@@ -278,7 +302,7 @@ def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
 
         print(json.dumps({"dry_run": True, "processes": [json.loads(o) for o in out]}, indent=2, sort_keys=True))
     elif out:
-        print("\n".join(out))
+        print(_lines("\n".join(out)))
     sys.stdout.flush()
     return rc
 

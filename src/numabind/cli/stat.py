@@ -20,7 +20,10 @@ What another process controls (its name, its threads' names, the plans in its ma
 text output as ``ps`` shows it: every character a terminal could act on (C0 and C1 controls, DEL,
 format characters such as bidirectional overrides) and every byte that was not UTF-8 is a ``?``.
 JSON output holds the exact strings, escaped as JSON escapes them (ASCII only, so no control
-character reaches the terminal raw either).
+character reaches the terminal raw either). A runtime record is its user's input too: a bad one (a link,
+a FIFO, over 64 KiB, nested deeper than a flat object, not JSON, a field of the wrong type) is skipped with
+one line on stderr naming its path and why (:func:`numabind.records.read_record`, once per run, also with
+``--watch``), and its process is shown as one without a record.
 
 ``--system`` (no PID) reads every node's ``meminfo`` and ``numastat`` under the discovery root
 (``--root``, ``NUMABIND_FSROOT``; :func:`numabind.nodestat.system_memory`) and prints numastat's two tables
@@ -101,6 +104,25 @@ def _targets(args: argparse.Namespace) -> list[int]:
             if pid not in pids:
                 pids.append(pid)
     return pids
+
+
+def _still_in_tree(locs: list[Any], listed: list[int], args: argparse.Namespace) -> list[Any]:
+    """``locs`` without the descendants of ``--all-children`` that left the tree between its listing
+    (``listed``) and their reading: a pid whose parent is not one of the tree's now names another process (the
+    first left and its pid was reused); ``numabind move`` checks the same."""
+    if not args.all_children:
+        return locs
+    from .. import _proc
+
+    tree, named = set(listed), set(args.pids) | set(args.all_children)
+    out = []
+    for loc in locs:
+        if loc.pid not in named:
+            ppid = (_proc.status_fields(loc.pid) or {}).get("PPid", "")
+            if not (ppid.isascii() and ppid.isdigit() and int(ppid) in tree):
+                continue
+        out.append(loc)
+    return out
 
 
 def _mib(pages: int, page_size: int) -> str:
@@ -347,13 +369,20 @@ def cmd_stat(args: argparse.Namespace) -> int:
         return _system(args)
     if not args.pids and not args.all_children:
         raise NumabindError("numabind stat: give at least one PID (or --all-children PID, or --system)")
+    from .. import _proc
+
+    try:
+        _proc.check_procfs("numabind stat")    # pids read from a /proc of another PID namespace are not these
+    except NumabindError as e:     # not a usage error: the machine's /proc is not this namespace's
+        sys.stderr.write(f"numabind: error: {printable(str(e))}\n")
+        return 1
     tty = sys.stdout.isatty()
     rounds = 0
     all_read = True
     try:
         while True:
             pids = _targets(args)      # a tree is listed again each round: workers come and go
-            locs = _snapshot(pids)
+            locs = _still_in_tree(_snapshot(pids), pids, args)
             _show(locs, args, refresh=tty and not args.json)
             rounds += 1
             all_read = all(loc.ok for loc in locs)
