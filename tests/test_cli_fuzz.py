@@ -230,3 +230,162 @@ def test_run_applies_exactly_what_was_asked_or_exits_1_or_2(items, capsys, monke
         assert (rc["policy"], rc["nodes"]) in (("local", []), ("preferred", [])), (argv, rc)
     else:
         assert (rc["policy"], rc["nodes"]) == (policy, nodes), (argv, rc)
+
+
+# --------------------------------------------------------------------------- never a traceback (issue 41)
+# numactl's own command line, the other subcommands and the NUMABIND_* settings, with valid, invalid and empty
+# values, odd bytes (a word that was not UTF-8 reaches Python as surrogates) and empty words: whatever comes,
+# main() returns a documented status or execs (refused here, as above), and says why without a traceback.
+ODD = ["", "--", "-", "\udcff", "\x1b[2J", "x", "-1", "0-", "!", "+", "all"]
+CPU_VALUES = st.one_of(st.sets(st.sampled_from(ALLOWED), min_size=1).map(_list), st.just(str(OUTSIDE_CPU)),
+                       st.sampled_from(ODD + ["!0", "+0", f"0-{OUTSIDE_CPU}"]))
+NODE_VALUES = st.one_of(st.sets(st.sampled_from(MEM_NODES), min_size=1).map(_list), st.just(str(MISSING_NODE)),
+                        st.sampled_from(ODD + ["same", "pci:0000:ff:1f.7", "netdev:nonexistent0"]))
+#: numactl's options for a process (the shared-memory ones, which create segments and files, are left out):
+#: long name -> (short letter, the values it takes, or None)
+NUMACTL = {"physcpubind": ("C", CPU_VALUES), "cpunodebind": ("N", NODE_VALUES), "cpubind": ("c", NODE_VALUES),
+           "membind": ("m", NODE_VALUES), "preferred": ("p", NODE_VALUES), "preferred-many": ("P", NODE_VALUES),
+           "interleave": ("i", NODE_VALUES), "weighted-interleave": ("w", NODE_VALUES),
+           "localalloc": ("l", None), "all": ("a", None), "balancing": ("b", None), "strict": ("t", None),
+           "show": ("s", None), "hardware": ("H", None), "cpu-compress": (None, None), "version": (None, None),
+           "within-affinity": (None, None)}
+COMMANDS = st.sampled_from([[], [sys.executable, "-c", "pass"], [""], ["", "x"], ["-"], ["/nonexistent/cmd"],
+                            ["\udcff"], [sys.executable, "", "\udcff"]])
+
+
+@st.composite
+def numactl_option(draw) -> list[str]:
+    name = draw(st.sampled_from(sorted(NUMACTL)))
+    short, values = NUMACTL[name]
+    if draw(st.integers(0, 19)) == 0:          # unknown, ambiguous or cut short
+        return [draw(st.sampled_from(["--bogus", "-z", "--pre", "--p", "--=x", "--physcpubind", "-C"]))]
+    spelled = f"--{name[:draw(st.integers(3, len(name)))]}" if draw(st.booleans()) or short is None else f"-{short}"
+    if values is None:
+        return [spelled + ("=x" if spelled.startswith("--") and draw(st.integers(0, 19)) == 0 else "")]
+    value = draw(values)
+    if spelled.startswith("--"):
+        return [f"{spelled}={value}"] if draw(st.booleans()) else [spelled, value]
+    return [spelled + value] if value and draw(st.booleans()) else [spelled, value]
+
+
+#: numactl's looks, which print and exit (a quarter of the command lines end in one)
+LOOKS = [["-s"], ["--show"], ["-H"], ["--hardware"], ["--hard"], ["-H", "--cpu-compress"], ["-sH"], ["--version"]]
+
+
+@st.composite
+def numactl_argv(draw) -> list[str]:
+    words = [w for option in draw(st.lists(numactl_option(), max_size=4)) for w in option]
+    if draw(st.integers(0, 3)) == 0:
+        return (words if draw(st.booleans()) else []) + draw(st.sampled_from(LOOKS))
+    command = draw(COMMANDS)
+    if command and draw(st.booleans()):
+        command = ["--", *command]
+    return words + command
+
+
+VALUES = st.sampled_from(ODD + ["0", "1", "node", "bind", "libnuma", "none", "/", "/nonexistent"])
+
+
+@st.composite
+def subcommand_argv(draw) -> list[str]:
+    """numabind's own subcommands (not ``move`` or ``stat``: other processes), their values odd or empty."""
+    sub = draw(st.sampled_from(["run", "run", "run", "hardware", "topology", "plan", "show", "instrument", ""]))
+    if sub == "instrument":
+        return ["instrument", *(["--"] if draw(st.booleans()) else []), *draw(COMMANDS)]
+    flags = {"run": ["-C", "--physcpubind", "-N", "-m", "--membind", "-p", "-i", "-w", "--weights", "--gpu",
+                     "--gpus", "--mode", "--policy", "--backend", "--root", "-l", "--strict", "--lenient",
+                     "--dry-run", "--migrate", "-a", "--within-affinity"],
+             "hardware": ["--root", "--json"], "topology": ["--root", "--json", "--of", "--matrix"],
+             "plan": ["--root", "--json", "--gpu", "--mode", "--policy", "--all", "--within-affinity"],
+             "show": ["--root", "--json"], "": ["--root", "--json"]}[sub]
+    takes = {"--json", "-l", "--strict", "--lenient", "--dry-run", "--migrate", "-a", "--within-affinity",
+             "--matrix", "--all"}
+    words: list[str] = [sub] if sub else []
+    for flag in draw(st.lists(st.sampled_from(flags), max_size=3)):
+        if flag in takes:
+            words.append(flag)
+            continue
+        value = draw(st.one_of(VALUES, CPU_VALUES))
+        words += [f"{flag}={value}"] if flag.startswith("--") and draw(st.booleans()) else [flag, value]
+    if sub == "run":
+        words += ["--", *draw(COMMANDS)]
+    return words
+
+
+DUMP = os.path.join(ROOT, "tests", "dumps", "vm-2n.tar.bz2")
+SETTINGS = {   # NUMABIND_* -> what it may be (None: unset)
+    "NUMABIND_BACKEND": [None, "", "libnuma", "syscall", "numactl", "none", "bogus", "\udcff\x1b[2J", " none"],
+    "NUMABIND_FSROOT": [None, "", "/", "/nonexistent/root", os.path.abspath(__file__), os.path.dirname(DUMP),
+                        DUMP, "\udcff"],
+    "NUMABIND_STRICT": [None, "", "1", "0", "partial", "bogus", "\udcff"],
+    "NUMABIND_GPU_VENDOR": [None, "", "nvidia", "bogus", "\udcff"],
+    "NUMABIND_LOCAL_RANK": [None, "", "0", "-1", "x", "99999999999999999999"],
+    "NUMABIND_LOCAL_WORLD_SIZE": [None, "", "1", "0", "x"],
+    "NUMABIND_NO_RECORD": [None, "", "1", "\udcff"],
+}
+
+
+@st.composite
+def settings_env(draw) -> dict[str, str | None]:
+    """Each setting unset or one of its values: NUMABIND_BACKEND and NUMABIND_FSROOT given one time in two (an
+    invalid one often), the others one time in four."""
+    often = ("NUMABIND_BACKEND", "NUMABIND_FSROOT")
+    return {name: draw(st.sampled_from(values)) for name, values in SETTINGS.items()
+            if draw(st.integers(0, 1 if name in often else 3)) == 0}
+
+
+def _never_a_traceback(argv: list[str], prog: str, env: dict[str, str | None], statuses: tuple[int, ...],
+                       capsys, monkeypatch) -> None:
+    """main(argv, prog) under ``env``: a status in ``statuses`` (or an exec, refused), no exception, no traceback."""
+    affinities, word, saved = thread_affinities(), raw_word(), dict(os.environ)
+    capsys.readouterr()
+    try:
+        with monkeypatch.context() as m:
+            for name in ("execv", "execvp"):
+                m.setattr(os, name, _refuse_exec)
+            m.setattr(os, "execvpe", lambda path, argv, env: _refuse_exec(path, argv))
+            m.setattr(os, "execve", lambda path, argv, env: _refuse_exec(path, argv))
+            for name in SETTINGS:
+                m.delenv(name, raising=False)
+            for name, value in env.items():
+                if value is not None:
+                    m.setenv(name, value)
+            try:
+                rc: object = main(argv, prog=prog)
+            except SystemExit as e:      # argparse's own usage errors
+                rc = e.code
+            except Executed:
+                rc = "exec"
+    finally:
+        for tid, cpus in affinities.items():
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass
+        raw_set_word(*word)
+        os.environ.clear()
+        os.environ.update(saved)
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err, (argv, env, out.err)
+    assert rc == "exec" or rc in statuses, (argv, env, rc, out.err)
+    if rc not in ("exec", 0):
+        assert out.err.strip() or out.out.strip(), (argv, env, rc)   # a refusal says why
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=numactl_argv(), as_link=st.booleans(), env=settings_env())
+def test_numactl_form_never_gives_a_traceback(argv, as_link, env, capsys, monkeypatch):
+    """numactl's form (``numabind -N 0 CMD``, ``-H``, ``-s``, a link named numactl): 0 or numactl's 1 (2 only
+    where nothing, or numabind's own option, ``--ver`` for ``--version``/``--verbose``, makes it numabind's)."""
+    first = argv[0].partition("=")[0] if argv else ""
+    own = not as_link and (not argv or first.startswith("--") and len(first) > 2 and any(
+        g.startswith(first) for g in ("--help", "--root", "--json", "--version", "--verbose")))
+    _never_a_traceback(argv, "numactl" if as_link else "numabind", env, (0, 1, 2) if own else (0, 1), capsys,
+                       monkeypatch)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=subcommand_argv(), env=settings_env())
+def test_subcommands_never_give_a_traceback(argv, env, capsys, monkeypatch):
+    """numabind's subcommands: 0, 1 where a subcommand says so, 2 for a usage error."""
+    _never_a_traceback(argv, "numabind", env, (0, 1, 2), capsys, monkeypatch)

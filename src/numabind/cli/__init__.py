@@ -54,8 +54,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     _R = TypeVar("_R")
 
-__all__ = ["main", "fast_run", "command_environ", "configure_logging", "exec_command", "run_strictness", "stdout_gone",
-           "write_out", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND", "SIGPIPE_STATUS"]
+__all__ = ["main", "fast_run", "command_environ", "command_problem", "configure_logging", "exec_command",
+           "run_strictness", "stdout_gone", "write_out", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND",
+           "SIGPIPE_STATUS"]
 
 #: Exit statuses of ``numabind run`` before the command runs (see the module docstring).
 NOT_APPLIED, USAGE, NOT_EXECUTABLE, NOT_FOUND = EXIT_NOT_APPLIED, EXIT_USAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
@@ -88,7 +89,7 @@ def _parse(args: list[str]) -> tuple[list[str], dict[str, str], list[str]] | Non
         k += 1
         if tok == "--":
             command = args[k:]
-            return (numactl, other, command) if command and numactl else None
+            return (numactl, other, command) if command and numactl and command_problem(command) is None else None
         name, eq, value = tok.partition("=") if tok.startswith("--") else (tok[:2], "", tok[2:])
         if not tok.startswith("--") and value:
             eq = "="
@@ -151,9 +152,28 @@ def command_environ(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def command_problem(command: list[str]) -> str | None:
+    """What makes ``command`` impossible to exec whatever the machine, or None: an empty command name (an
+    unset shell variable, ``numabind run -- "$CMD"``) or a NUL byte, which ``execve(2)`` cannot pass (Python
+    raises ValueError for both, not OSError). Callers refuse it as a usage error before binding anything."""
+    if not command[0]:
+        return ("the command name is empty (''): give the program to run, by name or path, after the options "
+                "(an unset shell variable gives an empty word)")
+    for k, word in enumerate(command):
+        if "\0" in word:
+            what = "the command name" if k == 0 else f"argument {k} of the command"
+            return f"{what} holds a NUL byte, which exec cannot pass: remove it"
+    return None
+
+
 def exec_command(command: list[str], env: dict[str, str]) -> int:
     """exec ``command`` (searched on PATH); on failure the error is printed and the shell's status returned:
-    127 when it is not found, 126 when it is found but cannot be executed (:func:`numabind.backends.exec_command`)."""
+    127 when it is not found, 126 when it is found but cannot be executed (:func:`numabind.backends.exec_command`),
+    2 (usage) for a command :func:`command_problem` refuses."""
+    problem = command_problem(command)
+    if problem is not None:
+        sys.stderr.write(f"numabind: error: {problem}\n")
+        return USAGE
     from ..backends import exec_command   # the kernel door: loaded by numabind run anyway, not by every command
 
     return exec_command(command, env)
@@ -193,13 +213,14 @@ def fast_run(args: list[str]) -> int | None:
             from .._base import environ_copy
 
             os.execve(prefix[0], prefix + command, command_environ(environ_copy()))
+        from .._base import warn_through
+
+        warn_through(configure_logging)   # a degradation is logged as the full CLI shows it, once (not a BindWarning)
         report = bind_current(plan, strict=strict, backend=backend,
                               set_weights="set_weights" in other)
     except NumabindError as e:
         sys.stderr.write(f"numabind: error: {e}\n")
         return NOT_APPLIED
-    for w in report.warnings:   # what the full CLI's logging shows (WARNING, numabind.bind)
-        sys.stderr.write(f"numabind.bind: WARNING: {w}\n")
     return exec_command(command, command_environ(bound_environ(report)))   # _NUMABIND_BOUND: for numabind stat
 
 
@@ -230,9 +251,27 @@ def stdout_gone() -> int:
 
 
 def write_out(text: str) -> int:
-    """Write ``text`` to stdout and flush it: 0, or :func:`stdout_gone`'s status when the reader went away."""
+    """Write ``text`` to stdout and flush it: 0, or :func:`stdout_gone`'s status when the reader went away.
+
+    A word of the command line that was not in the locale's encoding reaches Python as surrogates
+    (``numabind run --dry-run -- $'\\xff'``), which a stdout with strict errors (any locale but C/POSIX) refuses
+    with a UnicodeEncodeError: such text is written as the bytes that were given (and what the encoding cannot
+    hold at all, backslash-escaped)."""
     try:
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+        except UnicodeEncodeError:
+            encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+            escaped = text.encode(encoding, "backslashreplace")
+            if sys.stdout is not sys.__stdout__:   # a stream put in its place (captured) holds text: escaped
+                sys.stdout.write(escaped.decode(encoding))
+            else:
+                try:
+                    data = text.encode(encoding, "surrogateescape")
+                except UnicodeEncodeError:
+                    data = escaped
+                sys.stdout.flush()
+                sys.stdout.buffer.write(data)
         sys.stdout.flush()   # a closed pipe shows here, not at interpreter exit
     except BrokenPipeError:
         return stdout_gone()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import NOT_APPLIED, USAGE, exec_command
+from . import NOT_APPLIED, USAGE, command_problem, exec_command
 
 __all__ = ["USAGE_TEXT", "bootstrap_dir", "instrumented_environ", "main"]
 
@@ -75,6 +75,10 @@ def main(args: list[str]) -> int:
         sys.stderr.write(USAGE_TEXT.splitlines()[0] + "\nnumabind instrument: error: "
                          + ("a command to run is required\n" if not command
                             else f"unknown option {command[0]!r} (put the command after --)\n"))
+        return USAGE
+    problem = command_problem(command)
+    if problem is not None:
+        sys.stderr.write(USAGE_TEXT.splitlines()[0] + f"\nnumabind instrument: error: {problem}\n")
         return USAGE
     try:
         env = instrumented_environ()

@@ -150,6 +150,8 @@ def run_dry(args: argparse.Namespace, plan: Plan, command: Sequence[str], launch
     live = os.path.realpath(root) == "/" or bool(getattr(args, "bind_replayed_root", False))   # binds here
     lines = run_lines(plan, command, live=live, balancing=bool(args.balancing),
                       set_weights=set_weights)
-    print(render(plan, lines, environ=added, gpus=launch.gpus if launch is not None else (), as_json=bool(args.json),
-                 extra={"command": list(command)}, notes=weights_note(plan, set_weights)))
-    return 0
+    from . import write_out   # the command's words as given, whatever the locale's encoding
+
+    return write_out(render(plan, lines, environ=added, gpus=launch.gpus if launch is not None else (),
+                            as_json=bool(args.json), extra={"command": list(command)},
+                            notes=weights_note(plan, set_weights)) + "\n")

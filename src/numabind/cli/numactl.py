@@ -221,7 +221,19 @@ def _hardware(cpu_compress: bool) -> int:
 
 
 def numactl_main(args: list[str]) -> int:
-    """numactl's command line (see the module docstring); the exit status."""
+    """numactl's command line (see the module docstring); the exit status. A numabind error the look or the show
+    raises (a ``NUMABIND_FSROOT`` that is no machine, a ``NUMABIND_BACKEND`` that is no backend or cannot be
+    used) is printed as the full command line prints it, with numactl's status 1."""
+    from ..errors import NumabindError
+
+    try:
+        return _numactl_main(args)
+    except NumabindError as e:
+        sys.stderr.write(f"numabind: error: {e}\n")
+        return 1
+
+
+def _numactl_main(args: list[str]) -> int:
     try:
         opts, command = parse(args)
         names = [n for n, _ in opts]
@@ -356,7 +368,7 @@ class _Segments:
         from .. import live
         from ..errors import NumabindError
         from ..plan import Plan
-        from . import device_node
+        from . import device_node, write_out
 
         value = self.same(value)
         flag = "membind" if name in ("preferred", "preferred-many") else name
@@ -365,7 +377,7 @@ class _Segments:
             plan = Plan.from_numactl_args([f"--{flag}={value}", *(["--all"] if self.whole else [])],
                                           topology=machine, device_node=device_node).validate(machine)
         except (NumabindError, ValueError) as e:
-            sys.stdout.write(f"<{value}> is invalid\n")
+            write_out(f"<{value}> is invalid\n")   # numactl's line, the value's bytes as given
             raise NumactlUsage(f"--{name}={value}: {e}") from None
         return plan.mem_nodes or frozenset()
 
@@ -375,7 +387,7 @@ class _Segments:
         from .. import live
         from ..errors import NumabindError
         from ..plan import Plan
-        from . import device_node
+        from . import device_node, write_out
 
         if name != "physcpubind":
             value = self.same(value)
@@ -385,7 +397,7 @@ class _Segments:
             Plan.from_numactl_args([*(["--all"] if self.whole else []), f"--{flag}={value}"],
                                    topology=machine, device_node=device_node).validate(machine)
         except (NumabindError, ValueError) as e:
-            sys.stdout.write(f"<{value}> is invalid\n")
+            write_out(f"<{value}> is invalid\n")   # numactl's line, the value's bytes as given
             raise NumactlUsage(f"--{name}={value}: {e}") from None
 
     def attach(self, name: str, path: str) -> None:
@@ -630,7 +642,7 @@ def _show(before: list[str]) -> int:
 def segment_main(opts: list[tuple[str, str | None]], command: list[str]) -> int:
     """numactl's command line with shared-memory options (``--shm``, ``--file``, ...): applied in order; the
     exit status (1 for every refusal, as numactl)."""
-    from ..errors import BindError
+    from ..errors import BindError, NumabindError
 
     state = _Segments()
     try:
@@ -641,6 +653,8 @@ def segment_main(opts: list[tuple[str, str | None]], command: list[str]) -> int:
         sys.stderr.write(f"numabind: {e}\n")
     except BindError as e:
         sys.stderr.write(f"numabind: {e}\n")
+    except NumabindError as e:   # not the kernel's refusal: the settings' (NUMABIND_BACKEND), as the CLI says them
+        sys.stderr.write(f"numabind: error: {e}\n")
     finally:
         sys.stdout.flush()
         if state.segment is not None:
