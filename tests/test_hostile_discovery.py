@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -74,7 +75,14 @@ def damage(root: Path, rel: str, how) -> None:
         path.write_bytes(how)
     elif how == "fifo":
         os.mkfifo(path)
-    elif how.startswith("dev/"):
+    elif how.startswith("dev/"):       # a link to a device: absolute, so the root's own /dev (a chroot's view)
+        device = root / how
+        if not os.path.lexists(device):
+            device.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.mknod(device, stat.S_IFCHR | 0o600, os.makedev(1, 5 if how == "dev/zero" else 9))
+            except PermissionError:    # no CAP_MKNOD (not root): a FIFO is as far from a regular file
+                os.mkfifo(device)
         os.symlink("/" + how, path)
     elif how == "dir":
         path.mkdir()

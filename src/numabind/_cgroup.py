@@ -47,10 +47,9 @@ class Cpuset(Value):
 
 
 def _malformed(reader: "FsReader", rel: str, text: str, why: str) -> NumabindError:
-    shown = text.strip()
-    if len(shown) > 200:
-        shown = shown[:200] + "..."
-    return NumabindError(f"malformed {reader.path(rel)}: {why} (content: {shown!r})")
+    from ._fs import malformed   # as key_values below: _fs is imported by the reader's caller already
+
+    return malformed(reader, rel, text, why)   # a short excerpt of the file, printable
 
 
 def _read_list(reader: "FsReader", rel: str, what: str) -> "frozenset[int] | None":

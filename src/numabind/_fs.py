@@ -7,6 +7,14 @@ directory, or the ``.tar.bz2`` itself, which :mod:`numabind._dump` unpacks (safe
 outside the dump, no link leading out of it, no device or FIFO, a size cap)
 into a private temporary directory that is removed when the process exits.
 
+A directory root other than ``/`` is read as a chroot would see it, never through a link that leaves it:
+every path is walked one component at a time from a descriptor of the root (:func:`_walk`, each
+directory opened with ``O_NOFOLLOW``), a symbolic link is followed only by its text, a relative one
+from where it stands, an absolute one from the root, and ``..`` that would climb above the root is
+refused. sysfs's own relative links (``sys/bus/pci/devices/X -> ../../../devices/...``) resolve inside
+the tree as they do on the machine; ``sys -> /`` or ``status -> /etc/shadow`` in a dump lead to the
+dump's own ``/etc/shadow`` (missing), not the host's. The live root ``/`` reads paths directly.
+
 Every read is bounded and cannot hang: files are opened non-blocking, anything
 that is not a regular file (a FIFO, a device such as a link to ``/dev/zero``)
 is refused with a :class:`~numabind.errors.NumabindError`, and a file larger
@@ -28,9 +36,10 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Sequence
 
+from ._base import printable
 from .errors import NumabindError
 
-__all__ = ["FsReader", "RefusedFile", "read_bounded", "resolve_root", "ascii_int", "key_values", "MAX_READ",
+__all__ = ["FsReader", "RefusedFile", "excerpt", "malformed", "read_bounded", "read_in_root", "resolve_root", "ascii_int", "key_values", "MAX_READ",
            "WEIGHTS_AUTO_NAMES", "WEIGHTS_DIR"]
 
 #: Largest file (bytes) a read without an explicit limit accepts. Kernel sysfs
@@ -48,6 +57,11 @@ WEIGHTS_AUTO_NAMES = ("auto", "__auto_type")
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
 _NOFOLLOW_FLAGS = _OPEN_FLAGS | os.O_NOFOLLOW
+#: A directory on the way of a confined walk: opened for its descriptor only, never through a link.
+_WALK_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Links a confined walk follows before it gives up (the kernel's own limit, ELOOP).
+MAX_LINKS = 40
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
 
@@ -89,6 +103,25 @@ def key_values(text: str, *, first_block: bool = False) -> dict[str, str]:
         if key not in out:
             out[key] = value.strip()
     return out
+
+
+#: The most characters of a file an error message quotes: what a parse error needs to show, never a file.
+EXCERPT = 40
+
+
+def excerpt(text: str, width: int = EXCERPT) -> str:
+    """The start of ``text`` (whitespace trimmed) for an error message: at most ``width`` characters,
+    through :func:`numabind._base.printable`, quoted, and the length said when cut. A file quoted in
+    an error may be another user's (a replayed machine's), so an error never carries more."""
+    body = text.strip()
+    if len(body) <= width:
+        return repr(printable(body))
+    return f"{printable(body[:width])!r}... ({len(body)} characters)"
+
+
+def malformed(reader: "FsReader", rel: str, text: str, why: str) -> NumabindError:
+    """The error for a file of ``reader`` that does not parse: its path, why, and an :func:`excerpt`."""
+    return NumabindError(f"malformed {printable(reader.path(rel))}: {why} (content: {excerpt(text)})")
 
 
 # -- roots -----------------------------------------------------------------------
@@ -217,6 +250,88 @@ def read_bounded(path: str, cap: int, *, dir_fd: int | None = None, nofollow: bo
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+# -- the confined walk ----------------------------------------------------------
+
+
+def _walk(root: str, rel: str) -> "tuple[int, str, list[str]]":
+    """``rel`` below the directory ``root``, resolved as a chroot at ``root`` would resolve it:
+    ``(descriptor of the directory holding the last component, the last component's name, the names of
+    the whole resolved path)``. The name is ``""`` when ``rel`` is a directory reached by ``..`` or the
+    root itself; otherwise it is not a symbolic link (when this looked) or does not exist. The caller
+    closes the descriptor and opens the name relative to it with ``O_NOFOLLOW``.
+
+    Each directory is opened relative to the one before with ``O_NOFOLLOW``; a link is followed by its
+    text only, relative to the directory holding it, or to ``root`` when absolute, so no path leaves
+    the tree, however its links point. Errors are OSError: the kernel's (missing, not a directory,
+    permission), ELOOP after :data:`MAX_LINKS` links, EXDEV for ``..`` above the root."""
+    import errno   # a directory root only: off numabind run's path
+
+    todo = [p for p in reversed(rel.split("/")) if p and p != "."]   # the next component last
+    fds = [os.open(root, _WALK_FLAGS & ~os.O_NOFOLLOW)]              # the root as the user named it
+    names: list[str] = []
+    links = 0
+    try:
+        while todo:
+            part = todo.pop()
+            if part == "..":
+                if len(fds) == 1:
+                    raise OSError(errno.EXDEV, f"'..' climbs above the root {root}", rel)
+                os.close(fds.pop())
+                names.pop()
+                continue
+            if todo:
+                try:
+                    fds.append(os.open(part, _WALK_FLAGS, dir_fd=fds[-1]))
+                    names.append(part)
+                    continue
+                except OSError as e:
+                    if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
+                    try:
+                        target = os.readlink(part, dir_fd=fds[-1])
+                    except OSError:
+                        raise e from None           # a file where a directory is wanted
+            else:
+                try:
+                    target = os.readlink(part, dir_fd=fds[-1])
+                except OSError:                     # not a link (EINVAL), or missing: the caller's open says
+                    names.append(part)
+                    return fds.pop(), part, names
+            links += 1
+            if links > MAX_LINKS:
+                raise OSError(errno.ELOOP, "too many levels of symbolic links", rel)
+            if target.startswith("/"):
+                while len(fds) > 1:
+                    os.close(fds.pop())
+                names.clear()
+            todo.extend(p for p in reversed(target.split("/")) if p and p != ".")
+        return fds.pop(), "", names
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def read_in_root(root: str, rel: str, cap: int, *, prefix: bool = False) -> bytes:
+    """:func:`read_bounded` of ``rel`` below the directory ``root``, through the confined walk (:func:`_walk`):
+    no link leads out of ``root``. Errors as :func:`read_bounded`'s (a directory is a RefusedFile)."""
+    fd, name, _ = _walk(root, rel)
+    try:
+        if not name:
+            raise RefusedFile(rel, "kind", f"is {_kind_of(stat.S_IFDIR)}, not a regular file", stat.S_IFDIR)
+        return read_bounded(name, cap, dir_fd=fd, nofollow=True, prefix=prefix)
+    finally:
+        os.close(fd)
+
+
+def _stat_in_root(root: str, rel: str) -> "os.stat_result":
+    """``os.stat`` of ``rel`` below the directory ``root`` through the confined walk."""
+    fd, name, _ = _walk(root, rel)
+    try:
+        return os.stat(name or ".", dir_fd=fd, follow_symlinks=False)
+    finally:
+        os.close(fd)
+
+
 # -- the reader ------------------------------------------------------------------
 #: Files up to this size (bytes, less one) are read in one call of the compiled core: a sysfs attribute
 #: is at most a page.
@@ -328,14 +443,20 @@ class FsReader:
         without the core) with raw ``os.read``, never the text-mode io stack.
         """
         pre = self._pre
-        if pre and limit is None:
+        direct = self.is_live or self._link_free(rel)    # a replayed root: links only through the confined walk
+        if not direct:
+            if pre:
+                pre.pop(rel, None)
+            if direct is None:
+                return None
+        elif pre and limit is None:
             got = pre.pop(rel, _MISS)
             if got.__class__ is str:
                 return got
             if got is not _MISS:
                 return self._failed(self._prefix + rel, got)
         path = self._prefix + rel.lstrip("/")
-        core = _core or _load_core()
+        core = (_core or _load_core()) if direct else None
         if core and limit is None and "\0" not in path:
             buf = _small_bufs.pop() if _small_bufs else core[0](_CHARS, SMALL_READ)
             n = core[1](path.encode(_FS_ENCODING, _FS_ERRORS), buf, SMALL_READ)   # os.fsencode, without its checks
@@ -346,8 +467,10 @@ class FsReader:
             _small_bufs.append(buf)
             if n < 0:
                 return self._failed(path, n)
-        try:   # a file too large for one small read, or no compiled core
-            data = read_bounded(path, MAX_READ if limit is None else limit, prefix=limit is not None)
+        try:   # a file too large for one small read, no compiled core, or a replayed root
+            cap = MAX_READ if limit is None else limit
+            data = (read_bounded(path, cap, prefix=limit is not None) if self.is_live
+                    else read_in_root(self.root, rel, cap, prefix=limit is not None))
         except (OSError, ValueError):
             return None
         except RefusedFile as e:
@@ -359,6 +482,16 @@ class FsReader:
         if nul >= 0:
             data = data[:nul]
         return data.decode("utf-8", errors="replace")
+
+    def _link_free(self, rel: str) -> "bool | None":
+        """Whether ``rel`` of a replayed root leads to its file without a link or ``..`` (then reading the path
+        reads what the confined walk reaches); None when the walk cannot reach it (missing, refused)."""
+        try:
+            fd, _, names = _walk(self.root, rel)
+        except (OSError, ValueError):
+            return None
+        os.close(fd)
+        return names == [p for p in rel.split("/") if p and p != "."]
 
     @staticmethod
     def _failed(path: str, code: int) -> None:
@@ -381,6 +514,8 @@ class FsReader:
         prefetch left unread is dropped by the next prefetch and by :meth:`forget`, so a long-lived reader
         never answers with old text. Without the compiled core only the listing is made."""
         core = _core or _load_core()
+        if core and not self.is_live and not self._link_free(f"{base}/{sub}"):
+            core = None       # a link on the way (or nothing there): listed and read through the confined walk
         inside = base.strip("/")
         head = inside + "/" if inside else ""         # the prefetched files' names, as read() is asked for them
         where = self._prefix + inside
@@ -446,15 +581,33 @@ class FsReader:
 
     def listdir(self, rel: str) -> list[str]:
         try:
-            return sorted(os.listdir(self.path(rel)))
+            if self.is_live:
+                return sorted(os.listdir(self.path(rel)))
+            return sorted(self._listdir_in_root(rel))
         except (OSError, ValueError):
             return []
+
+    def _listdir_in_root(self, rel: str) -> list[str]:
+        """The names in directory ``rel`` of a replayed root, reached through the confined walk."""
+        fd, name, _ = _walk(self.root, rel)
+        try:
+            return self._list_at(fd, name or ".")
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _list_at(dir_fd: int, name: str) -> list[str]:
+        fd = os.open(name, _LIST_FLAGS, dir_fd=dir_fd)
+        try:
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
 
     def numbered(self, rel: str, prefix: str) -> list[int]:
         """Sorted ids N of the entries ``<prefix>N`` of directory ``rel`` (ASCII digits only), listed by the
         compiled core when there is one (no string is made of the names that do not match)."""
         path = self._prefix + rel.lstrip("/")
-        core = _core or _load_core()
+        core = (_core or _load_core()) if self.is_live or self._link_free(rel) else None   # else: confined
         if core and "\0" not in path and "\0" not in prefix:
             ids = _id_bufs.pop() if _id_bufs else core[0](_INTS, 64)
             cap = len(ids)
@@ -468,7 +621,7 @@ class FsReader:
                 cap = n
                 ids = core[0](_INTS, cap)
         try:
-            names = os.listdir(path)
+            names = os.listdir(path) if self.is_live else self._listdir_in_root(rel)
         except (OSError, ValueError):
             return []
         n = len(prefix)
@@ -483,14 +636,44 @@ class FsReader:
         out.sort()
         return out
 
+    def stat(self, rel: str) -> "os.stat_result | None":
+        """``os.stat`` of ``rel`` (links followed, inside a replayed root only), or None when it cannot be
+        reached."""
+        try:
+            if self.is_live:
+                return os.stat(self.path(rel))
+            return _stat_in_root(self.root, rel)
+        except (OSError, ValueError):
+            return None
+
     def exists(self, rel: str) -> bool:
-        return os.path.exists(self.path(rel))
+        if self.is_live:
+            return os.path.exists(self.path(rel))
+        return self.stat(rel) is not None
 
     def isdir(self, rel: str) -> bool:
-        return os.path.isdir(self.path(rel))
+        if self.is_live:
+            return os.path.isdir(self.path(rel))
+        st = self.stat(rel)
+        return st is not None and stat.S_ISDIR(st.st_mode)
 
     def realpath(self, rel: str) -> str | None:
-        """Resolve a sysfs symlink; the result is relative to the root."""
+        """Resolve a sysfs symlink; the result is relative to the root (``/sys/devices/...``). In a replayed
+        root, links resolve as a chroot at the root would resolve them (never out of it); None when the
+        path cannot be resolved."""
+        if not self.is_live:
+            try:
+                fd, name, names = _walk(self.root, rel)
+            except (OSError, ValueError):
+                return None
+            try:
+                if name:
+                    os.stat(name, dir_fd=fd, follow_symlinks=False)   # lexists, as below
+            except (OSError, ValueError):
+                return None
+            finally:
+                os.close(fd)
+            return "/" + "/".join(names)
         full = self.path(rel)
         if not os.path.lexists(full):
             return None

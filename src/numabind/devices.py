@@ -170,7 +170,7 @@ from __future__ import annotations
 import os
 import stat   # loaded by os already: free
 
-from ._base import Value, getLogger
+from ._base import Value, getLogger, printable
 from ._fs import ascii_int, key_values
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
@@ -392,7 +392,7 @@ def _numbered(name: str, prefix: str) -> int | None:
 
 def _shown(text: str, width: int = 40) -> str:
     """``text`` for a message, cut to ``width`` characters with its length said."""
-    return repr(text) if len(text) <= width else f"{text[:width]!r}... ({len(text)} characters)"
+    return repr(printable(text)) if len(text) <= width else f"{printable(text[:width])!r}... ({len(text)} characters)"
 
 
 def _addrs(gpus: Sequence[PciGpu] | Sequence[str]) -> str:

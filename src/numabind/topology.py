@@ -70,7 +70,7 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the
 
 from ._base import Value, getLogger
 from ._cgroup import read_allowed
-from ._fs import WEIGHTS_AUTO_NAMES, WEIGHTS_DIR, FsReader, ascii_int, key_values
+from ._fs import WEIGHTS_AUTO_NAMES, WEIGHTS_DIR, FsReader, ascii_int, key_values, malformed
 from ._util import FrozenMap
 from .cpulist import format_cpulist, parse_cpulist, parse_mask
 from .devices import Gpu, discover_gpus
@@ -453,10 +453,7 @@ class Topology(Value):
 
 
 def _malformed(reader: FsReader, rel: str, text: str, why: str) -> NumabindError:
-    shown = text.strip()
-    if len(shown) > 200:
-        shown = shown[:200] + "..."
-    return NumabindError(f"malformed {reader.path(rel)}: {why} (content: {shown!r})")
+    return malformed(reader, rel, text, why)   # a short excerpt of the file, printable
 
 
 def _parse_list_text(reader: FsReader, rel: str, text: str, what: str) -> frozenset[int]:

@@ -357,9 +357,12 @@ def wrapper_executable() -> str:
     ``--membind``, ``--preferred``, ``--preferred-many``, ``--interleave``,
     ``--localalloc``, with CPU/node lists of digits and ``,-!+``) and
     ``WRAPPER_PYTHON_ENV`` (an absolute path to an executable file), then runs
-    ``python -m numabind run OPTIONS -- python ARGS``: the child starts bound,
-    without numactl. Anything else is refused (exit 127, the reason on
-    stderr); nothing is ever evaluated.
+    ``numabind run OPTIONS -- python ARGS``: the child starts bound, without
+    numactl. numabind itself starts isolated, as
+    :func:`numabind.process.commands.numabind_command` starts it (its working
+    directory and ``PYTHONPATH`` cannot put another numabind in its place);
+    ``python ARGS`` gets the environment unchanged. Anything else is refused
+    (exit 127, the reason on stderr); nothing is ever evaluated.
     """
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "numa_wrapper.sh")
 

@@ -2,8 +2,12 @@
 # numabind's environment-driven spawn wrapper, for vLLM's pattern: the parent sets
 # _VLLM_INTERNAL_NUMACTL_ARGS (numactl binding options) and _VLLM_INTERNAL_NUMACTL_PYTHON_EXECUTABLE
 # (the interpreter), and makes this script multiprocessing's spawn executable. The child is bound by
-# `python -m numabind run OPTIONS -- python ARGS` (numabind binds itself, then execs Python): no
-# numactl is needed.
+# `numabind run OPTIONS -- python ARGS` (numabind binds itself, then execs Python): no numactl is
+# needed. numabind starts as numabind.process.commands.numabind_command starts it: `python -I -c
+# MAIN_CODE DIR run ...`, isolated (neither the working directory nor PYTHONPATH, PYTHONSTARTUP,
+# PYTHONHOME or a sitecustomize there can put another numabind in its place), importing the copy
+# this script belongs to (DIR, two levels above it). The command it execs, `python ARGS`, gets the
+# environment unchanged.
 #
 # Nothing is evaluated: the options must be numactl binding options whose values hold only the
 # characters of a CPU or node list (digits and , - ! +); the interpreter must be an absolute path
@@ -46,5 +50,14 @@ for word in $args; do
     opts="$opts $word"
 done
 [ -n "$opts" ] || fail "_VLLM_INTERNAL_NUMACTL_ARGS holds no binding option"
+case "$0" in
+    */*) here=${0%/*} ;;
+    *) here=. ;;
+esac
+# the directory above the numabind package this script is part of (DIR/numabind/compat/numa_wrapper.sh)
+pkg_parent=$(cd -P -- "$here/../.." && pwd -P) || fail "cannot find the numabind package around $0"
+[ -f "$pkg_parent/numabind/__init__.py" ] || fail "$0 is not inside a numabind package"
+# numabind.process.commands.MAIN_CODE, word for word (tests/test_compat_spawn_hijack.py compares them)
+code='import sys; sys.path.insert(0, sys.argv.pop(1)); import runpy; runpy.run_module("numabind", run_name="__main__", alter_sys=True)'
 # shellcheck disable=SC2086  # opts holds checked words only, split on purpose
-exec "$python" -m numabind run $opts -- "$python" "$@"
+exec "$python" -I -c "$code" "$pkg_parent" run $opts -- "$python" "$@"

@@ -679,7 +679,7 @@ def _get_numactl_executable() -> tuple[str, str]:
     With :func:`_set_numa_wrapper_env` around it and the wrapper as
     multiprocessing's spawn executable (:func:`_mp_set_executable`), a spawned
     child starts bound to the options in ``_VLLM_INTERNAL_NUMACTL_ARGS``, by
-    ``python -m numabind run`` (no numactl needed; see
+    ``numabind run``, started isolated (no numactl needed; see
     :func:`numabind.compat.wrapper_executable` for what it accepts).
     """
     path = wrapper_executable()

@@ -20,7 +20,7 @@ from .payload import _PKG_PARENT
 if TYPE_CHECKING:  # pragma: no cover
     from ..types import BackendName, ThreadMode
 
-__all__ = ["BoundCall", "bound", "exec_bound", "popen_kwargs", "wrap_command"]
+__all__ = ["MAIN_CODE", "BoundCall", "bound", "exec_bound", "numabind_command", "popen_kwargs", "wrap_command"]
 
 
 class BoundCall(Value):
@@ -54,10 +54,23 @@ def bound(plan: Plan, fn: Callable[..., Any], *, strict: Strictness | None = Non
     return BoundCall(plan, fn, strict, backend, threads)
 
 
-# Run with -I (isolated: neither the working directory nor PYTHON* variables reach sys.path), so the
-# interim Python imports exactly the numabind copy of the parent, from the directory passed as argv[1].
-_EXEC_CODE = ("import sys; sys.path.insert(0, sys.argv[1]); "
-              "from numabind.process.commands import _exec_main; _exec_main(sys.argv[2:])")
+# Every start of numabind's own code in a child runs ``python -I -c <code> <numabind's parent dir> ARGS``:
+# isolated (neither the working directory nor PYTHON* variables reach sys.path, no sitecustomize of the
+# working directory, no PYTHONSTARTUP), so the interim Python imports exactly the numabind copy of the
+# parent, from the directory its code takes out of argv[1]. The code is fixed text: ARGS are only data.
+_ISOLATED = "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+_EXEC_CODE = _ISOLATED + "from numabind.process.commands import _exec_main; _exec_main(sys.argv[1:])"
+#: The code of :func:`numabind_command`: ``python -m numabind ARGS``, started isolated. The compat spawn
+#: wrapper (``numabind/compat/numa_wrapper.sh``) holds this very text (a test compares them).
+MAIN_CODE = _ISOLATED + 'import runpy; runpy.run_module("numabind", run_name="__main__", alter_sys=True)'
+
+
+def numabind_command(args: Sequence[str], python: str | None = None) -> list[str]:
+    """The argv of ``python -m numabind ARGS`` that neither the working directory nor ``PYTHONPATH`` (or
+    ``PYTHONSTARTUP``, ``PYTHONHOME``, a ``sitecustomize`` there) can hijack: ``python`` (default this
+    interpreter) in isolated mode imports this very copy of numabind. A command it execs (``numabind run
+    ... -- CMD``) still gets the environment unchanged: only numabind's own start is isolated."""
+    return [sys.executable if python is None else python, "-I", "-c", MAIN_CODE, _PKG_PARENT, *args]
 
 
 def wrap_command(plan: Plan, argv: Sequence[str], *, strict: Strictness | None = None,
