@@ -147,6 +147,26 @@ def test_plan_for_worker_uses_the_visible_gpus(machine, monkeypatch):
         numa_ray.plan_for_worker(gpu_ids=["0"], env=dict(os.environ))
 
 
+def test_a_worker_born_on_the_other_node_is_planned_by_the_ranks_rule(machine, monkeypatch):
+    """Issue 42 §3: the CPUs a worker was born on are replaced (the cpuset is the limit);
+    within_affinity=True keeps it inside them, and then never binds memory where it cannot run."""
+    monkeypatch.setenv("NUMABIND_FSROOT", machine.root)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    born = machine.node_cpus[0]                                  # the raylet left the worker on node 0
+    plan = numa_ray.plan_for_worker("node", "bind", gpu_ids=["1"], env=dict(os.environ), within=born)
+    assert plan.cpus == machine.node_cpus[1] and plan.mem_nodes == {1}
+    assert "replaces it as numactl does" in plan.reason
+    inside = numa_ray.plan_for_worker("node", "bind", gpu_ids=["1"], env=dict(os.environ), within=born,
+                                      within_affinity=True)
+    assert inside.cpus is None and (inside.mem_policy, inside.mem_nodes) == ("preferred", {0})
+    with pytest.raises(PlanError, match="srun --cpu-bind=none"):
+        numa_ray.plan_for_worker("node", "bind", gpu_ids=["1"], env=dict(os.environ), within=born,
+                                 within_affinity=True, strict=True)
+    env = numa_ray.runtime_env(within_affinity=True)
+    assert env["env_vars"]["_NUMABIND_RAY_WITHIN_AFFINITY"] == "1"
+    assert "_NUMABIND_RAY_WITHIN_AFFINITY" not in numa_ray.runtime_env()["env_vars"]
+
+
 def test_runtime_env_names_the_hook_and_checks_its_arguments():
     env = numa_ray.runtime_env("exclusive", "preferred", strict=True, env_vars={"A": "1"}, pip=["x"])
     assert env["worker_process_setup_hook"] == "numabind.integrations.ray.setup_hook"

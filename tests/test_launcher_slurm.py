@@ -5,7 +5,10 @@ munge, installed by ``scripts/setup.sh --test``) for this module and stops
 them after it. The tasks run on a fake two-node GPU machine whose CPU ids are
 this host's (tests/launchers.py), so every binding is real: each task prints
 the affinity it ended up with. Slurm's ``task/affinity`` plugin binds tasks
-itself when asked (``--cpu-bind``); numabind must never widen that.
+itself when asked (``--cpu-bind``): that binding is where a task starts, and
+numabind replaces it within the cpuset, as numactl does (issue 42 §3); with
+``--within-affinity`` it stays inside it, and memory never goes to a node the
+task cannot run on.
 """
 
 from __future__ import annotations
@@ -110,17 +113,29 @@ def test_srun_binds_each_task_to_its_gpus_node(slurm, machine):
 
 
 @kernel
-def test_srun_binding_never_widens_slurms_cpus(slurm, machine):
+def test_srun_binding_is_replaced_by_the_plan_as_numactl_does(slurm, machine):
+    """srun --cpu-bind=map_cpu puts each task on the other GPU's node: the plan replaces it."""
+    cpu0, cpu1 = swapped(machine)
+    out = srun(slurm, machine, "-n", "2", f"--cpu-bind=map_cpu:{cpu0},{cpu1}", *numabind_command(), *RUN, "--",
+               *report_command())
+    got = {r: v["cpus"] for r, v in by_task(out.stdout).items()}
+    assert got == {0: sorted(machine.node_cpus[0]), 1: sorted(machine.node_cpus[1])}
+    assert "outside the CPUs this process may use" not in out.stderr
+
+
+@kernel
+def test_srun_binding_is_kept_with_within_affinity(slurm, machine):
     cpu0, cpu1 = swapped(machine)
     bind = f"--cpu-bind=map_cpu:{cpu0},{cpu1}"
     # node mode: the GPU's node is entirely outside what Slurm gave the task: the affinity stays Slurm's
-    out = srun(slurm, machine, "-n", "2", bind, *numabind_command(), *RUN, "--", *report_command())
-    assert {r: v["cpus"] for r, v in by_task(out.stdout).items()} == {0: [cpu0], 1: [cpu1]}
-    assert out.stderr.count("numabind never widens what the launcher set") == 2
-    assert out.stderr.count("CPU affinity left as the launcher set it") == 2
-    # socket mode: the plan (every CPU) is narrowed to Slurm's CPU
-    out = srun(slurm, machine, "-n", "2", bind, *numabind_command(), *RUN, "--mode", "socket", "--",
+    out = srun(slurm, machine, "-n", "2", bind, *numabind_command(), *RUN, "--within-affinity", "--",
                *report_command())
+    assert {r: v["cpus"] for r, v in by_task(out.stdout).items()} == {0: [cpu0], 1: [cpu1]}
+    assert out.stderr.count("CPU affinity left as the launcher set it") == 2
+    assert out.stderr.count("memory preferred on node(s)") == 2       # not bound to a node it cannot run on
+    # socket mode: the plan (every CPU) is narrowed to Slurm's CPU
+    out = srun(slurm, machine, "-n", "2", bind, *numabind_command(), *RUN, "--within-affinity", "--mode", "socket",
+               "--", *report_command())
     assert {r: v["cpus"] for r, v in by_task(out.stdout).items()} == {0: [cpu0], 1: [cpu1]}
     assert out.stderr.count("CPUs narrowed to") == 2
 
@@ -129,10 +144,11 @@ def test_srun_binding_never_widens_slurms_cpus(slurm, machine):
 def test_srun_strict_errors_when_the_plan_falls_outside_slurms_cpus(slurm, machine):
     cpu0, cpu1 = swapped(machine)
     out = srun(slurm, machine, "-n", "2", f"--cpu-bind=map_cpu:{cpu0},{cpu1}", *numabind_command(), *RUN,
-               "--strict", "--", *report_command(), ok=False)
+               "--within-affinity", "--strict", "--", *report_command(), ok=False)
     assert out.returncode != 0
     assert by_task(out.stdout) == {}                        # the command never ran
     assert out.stderr.count("are outside the CPUs this process may use") == 2
+    assert out.stderr.count("srun --cpu-bind=none") == 2    # the message names the launcher flag
 
 
 @kernel

@@ -450,12 +450,12 @@ def test_cli_run_gpu_from_rank_nic_exports_into_the_command(tmp_path):
     code = ("import json, os; print(json.dumps({v: os.environ.get(v) for v in "
             f"{NIC_VARS!r}}}))")
     env = _launch_env(tmp_path, LOCAL_RANK="2", LOCAL_WORLD_SIZE="8", NCCL_SOCKET_IFNAME="eth9")
-    cp = numabind_cli("run", "--gpu-from-rank", "--nic", "--bind-replayed-root", "--", sys.executable, "-c", code,
+    cp = numabind_cli("run", "--gpu-from-rank", "--nic", "--bind-replayed-root", "--within-affinity", "--", sys.executable, "-c", code,
                       env=env)
     assert cp.returncode == 0, cp.stderr
     assert json.loads(cp.stdout.splitlines()[-1]) == {"NCCL_IB_HCA": "=mlx5_2:1", "UCX_NET_DEVICES": "mlx5_2:1",
                                                       "NCCL_SOCKET_IFNAME": "eth9"}
-    cp = numabind_cli("run", "--gpu-from-rank", "--bind-replayed-root", "--", sys.executable, "-c", code, env=env)
+    cp = numabind_cli("run", "--gpu-from-rank", "--bind-replayed-root", "--within-affinity", "--", sys.executable, "-c", code, env=env)
     assert json.loads(cp.stdout.splitlines()[-1]) == {"NCCL_IB_HCA": None, "UCX_NET_DEVICES": None,
                                                       "NCCL_SOCKET_IFNAME": "eth9"}     # without --nic: nothing
 

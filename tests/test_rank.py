@@ -306,32 +306,100 @@ def test_core_complex_and_socket_follow_plan_for_gpu(tmp_path):
             assert placed.plan == plan_for_gpu(r, mode, topo, policy="preferred")
 
 
-# ------------------------------------------------------------------ never wider than the launcher
-def test_plan_is_narrowed_to_the_launchers_cpus_with_a_warning(tmp_path, caplog):
+# ------------------------------------------------------------------ one rule for a launcher's binding (issue 42 §3)
+UNBIND = ("srun --cpu-bind=none", "mpirun --bind-to none")
+
+
+def test_the_cpuset_is_the_limit_and_the_plan_replaces_the_launchers_affinity(tmp_path, caplog):
+    """srun's default task binding or mpirun --bind-to core: the launcher's CPUs are where the rank starts;
+    the plan replaces them, as numactl does, with no warning, and the reasons say which rule applied."""
+    eight_gpus(tmp_path)
+    topo = topo_of(tmp_path, {})
+    launcher = frozenset(sorted(node_cpus(topo, 1))[:2])      # the launcher bound rank 0 to node 1's CPUs
+    with caplog.at_level(logging.WARNING, logger="numabind.rank"):
+        placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=launcher, strict=True)
+    assert placed.plan.cpus == node_cpus(topo, 0) and placed.plan.mem_nodes == {0}
+    assert placed.warnings == () and not caplog.records
+    assert placed.launcher_cpus == launcher and placed.limit_cpus == topo.allowed_cpus
+    assert placed.within_affinity is False
+    assert placed.cpu_rule.startswith("the cpuset is the limit") and "replaces it as numactl does" in placed.cpu_rule
+    assert placed.cpu_rule in placed.reasons and placed.cpu_rule in placed.plan.reason
+    got = placed.to_dict()
+    assert (got["within_affinity"], got["cpu_rule"], got["launcher_cpus"]) == \
+        (False, placed.cpu_rule, numabind.format_cpulist(launcher))
+    # the same plan as the GPU's own (numabind plan --gpu 0), and as without a launcher binding
+    assert placed.plan.cpus == plan_for_gpu(0, topology=topo).cpus
+    assert place_rank(topology=topo, env=env_of(LOCAL_RANK=0)).plan.cpus == placed.plan.cpus
+
+
+def test_within_affinity_narrows_to_the_launchers_cpus_with_a_warning(tmp_path, caplog):
     eight_gpus(tmp_path)
     topo = topo_of(tmp_path, {})
     node0 = sorted(node_cpus(topo, 0))
     launcher = {node0[0], node0[1], min(node_cpus(topo, 2))}     # two of node 0's CPUs and one of node 2's
     with caplog.at_level(logging.WARNING, logger="numabind.rank"):
-        placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=launcher, strict=False)
+        placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=launcher, strict=False,
+                            within_affinity=True)
     assert placed.plan.cpus == {node0[0], node0[1]}
     assert placed.plan.mem_nodes == {0}
-    assert placed.launcher_cpus == frozenset(launcher)
-    assert len(placed.warnings) == 1 and "never widens" in placed.warnings[0]
+    assert placed.launcher_cpus == placed.limit_cpus == frozenset(launcher)
+    assert placed.within_affinity and placed.cpu_rule.startswith("--within-affinity: the plan stays inside")
+    assert len(placed.warnings) == 1 and "outside the CPUs this process may use" in placed.warnings[0]
     assert any("narrowed to" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
-    with pytest.raises(PlanError, match="outside the CPUs this process may use"):
-        place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=launcher, strict=True)
+    with pytest.raises(PlanError, match="outside the CPUs this process may use") as exc:
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=launcher, strict=True, within_affinity=True)
+    assert all(flag in str(exc.value) for flag in UNBIND) and "drop --within-affinity" in str(exc.value)
     with pytest.raises(PlanError):
-        place_rank(topology=topo, env=env_of(LOCAL_RANK=0, NUMABIND_STRICT=1), within=launcher)
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=0, NUMABIND_STRICT=1), within=launcher, within_affinity=True)
 
 
-def test_no_overlap_leaves_the_launchers_affinity_and_binds_memory(tmp_path):
+@pytest.mark.parametrize("strict", [True, "partial"])
+def test_within_affinity_with_no_cpu_left_is_refused_in_strict_mode_naming_the_launcher_flag(tmp_path, strict):
     eight_gpus(tmp_path)
     topo = topo_of(tmp_path, {})
-    placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=node_cpus(topo, 1), strict=False)
+    with pytest.raises(PlanError) as exc:
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=node_cpus(topo, 1), strict=strict,
+                   within_affinity=True)
+    assert all(flag in str(exc.value) for flag in UNBIND), str(exc.value)
+
+
+def test_within_affinity_with_no_cpu_left_never_binds_memory_to_a_node_it_cannot_run_on(tmp_path):
+    """Lenient: the launcher's CPUs (node 1) are kept, so memory is preferred on node 1, not bound to the
+    GPU's node 0 where the rank never runs (every page remote), and the warnings say so."""
+    eight_gpus(tmp_path)
+    topo = topo_of(tmp_path, {})
+    placed = place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=node_cpus(topo, 1), strict=False,
+                        within_affinity=True)
     assert placed.plan.cpus is None
-    assert placed.plan.mem_policy == "bind" and placed.plan.mem_nodes == {0}
+    assert placed.plan.mem_policy == "preferred" and placed.plan.mem_nodes == {1}
     assert "left as the launcher set it" in placed.warnings[0]
+    assert "memory not bind on node(s) 0" in placed.warnings[1] and "memory preferred on node(s) 1" in \
+        placed.warnings[1]
+    # launcher CPUs on two nodes: preferred-many over both; memory-policy None stays None
+    two = place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=node_cpus(topo, 1) | node_cpus(topo, 2),
+                     within_affinity=True)
+    assert (two.plan.mem_policy, two.plan.mem_nodes) == ("preferred-many", {1, 2})
+    none = place_rank(policy=None, topology=topo, env=env_of(LOCAL_RANK=0), within=node_cpus(topo, 1),
+                      within_affinity=True)
+    assert none.plan.cpus is None and none.plan.mem_policy is None
+
+
+def test_within_affinity_narrowed_socket_plan_keeps_memory_where_the_rank_runs(tmp_path):
+    eight_gpus(tmp_path)                          # GPU 2 on node 1; socket 0 = nodes 0-1
+    topo = topo_of(tmp_path, {})
+    placed = place_rank("socket", topology=topo, env=env_of(LOCAL_RANK=2), within=node_cpus(topo, 0),
+                        within_affinity=True)
+    assert placed.plan.cpus == node_cpus(topo, 0)
+    assert placed.plan.mem_policy == "bind" and placed.plan.mem_nodes == {0}     # the package's nodes 0-1, less 1
+    assert "memory not bind on node(s) 1" in placed.warnings[1]
+
+
+def test_within_affinity_on_a_machine_whose_affinity_is_unknown_is_an_error(tmp_path):
+    eight_gpus(tmp_path)
+    topo = topo_of(tmp_path, {}).replace(affinity=None)
+    with pytest.raises(PlanError, match="affinity is unknown"):
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within_affinity=True)
+    assert place_rank(topology=topo, env=env_of(LOCAL_RANK=0)).plan.cpus == node_cpus(topo, 0)
 
 
 def test_exclusive_share_is_cut_before_the_launchers_narrowing(tmp_path):
@@ -339,19 +407,38 @@ def test_exclusive_share_is_cut_before_the_launchers_narrowing(tmp_path):
     eight_gpus(tmp_path, by_node=(0, 0, 0, 0, 1, 1, 1, 1))
     topo = topo_of(tmp_path, {})
     share = plan_for_gpu(1, "exclusive", topo).cpus
-    placed = place_rank("exclusive", topology=topo, env=env_of(LOCAL_RANK=1, LOCAL_WORLD_SIZE=4), within=share)
-    assert placed.plan.cpus == share and placed.warnings == ()
+    for within_affinity in (False, True):
+        placed = place_rank("exclusive", topology=topo, env=env_of(LOCAL_RANK=1, LOCAL_WORLD_SIZE=4), within=share,
+                            within_affinity=within_affinity)
+        assert placed.plan.cpus == share and placed.warnings == ()
 
 
 def test_a_replayed_cpuset_limits_the_shares(tmp_path):
     m = eight_gpus(tmp_path, by_node=(0, 0))
     node0 = sorted(m.nodes[0].cpus)
-    m.set_status(node0[:4], None).write()                     # the dump's process may use 4 CPUs of node 0
+    m.set_cgroup2("/job", node0[:4], None).write()            # the dump's process may use 4 CPUs of node 0
     topo = topo_of(tmp_path, {})
     plans = [place_rank("exclusive", topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=2)).plan
              for r in range(2)]
     assert frozenset().union(*(p.cpus for p in plans)) == frozenset(node0[:4])
     assert not plans[0].cpus & plans[1].cpus
+
+
+def test_a_replayed_affinity_is_where_the_rank_starts_not_its_limit(tmp_path):
+    """A dump's Cpus_allowed is the affinity its process was started with: replaced by the plan, as on the
+    live machine; --within-affinity narrows the shares (cut from the cpuset) to it."""
+    m = eight_gpus(tmp_path, by_node=(0, 0))
+    node0 = sorted(m.nodes[0].cpus)
+    m.set_status(node0[:4], None).write()                     # the dump's process was started on 4 CPUs of node 0
+    topo = topo_of(tmp_path, {})
+    assert topo.affinity == frozenset(node0[:4]) and topo.allowed_cpus > topo.affinity
+    wide = [place_rank("exclusive", topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=2)).plan
+            for r in range(2)]
+    assert frozenset().union(*(p.cpus for p in wide)) == frozenset(node0)
+    inside = [place_rank("exclusive", topology=topo, env=env_of(LOCAL_RANK=r, LOCAL_WORLD_SIZE=2),
+                         within_affinity=True).plan for r in range(2)]
+    assert frozenset().union(*(p.cpus for p in inside)) == frozenset(node0[:4])
+    assert not inside[0].cpus & inside[1].cpus
 
 
 # ------------------------------------------------------------------ a GPU with no node
@@ -502,10 +589,12 @@ def test_partial_strictness_narrows_but_refuses_an_empty_cpu_plan(tmp_path):
     eight_gpus(tmp_path)
     topo = topo_of(tmp_path, {})
     node0 = sorted(node_cpus(topo, 0))
-    some = place_rank(topology=topo, env=env_of(LOCAL_RANK=0, NUMABIND_STRICT="partial"), within=node0[:2])
+    some = place_rank(topology=topo, env=env_of(LOCAL_RANK=0, NUMABIND_STRICT="partial"), within=node0[:2],
+                      within_affinity=True)
     assert some.plan.cpus == frozenset(node0[:2]) and "narrowed to" in some.warnings[0]
-    with pytest.raises(PlanError, match="never widens"):
-        place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=node_cpus(topo, 1), strict="partial")
+    with pytest.raises(PlanError, match="srun --cpu-bind=none, mpirun --bind-to none"):
+        place_rank(topology=topo, env=env_of(LOCAL_RANK=0), within=node_cpus(topo, 1), strict="partial",
+                   within_affinity=True)
 
 
 def test_cli_run_with_a_gpu_without_a_node_runs_unbound_or_not_at_all_when_strict(tmp_path):
@@ -668,14 +757,22 @@ def test_cpu_rank_memory_only_on_nodes_the_process_may_use(tmp_path):
     assert whole.plan.mem_nodes == {0} and "node(s) 1 left out" in whole.plan.reason
 
 
-def test_cpu_rank_is_narrowed_to_the_launchers_affinity(tmp_path):
+def test_cpu_rank_replaces_the_launchers_affinity_unless_within_affinity(tmp_path):
     _two_nodes(tmp_path)
     topo = topo_of(tmp_path, {})
     env = env_of(LOCAL_RANK=1, LOCAL_WORLD_SIZE=2)
     placed = place_rank(topology=topo, env=env, within=range(6))          # the launcher left CPUs 0-5
+    assert placed.plan.cpus == node_cpus(topo, 1) and placed.warnings == ()
+    assert "replaces it as numactl does" in placed.cpu_rule and placed.cpu_rule in placed.plan.reason
+    placed = place_rank(topology=topo, env=env, within=range(6), within_affinity=True)
     assert placed.plan.cpus == {4, 5} and "narrowed to 4-5" in placed.warnings[0]
-    with pytest.raises(PlanError, match="never widens"):
-        place_rank(topology=topo, env=env, within=range(4), strict=True)
+    assert placed.plan.mem_policy == "bind" and placed.plan.mem_nodes == {1}     # CPUs 4-5 are node 1's
+    with pytest.raises(PlanError, match="srun --cpu-bind=none"):
+        place_rank(topology=topo, env=env, within=range(4), strict=True, within_affinity=True)
+    # none left (taskset -c 0 for the rank of node 1): memory preferred on node 0, where CPU 0 is
+    lenient = place_rank(topology=topo, env=env, within=[0], within_affinity=True)
+    assert lenient.plan.cpus is None and (lenient.plan.mem_policy, lenient.plan.mem_nodes) == ("preferred", {0})
+    assert "where the CPUs it keeps are" in lenient.plan.reason
 
 
 def test_cpu_rank_without_a_local_world_size(tmp_path):
@@ -712,7 +809,7 @@ def test_cli_run_gpu_from_rank_without_gpus_binds_the_command_on_this_host():
 
     topo = numabind.discover("/")
     first = min(n for n in topo.nodes if topo.nodes[n].cpus & topo.allowed_cpus)
-    want_cpus = topo.nodes[first].cpus & topo.allowed_cpus & os.sched_getaffinity(0)
+    want_cpus = topo.nodes[first].cpus & topo.allowed_cpus        # the cpuset is the limit, not the affinity
     env = {k: v for k, v in child_env().items() if k not in LAUNCH_ENV}
     env.update(LOCAL_RANK="0", CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="", ROCR_VISIBLE_DEVICES="")
     code = ("import json, os; from tests.kernel import raw_mempolicy; mode, nodes = raw_mempolicy(); "
@@ -721,7 +818,7 @@ def test_cli_run_gpu_from_rank_without_gpus_binds_the_command_on_this_host():
                          capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     got = json_lines(out.stdout)[0]
-    assert got["cpus"] == sorted(want_cpus or os.sched_getaffinity(0))   # none left: the launcher's affinity
+    assert got["cpus"] == sorted(want_cpus)
     if topo.nodes[first].has_memory:
         assert (got["mode"], got["nodes"]) == (MPOL["bind"], [first])
     assert "CPU rank on node" in out.stderr

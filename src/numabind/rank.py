@@ -28,12 +28,14 @@ The rank's GPU (:func:`rank_gpu`) is the visible GPU whose index is the local
 rank, or, when the launcher gave each rank exactly one visible device (Slurm
 ``--gpus-per-task=1``, Ray), that device.
 
-:func:`place_rank` plans it with :func:`numabind.plan_for_gpu` and never
-widens what the launcher left the process: the plan is intersected with the
-cpuset and with the launcher's affinity (``within``; by default the affinity
-the process was started with, ``topology.affinity``: for a rank the launcher's
-per-rank binding is a choice, not a leftover), and in strict mode a plan that
-falls outside them is an error. ``exclusive`` and
+:func:`place_rank` plans it with :func:`numabind.plan_for_gpu`, by one rule for
+a launcher's binding (:func:`rank_limit`): the cpuset is the limit. The affinity
+the launcher set (srun's default task binding, ``mpirun --bind-to core``) is
+where the process starts, and the plan replaces it, as numactl does;
+``within_affinity=True`` (``--within-affinity``) is the explicit way to stay
+inside it (narrowed with a warning; strict mode refuses a plan outside it),
+and memory is then never bound to a node the process cannot run on. The
+rank's reasons say which rule applied. ``exclusive`` and
 ``core-complex`` split a node between the ranks that share it: the local ranks
 ``0 .. local world size - 1`` when ranks index the visible GPUs, the machine's
 GPUs when each rank has its own.
@@ -62,7 +64,7 @@ from ._fs import ascii_int
 from ._util import FrozenMap
 from .cpulist import format_cpulist
 from .errors import NumabindError, PlanError
-from .plan import Plan
+from .plan import Allowed, Plan
 
 if TYPE_CHECKING:  # pragma: no cover
     from .types import Mode, NodePolicy
@@ -81,6 +83,7 @@ __all__ = [
     "plan_for_rank",
     "plan_owned_gpus",
     "rank_gpu",
+    "rank_limit",
 ]
 
 #: Variables that override what the launcher says.
@@ -93,6 +96,8 @@ _DEVICE_FILTERS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_
                    "ASCEND_RT_VISIBLE_DEVICES")
 #: Modes whose share depends on the other ranks that use the same node.
 _SHARED_MODES = ("exclusive", "core-complex")
+#: The launcher flags that leave a rank's CPUs to numabind (named when ``--within-affinity`` refuses a plan).
+UNBIND_FLAGS = "srun --cpu-bind=none, mpirun --bind-to none"
 
 
 @dataclass(frozen=True)
@@ -258,13 +263,16 @@ class RankPlan:
     mode: str
     policy: str | None
     plan: Plan
-    launcher_cpus: frozenset[int]       # the CPUs the process may use (never widened)
+    launcher_cpus: frozenset[int]       # the affinity the launcher set, within the cpuset (the cpuset if unknown)
     warnings: tuple[str, ...] = ()
     reasons: tuple[str, ...] = field(default=())
     device: str = "gpu"                 # "gpu", or "cpu" for a rank without a GPU
     cpu_nodes: tuple[int, ...] = ()     # a CPU rank's nodes (its share of the machine)
     env: FrozenMap[str, str] = field(default_factory=FrozenMap)   # to export (--nic), the user's own left out
     nics: tuple[str, ...] = ()          # the NICs chosen (--nic)
+    within_affinity: bool = False       # True: the plan stays inside launcher_cpus; False: the cpuset is the limit
+    limit_cpus: frozenset[int] = frozenset()    # the CPUs the plan was limited to (rank_limit)
+    cpu_rule: str = ""                  # which rule applied, in words (also among the reasons)
 
     def describe(self) -> str:
         """One line: ``local rank 1 (SLURM_LOCALID) -> GPU 1 on node 1: cpus 8-15, memory bind 1``
@@ -296,6 +304,9 @@ class RankPlan:
             "nics": list(self.nics),
             "env": dict(self.env),
             "launcher_cpus": ids(self.launcher_cpus),
+            "within_affinity": self.within_affinity,
+            "limit_cpus": ids(self.limit_cpus),
+            "cpu_rule": self.cpu_rule,
             "plan": {
                 "cpus": ids(self.plan.cpus),
                 "mem_policy": self.plan.mem_policy,
@@ -388,10 +399,71 @@ def _with_reason(plan: Plan, reason: str) -> Plan:
     return plan.replace(reason=reason)
 
 
+def rank_limit(topology: Any, within: Iterable[int] | None = None,
+               within_affinity: bool = False) -> tuple[frozenset[int], str, frozenset[int], str]:
+    """``(the CPUs a rank's plan may use, where that limit comes from, the launcher's CPUs, the rule in words)``.
+
+    The one rule for a launcher's binding: the cpuset (``topology.allowed_cpus``) is the limit. The affinity
+    the launcher set (``within``; by default ``topology.affinity``: the live process's, or a replayed
+    machine's ``Cpus_allowed``, never this process's for another root) is where the process starts, and the
+    plan replaces it, as numactl does. ``within_affinity=True`` keeps the plan inside it (a
+    :class:`PlanError` when it is unknown, as :meth:`numabind.plan.Allowed.within_affinity` says)."""
+    cpuset = frozenset(topology.allowed_cpus)
+    source = f"the cpuset's CPUs, from {topology.allowed_source or 'the cpuset'}"
+    affinity = topology.affinity if within is None else frozenset(within)
+    launcher = cpuset if affinity is None else frozenset(affinity) & cpuset
+    if within_affinity:
+        kept = Allowed.of(topology).replace(affinity=affinity).within_affinity().allowed_cpus
+        return kept, source + " and the launcher's affinity", launcher, (
+            f"--within-affinity: the plan stays inside the affinity the launcher set (CPUs "
+            f"{format_cpulist(kept)}, within the cpuset)")
+    rule = f"the cpuset is the limit (CPUs {format_cpulist(cpuset)}, from {topology.allowed_source or 'the cpuset'})"
+    if affinity is not None and not cpuset <= frozenset(affinity):
+        rule += (f"; the affinity the launcher set (CPUs {format_cpulist(launcher) or 'none'}) is where the process "
+                 f"starts, and the plan replaces it as numactl does (--within-affinity keeps the rank inside it)")
+    return cpuset, source, launcher, rule
+
+
+def _node_of(topology: Any, cpus: Iterable[int]) -> frozenset[int]:
+    """The nodes ``cpus`` are on."""
+    return frozenset(topology.cpus[c].node for c in cpus if c in topology.cpus and topology.cpus[c].node is not None)
+
+
+def _memory_where_it_runs(plan: Plan, runs_on: frozenset[int], topology: Any, warnings: list[str],
+                          label: str) -> Plan:
+    """``plan`` with its memory never on a node whose CPUs the process cannot run on (``runs_on``): such nodes
+    are dropped; with none of its nodes left, memory is preferred on the nodes of ``runs_on`` (said in
+    ``warnings``). Memory-only nodes are no node's CPUs, so they stay."""
+    if not plan.mem_nodes:
+        return plan
+    nodes = topology.nodes
+    foreign = frozenset(n for n in plan.mem_nodes if n in nodes and nodes[n].cpus and not nodes[n].cpus & runs_on)
+    if not foreign:
+        return plan
+    kept = plan.mem_nodes - foreign
+    where = (f"node(s) {format_cpulist(foreign)}, whose CPUs this process does not run on "
+             f"(CPUs {format_cpulist(runs_on)})")
+    if kept:
+        warnings.append(f"{label}: memory not {plan.mem_policy} on {where}: kept on node(s) {format_cpulist(kept)}")
+        policy = "preferred" if plan.mem_policy == "preferred-many" and len(kept) == 1 else plan.mem_policy
+        return plan.replace(mem_policy=policy, mem_nodes=kept)
+    local = frozenset(n for n in _node_of(topology, runs_on)
+                      if n in nodes and nodes[n].has_memory and n in topology.allowed_nodes)
+    if not local:
+        warnings.append(f"{label}: memory not {plan.mem_policy} on {where}, and no node of those CPUs has memory "
+                        f"this process may use: memory policy left unchanged")
+        return plan.replace(mem_policy=None, mem_nodes=None, migrate=False)
+    policy = "preferred" if len(local) == 1 else "preferred-many"
+    warnings.append(f"{label}: memory not {plan.mem_policy} on {where}: memory {policy} on node(s) "
+                    f"{format_cpulist(local)}, where the CPUs it keeps are")
+    return plan.replace(mem_policy=policy, mem_nodes=local)
+
+
 def _narrow(plan: Plan, allowed: frozenset[int], allowed_source: str, strict: Strictness,
-            warnings: list[str], label: str) -> Plan:
-    """``plan`` within the CPUs the launcher left the process; strict: an error when it does not fit
-    (``"partial"``: when none of its CPUs is left)."""
+            warnings: list[str], label: str, topology: Any = None, within_affinity: bool = False) -> Plan:
+    """``plan`` within ``allowed`` (:func:`rank_limit`); strict: an error when it does not fit (``"partial"``:
+    when none of its CPUs is left). Lenient: the CPUs narrowed, or the launcher's affinity kept when none is
+    left, and memory never on a node the process cannot run on (:func:`_memory_where_it_runs`)."""
     if plan.cpus is None:
         return plan
     outside = plan.cpus - allowed
@@ -399,27 +471,36 @@ def _narrow(plan: Plan, allowed: frozenset[int], allowed_source: str, strict: St
         return plan
     inside = plan.cpus & allowed
     msg = (f"{label}: the plan's CPUs {format_cpulist(outside)} are outside the CPUs this process may use "
-           f"{format_cpulist(allowed)} ({allowed_source}); numabind never widens what the launcher set")
+           f"{format_cpulist(allowed)} ({allowed_source})")
     if strict is True or (strict == "partial" and not inside):
-        raise PlanError(msg + "; give the rank those CPUs (e.g. srun --cpu-bind=none) or run without strict mode")
+        fix = (f"; give the rank those CPUs ({UNBIND_FLAGS}), drop --within-affinity to plan within the "
+               f"cpuset, or run without strict mode" if within_affinity else
+               "; widen the cpuset or run without strict mode")
+        raise PlanError(msg + fix)
     if inside:
         warnings.append(f"{msg}: CPUs narrowed to {format_cpulist(inside)}")
     else:
-        warnings.append(f"{msg}: CPU affinity left as the launcher set it, only the memory policy is applied")
-    return plan.replace(cpus=inside or None)
+        warnings.append(f"{msg}: CPU affinity left as the launcher set it")
+    narrowed = plan.replace(cpus=inside or None)
+    if topology is None:
+        return narrowed
+    return _memory_where_it_runs(narrowed, inside or allowed, topology, warnings, label)
 
 
 def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: Mode = "node",
                     policy: NodePolicy | None = "bind", own_devices: bool = True, size: int | None = None,
                     size_source: str = "", env: Mapping[str, str] | None = None,
                     within: Iterable[int] | None = None, strict: Strictness = False, migrate: bool = False,
-                    reasons: list[str] | None = None, warnings: list[str] | None = None) -> Plan:
+                    reasons: list[str] | None = None, warnings: list[str] | None = None,
+                    within_affinity: bool = False) -> Plan:
     """The plan of a process that drives the visible GPUs ``indices`` (a rank, a Ray worker).
 
     One GPU: :func:`numabind.plan_for_gpu`; several: the union of each one's
     CPUs, memory as :func:`numabind.plan_for_gpus`. Planned within the CPUs
-    every process of the machine may use, then narrowed to ``within`` and the
-    topology's allowed CPUs (never wider; strict: a PlanError). GPUs with no
+    every process of the machine may use (the cpuset), by :func:`rank_limit`'s
+    rule: ``within`` is the affinity the launcher set (default
+    ``topology.affinity``), which the plan replaces unless ``within_affinity``
+    keeps it inside (narrowed; strict: a PlanError). GPUs with no
     NUMA node are left out (strict: a PlanError); with none left the plan is
     empty (binds nothing). ``reasons`` and ``warnings`` collect what was done.
     """
@@ -446,11 +527,7 @@ def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: 
         placed.append(i)
     if not placed:
         return Plan(reason="; ".join(reasons + warnings))
-    allowed = frozenset(topology.allowed_cpus)
-    allowed_source = f"the cpuset's CPUs, from {topology.allowed_source or 'the cpuset'}"
-    if within is not None:
-        allowed &= frozenset(within)
-        allowed_source += " and the launcher's affinity"
+    allowed, allowed_source, _, rule = rank_limit(topology, within, within_affinity)
     peers, mapping = _peer_topology(topology, placed, own_devices, size, size_source, mode, env, reasons)
     wide = _topology_with(peers, allowed_cpus=_shared_limit(topology))
     members = [plan_for_gpu(mapping[i], mode=mode, topology=wide, policy=policy, migrate=migrate) for i in placed]
@@ -463,7 +540,8 @@ def plan_owned_gpus(topology: Any, indices: Iterable[int], *, label: str, mode: 
         ideal = Plan(cpus=cpus, mem_policy=shard.mem_policy, mem_nodes=shard.mem_nodes, migrate=shard.migrate,
                      reason=" | ".join(m.reason for m in members))
     reasons.append(ideal.reason)
-    plan = _narrow(ideal, allowed, allowed_source, strict, warnings, label)
+    reasons.append(rule)
+    plan = _narrow(ideal, allowed, allowed_source, strict, warnings, label, topology, within_affinity)
     return _with_reason(plan, "; ".join(reasons + warnings))
 
 
@@ -650,18 +728,25 @@ def _cpu_rank_nics(topology: Any, rank: int, size: int | None, env: Mapping[str,
 def place_rank(mode: Mode = "node", policy: NodePolicy | None = "bind", topology: Any = None, *,
                env: Mapping[str, str] | None = None, within: Iterable[int] | None = None,
                strict: Strictness | None = None, migrate: bool = False, device: str | None = None,
-               nics: bool = False) -> RankPlan:
+               nics: bool = False, within_affinity: bool = False) -> RankPlan:
     """Plan this process as the local rank its launcher started: rank, GPU, plan and every reason.
 
     ``mode`` and ``policy`` are those of :func:`numabind.plan_for_gpu`;
     ``env`` defaults to ``os.environ`` (the rank variables, ``NUMABIND_STRICT``,
     and, with ``topology=None``, ``NUMABIND_FSROOT`` and the visibility
-    variables for discovery). ``within`` further limits the CPUs: the affinity
-    the launcher gave the process (default: ``topology.affinity``, the one it
-    was started with, or a replayed machine's ``Cpus_allowed``). ``strict`` (default ``NUMABIND_STRICT``) makes a plan outside
-    the allowed CPUs, or a GPU with no NUMA node, an error (``"partial"``: only
-    when nothing of the plan is left); otherwise the plan is narrowed (or left
-    empty) with a warning in ``warnings``, logged.
+    variables for discovery). The cpuset is the limit (:func:`rank_limit`):
+    ``within`` is the affinity the launcher gave the process (default:
+    ``topology.affinity``, the one it was started with, or a replayed machine's
+    ``Cpus_allowed``), where it starts; the plan replaces it, as numactl does.
+    ``within_affinity=True`` (``--within-affinity``) keeps the plan inside it:
+    ``strict`` (default ``NUMABIND_STRICT``) then makes a plan outside it an
+    error naming the launcher flag that frees the CPUs (``"partial"``: only
+    when nothing of the plan is left); otherwise the plan is narrowed with a
+    warning, and memory is never bound to a node the process cannot run on
+    (with no CPU of the plan left: preferred on the nodes of the launcher's
+    CPUs). A GPU with no NUMA node is an error in strict mode, else the rank is
+    left unbound with a warning. Warnings are in ``warnings``, logged;
+    ``cpu_rule`` says which rule applied.
 
     ``device``: ``"gpu"`` plans the rank's GPU (no visible GPU is a PlanError), ``"cpu"`` plans a rank
     without one (:func:`plan_cpu_rank`: its share of the nodes by the local world size; ``mode`` does not
@@ -682,13 +767,11 @@ def place_rank(mode: Mode = "node", policy: NodePolicy | None = "bind", topology
                             f"(from {size_source}); the launcher's variables disagree")
     if topology is None:
         topology = discover_for_env(env)
-    if within is None:      # the launcher's per-rank binding, as discovery recorded it (None: unknown)
-        within = topology.affinity
     label = f"local rank {rank} ({rank_source})"
-    allowed = frozenset(topology.allowed_cpus) & (frozenset(within) if within is not None else topology.allowed_cpus)
+    limit = rank_limit(topology, within, within_affinity)
     if device == "cpu" or (device is None and not topology.gpus):
         return _place_cpu_rank(topology, rank, rank_source, size, size_source, mode, policy, within, strict,
-                               migrate, nics, device, label, allowed, env)
+                               migrate, nics, device, label, limit, env, within_affinity)
     index, rule = rank_gpu(topology, rank, rank_source)
     gpu = next(g for g in topology.gpus if g.index == index)
     reasons = [f"{label} -> GPU {index} ({gpu.pci_address}): {rule}"]
@@ -696,7 +779,8 @@ def place_rank(mode: Mode = "node", policy: NodePolicy | None = "bind", topology
     own = len(topology.gpus) == 1
     plan = plan_owned_gpus(topology, [index], label=label, mode=mode, policy=policy,
                            own_devices=own, size=size, size_source=size_source, env=env,
-                           within=within, strict=strict, migrate=migrate, reasons=reasons, warnings=warnings)
+                           within=within, strict=strict, migrate=migrate, reasons=reasons, warnings=warnings,
+                           within_affinity=within_affinity)
     exports: FrozenMap[str, str] = FrozenMap()
     chosen: tuple[str, ...] = ()
     if nics:
@@ -709,15 +793,16 @@ def place_rank(mode: Mode = "node", policy: NodePolicy | None = "bind", topology
     return RankPlan(
         rank=rank, rank_source=rank_source, local_world_size=size, local_world_size_source=size_source,
         gpu=index, gpu_rule=rule, pci_address=gpu.pci_address, numa_node=gpu.numa_node, mode=mode, policy=policy,
-        plan=plan, launcher_cpus=allowed, warnings=tuple(warnings), reasons=tuple(reasons), env=exports,
-        nics=chosen,
+        plan=plan, launcher_cpus=limit[2], warnings=tuple(warnings), reasons=tuple(reasons), env=exports,
+        nics=chosen, within_affinity=within_affinity, limit_cpus=limit[0], cpu_rule=limit[3],
     )
 
 
 def _place_cpu_rank(topology: Any, rank: int, rank_source: str, size: int | None, size_source: str, mode: Mode,
                     policy: NodePolicy | None, within: Iterable[int] | None, strict: Strictness, migrate: bool,
-                    nics: bool, device: str | None, label: str, allowed: frozenset[int],
-                    env: Mapping[str, str]) -> RankPlan:
+                    nics: bool, device: str | None, label: str,
+                    limit: tuple[frozenset[int], str, frozenset[int], str], env: Mapping[str, str],
+                    within_affinity: bool) -> RankPlan:
     """:func:`place_rank` for a rank without a GPU (:func:`plan_cpu_rank`, then the launcher's narrowing)."""
     rule = "device='cpu': a CPU rank" if device == "cpu" else "no GPU is visible: a CPU rank"
     reasons = [f"{label}: {rule}"]
@@ -732,12 +817,8 @@ def _place_cpu_rank(topology: Any, rank: int, rank_source: str, size: int | None
         exports, chosen = _cpu_rank_nics(topology, rank, size, env, strict, reasons, warnings)
     if migrate and ideal.mem_policy is not None:
         ideal = ideal.replace(migrate=True)
-    limit = frozenset(topology.allowed_cpus)
-    limit_source = f"the cpuset's CPUs, from {topology.allowed_source or 'the cpuset'}"
-    if within is not None:
-        limit &= frozenset(within)
-        limit_source += " and the launcher's affinity"
-    plan = _narrow(ideal, limit, limit_source, strict, warnings, label)
+    reasons.append(limit[3])
+    plan = _narrow(ideal, limit[0], limit[1], strict, warnings, label, topology, within_affinity)
     plan = _with_reason(plan, "; ".join(reasons + warnings))
     for w in warnings:
         log.warning("%s", w)
@@ -745,14 +826,16 @@ def _place_cpu_rank(topology: Any, rank: int, rank_source: str, size: int | None
     return RankPlan(
         rank=rank, rank_source=rank_source, local_world_size=size, local_world_size_source=size_source,
         gpu=None, gpu_rule=rule, pci_address=None, numa_node=spans[0] if len(spans) == 1 else None, mode=mode,
-        policy=policy, plan=plan, launcher_cpus=allowed, warnings=tuple(warnings), reasons=tuple(reasons),
-        device="cpu", cpu_nodes=spans, env=exports, nics=chosen,
+        policy=policy, plan=plan, launcher_cpus=limit[2], warnings=tuple(warnings), reasons=tuple(reasons),
+        device="cpu", cpu_nodes=spans, env=exports, nics=chosen, within_affinity=within_affinity,
+        limit_cpus=limit[0], cpu_rule=limit[3],
     )
 
 
 def plan_for_rank(mode: Mode = "node", policy: NodePolicy | None = "bind", topology: Any = None, *,
                   env: Mapping[str, str] | None = None, within: Iterable[int] | None = None,
-                  strict: Strictness | None = None, migrate: bool = False, device: str | None = None) -> Plan:
+                  strict: Strictness | None = None, migrate: bool = False, device: str | None = None,
+                  within_affinity: bool = False) -> Plan:
     """The :class:`~numabind.Plan` of this process's local rank (see :func:`place_rank`; ``device="cpu"``
     plans a rank without a GPU: its share of the machine's nodes or cores).
 
@@ -760,4 +843,4 @@ def plan_for_rank(mode: Mode = "node", policy: NodePolicy | None = "bind", topol
     launcher started, when its launch line cannot change.
     """
     return place_rank(mode, policy, topology, env=env, within=within, strict=strict, migrate=migrate,
-                      device=device).plan
+                      device=device, within_affinity=within_affinity).plan

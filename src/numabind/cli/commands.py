@@ -19,12 +19,14 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._base import keep_binding_env
+from .._base import keep_binding_env, printable
 from ..backends import backend_info, get_backend, interleave_next_node
 from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
-from . import NOT_APPLIED, USAGE, configure_logging, device_node, exec_command, run_strictness, stdout_gone
+from . import (NOT_APPLIED, USAGE, command_problem, configure_logging, device_node, exec_command, run_strictness,
+               stdout_gone)
+from ._parser import ArgumentParser
 from .look import (allowed_what, gpu_text, hardware_text, node_free_bytes, source_words, table, topology_output,
                    topology_text)
 
@@ -37,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..topology import Topology
     from ..types import Mode, NodePolicy
 
-__all__ = ["main", "UsageError", "CliError"]
+__all__ = ["main", "ArgumentParser", "UsageError", "CliError"]
 
 from ..backends import BACKEND_NAMES
 from ..plan import NODE_POLICIES as POLICIES
@@ -202,7 +204,7 @@ def cmd_main(args: argparse.Namespace) -> int:
                "binding": _binding_json(current_binding()), "backends": info})
         return 0
     if replayed:
-        print(f"#### the replayed machine, read from {args.root} (not the host this runs on) ####")
+        print(f"#### the replayed machine, read from {printable(args.root)} (not the host this runs on) ####")
         print()
     print("== topology ==")
     print(topology_text(topo, who))
@@ -377,13 +379,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _place_rank(args: argparse.Namespace, within: frozenset[int] | None = None) -> RankPlan:
-    """--gpu-from-rank: this process's local rank planned on the discovery root (numabind.rank)."""
+    """--gpu-from-rank: this process's local rank planned on the discovery root (numabind.rank), every limit
+    from that root (``within`` None: its own affinity), by numabind.rank.rank_limit's rule."""
     from ..rank import place_rank
     from ..topology import discover
 
     return place_rank(args.mode or "node", args.policy or "bind", discover(args.root), within=within,
                       strict=getattr(args, "strict", None), migrate=bool(getattr(args, "migrate", False)),
-                      nics=bool(getattr(args, "nic", False)))
+                      nics=bool(getattr(args, "nic", False)),
+                      within_affinity=bool(getattr(args, "within_affinity", False)))
 
 
 def _cmd_plan_rank(args: argparse.Namespace) -> int:
@@ -407,10 +411,15 @@ def _cmd_plan_rank(args: argparse.Namespace) -> int:
 
 
 def _rank_run_plan(args: argparse.Namespace) -> Plan:
-    """``numabind run --gpu-from-rank``: never wider than the affinity the launcher gave this process."""
-    from ..verify import current_binding
+    """``numabind run --gpu-from-rank``: the plan ``numabind plan --gpu-from-rank`` prints. Only a run that binds
+    this process on a replayed root (--bind-replayed-root, whose CPU ids are this machine's) takes the
+    launcher's affinity from this process; a dry run's comes from the root it plans on."""
+    within = None
+    if getattr(args, "bind_replayed_root", False) and not getattr(args, "dry_run", False):
+        from ..verify import current_binding
 
-    placed = _place_rank(args, within=current_binding(args.backend).cpus)
+        within = current_binding(args.backend).cpus
+    placed = _place_rank(args, within=within)
     if args.verbose:
         print(placed.describe(), file=sys.stderr)
     for var, value in placed.env.items():      # --nic: the command's environment (the user's own are not here)
@@ -473,7 +482,7 @@ def _live_root(args: argparse.Namespace) -> None:
     raise UsageError(
         f"numabind {args.cmd} binds processes of this machine, but {source}={root!r} is another discovery root "
         f"(a replayed machine): its CPUs and nodes are not this machine's. To plan on it use "
-        f"`numabind plan --root {root}` (or add --dry-run to see what {args.cmd} would do there); "
+        f"`numabind plan --root {printable(root)}` (or add --dry-run to see what {args.cmd} would do there); "
         f"to {args.cmd} here, {fix}")
 
 
@@ -624,9 +633,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("no command given after '--'")
+    problem = command_problem(command)
+    if problem is not None:
+        raise UsageError(problem)
     forced = os.environ.get("NUMABIND_BACKEND")
     if args.backend is None and forced and forced not in BACKEND_NAMES:
-        raise UsageError(f"NUMABIND_BACKEND={forced!r} is not one of {', '.join(BACKEND_NAMES)}")
+        try:     # a usage error before binding, in the words get_backend says it (one message for it)
+            get_backend(None)
+        except NumabindError as e:
+            raise UsageError(str(e)) from None
     strict: Strictness | None
     try:
         strict = run_strictness(bool(args.strict), bool(args.lenient))
@@ -712,7 +727,7 @@ def _common() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="numabind",
         description="Bind CPU affinity and NUMA memory policy without numactl. "
                     "Without a command: show the topology, GPUs, plans and the current binding.")
@@ -796,8 +811,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the plan, the variables as export lines and the equivalent numactl command; run "
                         "nothing (exit 0); with --json one object")
     r.add_argument("--gpu-from-rank", action="store_true",
-                   help="bind for the GPU of this process's local rank (LOCAL_RANK, SLURM_LOCALID, ...), "
-                        "within the CPUs the launcher gave it; without a visible GPU: the rank's share of the "
+                   help="bind for the GPU of this process's local rank (LOCAL_RANK, SLURM_LOCALID, ...), within "
+                        "the cpuset: the CPUs the launcher bound it to are replaced, as numactl does "
+                        "(--within-affinity keeps it inside them); without a visible GPU: the rank's share of the "
                         "nodes (cores), by the local world size")
     r.add_argument("--nic", action="store_true", help="with --gpu-from-rank: export NCCL_IB_HCA, UCX_NET_DEVICES and "
                    "NCCL_SOCKET_IFNAME for the rank's nearest NICs into the command (those already set are kept)")

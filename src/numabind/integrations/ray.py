@@ -45,9 +45,12 @@ matches none is a PlanError naming the visible GPUs.
 Plans come from :func:`numabind.rank.plan_owned_gpus`: a worker owns the GPUs
 Ray gave it, so ``exclusive`` shares a node among the machine's GPUs on it;
 several GPUs get the union of their CPUs; a GPU with no NUMA node leaves the
-worker unbound with a WARNING (strict: an error); the plan never widens the
-CPUs the worker was started with. Ray is imported only when a function here
-runs, never by ``import numabind``.
+worker unbound with a WARNING (strict: an error). The rule for the CPUs the
+worker was started with is the ranks' (:func:`numabind.rank.rank_limit`): the
+cpuset is the limit and the plan replaces that affinity, as numactl does;
+``within_affinity=True`` (:func:`runtime_env`, :func:`bind_actor`,
+:func:`plan_for_worker`) keeps the worker inside it. Ray is imported only when
+a function here runs, never by ``import numabind``.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ HOOK = "numabind.integrations.ray.setup_hook"
 #: Transport of :func:`runtime_env`'s choices to the workers.
 MODE_VAR = "_NUMABIND_RAY_MODE"
 POLICY_VAR = "_NUMABIND_RAY_POLICY"
+WITHIN_VAR = "_NUMABIND_RAY_WITHIN_AFFINITY"
 #: Ray's switch that keeps it from setting ``CUDA_VISIBLE_DEVICES`` (its ids are then physical).
 NOSET_VAR = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 
@@ -101,12 +105,14 @@ def _check(mode: str, policy: str | None) -> tuple[Mode, NodePolicy | None]:
 
 
 def runtime_env(mode: Mode = "node", policy: NodePolicy | None = "bind", *, strict: Strictness | None = None,
-                env_vars: Mapping[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+                env_vars: Mapping[str, str] | None = None, within_affinity: bool = False,
+                **extra: Any) -> dict[str, Any]:
     """A Ray ``runtime_env`` whose workers bind themselves (see :func:`setup_hook`).
 
     ``env_vars`` are passed on (e.g. ``NUMABIND_FSROOT``); ``strict`` sets
-    ``NUMABIND_STRICT`` in the workers; other keywords are more runtime_env
-    fields (``pip``, ``working_dir``, ...).
+    ``NUMABIND_STRICT`` in the workers; ``within_affinity=True`` keeps each
+    worker inside the affinity it was started with (default: the cpuset is the
+    limit); other keywords are more runtime_env fields (``pip``, ``working_dir``, ...).
     """
     _check(mode, policy)
     if "worker_process_setup_hook" in extra:
@@ -114,6 +120,8 @@ def runtime_env(mode: Mode = "node", policy: NodePolicy | None = "bind", *, stri
     variables = dict(env_vars or {})
     variables[MODE_VAR] = mode
     variables[POLICY_VAR] = "none" if policy is None else policy
+    if within_affinity:
+        variables[WITHIN_VAR] = "1"
     if strict is not None:
         variables["NUMABIND_STRICT"] = "partial" if strict == "partial" else "1" if strict else "0"
     return {**extra, "worker_process_setup_hook": HOOK, "env_vars": variables}
@@ -121,7 +129,7 @@ def runtime_env(mode: Mode = "node", policy: NodePolicy | None = "bind", *, stri
 
 def plan_for_worker(mode: Mode = "node", policy: NodePolicy | None = "bind", topology: Any = None, *,
                     gpu_ids: Sequence[Any] | None = None, env: Mapping[str, str] | None = None,
-                    within: Any = None, strict: Strictness | None = None) -> Plan:
+                    within: Any = None, strict: Strictness | None = None, within_affinity: bool = False) -> Plan:
     """The plan of this Ray worker for the GPUs Ray assigned it (``gpu_ids``, default ``ray.get_gpu_ids()``).
 
     The GPUs are the visible ones (Ray has set ``CUDA_VISIBLE_DEVICES`` to
@@ -129,6 +137,9 @@ def plan_for_worker(mode: Mode = "node", policy: NodePolicy | None = "bind", top
     GPUs whose physical index or UUID they are (see the module docstring);
     ``topology`` defaults to a discovery under ``$NUMABIND_FSROOT``
     with ``env`` (default ``os.environ``). A worker with no GPU is a PlanError.
+    ``within`` is the affinity the worker was started with (default: the
+    topology's); the plan replaces it unless ``within_affinity=True`` keeps the
+    worker inside it (:func:`numabind.rank.rank_limit`).
     """
     from ..rank import discover_for_env, plan_owned_gpus
 
@@ -152,7 +163,8 @@ def plan_for_worker(mode: Mode = "node", policy: NodePolicy | None = "bind", top
                         f"(CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); cannot tell which is which")
     warnings: list[str] = []
     plan = plan_owned_gpus(topology, visible, label=label, mode=mode, policy=policy, own_devices=True, env=env,
-                           within=within, strict=strict, reasons=reasons, warnings=warnings)
+                           within=within, strict=strict, reasons=reasons, warnings=warnings,
+                           within_affinity=within_affinity)
     for w in warnings:
         log.warning("%s", w)
     log.info("%s, mode %s: %s", label, mode, plan.describe())
@@ -192,12 +204,14 @@ def physical_gpus(topology: Any, ids: Sequence[str], label: str) -> list[int]:
 class _WorkerBinder:
     """Binds this worker whenever Ray changes its GPUs; remembers the binding it was born with."""
 
-    def __init__(self, mode: Mode, policy: NodePolicy | None, strict: Strictness) -> None:
+    def __init__(self, mode: Mode, policy: NodePolicy | None, strict: Strictness,
+                 within_affinity: bool = False) -> None:
         from ..verify import current_binding
 
         self.mode = mode
         self.policy = policy
         self.strict = strict
+        self.within_affinity = within_affinity
         birth = current_binding()
         self.birth = birth.plan
         self.birth_cpus = birth.cpus
@@ -220,7 +234,7 @@ class _WorkerBinder:
                              self.report.applied.describe())
                 else:
                     plan = plan_for_worker(self.mode, self.policy, gpu_ids=ids, within=self.birth_cpus,
-                                           strict=self.strict)
+                                           strict=self.strict, within_affinity=self.within_affinity)
                     self.report = bind_current(plan, strict=self.strict)
             except (NumabindError, OSError) as exc:
                 if self.strict:
@@ -260,14 +274,14 @@ def _wrap_assignment(binder: _WorkerBinder) -> bool:
 def setup_hook() -> None:
     """Ray ``worker_process_setup_hook``: bind this worker to its GPUs' node each time Ray assigns them.
 
-    Mode and policy come from :func:`runtime_env` (default ``node`` and
-    ``bind``); ``NUMABIND_STRICT`` makes failures raise (the task fails).
+    Mode, policy and ``within_affinity`` come from :func:`runtime_env` (default
+    ``node``, ``bind``, False); ``NUMABIND_STRICT`` makes failures raise (the task fails).
     """
     global _binder
     policy_text = os.environ.get(POLICY_VAR) or "bind"
     mode, policy = _check(os.environ.get(MODE_VAR) or "node", None if policy_text == "none" else policy_text)
     if _binder is None:
-        _binder = _WorkerBinder(mode, policy, strict_from_env())
+        _binder = _WorkerBinder(mode, policy, strict_from_env(), os.environ.get(WITHIN_VAR) == "1")
     if not _wrap_assignment(_binder):
         log.warning("this Ray (%s) has no ray._private.utils.set_visible_accelerator_ids to follow; workers are "
                     "not bound by the setup hook (decorate actor classes with numabind.integrations.ray."
@@ -282,7 +296,8 @@ def last_report() -> Any:
 
 
 # ------------------------------------------------------------------ actors
-def bind_this_actor(name: str, mode: Mode, policy: NodePolicy | None, strict: Strictness | None) -> Any:
+def bind_this_actor(name: str, mode: Mode, policy: NodePolicy | None, strict: Strictness | None,
+                    within_affinity: bool = False) -> Any:
     """Bind the calling actor (see :func:`bind_actor`); the report, or None when left unbound (lenient)."""
     from ..bind import bind_current
     from ..verify import current_binding
@@ -291,7 +306,8 @@ def bind_this_actor(name: str, mode: Mode, policy: NodePolicy | None, strict: St
     # the CPUs the worker was started with, not a binding the hook may already have made
     within = _binder.birth_cpus if _binder is not None else current_binding().cpus
     try:
-        return bind_current(plan_for_worker(mode, policy, within=within, strict=strict), strict=strict)
+        return bind_current(plan_for_worker(mode, policy, within=within, strict=strict,
+                                            within_affinity=within_affinity), strict=strict)
     except NumabindError as exc:
         if strict:
             raise
@@ -300,8 +316,9 @@ def bind_this_actor(name: str, mode: Mode, policy: NodePolicy | None, strict: St
 
 
 def bind_actor(cls: T | None = None, *, mode: Mode = "node", policy: NodePolicy | None = "bind",
-               strict: Strictness | None = None) -> Any:
-    """Class decorator: the actor binds itself to its GPUs' node(s) first thing in ``__init__``.
+               strict: Strictness | None = None, within_affinity: bool = False) -> Any:
+    """Class decorator: the actor binds itself to its GPUs' node(s) first thing in ``__init__``
+    (``within_affinity=True``: inside the affinity its worker was started with).
 
     Put it under ``@ray.remote(num_gpus=...)``. The actor gains
     ``numabind_report()``, the :class:`~numabind.BindReport` (None when it was
@@ -316,7 +333,8 @@ def bind_actor(cls: T | None = None, *, mode: Mode = "node", policy: NodePolicy 
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             from numabind.integrations import ray as integration
 
-            self._numabind_report = integration.bind_this_actor(klass.__name__, mode, policy, strict)
+            self._numabind_report = integration.bind_this_actor(klass.__name__, mode, policy, strict,
+                                                                within_affinity)
             original_init(self, *args, **kwargs)
 
         def numabind_report(self: Any) -> Any:
