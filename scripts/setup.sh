@@ -44,6 +44,8 @@ if [ "$with_tests" -eq 1 ]; then
     .venv/bin/python -m pip install -q -e '.[test,docs,release]'
     # launcher tests: Ray's local cluster and torchrun (torch 2.13.0 is a CPU build on this kind of machine)
     .venv/bin/python -m pip install -q 'ray>=2.10' torch==2.13.0
+    # tests/test_docs_newcomer.py: `numabind completion` needs shtab (the completion extra)
+    .venv/bin/python -m pip install -q 'shtab>=1.7'
     # the multi-NUMA guests: Debian's amd64 and arm64 kernels (tools/vm_kernel.py keeps the image and the 9p
     # modules), the arm64 userland with python3.11 (scripts/arm64_userland.sh), then the harness's own steps
     # (the bookworm-backports kernel, the arm64 C core, the initramfs images); all cached in tests/vm/_cache
