@@ -210,18 +210,14 @@ def test_bound_never_calls_the_function_unbound(tmp_path, strict):
     assert p.exitcode == 1 and not marker.exists()
 
 
-_NOT_YET = ("process/commands.py's wrap_command and bound must call numabind.live.check_present(plan, ...) in the "
-            "parent (issue 42 §1; the change is proposed to that file's owner)")
-
-
-@pytest.mark.xfail(reason=_NOT_YET, strict=True)
 @pytest.mark.parametrize("strict", STRICT_MODES)
 def test_wrap_command_refuses_in_the_parent(strict):
     with pytest.raises(PlanError, match="do not exist"):
         numabind.wrap_command(Plan(cpus={ABSENT_CPU}), ["true"], strict=strict)
+    with pytest.raises(PlanError, match="do not exist"):
+        numabind.popen_kwargs(Plan(cpus={ABSENT_CPU}), strict=strict)
 
 
-@pytest.mark.xfail(reason=_NOT_YET, strict=True)
 @pytest.mark.parametrize("strict", STRICT_MODES)
 def test_bound_refuses_in_the_parent(strict):
     with pytest.raises(PlanError, match="do not exist"):
@@ -230,8 +226,8 @@ def test_bound_refuses_in_the_parent(strict):
 
 @pytest.mark.parametrize("strict", STRICT_MODES)
 def test_move_refuses_before_touching_the_process(strict):
-    """``move`` checks the plan against the machine itself (relocate._check_fits; the proposal is that it asks
-    numabind.live.check_present, the one home of the check and its words)."""
+    """``move`` checks the plan against the machine through numabind.live.check_present, the one home of the
+    check and its words, before it touches the process."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         before = os.sched_getaffinity(child.pid)
@@ -329,3 +325,9 @@ def test_configured_logging_says_it_once_not_twice():
     lines = [line for part in said for line in part]
     assert not any("BindWarning" in line for line in lines), lines
     assert [line for line in said[0]] == [f"numabind.bind: WARNING: {w}" for w in reports[0]]
+
+
+def test_pool_plans_refuses_in_the_parent():
+    """A Pool restarts a worker whose initializer raised, forever: an absent CPU is refused before any starts."""
+    with pytest.raises(PlanError, match=r"pool_plans \(plan 1\).*do not exist"):
+        numabind.pool_plans([Plan(cpus=frozenset(os.sched_getaffinity(0))), Plan(cpus={ABSENT_CPU})])

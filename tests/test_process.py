@@ -378,8 +378,11 @@ def test_wrap_command_exits_like_numabind_run(tmp_path):
     """1: the binding cannot be applied (the command does not run); 127: not found; 126: not executable."""
     marker = tmp_path / "ran"
     outside = numabind.Plan(cpus={OUTSIDE_CPU})
-    proc = subprocess.run(wrap_command(outside, ["touch", str(marker)], strict=True), capture_output=True,
-                          text=True, env=_env(), timeout=60)
+    with pytest.raises(numabind.PlanError):   # refused in the parent (issue 42 §1) ...
+        wrap_command(outside, ["touch", str(marker)], strict=True)
+    argv = wrap_command(PLAN, ["touch", str(marker)], strict=True)
+    argv[argv.index(PLAN.to_text())] = outside.to_text()     # ... and by the child, should the machine change
+    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60)
     assert proc.returncode == 1 and "numabind: error:" in proc.stderr, proc.stderr
     assert not marker.exists()
     proc = subprocess.run(wrap_command(PLAN, [str(tmp_path / "no-such-program")]), capture_output=True,
@@ -592,10 +595,14 @@ def test_child_binding_itself_ignores_a_numabind_in_its_working_directory(method
 
 def test_wrap_command_and_children_take_strict_partial(tmp_path):
     """strict="partial" travels to the interim Python: a plan with nothing applicable fails there."""
-    # CPUs the machine does not have are a PlanError in every mode (issue 42 §1), "partial" included: not run, 1
+    # CPUs the machine does not have are a PlanError in every mode (issue 42 §1), "partial" included: refused in
+    # the parent, and by the interim Python (not run, 1) should the machine change between the two
     for plan in (numabind.Plan(cpus={OUTSIDE_CPU}), numabind.Plan(cpus={CPU, OUTSIDE_CPU})):
-        proc = subprocess.run(wrap_command(plan, ["true"], strict="partial"), capture_output=True, text=True,
-                              env=_env(), timeout=60)
+        with pytest.raises(numabind.PlanError, match=f"CPUs {OUTSIDE_CPU} are not online"):
+            wrap_command(plan, ["true"], strict="partial")
+        argv = wrap_command(PLAN, ["true"], strict="partial")
+        argv[argv.index(PLAN.to_text())] = plan.to_text()
+        proc = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=60)
         assert proc.returncode == 1 and f"CPUs {OUTSIDE_CPU} are not online" in proc.stderr, proc.stderr
     proc = subprocess.run(wrap_command(PLAN, [sys.executable, "-c", STATUS], strict="partial"),
                           capture_output=True, text=True, env=_env(), timeout=60)

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
-from .. import backends as _backends
+from .. import backends as _backends, live
 from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, Value, keep_binding_env
 from ..bind import bind_current, bound_environ, strict_default, strict_label
 from ..errors import NumabindError, PlanError
@@ -48,6 +48,7 @@ def bound(plan: Plan, fn: Callable[..., Any], *, strict: Strictness | None = Non
           backend: BackendName | None = None, threads: ThreadMode = "matching") -> BoundCall:
     """A picklable callable that binds to ``plan``, then calls ``fn`` (e.g. ``Process(target=bound(plan, work))``)."""
     check_plan(plan, "bound")
+    live.check_present(plan, "bound")      # in the parent: a child never starts unbound for want of a CPU
     if not callable(fn):
         raise TypeError(f"bound needs a callable, got {fn!r}")
     keep_binding_env(dict(os.environ))   # said here (INFO, or WARNING for the user's 1); the call sets it
@@ -89,6 +90,7 @@ def wrap_command(plan: Plan, argv: Sequence[str], *, strict: Strictness | None =
     to move.
     """
     check_plan(plan, "wrap_command")
+    live.check_present(plan, "wrap_command")    # here, not in the child the argv starts
     argv = list(argv)
     if not argv or not all(isinstance(a, str) for a in argv):
         raise PlanError(f"wrap_command needs a non-empty list of strings, got {argv!r}")
@@ -109,6 +111,18 @@ def _a_backend(name: str) -> TypeGuard[BackendName]:
 _STRICT_WORDS: dict[str, Strictness] = {"strict": True, "lenient": False, "partial": "partial"}
 
 
+def _bind_saying_here(plan: Plan, **how: Any) -> Any:
+    """:func:`numabind.bind_current`, whose warnings the caller prints itself on stderr (a child about to exec:
+    once each, in numabind's words), so not also as :class:`~numabind.errors.BindWarning`."""
+    import warnings
+
+    from ..errors import BindWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BindWarning)
+        return bind_current(plan, **how)
+
+
 def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None = None,
                backend: BackendName | None = None, verbose: bool = False) -> None:
     """Bind this process to ``plan``, print each warning on stderr, then exec ``command``. Never returns.
@@ -118,7 +132,7 @@ def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None 
     126 when it is found but cannot be executed. The command's environment gets ``_NUMABIND_BOUND``
     (:func:`numabind.bind.bound_environ`).
     """
-    report = bind_current(plan, strict=strict, backend=backend)
+    report = _bind_saying_here(plan, strict=strict, backend=backend)
     if verbose:
         sys.stderr.write(report.describe() + "\n")
     for w in report.warnings:
@@ -160,7 +174,7 @@ class _PreexecBind:
 
     def __call__(self) -> None:
         try:
-            report = bind_current(self.plan, strict=self.strict, threads="current", backend=self.backend)
+            report = _bind_saying_here(self.plan, strict=self.strict, threads="current", backend=self.backend)
         except NumabindError as e:
             os.write(2, f"numabind: cannot bind the child before exec: {e}\n".encode(errors="replace"))
             raise
@@ -180,6 +194,7 @@ def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: Backe
     same applies: use :func:`wrap_command`.
     """
     check_plan(plan, "popen_kwargs")
+    live.check_present(plan, "popen_kwargs")
     be, _ = _backends.get_backend(backend)
     if be.command_prefix(plan) is not None:
         raise NumabindError("the numactl backend cannot bind a child before exec in-process; "

@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import _proc, records
+from .. import _proc, live, records
 from .._base import Strictness, getLogger, keep_binding_env
 from ..bind import bind_current
 from ..errors import NumabindError, PlanError
@@ -146,5 +146,7 @@ def pool_plans(plans: Sequence[Plan], processes: int | None = None, *, strict: S
     slots = len(plans) if processes is None else processes
     if not isinstance(slots, int) or slots < 1:
         raise PlanError(f"processes must be a positive int, got {processes!r}")
+    for i, plan in enumerate(plans):     # in the parent: a Pool would restart a worker whose initializer raised
+        live.check_present(plan, f"pool_plans (plan {i})")
     keep_binding_env(dict(os.environ))   # said here (INFO, or WARNING for the user's 1); each worker sets it
     return {"initializer": _claim_and_bind, "initargs": (_SlotTable(plans, slots, strict, backend),)}
