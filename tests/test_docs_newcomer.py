@@ -408,3 +408,36 @@ def test_completion_refuses_an_unknown_shell_as_a_usage_error():
         script("fi\x1bsh")
     assert exc.value.exit_status == 2 and "\x1b" not in str(exc.value) and "'fi?sh'" in str(exc.value)
     assert isinstance(exc.value, numabind.NumabindError)
+
+
+def test_numabind_completion_is_a_subcommand():
+    """``numabind completion SHELL`` (the dispatch and the full CLI, options first) prints what the module prints;
+    numabind's own completion completes ``completion`` and its shells."""
+    pytest.importorskip("shtab", reason="the completion extra: pip install -e '.[completion]'")
+    want = _completion("bash").stdout
+    for args in (["completion", "bash"], ["--json", "completion", "bash"]):
+        cp = subprocess.run([sys.executable, "-m", "numabind", *args], capture_output=True, text=True, timeout=120)
+        assert cp.returncode == 0 and cp.stdout == want, (args, cp.stderr)
+    assert "completion" in want and "zsh" in want
+    cp = subprocess.run([sys.executable, "-m", "numabind", "completion", "fish"], capture_output=True, text=True,
+                        timeout=120)
+    assert cp.returncode == 2 and "invalid choice: 'fish'" in cp.stderr
+
+
+def test_help_explains_each_mode_in_one_line_and_the_top_level_names_numactls_form_and_roots():
+    from numabind.strategies import MODE_SUMMARIES
+
+    assert list(MODE_SUMMARIES) == list(MODES)
+    for sub in ("plan", "run"):
+        cp = subprocess.run([sys.executable, "-m", "numabind", sub, "--help"], capture_output=True, text=True,
+                            timeout=120)
+        assert cp.returncode == 0, cp.stderr
+        lines = cp.stdout.splitlines()
+        for mode in MODES:
+            line = [ln for ln in lines if ln.split()[:1] == [mode]]
+            assert line == [f"  {mode:<13} {MODE_SUMMARIES[mode]}"], (sub, mode, line)
+    top = subprocess.run([sys.executable, "-m", "numabind", "--help"], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "numabind -N 0 -m 0 CMD" in top and "numabind -H" in top
+    for kind in ("a directory holding sys/ and proc/", "hwloc-gather-topology tarball", "hwloc XML file"):
+        assert kind in top, kind

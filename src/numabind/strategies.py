@@ -58,12 +58,21 @@ __all__ = [
     "narrowed_to_affinity",
     "plan_table",
     "prefer_performance",
+    "MODE_SUMMARIES",
     "THREAD_ORDERS",
     "thread_placement",
     "weights_from_bandwidth",
 ]
 
 MODES: tuple[Mode, ...] = ("node", "socket", "exclusive", "core-complex", "pct")
+#: Each mode in one line, for ``--help`` (docs/_include/modes.rst says the same at length; a test keeps them paired).
+MODE_SUMMARIES: dict[Mode, str] = {
+    "node": "every allowed CPU of the GPU's node, memory on that node (the default)",
+    "socket": "every allowed CPU of the GPU's package (socket), memory on the package's nodes",
+    "exclusive": "the node's physical cores split evenly among its GPUs, hyperthread siblings together",
+    "core-complex": "one last-level-cache group of the node per GPU (an AMD CCX/CCD, a Kunpeng die)",
+    "pct": "the node's priority cores (Granite Rapids with Priority Core Turbo), else the whole node",
+}
 #: Memory policies a strategy can produce; None leaves the policy alone.
 POLICIES = (*NODE_POLICIES, None)
 _UNKNOWN_DISTANCE = 255

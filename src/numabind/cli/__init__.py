@@ -303,7 +303,14 @@ def _look(args: list[str]) -> "int | None":
 
 
 #: numabind's subcommands: any other first word (or a numactl option) is numactl's command line.
-SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat", "instrument", "move")
+SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat", "instrument", "move", "completion")
+
+
+def completion_main(argv: list[str]) -> int:
+    """``numabind completion SHELL`` (:mod:`numabind.cli.completion`)."""
+    from .completion import main as completion
+
+    return completion(argv)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -325,6 +332,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         rc = _without_collector(_look, args)   # a plain look, without argparse (issue 34 §3)
         if rc is not None:
             return rc
+    elif args and args[0] == "completion" and prog != "numactl":
+        return completion_main(args[1:])
     elif args and args[0] == "move" and prog != "numactl":
         from .move import main as move_main   # its own parser: PIDs and numactl options, no command
 

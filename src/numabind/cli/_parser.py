@@ -15,7 +15,18 @@ class ArgumentParser(argparse.ArgumentParser):
     argparse (Python 3.11's, and later ones until CPython changed it) drops a ``--`` from an option's values and
     then stores ``[]`` for it without calling its ``type`` or checking its ``choices``: ``--backend=--`` was
     silently ignored, ``--physcpubind=--`` (numactl's ``-C --`` hands it on) and ``--root=--`` ended in a
-    traceback. Subcommands' parsers are of this class too (``add_subparsers`` makes them of the parent's)."""
+    traceback. Subcommands' parsers are of this class too (``add_subparsers`` makes them of the parent's).
+
+    ``raw_epilog``: text printed as written below the help (tables, examples), where argparse's ``epilog``
+    would be wrapped and ``RawDescriptionHelpFormatter`` would stop wrapping the description too."""
+
+    def __init__(self, *args: Any, raw_epilog: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.raw_epilog = raw_epilog    # printed as written below the help (the description is wrapped as usual)
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        return text if self.raw_epilog is None else f"{text}\n{self.raw_epilog}\n"
 
     def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
         if action.option_strings and action.nargs is None and arg_strings == ["--"]:

@@ -43,7 +43,7 @@ __all__ = ["main", "ArgumentParser", "UsageError", "CliError"]
 
 from ..backends import BACKEND_NAMES
 from ..plan import NODE_POLICIES as POLICIES
-from ..strategies import MODES
+from ..strategies import MODE_SUMMARIES, MODES
 
 
 class CliError(NumabindError):
@@ -724,11 +724,27 @@ def _common() -> argparse.ArgumentParser:
     return c
 
 
+#: What ``numabind --help`` says below the options: numactl's form and what ``--root`` reads.
+_EPILOG = """\
+numactl's own form works too: numabind -N 0 -m 0 CMD, numabind -C 0-3 -m 0 -- CMD, numabind -H,
+numabind -s (a link named numactl runs existing scripts unchanged).
+
+--root R (or $NUMABIND_FSROOT) reads another machine instead of this one:
+  a directory holding sys/ and proc/      numabind --root /tmp/dump plan --all
+  an hwloc-gather-topology tarball        numabind --root host.tar.bz2 hardware
+  an hwloc XML file (lstopo --of xml)     numabind --root nvidiaDGX2.xml plan --all
+
+Shell completion: numabind completion bash|zsh."""
+
+#: The placement modes, one line each, below ``plan --help`` and ``run --help``.
+_MODES_EPILOG = "placement modes (--mode):\n" + "\n".join(f"  {m:<13} {MODE_SUMMARIES[m]}" for m in MODES)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
     p = ArgumentParser(
-        prog="numabind",
+        prog="numabind", raw_epilog=_EPILOG,
         description="Bind CPU affinity and NUMA memory policy without numactl. "
                     "Without a command: show the topology, GPUs, plans and the current binding.")
     p.add_argument("--version", action="version", version=f"numabind {__version__}")
@@ -750,7 +766,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "that lstopo --input FILE.xml reads)")
     t.add_argument("--matrix", action="store_true",
                    help="GPU x NIC PCI link classes (PIX/PXB/PHB/NODE/SYS) and nodes, like nvidia-smi topo -m")
-    pl = sub.add_parser("plan", parents=common, help="what each GPU's worker would be bound to")
+    pl = sub.add_parser("plan", parents=common, help="what each GPU's worker would be bound to",
+                        raw_epilog=_MODES_EPILOG)
     g = pl.add_mutually_exclusive_group()
     g.add_argument("--gpu", type=int, help="one visible GPU index")
     g.add_argument("--all", action="store_true",
@@ -760,12 +777,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "GPU: the rank's share of the nodes (cores), by the local world size")
     pl.add_argument("--nic", action="store_true", help="with --gpu-from-rank: also the rank's nearest NICs and the "
                     "NCCL_IB_HCA, UCX_NET_DEVICES, NCCL_SOCKET_IFNAME for them (those already set are kept)")
-    pl.add_argument("--mode", choices=MODES, default="node", help="placement mode (default node)")
+    pl.add_argument("--mode", choices=MODES, default="node", help="placement mode (default node; see below)")
     pl.add_argument("--policy", choices=POLICIES, default="bind", help="memory policy (default bind)")
     pl.add_argument("--within-affinity", action="store_true",
                     help="plan inside the CPU affinity this process inherited (default: the cpuset is the limit, "
                          "whatever affinity a parent left behind)")
     r = sub.add_parser("run", parents=common, help="run a command bound (a numactl replacement)",
+                       raw_epilog=_MODES_EPILOG,
                        usage="numabind run [binding options] -- command [args...]",
                        description="Bind this process, then exec the command. Lists: 1,3-5, all, !LIST (all "
                                    "but), +LIST (relative to the cpuset), or a device: pci:BUS, netdev:IF, "
@@ -820,7 +838,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--bind-replayed-root", action="store_true",
                    help="with --gpu-from-rank or --gpus: bind this process although the discovery root is a replayed "
                         "machine whose CPU ids are this machine's (tests of launchers on fake GPU machines)")
-    r.add_argument("--mode", choices=MODES, default=None, action=_Once, help="placement mode of --gpu (default node)")
+    r.add_argument("--mode", choices=MODES, default=None, action=_Once,
+                   help="placement mode of --gpu (default node; see below)")
     r.add_argument("--policy", choices=POLICIES, default=None, action=_Once,
                    help="memory policy of --gpu (default bind)")
     r.add_argument("--migrate", action="store_true", help="also move pages already allocated (no effect at exec)")
@@ -844,8 +863,16 @@ def build_parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("instrument", help="run a Python program with numabind in place of vLLM's and SGLang's "
                                             "numa_utils, in every process (no source edit)")
     ins.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
+    cmp = sub.add_parser("completion", help="print the bash or zsh completion script (needs shtab)",
+                         description="Print the shell completion script, generated from this parser by shtab "
+                                     "(pip install shtab, the completion extra).")
+    cmp.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to print the completion script for")
     _keep_global_options(sub)
     return p
+
+
+#: The shells ``numabind completion`` prints a script for (shtab writes them; numabind.cli.completion).
+COMPLETION_SHELLS = ("bash", "zsh")
 
 
 #: Options the top-level parser takes that a subcommand takes again: given before the subcommand they must stay.
@@ -862,6 +889,12 @@ def _keep_global_options(sub: Any) -> None:
                 action.default = argparse.SUPPRESS
 
 
+def _cmd_completion(args: argparse.Namespace) -> int:
+    from . import completion_main   # numabind.cli.completion imports this module's parser: reached through the package
+
+    return completion_main([args.shell])
+
+
 def _cmd_instrument(args: argparse.Namespace) -> int:
     from .instrument import main as instrument_main
 
@@ -875,7 +908,8 @@ def main(argv: list[str] | None = None) -> int:
     from .stat import cmd_stat
 
     handlers = {None: cmd_main, "hardware": cmd_hardware, "show": cmd_show, "topology": cmd_topology,
-                "plan": cmd_plan, "run": cmd_run, "stat": cmd_stat, "move": cmd_move, "instrument": _cmd_instrument}
+                "plan": cmd_plan, "run": cmd_run, "stat": cmd_stat, "move": cmd_move, "instrument": _cmd_instrument,
+                "completion": _cmd_completion}
     try:
         rc = handlers[args.cmd](args) or 0
         sys.stdout.flush()   # a closed pipe shows here, not at interpreter exit

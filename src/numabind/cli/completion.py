@@ -19,9 +19,10 @@ import sys
 
 from .._base import printable
 from ..errors import NumabindError
+from .commands import COMPLETION_SHELLS, build_parser
 
 #: The shells a script is printed for (shtab writes these; tcsh is left out: numabind's docs name two).
-SHELLS = ("bash", "zsh")
+SHELLS = COMPLETION_SHELLS
 
 #: Exit statuses, as the rest of the command line gives them: 1 when the script cannot be made, 2 usage.
 FAILED, USAGE = 1, 2
@@ -47,8 +48,6 @@ def script(shell: str) -> str:
     except ImportError:
         raise CompletionError("completion: the shtab package is not installed; fix: pip install shtab (the "
                               "completion extra) in numabind's environment", FAILED) from None
-    from .commands import build_parser   # the one parser: the script completes exactly what numabind parses
-
     text: str = shtab.complete(build_parser(), shell=shell)
     return text if text.endswith("\n") else text + "\n"
 
