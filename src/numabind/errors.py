@@ -114,7 +114,7 @@ class BindWarning(RuntimeWarning):
 
 #: The warnings registry of :class:`BindWarning`: the causes said in this process (Python's default action shows
 #: each message once per registry; changing the filters clears it, as for any module's).
-_SAID: "dict[object, object]" = {}
+_SAID: "dict[str | tuple[str, type[Warning], int], int]" = {}
 
 
 def warn_degraded(text: str, logger: str = "numabind.bind") -> None:

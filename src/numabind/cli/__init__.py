@@ -263,15 +263,15 @@ def write_out(text: str) -> int:
         except UnicodeEncodeError:
             encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
             escaped = text.encode(encoding, "backslashreplace")
-            if sys.stdout is not sys.__stdout__:   # a stream put in its place (captured) holds text: escaped
+            if sys.stdout is not sys.__stdout__ or sys.__stdout__ is None:   # a stream put in its place: text
                 sys.stdout.write(escaped.decode(encoding))
             else:
                 try:
                     data = text.encode(encoding, "surrogateescape")
                 except UnicodeEncodeError:
                     data = escaped
-                sys.stdout.flush()
-                sys.stdout.buffer.write(data)
+                sys.__stdout__.flush()
+                sys.__stdout__.buffer.write(data)
         sys.stdout.flush()   # a closed pipe shows here, not at interpreter exit
     except BrokenPipeError:
         return stdout_gone()

@@ -715,9 +715,9 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _common() -> argparse.ArgumentParser:
+def _common() -> ArgumentParser:
     """The global options, also taken after the subcommand (defaults suppressed: those given before stay)."""
-    c = argparse.ArgumentParser(add_help=False)
+    c = ArgumentParser(add_help=False)
     c.add_argument("--root", default=argparse.SUPPRESS, help="discovery root (default $NUMABIND_FSROOT or /)")
     c.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log INFO (-v) or DEBUG (-vv)")
     c.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of text")
