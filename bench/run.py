@@ -1,4 +1,4 @@
-"""numabind's benchmarks in one command: P1-P8 as ratios measured side by side, with the machine.
+"""numabind's benchmarks in one command: P1-P10 as ratios measured side by side, with the machine.
 
     python -m bench [--quick] [--only P1,P2,...] [--json] [--extras DIR]
     python bench/run.py ...
@@ -29,6 +29,10 @@ the same process or pair by pair, never an absolute time compared with a budget:
 * P9: a look started fresh (bench/bench_look.py): ``numabind topology`` / ``lstopo-no-graphics --of xml -``,
   ``numabind hardware`` / ``python -c pass`` and ``python -c "import numabind; numabind.discover()"`` /
   ``python -c pass``, each the median of per-pair ratios with its spread (min-max).
+* P10: the hwloc XML reader per MB of file (bench/bench_xml.py): seconds and peak memory (tracemalloc) per MB for
+  generated files of ~1, ~4 and ~10 MB (thousands of PUs and PCI devices), and the largest size's per-MB figure
+  over the smallest's (linear in the file's size: about 1). Not a ratio of two programs: a row's A/B column is
+  its per-MB figure.
 
 ``--quick`` runs every part at its smallest size (the test suite does, so the runner cannot rot).
 """
@@ -364,8 +368,14 @@ def p9(quick: bool) -> list[dict]:
     return bench_look.p9(quick)
 
 
+def p10(quick: bool) -> list[dict]:
+    from bench import bench_xml
+
+    return bench_xml.p10(quick)
+
+
 PARTS: dict[str, Callable[[bool], list[dict]]] = {"P1": p1_p2, "P3": p3, "P4": p4, "P5": p5, "P6": p6, "P7": p7,
-                                                  "P8": p8, "P9": p9}
+                                                  "P8": p8, "P9": p9, "P10": p10}
 
 
 def fmt_time(s: float | None) -> str:

@@ -22,7 +22,8 @@ def test_runner_gives_every_row_at_the_smallest_size():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(proc.stdout)
     ids = {r["id"] for r in result["rows"]}
-    assert {"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9-topology", "P9-hardware", "P9-discover"} <= ids
+    assert {"P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9-topology", "P9-hardware", "P9-discover", "P10-time",
+            "P10-memory", "P10-linear"} <= ids
     # measured or skipped, every one has its row
     for r in result["rows"]:
         if "skipped" in r:         # a skipped row says why, and gives no figure
@@ -90,6 +91,31 @@ def test_run_start_gives_the_median_of_pair_ratios_and_its_floor():
     for r in rows:
         lo, hi = r["spread"]
         assert r["runs"] == 5 and 0 < lo <= r["ratio"] <= hi and r["a_s"] > 0 and r["b_s"] > 0, r
+
+
+def test_xml_reader_rows_give_time_and_memory_per_mb():
+    """P10 (issue 41): the hwloc XML reader's seconds and peak memory per MB of file, for a generated file of
+    thousands of PUs and hundreds of PCI devices; ``--quick`` reads the ~1 MB one only (its linear rows say
+    why they compare nothing); the part alone, at two sizes, compares them."""
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "P10", "--json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    (t,) = [r for r in rows if r["id"] == "P10-time"]
+    (m,) = [r for r in rows if r["id"] == "P10-memory"]
+    assert 0.7 < t["mb"] < 1.3 and t["pus"] >= 500 and t["pci"] >= 200, t
+    assert t["ratio"] > 0 and t["read_s"] > 0 and m["ratio"] > 0 and m["maxrss_bytes"] > m["peak_bytes"] > 0, (t, m)
+    linear = [r for r in rows if r["id"] == "P10-linear"]
+    assert len(linear) == 2 and all(r["skipped"] and r["ratio"] is None for r in linear), linear
+    alone = subprocess.run([sys.executable, "bench/bench_xml.py", "--sizes", "0.2,0.4", "--reps", "1", "--json"],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    (line,) = [x for x in alone.stdout.splitlines() if x.startswith("P10 ")]
+    rows = json.loads(line[4:])
+    assert [r["id"] for r in rows].count("P10-time") == 2, rows
+    linear = [r for r in rows if r["id"] == "P10-linear"]
+    assert sorted(r["what"].split(",")[0] for r in linear) == ["memory per MB", "time per MB"], linear
+    assert all(r["ratio"] > 0 and r["target"] == 1.5 and "ok" in r for r in linear), linear
 
 
 def test_a_numactl_that_refuses_leaves_out_its_scale_row_only(tmp_path):

@@ -59,6 +59,16 @@ loaded. The file's bytes come from the one bounded read (:func:`numabind._fs.rea
 grows), anything but a regular file before it is opened for reading. Bad XML, a truncated file, another root element, a bitmap that does not parse and an id over
 :data:`numabind.cpulist.MAX_ID` are :class:`~numabind.errors.NumabindError` naming the file and the line. The
 whole file is read and checked before one file of the tree is written, so there is never a half-read topology.
+An XML declaration whose ``encoding=`` Python or expat cannot read (an unknown codec, UTF-7, UTF-32, one that is
+no text encoding) or that does not match the bytes is that same one-line error, naming the file and the line.
+
+Cost: reading is linear in the file's size, in time and in memory (``python -m bench``, P10, gives both per MB).
+A bitmap is parsed into an int (its words joined, never a set per bit), each object's set of PUs is made once and
+shared by every PU below it (a set per bitmap text once), and the tree's lists and masks once per set.
+
+Text: every string of the file that numabind keeps (infos: the CPU model, GPU models and UUIDs, PCI strings; OS
+device names) is kept as :func:`numabind._base.printable` makes it: a replayed file is someone else's text, and a
+control character would reach the terminal (or a line end start a line of the tree's files of its own).
 """
 
 from __future__ import annotations
@@ -67,7 +77,7 @@ import os
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (discovery of a replayed root's GPUs)
 
-from ._base import getLogger
+from ._base import getLogger, printable
 from .cpulist import MAX_ID, format_cpulist
 from .errors import NumabindError
 
@@ -76,7 +86,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
 __all__ = ["GPU_NOTE_FILE", "MAX_XML_BYTES", "MAX_XML_DEPTH", "MAX_XML_OBJECTS", "HwlocTopology", "gpu_order_note",
-           "looks_like_hwloc_xml", "read_error", "read_topology", "write_tree"]
+           "looks_like_hwloc_xml", "read_error", "read_topology", "tree_files", "write_tree"]
 
 log = getLogger(__name__)
 
@@ -108,7 +118,7 @@ _RUNTIME_OSDEVS = {"nvidia": ("nvml", "cuda"), "amd": ("rsmi", "opencl"), "intel
 
 
 def _fail(path: str, line: int | None, problem: str, fix: str = "") -> NumabindError:
-    where = f"hwloc XML {path}" + (f", line {line}" if line else "")
+    where = f"hwloc XML {printable(path)}" + (f", line {line}" if line else "")
     tail = f"; {fix}" if fix else ""
     return NumabindError(f"{where}: {problem}{tail}")
 
@@ -158,6 +168,11 @@ class _Extra:
         self.line = line
         self.values: list[tuple[dict[str, str], int]] = []     # memattr_value attributes, line
         self.infos: dict[str, str] = {}
+
+
+#: The stack's mark of a ``<memattr>`` or ``<cpukind>`` that was kept (one under the root): only its children
+#: are its values and infos (a ``memattr_value`` elsewhere belongs to none, and there may be no memattr yet).
+_KEPT = -2
 
 
 class _Reader:
@@ -213,8 +228,8 @@ class _Reader:
             raise _fail(self.path, line, f"elements nested deeper than {MAX_XML_DEPTH}; no hwloc topology is")
         if depth == 0:
             if name != "topology":
-                raise _fail(self.path, line, f"the root element is <{name}>, not <topology>: not an hwloc XML "
-                            f"topology", "give a file written by lstopo (lstopo FILE.xml)")
+                raise _fail(self.path, line, f"the root element is <{printable(name)}>, not <topology>: not an hwloc "
+                            f"XML topology", "give a file written by lstopo (lstopo FILE.xml)")
             self.version = attrs.get("version", "1.0")
             if self.version.split(".", 1)[0] not in ("1", "2", "3"):
                 raise _fail(self.path, line, f"XML format version {self.version!r}; numabind reads versions 1 "
@@ -241,8 +256,8 @@ class _Reader:
                 self.objects[parent_obj].children.append(pos)
         elif name == "info" and parent_obj >= 0 and parent_name == "object":
             key = attrs.get("name")
-            if key is not None:
-                self.objects[parent_obj].infos.setdefault(key, attrs.get("value", ""))
+            if key is not None:     # kept as numabind prints it: the file is someone else's text
+                self.objects[parent_obj].infos.setdefault(key, printable(attrs.get("value", "")))
         elif name in ("distances2", "distances"):
             self.matrices.append(_Matrix(dict(attrs, element=name), line, parent_obj))
         elif name in ("indexes", "u64values") and parent_name == "distances2":
@@ -250,7 +265,8 @@ class _Reader:
         elif name == "latency" and parent_name == "distances":
             self.matrices[-1].latencies.append((attrs.get("value", ""), line))
         elif name in ("memattr", "cpukind", "memattr_value") and (
-                parent_name == ("memattr" if name == "memattr_value" else "topology")):
+                parent_name == ("memattr" if name == "memattr_value" else "topology")) and (
+                name != "memattr_value" or parent_obj == _KEPT):
             self.extras += 1
             if self.extras > MAX_XML_OBJECTS:
                 raise _fail(self.path, line, f"more than {MAX_XML_OBJECTS} memory attribute values and CPU kinds; "
@@ -259,8 +275,9 @@ class _Reader:
                 self.memattrs[-1].values.append((dict(attrs), line))
             else:
                 (self.memattrs if name == "memattr" else self.cpukinds).append(_Extra(dict(attrs), line))
-        elif name == "info" and parent_name == "cpukind" and attrs.get("name") is not None:
-            self.cpukinds[-1].infos.setdefault(attrs["name"], attrs.get("value", ""))
+                pos = _KEPT             # its memattr_value and info children are its own
+        elif name == "info" and parent_name == "cpukind" and parent_obj == _KEPT and attrs.get("name") is not None:
+            self.cpukinds[-1].infos.setdefault(attrs["name"], printable(attrs.get("value", "")))
         self.stack.append((name, pos))
 
     def end(self, name: str) -> None:
@@ -299,12 +316,22 @@ def _parse(path: str, data: bytes) -> _Reader:
     reader = _Reader(path)
     try:
         reader.parser.Parse(data, True)
+    except NumabindError:
+        raise
     except expat.ExpatError as exc:
         problem = expat.ErrorString(exc.code) if exc.code is not None else str(exc)
-        hint = ("the file ends inside an element: it is truncated" if problem in (
-            "no element found", "unclosed token") or not reader.objects or reader.stack else
-            "it is not well-formed XML")
+        hint = ("its XML declaration names an encoding that does not match its bytes (hwloc writes UTF-8)"
+                if "encoding" in problem else
+                "the file ends inside an element: it is truncated" if problem in (
+                    "no element found", "unclosed token") or reader.parser.ErrorByteIndex >= len(data.rstrip())
+                else "it is not well-formed XML")
         raise _fail(path, exc.lineno, f"{problem} (column {exc.offset}): {hint}", _REEXPORT) from None
+    except (LookupError, ValueError, UnicodeError) as exc:
+        # the XML declaration's encoding= is a codec Python lacks, one that is no text encoding, a multi-byte
+        # one expat cannot take from Python (UTF-7, UTF-32, Shift-JIS) or one that cannot decode the bytes
+        raise _fail(path, int(reader.parser.CurrentLineNumber) or 1, f"its XML declaration names an encoding "
+                    f"numabind cannot read ({type(exc).__name__}: {_shown(str(exc))}); hwloc writes UTF-8",
+                    _REEXPORT) from None
     if not reader.objects:
         raise _fail(path, None, "holds no <object>: an hwloc topology has a root object", _REEXPORT)
     return reader
@@ -314,26 +341,50 @@ def _parse(path: str, data: bytes) -> _Reader:
 
 
 class _Bitmap:
-    """An hwloc bitmap: the ids set, and whether every id from ``tail`` on is set (``0xf...f``)."""
+    """An hwloc bitmap: the ids set (an int's bits: a few bytes per word, where a set of ints takes hundreds), and
+    whether every id from ``tail`` on is set (``0xf...f``)."""
 
-    __slots__ = ("ids", "tail")
+    __slots__ = ("bits", "tail")
 
-    def __init__(self, ids: frozenset[int], tail: int | None) -> None:
-        self.ids = ids
+    def __init__(self, bits: int, tail: int | None) -> None:
+        self.bits = bits
         self.tail = tail
 
+    @property
+    def ids(self) -> frozenset[int]:
+        return frozenset(_bit_ids(self.bits))
+
     def within(self, universe: Iterable[int]) -> frozenset[int]:
+        """The ids of ``universe`` (a set or a mapping's keys) that are set: linear in the bitmap's words and,
+        for a ``0xf...f`` one, in the universe."""
+        inside = universe if isinstance(universe, (frozenset, set, dict)) else frozenset(universe)
         if self.tail is None:
-            return self.ids & frozenset(universe)
-        return frozenset(i for i in universe if i in self.ids or i >= self.tail)
+            return frozenset(i for i in _bit_ids(self.bits) if i in inside)
+        tail = self.tail
+        return frozenset(i for i in _bit_ids(self.bits) if i in inside) | frozenset(i for i in inside if i >= tail)
+
+
+#: The offsets of the bits set in each byte value.
+_BYTE_BITS = tuple(tuple(b for b in range(8) if v >> b & 1) for v in range(256))
+
+
+def _bit_ids(bits: int) -> list[int]:
+    """The positions of the bits set in ``bits``, lowest first, in one pass over its bytes."""
+    out: list[int] = []
+    for k, byte in enumerate(bits.to_bytes((bits.bit_length() + 7) // 8, "little")):
+        if byte:
+            base = 8 * k
+            out.extend(base + b for b in _BYTE_BITS[byte])
+    return out
 
 
 _MAX_WORDS = (MAX_ID + 1) // 32
+_NONE: frozenset[int] = frozenset()
 
 
 def _bitmap(path: str, obj_line: int, name: str, text: str) -> _Bitmap:
     """hwloc's bitmap text: 32-bit hex words, most significant first, separated by commas; an empty word is zero;
-    a leading ``0xf...f`` sets every higher bit."""
+    a leading ``0xf...f`` sets every higher bit. Linear in the text: the words become one int, never a set."""
     body = text.strip()
     tail_all = body.startswith("0xf...f")
     if tail_all:
@@ -342,24 +393,25 @@ def _bitmap(path: str, obj_line: int, name: str, text: str) -> _Bitmap:
     if len(words) > _MAX_WORDS + 1:
         raise _fail(path, obj_line, f"{name}={_shown(text)} has {len(words)} words: ids above {MAX_ID}, "
                     f"numabind's cap", _REEXPORT)
-    ids: set[int] = set()
-    for k, word in enumerate(reversed(words)):
-        if word == "" and k < len(words) - 1:
+    digits_of: list[str] = []
+    last = len(words) - 1
+    for k, word in enumerate(reversed(words)):       # least significant first: the first fault is the one said
+        if word == "" and k < last:
+            digits_of.append("00000000")
             continue
         digits = word[2:] if word[:2] in ("0x", "0X") else None
         if not digits or len(digits) > 8 or not set(digits) <= _WORD_HEX:
             raise _fail(path, obj_line, f"{name}={_shown(text)} is not an hwloc bitmap (32-bit hex words such as "
                         f"0x0000ffff, separated by commas)", _REEXPORT)
-        value = int(digits, 16)
-        while value:
-            low = value & -value
-            bit = 32 * k + low.bit_length() - 1
-            if bit > MAX_ID:
+        if 32 * k + 31 > MAX_ID:
+            value = int(digits, 16) >> max(0, MAX_ID + 1 - 32 * k)
+            if value:
+                bit = max(32 * k, MAX_ID + 1) + (value & -value).bit_length() - 1
                 raise _fail(path, obj_line, f"{name}={_shown(text)} sets bit {bit}, above numabind's cap of "
                             f"{MAX_ID} for a CPU or node id", _REEXPORT)
-            ids.add(bit)
-            value ^= low
-    return _Bitmap(frozenset(ids), 32 * len(words) if tail_all else None)
+        digits_of.append(digits.rjust(8, "0"))
+    bits = int("".join(reversed(digits_of)), 16) if digits_of else 0
+    return _Bitmap(bits, 32 * len(words) if tail_all else None)
 
 
 def _shown(text: str) -> str:
@@ -449,48 +501,111 @@ def read_topology(path: str, data: bytes) -> HwlocTopology:
     topo.pus = online
     complete = cpuset(root, "complete_cpuset")
     topo.possible_cpus = online | (complete.ids if complete is not None else frozenset())
+    pu_at = {pos: cpu for cpu, pos in pus.items()}
+
+    # Every set below is made once (per object, or per bitmap text) and shared by all that hold it: a set per
+    # PU of its package's or its cache's PUs made reading quadratic in the file's size, in time and in memory.
+    of_text: dict[str, frozenset[int]] = {}         # cpuset text -> its PUs
+    held: dict[int, frozenset[int]] = {}            # object position -> below(it)
+    under: dict[int, frozenset[int]] = {}           # object position -> the PU objects in its subtree
+
+    def pus_under(pos: int) -> frozenset[int]:
+        """The PU objects in the subtree of ``pos``: one post-order pass, a child's set reused where it is the
+        only one."""
+        if pos in under:
+            return under[pos]
+        order: list[int] = []
+        todo = [pos]
+        while todo:
+            p = todo.pop()
+            if p not in under:
+                order.append(p)
+                todo.extend(objs[p].children)
+        for p in reversed(order):                   # descendants before their ancestors
+            parts = [under[c] for c in objs[p].children if under[c]]
+            if p in pu_at:
+                parts.append(frozenset({pu_at[p]}))
+            under[p] = (_NONE if not parts else parts[0] if len(parts) == 1 else frozenset().union(*parts))
+        return under[pos]
 
     def below(pos: int) -> frozenset[int]:
         """The PUs an object holds: its cpuset within the PUs (the PU objects below it where it has none)."""
-        bm = cpuset(objs[pos])
-        if bm is not None:
-            return bm.within(online)
-        found: set[int] = set()
-        todo = [pos]
-        while todo:
-            o = objs[todo.pop()]
-            if o.type == "PU":
-                found.add(int(o.attrs["os_index"]))
-            todo.extend(o.children)
-        return frozenset(found)
+        found = held.get(pos)
+        if found is None:
+            obj = objs[pos]
+            text = obj.attrs.get("cpuset")
+            if text is None:
+                found = pus_under(pos)
+            else:
+                found = of_text.get(text)
+                if found is None:
+                    found = of_text[text] = _bitmap(path, obj.line, "cpuset", text).within(online)
+            held[pos] = found
+        return found
 
-    # cores, packages, caches, by each PU's ancestors
-    seen_caches: dict[tuple[int, str, frozenset[int]], int | None] = {}
-    spans: dict[int, frozenset[int]] = {}
+    # cores, packages, caches, by each PU's ancestors: first what each PU is under (every attribute checked in
+    # the order of the PUs), then one set per object, its cpuset and the PUs below it that the cpuset misses
+    ids: dict[int, int | None] = {}                                 # core/package position -> os_index
+    cache_of: dict[int, tuple[int, str, int | None]] = {}            # cache position -> (level, type, size)
+    missed: dict[int, list[int]] = {}                               # position -> PUs below it, not in its cpuset
+    chains: list[tuple[int, int, int, list[int]]] = []              # (PU, core or -1, package or -1, caches)
     for cpu, pos in pus.items():
-        core: tuple[int | None, frozenset[int]] | None = None
-        package: tuple[int | None, frozenset[int]] | None = None
+        core_pos = package_pos = -1
+        caches: list[int] = []
         up = objs[pos].parent
         while up >= 0:
             o = objs[up]
-            if o.type == "Core" and core is None:
-                core = (_int_attr(path, o, "os_index", cap=None), spans.setdefault(up, below(up)) | {cpu})
-            elif o.type in ("Package", "Socket") and package is None:
-                package = (_int_attr(path, o, "os_index", cap=None), spans.setdefault(up, below(up)) | {cpu})
+            if o.type == "Core" and core_pos < 0:
+                core_pos = up
+                ids[up] = _int_attr(path, o, "os_index", cap=None)
+            elif o.type in ("Package", "Socket") and package_pos < 0:
+                package_pos = up
+                ids[up] = _int_attr(path, o, "os_index", cap=None)
             elif o.type in _V2_CACHES or o.type == "Cache":
-                level = _int_attr(path, o, "depth", cap=None) if "depth" in o.attrs else _V2_CACHES.get(o.type)
-                kind = _CACHE_TYPES.get(o.attrs.get("cache_type", "0"))
-                if o.type.endswith("iCache"):
-                    kind = "Instruction"
-                if level is None or kind is None:
-                    raise _fail(path, o.line, f"a {o.type} without a level (depth) or with cache_type="
-                                f"{_shown(o.attrs.get('cache_type', ''))}", _REEXPORT)
-                shared = spans.setdefault(up, below(up)) | {cpu}
-                seen_caches.setdefault((level, kind, shared), _int_attr(path, o, "cache_size", cap=None))
+                if up not in cache_of:
+                    level = _int_attr(path, o, "depth", cap=None) if "depth" in o.attrs else _V2_CACHES.get(o.type)
+                    kind = _CACHE_TYPES.get(o.attrs.get("cache_type", "0"))
+                    if o.type.endswith("iCache"):
+                        kind = "Instruction"
+                    if level is None or kind is None:
+                        raise _fail(path, o.line, f"a {o.type} without a level (depth) or with cache_type="
+                                    f"{_shown(o.attrs.get('cache_type', ''))}", _REEXPORT)
+                    cache_of[up] = (level, kind, _int_attr(path, o, "cache_size", cap=None))
+                caches.append(up)
+            else:
+                up = o.parent
+                continue
+            if cpu not in below(up):
+                missed.setdefault(up, []).append(cpu)
             up = o.parent
-        topo.core_of[cpu] = core if core is not None else (None, frozenset({cpu}))
-        if package is not None:
+        chains.append((cpu, core_pos, package_pos, caches))
+    spans: dict[int, frozenset[int]] = {}
+
+    def span(up: int) -> frozenset[int]:
+        found = spans.get(up)
+        if found is None:
+            more = missed.get(up)
+            found = spans[up] = below(up) | frozenset(more) if more else below(up)
+        return found
+
+    seen_caches: dict[tuple[int, str, frozenset[int]], int | None] = {}
+    made: dict[int, tuple[int | None, frozenset[int]]] = {}           # one (id, PUs) per core and package
+    for cpu, core_pos, package_pos, caches in chains:
+        if core_pos >= 0:
+            core = made.get(core_pos)
+            if core is None:
+                core = made[core_pos] = (ids[core_pos], span(core_pos))
+            topo.core_of[cpu] = core
+        else:
+            topo.core_of[cpu] = (None, frozenset({cpu}))
+        if package_pos >= 0:
+            package = made.get(package_pos)
+            if package is None:
+                package = made[package_pos] = (ids[package_pos], span(package_pos))
             topo.package_of[cpu] = package
+        for up in caches:
+            level, kind, size = cache_of[up]
+            seen_caches.setdefault((level, kind, span(up)), size)
     topo.caches = [(lv, kind, cpus, size) for (lv, kind, cpus), size in seen_caches.items()]
 
     # NUMA nodes
@@ -506,14 +621,26 @@ def read_topology(path: str, data: bytes) -> HwlocTopology:
     homes: dict[int, int] = {}
     if node_objs:
         locality = {nid: below(pos) for nid, pos in node_objs.items()}
-        for cpu in sorted(online):
-            holders = [nid for nid, cpus in locality.items() if cpu in cpus]
-            if holders:
-                homes[cpu] = min(holders, key=lambda n: (_is_tier(objs[node_objs[n]]), len(locality[n]), n))
+        # a CPU's home: the best node holding it (not a tier, then the most local, then the lowest id): the
+        # nodes best first, each giving the CPUs no better one took, until every CPU has one
+        best_first = sorted(locality, key=lambda n: (_is_tier(objs[node_objs[n]]), len(locality[n]), n))
+        done: set[int] = set()                  # localities (by identity) already given out
+        for nid in best_first:
+            cpus = locality[nid]
+            if id(cpus) in done:
+                continue                        # a node after another of the same set: none left for it
+            done.add(id(cpus))
+            for cpu in cpus:
+                homes.setdefault(cpu, nid)
+            if len(homes) == len(online):
+                break
+        mine_of: dict[int, list[int]] = {}
+        for cpu, nid in homes.items():
+            mine_of.setdefault(nid, []).append(cpu)
         for nid, pos in sorted(node_objs.items()):
             obj = objs[pos]
             memory = _int_attr(path, obj, "local_memory", cap=None) or 0
-            mine = frozenset(c for c, h in homes.items() if h == nid)
+            mine = frozenset(mine_of.get(nid, ()))
             topo.nodes[nid] = (mine, memory, obj.attrs.get("subtype") or obj.infos.get("Type"))
             topo.node_localities[nid] = locality[nid]
         unhomed = online - frozenset(homes)
@@ -634,7 +761,9 @@ def _memory_access(path: str, r: _Reader, objs: list[_Obj], topo: HwlocTopology,
     """The HMAT view of the XML's memory attributes: per target node, its best figures and the initiator
     nodes that reach them (see the module doc)."""
     gp_of = {o.attrs["gp_index"]: pos for pos, o in enumerate(objs) if "gp_index" in o.attrs}
-    cpu_nodes = {nid: cpus for nid, (cpus, _m, _s) in topo.nodes.items() if cpus}
+    home = {cpu: nid for nid, (cpus, _m, _s) in topo.nodes.items() for cpu in cpus}
+    # initiator (its cpuset text, or its object) -> the nodes whose CPUs it holds some of: once each
+    nodes_of: dict[str | int, list[int]] = {}
     # figure -> target -> initiator node -> value, from the plain attribute and from the Read/Write one
     found: dict[tuple[str, bool], dict[int, dict[int, int]]] = {}
     for attr in r.memattrs:
@@ -658,16 +787,24 @@ def _memory_access(path: str, r: _Reader, objs: list[_Obj], topo: HwlocTopology,
                 raise _fail(path, line, f"{attr.attrs['name']} value={_shown(text)} is not a non-negative "
                             f"integer", _REEXPORT)
             value = int(text)
+            key: str | int
             if "initiator_cpuset" in values:
-                cpus = _bitmap(path, line, "initiator_cpuset", values["initiator_cpuset"]).within(topo.pus)
+                key = values["initiator_cpuset"]
+                initiators = nodes_of.get(key)
+                if initiators is None:
+                    cpus = _bitmap(path, line, "initiator_cpuset", key).within(topo.pus)
             else:
                 ini_pos = gp_of.get(values.get("initiator_obj_gp_index", ""))
                 if ini_pos is None:
                     log.debug("hwloc XML %s, line %d: a %s value without an initiator the file holds; ignored",
                               path, line, attr.attrs["name"])
                     continue
-                cpus = below(ini_pos)
-            initiators = [n for n, mine in cpu_nodes.items() if mine & cpus]
+                key = ini_pos
+                initiators = nodes_of.get(key)
+                if initiators is None:
+                    cpus = below(ini_pos)
+            if initiators is None:
+                initiators = nodes_of[key] = sorted({home[c] for c in cpus if c in home})
             if not value or not initiators:
                 continue                # the kernel shows no 0, and only nodes as initiators
             for figure in figures:
@@ -725,8 +862,8 @@ def _cpu_kinds(path: str, r: _Reader, topo: HwlocTopology, cpuset: Any) -> None:
         forced = [_kind_number(path, k, "forced_efficiency", k.attrs.get("forced_efficiency")) for _c, k in kinds]
         order: list[int] = ([f for f in forced if f is not None] if all(f is not None for f in forced)
                             else list(range(len(kinds))))     # hwloc writes the kinds least efficient first
-        levels = sorted(set(order))
-        ranks = [_CAPACITY_SCALE * (levels.index(o) + 1) // len(levels) for o in order]
+        levels = {o: k for k, o in enumerate(sorted(set(order)))}
+        ranks = [_CAPACITY_SCALE * (levels[o] + 1) // len(levels) for o in order]
     for (cpus, _k), capacity in zip(kinds, ranks):
         for cpu in cpus:
             topo.capacities.setdefault(cpu, capacity)
@@ -789,6 +926,8 @@ def _bus_id(text: str) -> str | None:
 def _read_pci(path: str, topo: HwlocTopology, objs: list[_Obj], node_objs: Mapping[int, int],
               cpuset: Any) -> None:
     cpu_nodes = {nid for nid, (cpus, _m, _s) in topo.nodes.items() if cpus}
+    all_nodes = frozenset(topo.nodes)
+    places: dict[int, tuple[frozenset[int], int]] = {}     # locality position -> (local PUs, node)
     for obj in objs:
         if obj.type != "PCIDev":
             continue
@@ -801,19 +940,23 @@ def _read_pci(path: str, topo: HwlocTopology, objs: list[_Obj], node_objs: Mappi
         up = obj.parent
         while up >= 0 and objs[up].type in _IO_TYPES:
             up = objs[up].parent
-        if up < 0:
-            local, nodes = topo.pus, frozenset(topo.nodes)
-        else:
-            holder = objs[up]
-            bm = cpuset(holder)
-            local = bm.within(topo.pus) if bm is not None else topo.pus
-            ns = cpuset(holder, "nodeset")
-            nodes = ns.within(topo.nodes) if ns is not None and node_objs else frozenset(topo.nodes)
-            if holder.type == "NUMANode":                  # v1: I/O below a node
-                nodes = frozenset({int(holder.attrs["os_index"])})
-        with_cpus = nodes & cpu_nodes
-        node = (min(nodes) if len(nodes) == 1 else min(with_cpus) if len(with_cpus) == 1 else -1)
-        osdevs = [(objs[c].attrs.get("name", ""), objs[c].infos) for c in obj.children
+        place = places.get(up)
+        if place is None:                   # once per locality: the devices behind it share its set
+            if up < 0:
+                local, nodes = topo.pus, all_nodes
+            else:
+                holder = objs[up]
+                bm = cpuset(holder)
+                local = bm.within(topo.pus) if bm is not None else topo.pus
+                ns = cpuset(holder, "nodeset")
+                nodes = ns.within(topo.nodes) if ns is not None and node_objs else all_nodes
+                if holder.type == "NUMANode":                  # v1: I/O below a node
+                    nodes = frozenset({int(holder.attrs["os_index"])})
+            with_cpus = nodes & cpu_nodes
+            place = places[up] = (local, min(nodes) if len(nodes) == 1 else
+                                  min(with_cpus) if len(with_cpus) == 1 else -1)
+        local, node = place
+        osdevs = [(printable(objs[c].attrs.get("name", "")), objs[c].infos) for c in obj.children
                   if objs[c].type == "OSDev"]
         if bus in topo.pci:
             log.warning("hwloc XML %s, line %d: a second PCIDev %s (class %04x); a bus id names one device, "
@@ -851,7 +994,7 @@ def _runtime_index(name: str, prefixes: tuple[str, ...]) -> tuple[int, int] | No
 def _gpu_notes(path: str, topo: HwlocTopology) -> dict[str, str]:
     """How the GPUs of each vendor are ordered, said for their identity note ({vendor: note}, none where the
     file's OS devices number them as numabind does)."""
-    name = os.path.basename(path)
+    name = printable(os.path.basename(path))
     out: dict[str, str] = {}
     for vendor in ("nvidia", "amd", "intel", "ascend"):
         gpus = _gpus(topo, vendor)
@@ -890,12 +1033,17 @@ def _gpu_notes(path: str, topo: HwlocTopology) -> dict[str, str]:
 
 
 def _mask(ids: Iterable[int]) -> str:
-    """The kernel's hex mask text: 32-bit words, most significant first, comma-separated."""
+    """The kernel's hex mask text: 32-bit words, most significant first, comma-separated. The zero words below the
+    lowest id are one repeated string: a core's mask is as wide as its highest CPU id, and made word by word
+    every core of a machine of thousands of CPUs cost more than the rest of the tree."""
     values = sorted(ids)
-    words = [0] * ((values[-1] // 32 + 1) if values else 1)
+    if not values:
+        return "00000000"
+    low = values[0] // 32
+    words = [0] * (values[-1] // 32 - low + 1)
     for i in values:
-        words[i // 32] |= 1 << (i % 32)
-    return ",".join(f"{w:08x}" for w in reversed(words))
+        words[i // 32 - low] |= 1 << (i % 32)
+    return ",".join(f"{w:08x}" for w in reversed(words)) + ",00000000" * low
 
 
 def _size_text(size: int | None) -> str | None:
@@ -906,6 +1054,22 @@ def _size_text(size: int | None) -> str | None:
 
 def write_tree(topo: HwlocTopology, dest: str) -> None:
     """Write the sysfs/procfs files a kernel would show of ``topo`` under the directory ``dest``."""
+    files, links = tree_files(topo)
+    made: set[str] = set()
+    for rel in (*files, *links):
+        parent = os.path.dirname(rel)
+        if parent not in made:
+            os.makedirs(os.path.join(dest, parent), mode=0o700, exist_ok=True)
+            made.add(parent)
+    for rel, text in files.items():
+        with open(os.path.join(dest, rel), "x", encoding="utf-8") as out:
+            out.write(text if text.endswith("\n") else text + "\n")
+    for rel, target in links.items():
+        os.symlink(target, os.path.join(dest, rel))
+
+
+def tree_files(topo: HwlocTopology) -> tuple[dict[str, str], dict[str, str]]:
+    """What :func:`write_tree` writes: ({path: text}, {path: symlink target}), paths relative to the root."""
     files: dict[str, str] = {}
     cpu_dir = "sys/devices/system/cpu"
     node_dir = "sys/devices/system/node"
@@ -916,24 +1080,32 @@ def write_tree(topo: HwlocTopology, dest: str) -> None:
     for cache in sorted(topo.caches, key=lambda c: (c[0], order[c[1]])):
         for cpu in cache[2]:
             per_cpu.setdefault(cpu, []).append(cache)
+    texts: dict[int, tuple[frozenset[int], str, str]] = {}
+
+    def said(ids: frozenset[int]) -> tuple[str, str]:
+        """(list, mask) of a set of CPUs, made once per set: the CPUs of a core, a package or a cache share
+        theirs (made per CPU, a package's list cost its size for each of its CPUs)."""
+        hit = texts.get(id(ids))
+        if hit is None:
+            hit = texts[id(ids)] = (ids, format_cpulist(ids), _mask(ids))   # the set kept: its id stays its own
+        return hit[1], hit[2]
+
     for cpu in sorted(topo.pus):
         base = f"{cpu_dir}/cpu{cpu}"
         core, threads = topo.core_of[cpu]
-        files[f"{base}/topology/thread_siblings_list"] = format_cpulist(threads)
-        files[f"{base}/topology/thread_siblings"] = _mask(threads)
+        files[f"{base}/topology/thread_siblings_list"], files[f"{base}/topology/thread_siblings"] = said(threads)
         if core is not None:
             files[f"{base}/topology/core_id"] = str(core)
         package = topo.package_of.get(cpu)
         if package is not None:
-            files[f"{base}/topology/core_siblings_list"] = format_cpulist(package[1])
+            files[f"{base}/topology/core_siblings_list"] = said(package[1])[0]
             if package[0] is not None:
                 files[f"{base}/topology/physical_package_id"] = str(package[0])
         for k, (level, kind, cpus, size) in enumerate(per_cpu.get(cpu, ())):
             idir = f"{base}/cache/index{k}"
             files[f"{idir}/level"] = str(level)
             files[f"{idir}/type"] = kind
-            files[f"{idir}/shared_cpu_list"] = format_cpulist(cpus)
-            files[f"{idir}/shared_cpu_map"] = _mask(cpus)
+            files[f"{idir}/shared_cpu_list"], files[f"{idir}/shared_cpu_map"] = said(cpus)
             size_text = _size_text(size)
             if size_text is not None:
                 files[f"{idir}/size"] = size_text
@@ -988,19 +1160,9 @@ def write_tree(topo: HwlocTopology, dest: str) -> None:
             lines.append(f"model name\t: {info['CPUModel']}")
         files["proc/cpuinfo"] = "\n".join(lines) + "\n\n"
     _pci_files(topo, files)
-    files[GPU_NOTE_FILE] = (f"source: {topo.path}\nversion: {topo.version}\ngpu_order: {topo.gpu_note}\n"
+    files[GPU_NOTE_FILE] = (f"source: {printable(topo.path)}\nversion: {topo.version}\ngpu_order: {topo.gpu_note}\n"
                             + "".join(f"gpu_order.{v}: {n}\n" for v, n in sorted(topo.gpu_notes.items())))
-    made: set[str] = set()
-    for rel in (*files, *links):
-        parent = os.path.dirname(rel)
-        if parent not in made:
-            os.makedirs(os.path.join(dest, parent), mode=0o700, exist_ok=True)
-            made.add(parent)
-    for rel, text in files.items():
-        with open(os.path.join(dest, rel), "x", encoding="utf-8") as out:
-            out.write(text if text.endswith("\n") else text + "\n")
-    for rel, target in links.items():
-        os.symlink(target, os.path.join(dest, rel))
+    return files, links
 
 
 def _pci_files(topo: HwlocTopology, files: dict[str, str]) -> None:

@@ -14,6 +14,7 @@ The text every look prints is made here, once: :mod:`numabind.cli.commands` (the
 
 import sys
 
+from .._base import printable
 from ..cpulist import format_cpulist
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the look's start)
@@ -75,8 +76,8 @@ def topology_text(topo: "Topology", who: str = "this process") -> str:
         rows.append([str(n), (format_cpulist(node.cpus) or "-") + kind, size_text(node.memory_bytes),
                      " ".join(str(node.distances.get(m, "-")) for m in ids)])
     lines = [
-        f"root: {topo.root}",
-        f"cpu model: {topo.model_name or 'unknown'}",
+        f"root: {printable(topo.root)}",      # a replayed machine's text is someone else's: printed as ps would
+        f"cpu model: {printable(topo.model_name or 'unknown')}",
         f"online cpus: {format_cpulist(topo.online_cpus)}",
         allowed_words(topo, who) + (
             f"; its parent left it the affinity CPUs {format_cpulist(topo.affinity) or 'none'}"
@@ -93,8 +94,8 @@ def gpu_text(topo: "Topology") -> str:
         return "none found (no NVIDIA, AMD or Intel display/accelerator PCI device is visible)"
     rows = [["gpu", "pci", "vendor", "numa node", "local cpus"]]
     for g in topo.gpus:
-        rows.append([str(g.index), g.pci_address, g.vendor, "-" if g.numa_node is None else str(g.numa_node),
-                     format_cpulist(g.local_cpus) or "-"])
+        rows.append([str(g.index), printable(g.pci_address), printable(g.vendor),
+                     "-" if g.numa_node is None else str(g.numa_node), format_cpulist(g.local_cpus) or "-"])
     return table(rows)
 
 

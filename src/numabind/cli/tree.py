@@ -11,6 +11,7 @@ gives them no node). Pure: the caller discovers.
 
 from __future__ import annotations
 
+from .._base import printable
 from ..cpulist import format_cpulist
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind topology loads this module
@@ -178,12 +179,12 @@ def tree_text(topo: Topology, root: Obj) -> str:
         lines.extend(node_line(nid, inner) for nid in obj.memory)
         for child in obj.children:
             emit(child, depth + 1)
-        lines.extend(inner + dev.describe() for dev in obj.io)
+        lines.extend(inner + printable(dev.describe()) for dev in obj.io)   # names a replayed root gave
 
     lines.extend(node_line(nid, "  ") for nid in root.memory)
     for child in root.children:
         emit(child, 1)
-    lines.extend("  " + dev.describe() + " (no NUMA node)" for dev in root.io)
+    lines.extend("  " + printable(dev.describe()) + " (no NUMA node)" for dev in root.io)
     return "\n".join(lines)
 
 
@@ -247,7 +248,7 @@ def hwloc_xml(topo: Topology, root: Obj) -> str:
             os_index = None
         out.append(f"{pad}<object {attrs(kind, os_index, obj.cpus, nodeset(obj), extra)}>")
         if obj.kind == "Package" and topo.model_name:
-            out.append(f'{pad}  <info name="CPUModel" value={quoteattr(topo.model_name)}/>')
+            out.append(f'{pad}  <info name="CPUModel" value={quoteattr(printable(topo.model_name))}/>')
         for nid in obj.memory:
             mem = [("local_memory", topo.nodes[nid].memory_bytes)] if topo.nodes[nid].memory_bytes else []
             out.append(f"{pad}  <object {attrs('NUMANode', nid, obj.cpus, frozenset({nid}), mem)}/>")
@@ -270,7 +271,7 @@ def hwloc_xml(topo: Topology, root: Obj) -> str:
                    f'pci_type="{cls:04x} {ids} [0000:0000] 00" pci_link_speed="0.000000">')
         for name, osdev_type in [(b, 0) for b in dev.blocks] + [(n, 2) for n in dev.nets]:
             gp[0] += 1
-            out.append(f'{pad}    <object type="OSDev" gp_index="{gp[0]}" name={quoteattr(name)} '
+            out.append(f'{pad}    <object type="OSDev" gp_index="{gp[0]}" name={quoteattr(printable(name))} '
                        f'osdev_type="{osdev_type}"/>')
         out.append(f"{pad}  </object>")
         out.append(f"{pad}</object>")
