@@ -251,11 +251,10 @@ def test_a_kernel_without_numa_maps(tmp_path, monkeypatch, capsys):
     assert out.splitlines()[1] == "  cpus 0-1 (nodes 0), mems allowed 0"
 
 
-@pytest.mark.parametrize("args,message", [
-    ([], "give at least one PID"),
+@pytest.mark.parametrize("args,message", [      # a bare stat and a name are no usage errors (issue 42 §5)
     (["--count", "2", "1"], "--count goes with --watch"),
-    (["abc"], "'abc' is not a process id"),
     (["0"], "'0' is not a process id"),
+    ([""], "neither a process id nor a pattern"),
     (["--watch", "0", "1"], "is not a number of seconds"),
     (["--watch", "nan", "1"], "is not a number of seconds"),
     (["--watch", "1", "--count", "0", "1"], "is not a positive count"),

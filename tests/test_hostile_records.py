@@ -167,7 +167,7 @@ def test_move_restore_of_a_neighbours_process(kind, how, attack):
                         timeout=120, cwd=ROOT, env=child_env())
     assert cp.returncode == 1, (cp.stdout, cp.stderr)
     _safe(cp)
-    errors = [line for line in cp.stderr.splitlines() if line.startswith("numabind move: error: ")]
+    errors = [line for line in cp.stderr.splitlines() if line.startswith("numabind: error: ")]
     assert len(errors) == 1 and f"no binding for process {pid}" in errors[0], cp.stderr
     _named_once(cp, attack, [kind])
     assert os.sched_getaffinity(pid) == before

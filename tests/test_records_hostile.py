@@ -335,7 +335,7 @@ def test_move_restore_of_a_process_with_a_bad_record_is_one_error_line(how, thre
     cp = _restore(three.pids[1], how)
     assert cp.returncode == 1, (cp.stdout, cp.stderr)
     assert "Traceback" not in cp.stderr and _terminal_safe(cp.stderr), ascii(cp.stderr)
-    errors = [line for line in cp.stderr.splitlines() if line.startswith("numabind move: error: ")]
+    errors = [line for line in cp.stderr.splitlines() if line.startswith("numabind: error: ")]
     assert len(errors) == 1 and "recorded no binding" in errors[0], cp.stderr
     named = [line for line in cp.stderr.splitlines() if printable(three.bad) in line]
     assert len(named) == 1, cp.stderr
@@ -347,7 +347,7 @@ def test_move_restore_in_process_names_the_bad_record_once(three, capsys, caplog
     caplog.set_level(logging.WARNING, logger="numabind.records")
     assert main(["move", "--restore", str(three.pids[1])]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("numabind move: error: ") and len(err.splitlines()) == 1, err
+    assert err.startswith("numabind: error: ") and len(err.splitlines()) == 1, err
     said = _warnings(caplog)
     assert len(said) == 1 and printable(three.bad) in said[0], said
 

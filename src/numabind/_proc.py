@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["ENVIRON_MAX", "FOREIGN_PROCFS_FIX", "NUMA_MAPS_MAX", "NodePages", "ProcessTasks", "check_procfs",
            "environ_value", "has_numa_maps", "node_pages", "numa_maps_text", "parse_numa_maps", "procfs_mismatch",
-           "process_children", "process_exists", "process_tasks", "start_time", "status_fields", "task_ids",
+           "process_children", "process_exists", "process_tasks", "processes_matching", "start_time", "status_fields", "task_ids",
            "thread_name", "thread_owner", "thread_start_time"]
 
 
@@ -473,6 +473,26 @@ def process_tree(root: int) -> list[int]:
             seen.add(pid)
             out.append(pid)
     return out
+
+
+def processes_matching(pattern: str) -> list[tuple[int, str]]:
+    """``(pid, name)`` of every process whose name (``comm``) or command line (its words joined by spaces) holds
+    ``pattern``, as ``numastat -p PATTERN`` finds processes, this process left out; sorted by pid, [] when none
+    does (or ``pattern`` is empty). Through psutil's ``process_iter``; names and command lines are their
+    owners': print them through :func:`numabind._base.printable`."""
+    if not pattern:
+        return []
+    me = os.getpid()
+
+    def read(psutil: Any) -> list[tuple[int, str]]:
+        found = []
+        for p in psutil.process_iter(["name", "cmdline"]):
+            name, cmdline = p.info.get("name") or "", p.info.get("cmdline") or []
+            if p.pid != me and (pattern in name or pattern in " ".join(cmdline)):
+                found.append((p.pid, name or "?"))
+        return sorted(found)
+
+    return _through_psutil(read, [])
 
 
 #: Largest environment looked in (Linux caps a process's arguments and environment at a quarter of its

@@ -762,6 +762,8 @@ class Plan(Value):
             raise PlanError("give either --physcpubind or --cpunodebind, not both")
         if "physcpubind" in opts:
             cpus = _resolve_ids(opts["physcpubind"], "--physcpubind", topology, "cpus", whole, device_node, limits)
+            if limits is not None and not cpus <= limits.online_cpus:   # first: no -a brings a CPU the machine lacks
+                raise PlanError(f"--physcpubind: {cpus_not_online(cpus - limits.online_cpus, limits.online_cpus)}")
             if limits is not None and not whole:
                 check_affinity(cpus, limits)      # libnuma checks -C against Cpus_allowed, unless -a
         elif "cpunodebind" in opts:

@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .backends import AffinityWalk
     from .types import BackendName
 
-__all__ = ["MEMORY_POLICY_NOTE", "MoveReport", "ProcessMove", "move", "recorded_binding", "recorded_plan"]
+__all__ = ["MEMORY_POLICY_KEPT_NOTE", "MEMORY_POLICY_NOTE", "MoveReport", "ProcessMove", "move", "recorded_binding", "recorded_plan"]
 
 log = getLogger(__name__)   # logging is imported only by a program that uses it (the CLI's -v)
 
@@ -87,6 +87,14 @@ MEMORY_POLICY_NOTE = ("the kernel has no call that sets another process's memory
                       "its own ({theirs}), so pages it allocates from now on follow that policy, not {policy}; only "
                       "the pages it already had were migrated (to place later allocations too, start it bound "
                       "with numabind run, or have it call numabind.bind_current)")
+#: The note when the process's own policy already is the plan's ({policy}; {theirs}: what its mappings show).
+MEMORY_POLICY_KEPT_NOTE = ("the kernel has no call that sets another process's memory policy, but the moved process's "
+                           "own already is the plan's ({theirs}), so pages it allocates from now on follow {policy} "
+                           "too; the pages it already had were migrated")
+#: numa_maps's names of the memory policies (the kernel's ``mpol_to_str``) and numabind's for them.
+_MAPS_POLICIES = {"default": "default", "local": "local", "bind": "bind", "prefer": "preferred",
+                  "prefer (many)": "preferred-many", "interleave": "interleave",
+                  "weighted interleave": "weighted-interleave"}
 #: Passes over a process tree: the first, then this many more for children born while it was moved.
 TREE_ROUNDS = 2
 
@@ -666,7 +674,22 @@ class _Exited(Exception):
     """The process exited while it was being moved."""
 
 
+def _is_plans(shown: str, plan: Plan) -> bool:
+    """Whether a policy as numa_maps shows it (``bind:0``, ``prefer (many):0-1``, ``bind=static:0``, ``default``)
+    is ``plan``'s memory policy on the plan's nodes."""
+    name, _, nodes = shown.partition(":")
+    policy = _MAPS_POLICIES.get(name.partition("=")[0])     # '=static', '=relative': mode flags
+    if policy is None or policy != plan.mem_policy:
+        return False
+    try:
+        return parse_cpulist(nodes, what="numa_maps policy") == (plan.mem_nodes or frozenset())
+    except PlanError:
+        return False
+
+
 def _policy_note(plan: Plan, processes: Sequence[ProcessMove]) -> str:
+    """The report's note on the memory policy: the process keeps its own, which the note says differs from the
+    plan's, or already is the plan's (a ``--restore`` to the binding the process was born with, a second move)."""
     theirs: dict[str, int] = {}
     for p in processes:
         if p.locality is not None and p.locality.pages is not None:
@@ -674,6 +697,13 @@ def _policy_note(plan: Plan, processes: Sequence[ProcessMove]) -> str:
                 theirs[pol] = theirs.get(pol, 0) + n
     said = max(theirs, key=lambda k: theirs[k]) if theirs else "unknown from outside"
     what = f"{plan.mem_policy} {format_cpulist(plan.mem_nodes or ())}".rstrip()
+    if theirs and all(_is_plans(pol, plan) for pol in theirs):
+        return MEMORY_POLICY_KEPT_NOTE.format(theirs=f"its mappings show {said}", policy=what)
+    if theirs and _is_plans(said, plan):    # most mappings agree: those that do not are named apart
+        others = ", ".join(pol for pol in sorted(theirs, key=lambda k: -theirs[k]) if not _is_plans(pol, plan))
+        return (f"the kernel has no call that sets another process's memory policy: the moved process keeps its own, "
+                f"which in most of its mappings already is the plan's ({said}), so pages it allocates there follow "
+                f"{what}; in those under {others} they follow that policy instead; only the pages it already had were migrated")
     return MEMORY_POLICY_NOTE.format(theirs=f"its mappings show {said}" if theirs else said, policy=what)
 
 

@@ -47,15 +47,16 @@ from .._base import EXIT_NOT_APPLIED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the fast path)
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from typing import TypeVar
 
     from .._base import Strictness
+    from ..devices import Gpu
 
     _R = TypeVar("_R")
 
 __all__ = ["main", "fast_run", "command_environ", "command_problem", "configure_logging", "exec_command",
-           "run_strictness", "stdout_gone", "write_out", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND",
+           "gpu_index", "gpu_spec", "list_syntax_problem", "LIST_FORMS", "run_strictness", "stdout_gone", "write_out", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND",
            "SIGPIPE_STATUS"]
 
 #: Exit statuses of ``numabind run`` before the command runs (see the module docstring).
@@ -140,6 +141,67 @@ def device_node(spec: str) -> int:
     from ..iodevices import DeviceNodes
 
     return DeviceNodes("/").node_of(spec)
+
+
+#: How numabind's command line writes a CPU or node list: what :func:`list_syntax_problem` and its errors offer.
+LIST_FORMS = ("N or N-M separated by commas (e.g. '0-3,8'), 'all', '!LIST' (all but) or '+LIST' (relative to "
+              "the cpuset)")
+
+
+def list_syntax_problem(flag: str, value: str) -> "str | None":
+    """What is wrong with ``value`` as a numactl CPU or node list whatever the machine, or None: its groups are
+    ``N`` or ``N-M`` (numactl's syntax: not the kernel's ``N-M:used/group`` strides, which
+    :func:`numabind.cpulist.parse_cpulist` also reads), after an optional ``!`` and ``+``; ``all`` and a device
+    (``pci:``, ``netdev:``, ``block:``, ``file:``, ``ip:``) are left to planning. Checked before the list is
+    parsed, so that an error offers only the forms the command line takes (:data:`LIST_FORMS`)."""
+    text = value[1:] if value.startswith("!") else value
+    text = text[1:] if text.startswith("+") else text
+    if text == "all" or text.startswith(("pci:", "netdev:", "block:", "file:", "ip:")):
+        return None
+    for group in text.strip().split(","):
+        lo, dash, hi = group.partition("-")
+        if lo.isascii() and lo.isdigit() and (not dash or (hi.isascii() and hi.isdigit())):
+            continue
+        shown = repr(group[:40]) + ("..." if len(group) > 40 else "")
+        if ":" in group or "/" in group:
+            return (f"{flag}={value[:80]!r} uses a stride ({shown}: the kernel's 'N-M:used/group'), which "
+                    f"numactl's list syntax (the one numabind takes) does not have; write the CPUs or nodes out "
+                    f"(e.g. '0,2,4')")
+        return f"{flag}={value[:80]!r}: cannot parse {shown}; expected {LIST_FORMS}"
+    return None
+
+
+def gpu_spec(text: str) -> "int | str":
+    """``--gpu``'s value (argparse's ``type``, for ``run``, ``plan`` and ``move``): one GPU, named as ``--gpus``
+    names GPUs (:func:`numabind.devices.gpu_list_entries`: a visible index, a UUID or a PCI address). Anything
+    else is argparse's usage error (exit 2) saying what ``--gpu`` takes; several GPUs point to ``--gpus``."""
+    import argparse
+
+    from ..devices import gpu_list_entries
+    from ..errors import NumabindError
+
+    shown = repr(text[:80])
+    try:
+        entries = gpu_list_entries(text)
+    except NumabindError:
+        raise argparse.ArgumentTypeError(f"{shown} is not a GPU: give one visible index (0), UUID (GPU-...) or PCI "
+                                         f"address (0000:1b:00.0); --gpus LIST takes several") from None
+    if len(entries) != 1:
+        raise argparse.ArgumentTypeError(f"{shown} names {len(entries)} GPUs and --gpu takes one; "
+                                         f"use --gpus {text[:80]} for several")
+    return entries[0]
+
+
+def gpu_index(spec: "int | str", gpus: "Sequence[Gpu]") -> int:
+    """The visible index of ``--gpu``'s GPU (:func:`gpu_spec`) among ``gpus`` (:attr:`Topology.gpus`): an index as
+    given (planning says when none has it), a UUID or PCI address looked up as ``--gpus`` looks it up
+    (:func:`numabind.devices.pick_gpus`, a PlanError naming the entry when no visible GPU has it)."""
+    if isinstance(spec, int):
+        return spec
+    from ..devices import pick_gpus
+
+    chosen, _ = pick_gpus(spec, gpus)
+    return chosen[0].index
 
 
 def command_environ(env: dict[str, str]) -> dict[str, str]:

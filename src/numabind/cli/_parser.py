@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind move loads this module
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 __all__ = ["ArgumentParser"]
 

@@ -24,8 +24,8 @@ from ..backends import backend_info, get_backend, interleave_next_node
 from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
-from . import (NOT_APPLIED, USAGE, command_problem, configure_logging, device_node, exec_command, run_strictness,
-               stdout_gone)
+from . import (NOT_APPLIED, USAGE, command_problem, configure_logging, device_node, exec_command, gpu_index,
+               gpu_spec, list_syntax_problem, run_strictness, stdout_gone)
 from ._parser import ArgumentParser
 from .look import (allowed_what, gpu_text, hardware_text, node_free_bytes, source_words, table, topology_output,
                    topology_text)
@@ -94,9 +94,14 @@ def _node_plans(topo: Topology, policy: NodePolicy = "bind") -> list[tuple[int, 
 
 
 def _plan_json(plan: Plan) -> dict[str, Any]:
+    """A plan as the CLI's JSON says it (``plan --json``, ``run --json``'s ``requested_plan``/``applied_plan``):
+    lists in cpulist form; ``numactl`` None for a plan numactl's options cannot say (a read-back default policy)."""
+    try:
+        numactl: str | None = plan.to_numactl_args()
+    except PlanError:
+        numactl = None
     return {"cpus": format_cpulist(plan.cpus) if plan.cpus is not None else None, "mem_policy": plan.mem_policy,
-            "mem_nodes": format_cpulist(plan.mem_nodes) if plan.mem_nodes is not None else None,
-            "numactl": plan.to_numactl_args()}
+            "mem_nodes": format_cpulist(plan.mem_nodes) if plan.mem_nodes is not None else None, "numactl": numactl}
 
 
 def _plans_text(topo: Topology, mode: Mode = "node", policy: NodePolicy = "bind", gpus: list[int] | None = None,
@@ -365,7 +370,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         else:
             print(message)
         return 1
-    gpus = None if args.gpu is None else [args.gpu]
+    try:
+        gpus = None if args.gpu is None else [gpu_index(args.gpu, topo.gpus)]
+    except PlanError as e:      # a UUID or PCI address no visible GPU has: a GPU that cannot be placed
+        raise CliError(str(e), NOT_APPLIED) from None
     if args.within_affinity:        # the explicit narrowing: plan inside the affinity this process inherited
         from ..strategies import narrowed_to_affinity
 
@@ -497,7 +505,8 @@ def _run_plan(args: argparse.Namespace) -> Plan:
 
         policy: NodePolicy = args.policy or "bind"
         within = bool(getattr(args, "within_affinity", False))
-        plan = plan_for_gpu(args.gpu, mode=args.mode or "node", topology=topo, policy=policy, within_affinity=within)
+        plan = plan_for_gpu(gpu_index(args.gpu, topo.gpus), mode=args.mode or "node", topology=topo, policy=policy,
+                            within_affinity=within)
         if args.migrate:
             plan = plan.replace(migrate=True)
         return plan.validate(topo, within_affinity=within)
@@ -570,6 +579,9 @@ def check_run_syntax(args: argparse.Namespace) -> None:
             continue
         if not text:
             raise UsageError(f"{flag}={value!r} names no {'CPUs' if dest == 'physcpubind' else 'nodes'}")
+        problem = list_syntax_problem(flag, value)    # before the kernel's grammar, which has strides
+        if problem is not None:
+            raise UsageError(problem)
         try:
             ids = parse_cpulist(text, what=flag)
         except NumabindError as e:
@@ -692,14 +704,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     except NumabindError as e:
         raise CliError(str(e), NOT_APPLIED) from None
     env = bound_environ(report, None if launch is None else dict(os.environ, **launch.environ))
-    kept = keep_binding_env(env)     # TensorRT-LLM must not undo the binding: said in the report too
-    if kept is not None:
-        report = report.replace(notes=(*report.notes, kept[1]))
-    if args.verbose:
+    kept = keep_binding_env(env)     # TensorRT-LLM must not undo the binding: logged (INFO, WARNING) once
+    if args.verbose:     # the report as -v prints it: without that note, which the log line above just said
         print(report.describe() + "".join(f"\nwarning: {w}" for w in extra), file=sys.stderr)
-    if args.json:
-        print(json.dumps(dict(report.to_dict(), balancing=bool(args.balancing and not extra)), sort_keys=True),
-              file=sys.stderr)
+    if kept is not None:         # ... and with it in --json's report
+        report = report.replace(notes=(*report.notes, kept[1]))
+    if args.json:      # the plans as `plan --json` shapes one too: no consumer parses the text forms
+        print(json.dumps(dict(report.to_dict(), balancing=bool(args.balancing and not extra),
+                              requested_plan=_plan_json(report.requested), applied_plan=_plan_json(report.applied)),
+                         sort_keys=True), file=sys.stderr)
     return exec_command(command, env)
 
 
@@ -769,7 +782,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plan", parents=common, help="what each GPU's worker would be bound to",
                         raw_epilog=_MODES_EPILOG)
     g = pl.add_mutually_exclusive_group()
-    g.add_argument("--gpu", type=int, help="one visible GPU index")
+    g.add_argument("--gpu", type=gpu_spec, metavar="GPU",
+                   help="one GPU: its visible index, UUID or PCI address (as --gpus names them)")
     g.add_argument("--all", action="store_true",
                    help="every visible GPU; exit 1 when none is (without --gpu/--all: every GPU, else per node)")
     g.add_argument("--gpu-from-rank", action="store_true",
@@ -819,7 +833,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-b", "--balancing", action="store_true",
                    help="with --membind (or --preferred-many): NUMA balancing within those nodes "
                         "(MPOL_F_NUMA_BALANCING, Linux 5.12+)")
-    r.add_argument("--gpu", type=int, action=_Once, help="bind for this visible GPU (see numabind plan)")
+    r.add_argument("--gpu", type=gpu_spec, metavar="GPU", action=_Once,
+                   help="bind for this GPU: its visible index, UUID or PCI address, as --gpus names them (see "
+                        "numabind plan); unlike --gpus it leaves the GPUs the command sees as they are")
     r.add_argument("--gpus", metavar="LIST", action=_Once,
                    help="bind for these GPUs (the union of their plans) and let the command see only them: visible "
                         "indices, UUIDs or PCI addresses, e.g. 4,5; sets CUDA_VISIBLE_DEVICES (NVIDIA), "

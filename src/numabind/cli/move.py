@@ -1,7 +1,7 @@
 """``numabind move``: move processes that are already running (``taskset -a -p`` + ``migratepages``).
 
     numabind move PID... [-C CPUS | -N NODES] [-m NODES | -p NODE | -P NODES | -i NODES | -w NODES | -l] [-a]
-    numabind move PID... --gpu N [--mode M] [--policy P]
+    numabind move PID... --gpu GPU [--mode M] [--policy P]
     numabind move PID... --node N
     numabind move PID... --plan 'v1;cpus=2-3;mem=bind:1;migrate=0'
     numabind move --restore PID...
@@ -16,6 +16,8 @@ process at birth (``numabind run``'s exec marker, or a runtime record); without 
 
 The kernel has no call that sets another process's memory policy: what the process allocates after the move
 follows its own policy (the report says so).
+
+Every error says ``numabind: error: ...``, as the rest of the command line does.
 
 Exit status: 0 when every process was moved as asked (``--lenient``: moved, with the warnings printed); 1 when a
 process could not be moved (it does not exist or exited, the kernel refused, under ``--strict`` the default: any
@@ -41,7 +43,7 @@ from .. import _proc, live
 from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, printable
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
-from . import device_node, run_strictness
+from . import device_node, gpu_index, gpu_spec, list_syntax_problem, run_strictness
 from ._parser import ArgumentParser
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off numabind move's start)
@@ -92,7 +94,8 @@ def _arguments(m: argparse.ArgumentParser) -> None:
     m.add_argument("-l", "--localalloc", action="store_true", help="no page is moved (a policy without nodes)")
     m.add_argument("-a", "--all", action="store_true",
                    help="accepted for numactl's sake: lists are always read against the whole machine here")
-    m.add_argument("--gpu", type=int, action=_Once, help="the plan of this visible GPU (see numabind plan)")
+    m.add_argument("--gpu", type=gpu_spec, metavar="GPU", action=_Once,
+                   help="the plan of this GPU: its visible index, UUID or PCI address (see numabind plan)")
     m.add_argument("--mode", default=None, action=_Once, help="placement mode of --gpu (default node)")
     m.add_argument("--policy", default=None, action=_Once, help="memory policy of --gpu (default bind)")
     m.add_argument("--node", type=int, action=_Once, help="the CPUs and memory of this node (-N N -m N)")
@@ -116,7 +119,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``move`` on the CLI's subparsers (for ``numabind --help``); :func:`main` runs it."""
     m = sub.add_parser("move", help="move running processes: every thread's CPUs and their pages "
                                     "(taskset -a -p + migratepages)",
-                       usage=USAGE, description=DESCRIPTION, allow_abbrev=False)
+                       prog=PROG, usage=USAGE, description=DESCRIPTION, allow_abbrev=False)
     _arguments(m)
     return m  # type: ignore[no-any-return]
 
@@ -127,12 +130,15 @@ DESCRIPTION = ("Move running processes: every thread gets the binding's CPUs (th
                "cpuset. The process keeps its own memory policy (no kernel call sets another process's): what it "
                "allocates later follows that policy. Exit: 0 moved; 1 not moved (no such process, refused, "
                "--strict degradations, no record for --restore); 2 usage.")
-USAGE = ("numabind move PID... [numactl options | --gpu N | --node N | --plan TEXT | --restore] [--all-children] "
+#: The name argparse puts before its errors (``numabind: error: ...``, as every other error of the command line says);
+#: the usage line names the subcommand itself.
+PROG = "numabind"
+USAGE = ("numabind move PID... [numactl options | --gpu GPU | --node N | --plan TEXT | --restore] [--all-children] "
          "[--strict | --lenient] [--dry-run] [--json]")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="numabind move", usage=USAGE, allow_abbrev=False, description=DESCRIPTION)
+    p = ArgumentParser(prog=PROG, usage=USAGE, allow_abbrev=False, description=DESCRIPTION)
     _arguments(p)
     return p
 
@@ -168,8 +174,17 @@ def move_plan(args: argparse.Namespace) -> Plan | None:
         from ..strategies import plan_for_gpu   # a whole discovery: only --gpu needs it
         from ..topology import discover
 
-        return plan_for_gpu(args.gpu, mode=args.mode or "node", topology=discover("/"), policy=args.policy or "bind")
-    argv = [f"{flag}={getattr(args, d)}" for d, flag in NUMACTL_OPTIONS if getattr(args, d) is not None]
+        topo = discover("/")
+        return plan_for_gpu(gpu_index(args.gpu, topo.gpus), mode=args.mode or "node", topology=topo,
+                            policy=args.policy or "bind")
+    argv = []
+    for d, flag in NUMACTL_OPTIONS:
+        value = getattr(args, d)
+        if value is not None:
+            problem = list_syntax_problem(flag, value)    # numactl's forms only, as numabind run says
+            if problem is not None:
+                raise _Usage(problem)
+            argv.append(f"{flag}={value}")
     if args.localalloc:
         argv.append("--localalloc")
     if args.node is not None:
@@ -243,10 +258,10 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
         plan = move_plan(args)
     except _Usage as e:
         (parser or build_parser()).print_usage(sys.stderr)
-        print(f"numabind move: error: {_message(e)}", file=sys.stderr)
+        print(f"numabind: error: {_message(e)}", file=sys.stderr)
         return EXIT_USAGE
     except NumabindError as e:   # a plan the machine cannot hold
-        print(f"numabind move: error: {_message(e)}", file=sys.stderr)
+        print(f"numabind: error: {_message(e)}", file=sys.stderr)
         return EXIT_NOT_APPLIED
     if getattr(args, "dry_run", False):
         return _dry_run(args, plan, as_json)
@@ -258,7 +273,7 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
             report = move(pid, target, strict=strict, all_children=args.all_children, backend=args.backend)
         except (NumabindError, PlanError) as e:
             rc = EXIT_NOT_APPLIED
-            print(f"numabind move: error: {_message(e)}", file=sys.stderr)
+            print(f"numabind: error: {_message(e)}", file=sys.stderr)
             out.append({"pid": pid, "error": str(e)})
             continue
         if report.warnings and "logging" not in sys.modules:   # what the WARNING the library logs says
@@ -283,7 +298,7 @@ def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
     try:   # the pids given are this namespace's only when /proc is (as move itself checks)
         _proc.check_procfs("numabind move", acting=True)
     except NumabindError as e:
-        print(f"numabind move: error: {_message(e)}", file=sys.stderr)
+        print(f"numabind: error: {_message(e)}", file=sys.stderr)
         return EXIT_NOT_APPLIED
     memory = frozenset(n for n, node in live.machine().nodes.items() if node.has_memory)
     rc = 0
@@ -293,7 +308,7 @@ def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
             target = recorded_plan(pid) if plan is None else plan
         except (NumabindError, PlanError) as e:
             rc = EXIT_NOT_APPLIED
-            print(f"numabind move: error: {_message(e)}", file=sys.stderr)
+            print(f"numabind: error: {_message(e)}", file=sys.stderr)
             continue
         notes = ["and each descendant of the process (--all-children)"] if args.all_children else []
         out.append(render(target, move_lines(target, pid, memory), as_json=as_json, extra={"pid": pid}, notes=notes))

@@ -1,5 +1,10 @@
-"""``numabind stat PID... [--all-children PID] [--json] [--watch S [--count N]]``: where processes' pages are;
-``numabind stat --system``: the whole machine's memory per node (like ``numastat -m -n``).
+"""``numabind stat PID|PATTERN... [--all-children PID] [--json] [--watch S [--count N]]``: where processes' pages
+are; ``numabind stat --system`` (or a bare ``numabind stat``, as a bare ``numastat``): the whole machine's memory per
+node (like ``numastat -m -n``).
+
+A target that is all digits is a process id; any other is a pattern, as ``numastat -p PATTERN`` takes one: every
+process whose name or command line holds it (numabind itself left out; with ``--watch`` looked up again each
+round). A pattern that matches no process is an error naming it (exit 1).
 
 For each process (:func:`numabind.residency.locality`): resident memory per node, in anonymous,
 file-backed and hugetlbfs mappings apart (like ``numastat -p``), the share that is remote to the
@@ -59,6 +64,16 @@ def _pid(text: str) -> int:
     return int(text)
 
 
+def _target(text: str) -> int | str:
+    """A process as ``numastat`` takes one: a process id when it is all digits, else a pattern (a name, or any
+    part of a command line: :func:`numabind._proc.processes_matching`)."""
+    if text.isascii() and text.isdigit():
+        return _pid(text)
+    if not text:
+        raise argparse.ArgumentTypeError("'' is neither a process id nor a pattern: give a PID or a process name")
+    return text
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -79,7 +94,9 @@ def add_parser(sub: Any) -> None:
     """Register ``stat`` on the CLI's subparsers."""
     s = sub.add_parser("stat", help="where processes' pages are: per node, remote share, their binding",
                        description=__doc__.split("\n\n")[1] if __doc__ else None)
-    s.add_argument("pids", nargs="*", type=_pid, metavar="PID", help="processes to show")
+    s.add_argument("pids", nargs="*", type=_target, metavar="PID|PATTERN",
+                   help="processes to show: a process id, or a pattern matched as numastat matches it (every process "
+                        "whose name or command line holds it, e.g. python3); none: the system, as --system")
     s.add_argument("--all-children", action="append", type=_pid, default=[], metavar="PID",
                    help="this process and all its descendants (a worker tree); may be given more than once")
     s.add_argument("--json", action="store_true", help="one JSON list of numabind.residency.Locality.to_dict()")
@@ -93,11 +110,14 @@ def add_parser(sub: Any) -> None:
 
 
 def _targets(args: argparse.Namespace) -> list[int]:
-    pids: list[int] = []
-    for pid in args.pids:
-        if pid not in pids:
-            pids.append(pid)
     from .. import _proc
+
+    pids: list[int] = []
+    for target in args.pids:
+        found = [target] if isinstance(target, int) else [pid for pid, _ in _proc.processes_matching(target)]
+        for pid in found:
+            if pid not in pids:
+                pids.append(pid)
 
     for root in args.all_children:
         for pid in _proc.process_tree(root):
@@ -114,7 +134,7 @@ def _still_in_tree(locs: list[Any], listed: list[int], args: argparse.Namespace)
         return locs
     from .. import _proc
 
-    tree, named = set(listed), set(args.pids) | set(args.all_children)
+    tree, named = set(listed), {p for p in args.pids if isinstance(p, int)} | set(args.all_children)
     out = []
     for loc in locs:
         if loc.pid not in named:
@@ -368,7 +388,7 @@ def cmd_stat(args: argparse.Namespace) -> int:
             raise NumabindError("numabind stat: --system shows the whole machine; give no PID with it")
         return _system(args)
     if not args.pids and not args.all_children:
-        raise NumabindError("numabind stat: give at least one PID (or --all-children PID, or --system)")
+        return _system(args)          # a bare numabind stat, as a bare numastat, shows the system
     from .. import _proc
 
     try:
@@ -376,6 +396,12 @@ def cmd_stat(args: argparse.Namespace) -> int:
     except NumabindError as e:     # not a usage error: the machine's /proc is not this namespace's
         sys.stderr.write(f"numabind: error: {printable(str(e))}\n")
         return 1
+    for pattern in [p for p in args.pids if isinstance(p, str)]:
+        if not _proc.processes_matching(pattern):     # numastat's "Can't find process": an error naming it
+            sys.stderr.write(f"numabind: error: no process matches {printable(repr(pattern))} (numabind stat "
+                             f"matches a pattern against each process's name and command line; numabind itself "
+                             f"is left out): check the name, or give a PID\n")
+            return 1
     tty = sys.stdout.isatty()
     rounds = 0
     all_read = True
