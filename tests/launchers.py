@@ -1,10 +1,17 @@
 """Fake GPU machines for the launcher tests (torchrun, Slurm, Ray) that bind for real.
 
 The launcher tests start real processes that bind themselves, so the fake
-machine's CPU ids are this host's: :func:`host_gpu_machine` splits the CPUs
+machine's CPU ids are this host's. :func:`host_gpu_machine` splits the CPUs
 this process may use into two NUMA nodes (first half, second half), puts one
-package around both, and one NVIDIA GPU on each node. Everything is derived at
-run time; a host with fewer than two usable CPUs cannot host the tests.
+package around both, and one NVIDIA GPU on each node: a machine to plan on,
+whose node 1 need not exist here. A plan that binds memory to a node this host
+lacks is refused at every entry point (issue 42 §1), so a test that binds uses
+:func:`host_gpu_machine` with ``on_host_nodes=True``: the fake's nodes are this
+host's own (ids and usable CPUs), one GPU on each of the first two that hold
+usable CPUs, planned in ``node`` mode; on a host with one such node both GPUs
+sit on it and ``exclusive`` mode gives each rank its half of the node's cores,
+so the two ranks still get different CPUs. Everything is derived at run time;
+a host with fewer than two usable CPUs cannot host the tests.
 """
 
 from __future__ import annotations
@@ -27,18 +34,49 @@ GPU_ADDRESSES = ("0000:1b:00.0", "0000:9a:00.0")
 
 @dataclass(frozen=True)
 class HostGpuMachine:
-    """A written fake tree and what each GPU's node holds."""
+    """A written fake tree: the CPUs GPU 0 and GPU 1 get in :attr:`mode`, and the node each GPU is on."""
 
     root: str
-    node_cpus: tuple[frozenset[int], frozenset[int]]   # node 0, node 1
+    node_cpus: tuple[frozenset[int], frozenset[int]]   # what GPU 0 and GPU 1 get (their nodes in "node" mode)
+    all_cpus: frozenset[int]                            # every CPU of the fake machine
+    gpu_nodes: tuple[int, int] = (0, 1)
+    mode: str = "node"                                  # the placement mode that gives them node_cpus
 
     @property
-    def all_cpus(self) -> frozenset[int]:
-        return self.node_cpus[0] | self.node_cpus[1]
+    def mode_args(self) -> tuple[str, str]:
+        """``--mode MODE`` for a launch line."""
+        return ("--mode", self.mode)
 
 
 def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
+
+
+def _ids(text: str) -> frozenset[int]:
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(out)
+
+
+def host_nodes() -> dict[int, frozenset[int]]:
+    """This host's NUMA nodes that hold CPUs this process may use, with those CPUs; nodes with memory first
+    (a GPU's rank binds its memory there). A kernel without NUMA sysfs is one node 0."""
+    usable = frozenset(usable_cpus())
+    base = Path("/sys/devices/system/node")
+    try:
+        memory = _ids((base / "has_memory").read_text()) if (base / "has_memory").exists() else None
+        found = {int(d.name[4:]): _ids((d / "cpulist").read_text()) & usable
+                 for d in base.glob("node[0-9]*") if (d / "cpulist").exists()}
+    except OSError:
+        found = {}
+        memory = None
+    found = {n: cpus for n, cpus in found.items() if cpus}
+    if not found:
+        return {0: usable}
+    return dict(sorted(found.items(), key=lambda kv: (memory is not None and kv[0] not in memory, kv[0])))
 
 
 # ------------------------------------------------------------------ a launcher that cannot run: skip, or fail in CI
@@ -67,27 +105,42 @@ def needs(ok: bool, reason: str) -> pytest.MarkDecorator:
 needs_two_cpus = needs(len(usable_cpus()) >= 2, TWO_CPUS)
 
 
-def host_gpu_machine(root: str | os.PathLike) -> HostGpuMachine:
-    """Two nodes made of this host's usable CPUs, one GPU on each; one package spans both."""
+def host_gpu_machine(root: str | os.PathLike, *, on_host_nodes: bool = False,
+                     node_ids: tuple[int, int] = (0, 1)) -> HostGpuMachine:
+    """Two nodes made of this host's usable CPUs (ids ``node_ids``), one GPU on each; one package spans both.
+
+    ``on_host_nodes``: the nodes are this host's instead (see the module's docstring), so a rank can bind memory
+    to its GPU's node here; :attr:`HostGpuMachine.mode` says which mode gives each GPU its own CPUs."""
     cpus = usable_cpus()
     if len(cpus) < 2:
         raise RuntimeError(f"a two-node fake machine needs two usable CPUs, this process has {cpus}")
     half = (len(cpus) + 1) // 2
-    nodes = (frozenset(cpus[:half]), frozenset(cpus[half:]))
+    halves = (frozenset(cpus[:half]), frozenset(cpus[half:]))      # exclusive mode gives the first the extra core
+    if not on_host_nodes:
+        layout, gpu_nodes, shares, mode = dict(zip(node_ids, halves)), node_ids, halves, "node"
+    else:
+        layout = host_nodes()
+        homes = list(layout)
+        if len(homes) >= 2:
+            gpu_nodes, mode = (homes[0], homes[1]), "node"
+            shares = (layout[homes[0]], layout[homes[1]])
+        else:
+            gpu_nodes, shares, mode = (homes[0], homes[0]), halves, "exclusive"
     m = FakeMachine(root)
-    for nid, ids in enumerate(nodes):
-        m.add_node(nid, ids, distances={1 - nid: 21})
+    for nid, ids in layout.items():
+        m.add_node(nid, ids, distances={other: 21 for other in layout if other != nid})
     for core, cpu in enumerate(cpus):
         m.set_cpu_topology(cpu, 0, core)
     m.add_core_caches()
-    for ids in nodes:
+    for ids in (shares if gpu_nodes[0] == gpu_nodes[1] else layout.values()):
         m.add_cache(3, "Unified", ids)
     m.set_model_name("Fake launcher-test CPU")
     m.write()
-    for nid, address in enumerate(GPU_ADDRESSES):
-        add_nvidia_gpu(root, address, numa_node=nid, local_cpulist=",".join(map(str, sorted(nodes[nid]))),
-                       minor=nid)
-    return HostGpuMachine(root=str(root), node_cpus=nodes)
+    for k, address in enumerate(GPU_ADDRESSES):
+        add_nvidia_gpu(root, address, numa_node=gpu_nodes[k],
+                       local_cpulist=",".join(map(str, sorted(layout[gpu_nodes[k]]))), minor=k)
+    return HostGpuMachine(root=str(root), node_cpus=shares, gpu_nodes=gpu_nodes, mode=mode,
+                          all_cpus=frozenset().union(*layout.values()))
 
 
 #: Where :data:`REPORT_CODE` also writes its report, one file per process, when this variable names a folder.

@@ -4,7 +4,10 @@ tests/slurm.py starts munged, slurmctld and slurmd (Debian's slurm-wlm and
 munge, installed by ``scripts/setup.sh --test``) for this module and stops
 them after it. The tasks run on a fake two-node GPU machine whose CPU ids are
 this host's (tests/launchers.py), so every binding is real: each task prints
-the affinity it ended up with. Slurm's ``task/affinity`` plugin binds tasks
+the affinity it ended up with. The tasks that bind run on a fake machine made
+of this host's own nodes (``bound_machine``), since a plan whose memory node
+this host lacks is refused (issue 42 §1); ``machine``, whose node 1 need not
+exist here, is only planned on. Slurm's ``task/affinity`` plugin binds tasks
 itself when asked (``--cpu-bind``): that binding is where a task starts, and
 numabind replaces it within the cpuset, as numactl does (issue 42 §3); with
 ``--within-affinity`` it stays inside it, and memory never goes to a node the
@@ -18,6 +21,7 @@ import os
 import pytest
 
 from numabind.cpulist import format_cpulist
+from numabind.plan import Plan
 from tests import slurm as slurm_fixture
 from tests.launchers import (host_gpu_machine, json_documents, json_lines, needs_two_cpus, numabind_command,
                              report_command, unavailable)
@@ -45,6 +49,12 @@ def slurm(tmp_path_factory):
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory):
     return host_gpu_machine(tmp_path_factory.mktemp("gpu-machine"))
+
+
+@pytest.fixture(scope="module")
+def bound_machine(tmp_path_factory):
+    """This host's nodes, a GPU on each of two (or both on its one node, split by exclusive mode)."""
+    return host_gpu_machine(tmp_path_factory.mktemp("host-gpu-machine"), on_host_nodes=True)
 
 
 def task_env(machine) -> dict[str, str]:
@@ -90,6 +100,11 @@ def swapped(machine) -> tuple[int, int]:
 RUN = ("run", "--gpu-from-rank", "--bind-replayed-root")
 
 
+def run_args(machine) -> tuple[str, ...]:
+    """``numabind run --gpu-from-rank`` in the mode that gives each of ``machine``'s GPUs its own CPUs."""
+    return (*numabind_command(), *RUN, *machine.mode_args)
+
+
 def test_srun_plan_json_names_slurm_localid(slurm, machine):
     out = srun(slurm, machine, "-n", "2", "--label", "--cpu-bind=none", *numabind_command(), "plan",
                "--gpu-from-rank", "--json")
@@ -106,17 +121,19 @@ def test_srun_plan_json_names_slurm_localid(slurm, machine):
 
 
 @kernel
-def test_srun_binds_each_task_to_its_gpus_node(slurm, machine):
-    out = srun(slurm, machine, "-n", "2", "--cpu-bind=none", *numabind_command(), *RUN, "--", *report_command())
+def test_srun_binds_each_task_to_its_gpus_node(slurm, bound_machine):
+    machine = bound_machine
+    out = srun(slurm, machine, "-n", "2", "--cpu-bind=none", *run_args(machine), "--", *report_command())
     got = {r: v["cpus"] for r, v in by_task(out.stdout).items()}
     assert got == {0: sorted(machine.node_cpus[0]), 1: sorted(machine.node_cpus[1])}
 
 
 @kernel
-def test_srun_binding_is_replaced_by_the_plan_as_numactl_does(slurm, machine):
-    """srun --cpu-bind=map_cpu puts each task on the other GPU's node: the plan replaces it."""
+def test_srun_binding_is_replaced_by_the_plan_as_numactl_does(slurm, bound_machine):
+    """srun --cpu-bind=map_cpu puts each task on the other GPU's CPUs: the plan replaces it."""
+    machine = bound_machine
     cpu0, cpu1 = swapped(machine)
-    out = srun(slurm, machine, "-n", "2", f"--cpu-bind=map_cpu:{cpu0},{cpu1}", *numabind_command(), *RUN, "--",
+    out = srun(slurm, machine, "-n", "2", f"--cpu-bind=map_cpu:{cpu0},{cpu1}", *run_args(machine), "--",
                *report_command())
     got = {r: v["cpus"] for r, v in by_task(out.stdout).items()}
     assert got == {0: sorted(machine.node_cpus[0]), 1: sorted(machine.node_cpus[1])}
@@ -124,15 +141,25 @@ def test_srun_binding_is_replaced_by_the_plan_as_numactl_does(slurm, machine):
 
 
 @kernel
-def test_srun_binding_is_kept_with_within_affinity(slurm, machine):
+def test_srun_binding_is_kept_with_within_affinity(slurm, bound_machine):
+    machine = bound_machine
     cpu0, cpu1 = swapped(machine)
     bind = f"--cpu-bind=map_cpu:{cpu0},{cpu1}"
-    # node mode: the GPU's node is entirely outside what Slurm gave the task: the affinity stays Slurm's
-    out = srun(slurm, machine, "-n", "2", bind, *numabind_command(), *RUN, "--within-affinity", "--",
+    # the GPU's CPUs are entirely outside what Slurm gave the task: the affinity stays Slurm's
+    out = srun(slurm, machine, "-n", "2", bind, *run_args(machine), "--within-affinity", "--json", "--",
                *report_command())
     assert {r: v["cpus"] for r, v in by_task(out.stdout).items()} == {0: [cpu0], 1: [cpu1]}
     assert out.stderr.count("CPU affinity left as the launcher set it") == 2
-    assert out.stderr.count("memory preferred on node(s)") == 2       # not bound to a node it cannot run on
+    # memory never on a node the task cannot run on: the node of the CPU Slurm gave it (each task's bind report,
+    # read back from the kernel, is a JSON line on stderr)
+    applied = sorted((p.mem_policy, sorted(p.mem_nodes or ())) for p in
+                     (Plan.from_text(r["applied"]) for r in json_lines(out.stderr)))
+    if machine.gpu_nodes[0] != machine.gpu_nodes[1]:       # each GPU's node is the other task's: preferred there
+        assert out.stderr.count("memory preferred on node(s)") == 2
+        assert applied == sorted(("preferred", [n]) for n in machine.gpu_nodes)
+    else:                                                  # one node: the GPU's node is the one it runs on
+        assert "memory preferred on node(s)" not in out.stderr
+        assert applied == [("bind", [machine.gpu_nodes[0]])] * 2
     # socket mode: the plan (every CPU) is narrowed to Slurm's CPU
     out = srun(slurm, machine, "-n", "2", bind, *numabind_command(), *RUN, "--within-affinity", "--mode", "socket",
                "--", *report_command())
@@ -141,9 +168,10 @@ def test_srun_binding_is_kept_with_within_affinity(slurm, machine):
 
 
 @kernel
-def test_srun_strict_errors_when_the_plan_falls_outside_slurms_cpus(slurm, machine):
+def test_srun_strict_errors_when_the_plan_falls_outside_slurms_cpus(slurm, bound_machine):
+    machine = bound_machine
     cpu0, cpu1 = swapped(machine)
-    out = srun(slurm, machine, "-n", "2", f"--cpu-bind=map_cpu:{cpu0},{cpu1}", *numabind_command(), *RUN,
+    out = srun(slurm, machine, "-n", "2", f"--cpu-bind=map_cpu:{cpu0},{cpu1}", *run_args(machine),
                "--within-affinity", "--strict", "--", *report_command(), ok=False)
     assert out.returncode != 0
     assert by_task(out.stdout) == {}                        # the command never ran
@@ -152,10 +180,11 @@ def test_srun_strict_errors_when_the_plan_falls_outside_slurms_cpus(slurm, machi
 
 
 @kernel
-def test_srun_gpus_per_task_binds_each_task_to_its_own_gpu(slurm, machine):
+def test_srun_gpus_per_task_binds_each_task_to_its_own_gpu(slurm, bound_machine):
+    machine = bound_machine
     if slurm.gpus < 2:
         unavailable("Slurm's GPU gres needs device files, and mknod was refused here")
-    out = srun(slurm, machine, "-n", "2", "--gpus-per-task=1", "--cpu-bind=none", *numabind_command(), *RUN, "--",
+    out = srun(slurm, machine, "-n", "2", "--gpus-per-task=1", "--cpu-bind=none", *run_args(machine), "--",
                *report_command())
     tasks = by_task(out.stdout)
     assert sorted(t["cvd"] for t in tasks.values()) == ["0", "1"]       # Slurm gave each task one device

@@ -85,12 +85,14 @@ def run(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.CompletedP
 @kernel
 @needs_two_cpus
 def test_torchrun_binds_each_rank_to_its_gpus_node_like_torchs_numa_binding(tmp_path):
-    machine = host_gpu_machine(tmp_path / "machine")
+    """On this host's own nodes (a plan's memory node must exist here, issue 42 §1): node mode where the host has
+    two nodes with CPUs, else exclusive mode on its one node, so the two ranks still get different CPUs."""
+    machine = host_gpu_machine(tmp_path / "machine", on_host_nodes=True)
     ours_dir, theirs_dir = tmp_path / "ours", tmp_path / "theirs"
     ours_dir.mkdir(), theirs_dir.mkdir()
     env = launch_env(NUMABIND_FSROOT=machine.root)
-    ours = run([*torchrun(), "--standalone", "--no-python", "--nproc-per-node=2",
-                *numabind_command(), "run", "--gpu-from-rank", "--bind-replayed-root", "--", *report_command()],
+    ours = run([*torchrun(), "--standalone", "--no-python", "--nproc-per-node=2", *numabind_command(), "run",
+                "--gpu-from-rank", "--bind-replayed-root", *machine.mode_args, "--", *report_command()],
                dict(env, **{REPORT_DIR_VAR: str(ours_dir)}), str(tmp_path))
     got = {r: sorted(v["cpus"]) for r, v in reports_by_rank(ours_dir, ours).items()}
     assert got == {0: sorted(machine.node_cpus[0]), 1: sorted(machine.node_cpus[1])}, outputs(ours)
@@ -100,7 +102,8 @@ def test_torchrun_binds_each_rank_to_its_gpus_node_like_torchs_numa_binding(tmp_
         unavailable("numabind part passed; this torch's torchrun has no --numa-binding to compare with")
     if shutil.which("numactl") is None:
         unavailable("numabind part passed; torch's --numa-binding starts workers through numactl, not installed")
-    theirs = run([sys.executable, "-m", "tests.torch_numa", "torchrun", machine.root, "--numa-binding=node",
+    theirs = run([sys.executable, "-m", "tests.torch_numa", "torchrun", machine.root,
+                  f"--numa-binding={machine.mode}",
                   "--standalone", "--no-python", "--nproc-per-node=2", *report_command()],
                  dict(env, **{REPORT_DIR_VAR: str(theirs_dir)}), ROOT)
     assert {r: sorted(v["cpus"]) for r, v in reports_by_rank(theirs_dir, theirs).items()} == got, outputs(theirs)

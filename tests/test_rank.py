@@ -558,14 +558,42 @@ needs_two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason=TWO
 @kernel
 @needs_two_cpus
 def test_cli_run_gpu_from_rank_binds_the_command(tmp_path):
-    m = host_gpu_machine(tmp_path)
+    """Each rank bound for real to its GPU's CPUs, memory on a node this host has (issue 42 §1 refuses others)."""
+    m = host_gpu_machine(tmp_path, on_host_nodes=True)
     for r in (0, 1):
         env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}
         env.update(NUMABIND_FSROOT=str(tmp_path), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", PYTHONPATH=ROOT)
-        out = subprocess.run([*numabind_command(), "run", "--gpu-from-rank", "--bind-replayed-root", "--",
-                              *report_command()], capture_output=True, text=True, env=env, timeout=60)
+        out = subprocess.run([*numabind_command(), "run", "--gpu-from-rank", "--bind-replayed-root", *m.mode_args,
+                              "--json", "--", *report_command()], capture_output=True, text=True, env=env,
+                             timeout=60)
         assert out.returncode == 0, out.stderr
         assert json_lines(out.stdout)[0]["cpus"] == sorted(m.node_cpus[r])
+        (report,) = json_lines(out.stderr)                    # read back from the kernel before the exec
+        applied = numabind.Plan.from_text(report["applied"])
+        assert (applied.mem_policy, applied.mem_nodes) == ("bind", {m.gpu_nodes[r]})
+
+
+@kernel
+@needs_two_cpus
+def test_cli_run_gpu_from_rank_refuses_a_gpu_node_this_host_lacks(tmp_path):
+    """A replayed rank whose GPU's node does not exist here is a PlanError naming the node (exit 1, the command
+    never runs), lenient or strict (issue 42 §1); rank 0, on a node this host has, is bound."""
+    from tests.kernel import MISSING_NODE
+    from tests.launchers import host_nodes
+
+    here = next(iter(host_nodes()))
+    m = host_gpu_machine(tmp_path, node_ids=(here, MISSING_NODE))     # GPU 1 on a node this host lacks
+    for r, extra in ((0, ["--lenient"]), (1, ["--lenient"]), (1, ["--strict"]), (1, [])):
+        env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}
+        env.update(NUMABIND_FSROOT=str(tmp_path), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2", PYTHONPATH=ROOT)
+        out = subprocess.run([*numabind_command(), "run", "--gpu-from-rank", "--bind-replayed-root", *extra, "--",
+                              *report_command()], capture_output=True, text=True, env=env, timeout=60)
+        if r == 0:
+            assert out.returncode == 0, out.stderr
+            assert json_lines(out.stdout)[0]["cpus"] == sorted(m.node_cpus[0])
+            continue
+        assert out.returncode == 1 and json_lines(out.stdout) == [], out.stderr
+        assert f"NUMA nodes {MISSING_NODE} do not exist" in out.stderr and "numabind hardware" in out.stderr
 
 
 @kernel

@@ -207,3 +207,28 @@ def test_a_replayed_launcher_binding_is_replaced_unless_within_affinity(tmp_path
     rc, _, err = run_main(capsys, "--root", root, "run", "--gpu-from-rank", "--dry-run", "--within-affinity",
                           "--strict", "--", "true")
     assert rc == 1 and "srun --cpu-bind=none" in err and "mpirun --bind-to none" in err
+
+
+def test_a_replayed_dry_runs_numactl_line_leaves_the_replayed_affinity_with_all(tmp_path, capsys, monkeypatch):
+    """numactl checks --physcpubind against the affinity of the process it runs in: on the replayed machine
+    that is its own Cpus_allowed (node 0 here), so a plan on node 1 needs --all there, whatever the affinity of
+    the process running the test; a plan inside it needs none."""
+    root = str(launcher_box(tmp_path / "box", "nvidia"))
+    topo = discover(root)
+    node0, node1 = (format_cpulist(topo.nodes[n].cpus) for n in (0, 1))
+    _rank(monkeypatch, 5, 8)                                    # GPU 5 is on node 1, outside the affinity
+    rc, out, err = run_main(capsys, "--root", root, "run", "--gpu-from-rank", "--dry-run", "--", "python",
+                            "train.py")
+    assert rc == 0, err
+    assert f"numactl --all --physcpubind={node1} --membind=1 -- python train.py" in out.splitlines()
+    rc, out, err = run_main(capsys, "--root", root, "run", "--gpu-from-rank", "--dry-run", "--json", "--", "true")
+    assert rc == 0, err
+    assert json.loads(out)["commands"][-1][:2] == ["numactl", "--all"]
+    _rank(monkeypatch, 1, 8)                                    # GPU 1 is on node 0, inside it
+    rc, out, err = run_main(capsys, "--root", root, "run", "--gpu-from-rank", "--dry-run", "--", "true")
+    assert rc == 0, err
+    assert f"numactl --physcpubind={node0} --membind=0 -- true" in out.splitlines()
+    # numactl's own options on the replayed root, as numabind run --dry-run --root says them
+    rc, out, err = run_main(capsys, "--root", root, "run", "--dry-run", "-N", "1", "--", "true")
+    assert rc == 0, err
+    assert [line for line in out.splitlines() if line.startswith("numactl")][0].startswith("numactl --all ")

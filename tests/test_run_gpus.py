@@ -307,6 +307,10 @@ def test_run_lines_say_what_numactl_cannot():
     outside = frozenset({max(os.sched_getaffinity(0)) + 1})
     assert run_lines(Plan(cpus=outside), ["cmd"], live=True)[0][:2] == ["numactl", "--all"]
     assert run_lines(Plan(cpus=outside), ["cmd"], live=False)[0][1] != "--all"
+    # a replayed machine: its own affinity (Cpus_allowed) is what numactl would check there, not this process's
+    inside = frozenset(os.sched_getaffinity(0))
+    assert run_lines(Plan(cpus=inside), ["cmd"], live=False, affinity=outside)[0][:2] == ["numactl", "--all"]
+    assert run_lines(Plan(cpus=outside), ["cmd"], live=False, affinity=outside)[0][1] != "--all"
 
 
 def test_move_lines():

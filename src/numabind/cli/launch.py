@@ -68,16 +68,17 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "describe": plan.describe(), "text": plan.to_text(), "reason": plan.reason}
 
 
-def run_lines(plan: Plan, command: Sequence[str], *, live: bool = True, balancing: bool = False,
-              set_weights: bool = False) -> list[list[str]]:
+def run_lines(plan: Plan, command: Sequence[str], *, live: bool = True, affinity: frozenset[int] | None = None,
+              balancing: bool = False, set_weights: bool = False) -> list[list[str]]:
     """The commands that do what ``numabind run`` does with ``plan`` (the last one runs ``command``).
 
-    ``numactl`` with the plan's options; ``--all`` first when the CPUs leave this process's affinity and the
-    plan is for this machine (``live``): numactl checks ``--physcpubind`` against the affinity, numabind against
-    the cpuset (as its numactl backend does); ``--balancing`` before the memory option (numactl applies it
-    there). Weights numactl cannot say: with ``set_weights`` they are written first (``tee`` into
-    :data:`WEIGHTS_DIR`), else numactl's ``-w`` uses the system's, which numabind checks. A plan whose memory
-    policy numactl cannot set (``default``) is ``taskset -c CPUS``."""
+    ``numactl`` with the plan's options; ``--all`` first when the CPUs leave the affinity numactl would check
+    ``--physcpubind`` against (numabind checks the cpuset, as its numactl backend does): this process's when the
+    plan is for this machine (``live``), else ``affinity``, the replayed machine's own ``Cpus_allowed``
+    (:attr:`numabind.topology.Topology.affinity`; None when the replayed tree has none); ``--balancing`` before
+    the memory option (numactl applies it there). Weights numactl cannot say: with ``set_weights`` they are
+    written first (``tee`` into :data:`WEIGHTS_DIR`), else numactl's ``-w`` uses the system's, which numabind
+    checks. A plan whose memory policy numactl cannot set (``default``) is ``taskset -c CPUS``."""
     pre: list[list[str]] = []
     if plan.weights:
         if set_weights:
@@ -87,7 +88,8 @@ def run_lines(plan: Plan, command: Sequence[str], *, live: bool = True, balancin
         cpus = ["taskset", "-c", format_cpulist(plan.cpus)] if plan.cpus is not None else []
         return [*pre, [*cpus, *command]]
     argv = plan.to_numactl_argv()
-    whole = ["--all"] if live and plan.cpus is not None and not plan.cpus <= os.sched_getaffinity(0) else []
+    limit = frozenset(os.sched_getaffinity(0)) if live else affinity
+    whole = ["--all"] if limit is not None and plan.cpus is not None and not plan.cpus <= limit else []
     if balancing:
         k = 1 if argv and argv[0].startswith("--physcpubind=") else 0
         argv.insert(k, "--balancing")
@@ -138,7 +140,7 @@ def run_dry(args: argparse.Namespace, plan: Plan, command: Sequence[str], launch
     """``numabind run --dry-run``: print what the run would do (text, or ``--json``), run nothing, exit 0. The
     variables are those numabind would add or change in the command's environment (the GPUs' visibility,
     :func:`numabind._base.keep_binding_env`'s); the numactl line is for this machine unless the root is a
-    replayed one (then no ``--all`` is derived from this process's affinity)."""
+    replayed one: then its ``--all`` comes from the replayed machine's own affinity, never this process's."""
     from .._base import keep_binding_env
 
     root = getattr(args, "root", None) or os.environ.get("NUMABIND_FSROOT") or "/"
@@ -148,7 +150,12 @@ def run_dry(args: argparse.Namespace, plan: Plan, command: Sequence[str], launch
     added = {name: value for name, value in env.items() if before.get(name) != value}
     set_weights = bool(getattr(args, "set_weights", False))
     live = os.path.realpath(root) == "/" or bool(getattr(args, "bind_replayed_root", False))   # binds here
-    lines = run_lines(plan, command, live=live, balancing=bool(args.balancing),
+    affinity = None
+    if not live:
+        from ..topology import discover   # only a dry run on a replayed root reads that root again
+
+        affinity = discover(root).affinity
+    lines = run_lines(plan, command, live=live, affinity=affinity, balancing=bool(args.balancing),
                       set_weights=set_weights)
     from . import write_out   # the command's words as given, whatever the locale's encoding
 
