@@ -51,6 +51,15 @@ What the tree holds, from the XML:
   sysfs in PCI bus order (hwloc has no Ascend OS devices). :func:`gpu_order_note` says, per vendor, where
   numabind's order (PCI bus order) is not the one the file's OS devices give, or the file has none of them
   for several GPUs; GPU discovery makes it the GPUs' identity note (their identity uncertain).
+  A function below a host bridge (``bridge_type="0-1"``, ``bridge_pci="SSSS:[BB-EE]"``) and hwloc's ``Bridge``
+  objects lives where the kernel puts it, ``sys/devices/pciSSSS:BB/<bridge>/.../<bus id>`` (the bridges are
+  functions too), linked from ``sys/bus/pci/devices``; its ``net``, ``openfabrics`` (with the ports its
+  ``PortN...`` infos name) and block OS devices are in ``sys/class/{net,infiniband,block}``, a ``renderDN`` OS
+  device is its DRM render node. numabind's own export (:mod:`numabind.cli.tree`) adds infos hwloc has no word
+  for: ``NumabindPhysFn`` (an SR-IOV VF's ``physfn``), ``NumabindNetUppers`` (bonds and VLANs on the function's
+  interfaces), ``NumabindNUMANode`` ``-1`` (the firmware gave none), ``NumabindDeviceMinor`` (an NVIDIA GPU's
+  ``Device Minor``) and, on the root, ``NumabindGpuOrder.VENDOR`` (why the exported machine's order of those
+  GPUs was uncertain: the replay's note).
 
 Safety: the file is parsed by expat with no DTD: an internal subset (entity declarations: "billion laughs", an
 external entity) is refused when the parser meets it, before any expansion, and external entities are never
@@ -441,9 +450,16 @@ class HwlocTopology:
         #: bus id -> (class 16 bits, vendor, device, numa node or -1, local PUs, OS devices [(name, infos)], infos)
         self.pci: dict[str, tuple[int, int, int, int, frozenset[int], list[tuple[str, dict[str, str]]],
                                   dict[str, str]]] = {}
+        #: bus id -> its place under ``sys/devices`` (host bridge, bridges, itself), None where no host bridge says
+        self.pci_paths: dict[str, tuple[str, ...] | None] = {}
+        #: bus id -> its OS devices the kernel shows in a class: [(name, "net"/"infiniband"/"block", infos)]
+        self.osdevs: dict[str, list[tuple[str, str, dict[str, str]]]] = {}
         self.cpu_info: dict[str, str] = {}
         self.gpu_note = ""
         self.gpu_notes: dict[str, str] = {}        # vendor -> its part of gpu_note
+        #: vendor -> the note numabind's own export carries (``NumabindGpuOrder.VENDOR`` of the root): why the
+        #: exported machine's order of those GPUs was uncertain, said again on the replay
+        self.carried_notes: dict[str, str] = {}
         #: node -> ({figure: value}, initiator nodes): what the kernel shows in ``nodeN/access0/initiators``
         self.access: dict[int, tuple[dict[str, int], frozenset[int]]] = {}
         #: an Intel hybrid CPU's PMU lists (``cpu_core``, ``cpu_atom``), or None
@@ -680,6 +696,7 @@ def read_topology(path: str, data: bytes) -> HwlocTopology:
         topo.cpu_info = {k: infos[k] for k in ("CPUVendor", "CPUFamilyNumber", "CPUModel") if infos.get(k)}
         break
 
+    topo.carried_notes = {k.partition(".")[2]: v for k, v in root.infos.items() if k.startswith("NumabindGpuOrder.")}
     _read_pci(path, topo, objs, node_objs, cpuset)
     return topo
 
@@ -929,10 +946,16 @@ def _read_pci(path: str, topo: HwlocTopology, objs: list[_Obj], node_objs: Mappi
     all_nodes = frozenset(topo.nodes)
     places: dict[int, tuple[frozenset[int], int]] = {}     # locality position -> (local PUs, node)
     for obj in objs:
-        if obj.type != "PCIDev":
+        if obj.type == "Bridge" and "pci_busid" in obj.attrs:
+            bus = _bus_id(obj.attrs["pci_busid"])
+            kind = _pci_type(obj.attrs.get("pci_type", ""))
+            if bus is None or kind is None:
+                continue            # a bridge numabind cannot name is a directory of the tree, nothing more
+        elif obj.type != "PCIDev":
             continue
-        bus = _bus_id(obj.attrs.get("pci_busid", ""))
-        kind = _pci_type(obj.attrs.get("pci_type", ""))
+        else:
+            bus = _bus_id(obj.attrs.get("pci_busid", ""))
+            kind = _pci_type(obj.attrs.get("pci_type", ""))
         if bus is None or kind is None:
             raise _fail(path, obj.line, f"a PCIDev with pci_busid={_shown(obj.attrs.get('pci_busid', ''))} "
                         f"pci_type={_shown(obj.attrs.get('pci_type', ''))}, not a bus id and class [vendor:device]",
@@ -962,9 +985,68 @@ def _read_pci(path: str, topo: HwlocTopology, objs: list[_Obj], node_objs: Mappi
             log.warning("hwloc XML %s, line %d: a second PCIDev %s (class %04x); a bus id names one device, "
                         "the first is kept", path, obj.line, bus, kind[0])
             continue
+        if obj.infos.get("NumabindNUMANode") == "-1":
+            node = -1                   # numabind's export: the firmware gave this function no node
         topo.pci[bus] = (kind[0], kind[1], kind[2], node, local, osdevs, obj.infos)
+        topo.pci_paths[bus] = _sysfs_path(objs, obj, bus)
+        kinds = [(printable(objs[c].attrs.get("name", "")), _osdev_kind(topo.version, objs[c].attrs),
+                  objs[c].infos) for c in obj.children if objs[c].type == "OSDev"]
+        topo.osdevs[bus] = [(name, kind_of, infos) for name, kind_of, infos in kinds if kind_of is not None]
     topo.gpu_notes = _gpu_notes(path, topo)
     topo.gpu_note = "; ".join(topo.gpu_notes.values())
+
+
+def _host_bridge(obj: _Obj) -> str | None:
+    """``pciSSSS:BB`` of a host bridge (hwloc's ``bridge_type="0-1"``, ``bridge_pci="SSSS:[BB-EE]"``), else None."""
+    if obj.type != "Bridge" or "pci_busid" in obj.attrs or not obj.attrs.get("bridge_type", "").startswith("0"):
+        return None
+    text = obj.attrs.get("bridge_pci", "")
+    dom, sep, rest = text.partition(":[")
+    bus = rest.partition("-")[0]
+    if not sep or not 1 <= len(dom) <= 4 or len(bus) != 2 or not set(dom + bus) <= _WORD_HEX:
+        return None
+    return f"pci{int(dom, 16):04x}:{bus.lower()}"
+
+
+def _sysfs_path(objs: list[_Obj], obj: _Obj, bus: str) -> tuple[str, ...] | None:
+    """Where the kernel puts PCI function ``bus`` under ``sys/devices``: its host bridge, the bridges down to it
+    and itself (hwloc's Bridge objects above it); None when no host bridge holds it (hwloc's bridges filtered out,
+    or a file that does not say): the function is then a directory of ``sys/bus/pci/devices`` alone."""
+    chain = [bus]
+    up = obj.parent
+    while up >= 0 and objs[up].type in _IO_TYPES:
+        above = objs[up]
+        host = _host_bridge(above)
+        if host is not None:
+            return (host, *reversed(chain))
+        busid = _bus_id(above.attrs.get("pci_busid", "")) if above.type == "Bridge" else None
+        if busid is None:
+            return None
+        chain.append(busid)
+        up = above.parent
+    return None
+
+
+#: OS device kinds numabind writes as the kernel shows them, by hwloc's ``osdev_type``: hwloc 2's numbers
+#: (0 block, 2 network, 3 OpenFabrics), hwloc 3's bits (1 storage, 16 network, 32 OpenFabrics).
+_OSDEV_KINDS_V2 = {"0": "block", "2": "net", "3": "infiniband"}
+_OSDEV_KINDS_V3 = ((32, "infiniband"), (16, "net"), (1, "block"))
+
+
+def _osdev_kind(version: str, attrs: dict[str, str]) -> str | None:
+    text = attrs.get("osdev_type", "")
+    if not version.startswith("3"):
+        return _OSDEV_KINDS_V2.get(text)
+    if not text.isascii() or not text.isdigit() or len(text) > 9:
+        return None
+    bits = int(text)
+    return next((kind for bit, kind in _OSDEV_KINDS_V3 if bits & bit), None)
+
+
+def _safe_name(name: str) -> bool:
+    """Whether an OS device name from the file can be a sysfs file name (one path component, printable)."""
+    return (0 < len(name) <= 64 and name not in (".", "..") and name == printable(name)
+            and not any(c in name for c in "/ \t\n\\"))
 
 
 def _is_gpu(cls: int, vendor_id: int, device: int) -> str | None:
@@ -1000,6 +1082,9 @@ def _gpu_notes(path: str, topo: HwlocTopology) -> dict[str, str]:
         gpus = _gpus(topo, vendor)
         if len(gpus) < 2:
             continue                    # one device (or none) has one order
+        if topo.carried_notes.get(vendor):
+            out[vendor] = topo.carried_notes[vendor]
+            continue
         notes: list[str] = []
         prefixes = _RUNTIME_OSDEVS[vendor]
         if not prefixes:
@@ -1014,12 +1099,16 @@ def _gpu_notes(path: str, topo: HwlocTopology) -> dict[str, str]:
             out[vendor] = (f"{name} carries no {'/'.join(prefixes)} OS devices for its {vendor} GPUs (exported "
                            f"without them, or with I/O filtered): numabind numbers them in PCI bus order")
             continue
+        rsmi = indexed.get("rsmi", {})
+        # AMD GPUs with an rsmi OS device each get the KFD topology in that order: it is numabind's order then
+        ours, said = ((sorted(gpus, key=lambda b: rsmi[b]), "rsmi order") if vendor == "amd" and len(rsmi) == len(gpus)
+                      else (gpus, "PCI bus order"))
         for kind, found in indexed.items():
             by_runtime = sorted(found, key=lambda b: found[b])
-            by_bus = [b for b in gpus if b in found]
-            if by_runtime != by_bus:
+            by_ours = [b for b in ours if b in found]
+            if by_runtime != by_ours:
                 notes.append(f"{name}'s {kind} OS devices number its {vendor} GPUs {', '.join(by_runtime)}; "
-                             f"numabind numbers them in PCI bus order ({', '.join(by_bus)})")
+                             f"numabind numbers them in {said} ({', '.join(by_ours)})")
         covered = max(len(found) for found in indexed.values())
         if covered < len(gpus):
             notes.append(f"{name} has OS devices for {covered} of its {len(gpus)} {vendor} GPUs; numabind "
@@ -1159,16 +1248,100 @@ def tree_files(topo: HwlocTopology) -> tuple[dict[str, str], dict[str, str]]:
         if info.get("CPUModel"):
             lines.append(f"model name\t: {info['CPUModel']}")
         files["proc/cpuinfo"] = "\n".join(lines) + "\n\n"
-    _pci_files(topo, files)
+    _pci_files(topo, files, links)
     files[GPU_NOTE_FILE] = (f"source: {printable(topo.path)}\nversion: {topo.version}\ngpu_order: {topo.gpu_note}\n"
                             + "".join(f"gpu_order.{v}: {n}\n" for v, n in sorted(topo.gpu_notes.items())))
     return files, links
 
 
-def _pci_files(topo: HwlocTopology, files: dict[str, str]) -> None:
+def _link(links: dict[str, str], rel: str, target: str) -> None:
+    """A relative symlink ``rel`` -> ``target`` (both relative to the root), as sysfs makes them; the first kept."""
+    links.setdefault(rel, os.path.relpath(target, os.path.dirname(rel)))
+
+
+def _render_minor(osdevs: list[tuple[str, dict[str, str]]]) -> int | None:
+    """N of a function's ``renderDN`` OS device (the DRM render node hwloc's Linux backend lists), else None."""
+    for name, _infos in osdevs:
+        tail = name[len("renderD"):] if name.startswith("renderD") else ""
+        if tail.isascii() and tail.isdigit() and len(tail) <= 6:
+            return int(tail)
+    return None
+
+
+def _port_of(info: str) -> int | None:
+    """The port of an OpenFabrics info (``Port1State``, ``Port2LID``: 1, 2), else None."""
+    if not info.startswith("Port"):
+        return None
+    digits = info[4:len(info) - len(info[4:].lstrip("0123456789"))]
+    return int(digits) if digits and len(digits) <= 3 else None
+
+
+def _pci_bases(topo: HwlocTopology, links: dict[str, str]) -> dict[str, str]:
+    """Each function's directory: under ``sys/devices`` below its host bridge and bridges, with its link in
+    ``sys/bus/pci/devices`` (as the kernel lays them out, so that a PCI function's path, its link class to
+    another and a NIC's interfaces read as on the machine); a plain directory of ``sys/bus/pci/devices`` where
+    the file gives no host bridge."""
+    bases: dict[str, str] = {}
+    for bus in sorted(topo.pci):
+        chain = topo.pci_paths.get(bus)
+        if chain is None:
+            bases[bus] = f"sys/bus/pci/devices/{bus}"
+        else:
+            bases[bus] = "sys/devices/" + "/".join(chain)
+            _link(links, f"sys/bus/pci/devices/{bus}", bases[bus])
+    return bases
+
+
+def _osdev_files(topo: HwlocTopology, bases: dict[str, str], files: dict[str, str], links: dict[str, str]) -> None:
+    """The network interfaces, RDMA devices (with their ports) and disks of each function, in their classes;
+    an SR-IOV VF's ``physfn``, and the bonds and VLANs numabind's own export says are stacked on a function's
+    interfaces (infos ``NumabindPhysFn``, ``NumabindNetUppers``)."""
+    for bus, found in sorted(topo.osdevs.items()):
+        base = bases[bus]
+        for name, kind, infos in found:
+            if not _safe_name(name):
+                log.debug("hwloc XML %s: OS device %r of %s is no sysfs name; left out", topo.path, name, bus)
+                continue
+            here = f"{base}/{kind}/{name}"
+            if f"sys/class/{kind}/{name}" in links:
+                continue                # a name the kernel gives once
+            if kind == "net":
+                files[f"{here}/ifindex"] = "1"
+            elif kind == "block":
+                files[f"{here}/removable"] = "0"
+            else:
+                ports = sorted({p for p in map(_port_of, infos) if p is not None} or {1})
+                for port in ports[:64]:
+                    state = infos.get(f"Port{port}State", "4")
+                    files[f"{here}/ports/{port}/state"] = f"{state}: {'ACTIVE' if state == '4' else 'DOWN'}"
+                    if infos.get(f"Port{port}LinkLayer"):
+                        files[f"{here}/ports/{port}/link_layer"] = infos[f"Port{port}LinkLayer"]
+            _link(links, f"{here}/device", base)
+            _link(links, f"sys/class/{kind}/{name}", here)
+    for bus, entry in sorted(topo.pci.items()):
+        infos = entry[6]
+        pf = _bus_id(infos.get("NumabindPhysFn", ""))
+        if pf is not None and pf in bases and pf != bus:
+            _link(links, f"{bases[bus]}/physfn", bases[pf])
+        nets = [n for n, kind, _i in topo.osdevs.get(bus, ()) if kind == "net" and _safe_name(n)]
+        for upper in infos.get("NumabindNetUppers", "").split()[:64]:
+            if not _safe_name(upper) or upper in nets:
+                continue
+            here = f"sys/devices/virtual/net/{upper}"
+            existing = links.get(f"sys/class/net/{upper}")
+            if existing is not None and "devices/virtual/" not in existing:
+                continue                # a physical interface of that name
+            files[f"{here}/ifindex"] = "1"
+            _link(links, f"sys/class/net/{upper}", here)
+            for low in nets:
+                _link(links, f"{here}/lower_{low}", f"{bases[bus]}/net/{low}")
+
+
+def _pci_files(topo: HwlocTopology, files: dict[str, str], links: dict[str, str]) -> None:
     amd_rank: dict[str, tuple[int, int]] = {}
+    bases = _pci_bases(topo, links)
     for bus, (cls, vendor, device, node, local, osdevs, infos) in sorted(topo.pci.items()):
-        base = f"sys/bus/pci/devices/{bus}"
+        base = bases[bus]
         files[f"{base}/class"] = f"0x{cls:04x}00"
         files[f"{base}/vendor"] = f"0x{vendor:04x}"
         files[f"{base}/device"] = f"0x{device:04x}"
@@ -1178,13 +1351,20 @@ def _pci_files(topo: HwlocTopology, files: dict[str, str]) -> None:
         name = _is_gpu(cls, vendor, device)
         if name is None:
             continue
-        uuid = next((v for _n, i in osdevs for k, v in i.items() if k.endswith("UUID") and v), None)
-        model = next((i["GPUModel"] for _n, i in osdevs if i.get("GPUModel")), None) or infos.get("PCIDevice")
+        render = _render_minor(osdevs)
+        if render is not None:          # hwloc's Linux backend names the DRM render node of a GPU
+            files[f"{base}/drm/renderD{render}/dev"] = f"226:{render}"
+        uuid = next((v for _n, i in [*osdevs, ("", infos)] for k, v in i.items() if k.endswith("UUID") and v), None)
+        model = next((i["GPUModel"] for _n, i in [*osdevs, ("", infos)] if i.get("GPUModel")), None) or \
+            infos.get("PCIDevice")
         if name == "nvidia":
             lines = [f"Model: \t\t {model or 'NVIDIA GPU'}"]
             if uuid:
                 lines.append(f"GPU UUID: \t {uuid}")
             lines.append(f"Bus Location: \t {bus}")
+            minor = next((i["NumabindDeviceMinor"] for _n, i in osdevs if "NumabindDeviceMinor" in i), "")
+            if minor.isascii() and minor.isdigit() and len(minor) <= 6:
+                lines.append(f"Device Minor: \t {int(minor)}")
             files[f"proc/driver/nvidia/gpus/{bus}/information"] = "\n".join(lines) + "\n"
         elif name == "amd":
             hits = [_runtime_index(n, ("rsmi",)) for n, _i in osdevs]
@@ -1202,12 +1382,16 @@ def _pci_files(topo: HwlocTopology, files: dict[str, str]) -> None:
         props = ["simd_count 1", f"location_id {location}", f"domain {int(dom, 16)}"]
         if unique:
             props.append(f"unique_id {unique}")
+        render = _render_minor(osdevs)
+        if render is not None:
+            props.append(f"drm_render_minor {render}")
         files[f"sys/class/kfd/kfd/topology/nodes/{k + 1}/properties"] = "\n".join(props) + "\n"
         model = next((i["GPUModel"] for _n, i in osdevs if i.get("GPUModel")), None)
         if model:
             files[f"sys/class/kfd/kfd/topology/nodes/{k + 1}/name"] = model
     if amd_rank:
         files["sys/class/kfd/kfd/topology/nodes/0/properties"] = "cpu_cores_count 1\nsimd_count 0\n"
+    _osdev_files(topo, bases, files, links)
 
 
 def gpu_order_note(reader: Any, vendor: str | None = None) -> str:

@@ -27,8 +27,8 @@ from ..plan import Plan
 from . import (NOT_APPLIED, USAGE, command_problem, configure_logging, device_node, exec_command, gpu_index,
                gpu_spec, list_syntax_problem, run_strictness, stdout_gone)
 from ._parser import ArgumentParser
-from .look import (allowed_what, gpu_text, hardware_text, node_free_bytes, source_words, table, topology_output,
-                   topology_text)
+from .look import (OUTPUT_FORMS, allowed_what, gpu_text, hardware_text, node_free_bytes, of_error, source_words,
+                   table, topology_output, topology_text)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._base import Strictness
@@ -737,6 +737,13 @@ def _common() -> ArgumentParser:
     return c
 
 
+def _output_form(value: str) -> str:
+    """``topology --of``'s type: a form numabind writes, else the error that says how to get a picture."""
+    if value not in OUTPUT_FORMS:
+        raise argparse.ArgumentTypeError(of_error(value).removeprefix("argument --of: "))
+    return value
+
+
 #: What ``numabind --help`` says below the options: numactl's form and what ``--root`` reads.
 _EPILOG = """\
 numactl's own form works too: numabind -N 0 -m 0 CMD, numabind -C 0-3 -m 0 -- CMD, numabind -H,
@@ -774,9 +781,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "membind, preferred; --json for the whole binding (every thread, weights).")
     t = sub.add_parser("topology", parents=common, help="discovered topology: nodes, packages, caches, cores, "
                                                         "PCI devices (like lstopo)")
-    t.add_argument("--of", choices=("text", "json", "xml"), default=None,
-                   help="output format: text (default), json (Topology.to_dict(), as --json) or xml (hwloc 2 XML "
-                        "that lstopo --input FILE.xml reads)")
+    t.add_argument("--of", type=_output_form, metavar="{" + ",".join(OUTPUT_FORMS) + "}", default=None,
+                   help="output format: text (default), json (Topology.to_dict(), as --json) or xml (hwloc 2 XML: "
+                        "lstopo --input m.xml m.svg draws it, numabind --root m.xml replays it)")
     t.add_argument("--matrix", action="store_true",
                    help="GPU x NIC PCI link classes (PIX/PXB/PHB/NODE/SYS) and nodes, like nvidia-smi topo -m")
     pl = sub.add_parser("plan", parents=common, help="what each GPU's worker would be bound to",

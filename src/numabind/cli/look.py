@@ -23,8 +23,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..topology import Topology
 
-__all__ = ["allowed_what", "allowed_words", "compressed", "fast_look", "gpu_text", "hardware_text",
-           "meminfo_free", "node_free_bytes", "size_text", "source_words", "table", "topology_output",
+__all__ = ["OUTPUT_FORMS", "allowed_what", "allowed_words", "compressed", "fast_look", "gpu_text", "hardware_text",
+           "meminfo_free", "node_free_bytes", "of_error", "size_text", "source_words", "table", "topology_output",
            "topology_text"]
 
 
@@ -195,9 +195,39 @@ def look_output(what: str, how: str) -> str:
     return topology_output(topo, how)
 
 
+#: The forms ``numabind topology --of`` writes.
+OUTPUT_FORMS = ("text", "json", "xml")
+
+
+def of_error(value: str) -> str:
+    """What ``numabind topology --of VALUE`` says of a form it does not write (a picture: hwloc draws it)."""
+    return (f"argument --of: numabind writes no {printable(value)!r}, only {', '.join(OUTPUT_FORMS)}; for a picture "
+            f"let hwloc draw the XML: numabind topology --of xml > m.xml && lstopo --input m.xml m.svg (or .png, "
+            f".pdf)")
+
+
+def _bad_form(args: "list[str]") -> "str | None":
+    """The ``--of`` value of ``numabind topology ...`` that is no output form, else None."""
+    rest = args[1:]
+    for k, word in enumerate(rest):
+        if word == "--":
+            break
+        value = word[len("--of="):] if word.startswith("--of=") else rest[k + 1] if word == "--of" and \
+            k + 1 < len(rest) else None
+        if value is not None and value not in OUTPUT_FORMS:
+            return value
+    return None
+
+
 def fast_look(args: "list[str]") -> "int | None":
     """Print a plain look (see the module docstring) and return 0; None when the full command line must take
-    ``args`` (another form, or an error to report)."""
+    ``args`` (another form, or an error to report). ``topology --of svg`` (a form numabind does not write) is
+    the usage error, exit 2, that says how hwloc draws numabind's XML (:func:`of_error`)."""
+    bad = _bad_form(args) if args and args[0] == "topology" else None
+    if bad is not None:
+        sys.stderr.write(f"usage: numabind topology [--of {{{','.join(OUTPUT_FORMS)}}}] [--matrix]\n"
+                         f"numabind topology: error: {of_error(bad)}\n")
+        return 2
     form = _look_form(args)
     if form is None:
         return None

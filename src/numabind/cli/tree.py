@@ -6,7 +6,8 @@ hwloc's ``Group0(Cluster)``), cores, PUs, and a Group wherever a NUMA node's CPU
 one object (sub-NUMA clustering). Each NUMA node is a memory child of the highest object with
 exactly its CPUs; a node without CPUs (CXL, HBM, GPU memory) hangs from the machine in a Group of
 its own, as hwloc does. PCI devices hang from their node's object (the machine when the firmware
-gives them no node). Pure: the caller discovers.
+gives them no node). The tree is pure (the caller discovers); its hwloc XML also reads, under the topology's
+root, what a replay of it needs (the PCI bridges, NICs, NVSwitches and GPU OS devices: :func:`_io`).
 """
 
 from __future__ import annotations
@@ -203,9 +204,174 @@ def hwloc_bitmap(ids: Iterable[int]) -> str:
 _CACHE_TYPE = {"Unified": 0, "Data": 1, "Instruction": 2}
 
 
+_NVIDIA = 0x10DE
+#: hwloc 2's OS device types (``hwloc_obj_osdev_type_e``): block, GPU, network, OpenFabrics.
+_OSDEV_BLOCK, _OSDEV_GPU, _OSDEV_NET, _OSDEV_OPENFABRICS = 0, 1, 2, 3
+#: GPU OS devices as hwloc's NVML, RSMI and LevelZero backends name them: (name prefix, subtype, UUID info).
+_GPU_OSDEVS = {"nvidia": ("nvml", "NVML", "NVIDIAUUID"), "amd": ("rsmi", "RSMI", "AMDUUID"),
+               "intel": ("ze", "LevelZero", "LevelZeroUUID")}
+_GPU_VENDOR_NAMES = {"nvidia": "NVIDIA Corporation", "amd": "Advanced Micro Devices, Inc. [AMD/ATI]",
+                     "intel": "Intel Corporation"}
+
+
+class _IoNode:
+    """A Bridge or PCIDev of the XML: the host bridge (``device`` None), a bridge, or a function."""
+
+    __slots__ = ("kind", "device", "depth", "buses", "children")
+
+    def __init__(self, device: PciDevice | None, depth: int) -> None:
+        self.kind = "PCIDev"
+        self.device = device
+        self.depth = depth
+        self.buses = ""
+        self.children: list[_IoNode] = []
+
+
+class _Io:
+    """The I/O part of the XML: the trees hung from each object, infos and OS devices per PCI address."""
+
+    def __init__(self) -> None:
+        self.hung: dict[int, list[_IoNode]] = {}
+        self.infos: dict[str, list[tuple[str, str]]] = {}
+        self.osdevs: dict[str, list[tuple[str, int, str | None, list[tuple[str, str]]]]] = {}
+        self.notes: list[tuple[str, str]] = []      # the machine's infos: why its GPUs' order is uncertain
+
+
+def _bus(address: str) -> int:
+    return int(address[5:7], 16)
+
+
+def _io(topo: Topology, root: Obj) -> _Io:
+    """What a replay needs of the machine's I/O, read under ``topo.root``, as hwloc's backends write it: the
+    tree's devices (those the caller hung on it), NVIDIA NVSwitches, every GPU and network device, each under
+    the chain of bridges from its host bridge (``pciSSSS:BB``) that sysfs shows, the host bridge under the
+    object of its devices' node; per function its ``net`` and ``openfabrics`` (RDMA, with its ports) OS
+    devices, disks, and one GPU OS device per GPU named as hwloc's NVML/RSMI/LevelZero backends name them
+    (``nvml0``, ``rsmi0``, ``ze0``: the runtime's index, with the GPU's UUID and model). What hwloc has no word
+    for goes in infos of numabind's: ``NumabindPhysFn`` (an SR-IOV VF's physical function) and
+    ``NumabindNetUppers`` (the bonds and VLANs stacked on a function's interfaces)."""
+    from .._fs import FsReader
+    from ..iodevices import pci_place, scan_nics, scan_pci
+
+    reader = FsReader(topo.root)
+    every = {d.address: d for d in scan_pci(reader)}
+    leaves = {d.address: d for obj in root.walk() for d in obj.io}
+    gpu_of = {g.pci_address.lower(): g for g in topo.gpus}
+    nics = scan_nics(reader)
+    for address, dev in every.items():
+        nvswitch = dev.vendor_id == _NVIDIA and dev.pci_class is not None and dev.pci_class >> 8 == 0x0680
+        if nvswitch or address in gpu_of:
+            leaves.setdefault(address, dev)
+    for nic in nics:
+        if nic.address in every:
+            leaves.setdefault(nic.address, every[nic.address])
+    io = _Io()
+    # the OS devices and infos of each function
+    for vendor, (prefix, subtype, uuid_key) in _GPU_OSDEVS.items():
+        ordered = sorted((g for g in topo.gpus if g.vendor == vendor), key=lambda g: (g.physical_index, g.index))
+        doubt = next((g.identity_note for g in ordered if not g.identity_certain), None)
+        if doubt is not None:
+            # numabind is not sure which board each index is: no runtime OS device claims an order, the model
+            # and UUID are the function's infos, and the machine says why (the replay is as unsure, in the
+            # same words; the fix the note ends with is the replay's own)
+            io.notes.append((f"NumabindGpuOrder.{vendor}", doubt.rsplit("; ", 1)[0]))
+            for g in ordered:
+                io.infos.setdefault(g.pci_address.lower(), []).extend(
+                    ([("GPUModel", g.name)] if g.name else []) + ([(uuid_key, g.uuid)] if g.uuid else []))
+            continue
+        if len(ordered) < 2 and not any(g.uuid or g.name or g.minor is not None for g in ordered):
+            continue                    # one GPU known by its address alone: an OS device would say nothing
+        for k, g in enumerate(ordered):
+            infos = [("Backend", subtype), ("GPUVendor", _GPU_VENDOR_NAMES[vendor])]
+            if g.name:
+                infos.append(("GPUModel", g.name))
+            if g.uuid:
+                infos.append((uuid_key, g.uuid))
+            if vendor == "nvidia" and g.minor is not None:
+                infos.append(("NumabindDeviceMinor", str(g.minor)))     # /dev/nvidiaN: hwloc has no word for it
+            found = io.osdevs.setdefault(g.pci_address.lower(), [])
+            found.append((f"{prefix}{k}", _OSDEV_GPU, subtype, infos))
+            if vendor != "nvidia" and g.minor is not None:     # the DRM render node, as hwloc's Linux backend
+                found.append((f"renderD{g.minor}", _OSDEV_GPU, None, []))
+    for address, dev in leaves.items():
+        found = io.osdevs.setdefault(address, [])
+        found[:0] = [(b, _OSDEV_BLOCK, None, []) for b in dev.blocks] + [(n, _OSDEV_NET, None, []) for n in dev.nets]
+    for address, dev in leaves.items():
+        if dev.numa_node is None:       # the firmware gives it none (-1): said, as hwloc would place it anyway
+            io.infos.setdefault(address, []).append(("NumabindNUMANode", "-1"))
+    for nic in nics:
+        if nic.kind == "ib":
+            ports: list[tuple[str, str]] = []
+            for p in nic.ports:
+                base = f"sys/class/infiniband/{nic.name}/ports/{p}"
+                state = (reader.read_strip(f"{base}/state") or "").split(":")[0].strip()
+                layer = reader.read_strip(f"{base}/link_layer") or ""
+                ports += [(f"Port{p}State", state or "4")] + ([(f"Port{p}LinkLayer", layer)] if layer else [])
+            io.osdevs.setdefault(nic.address, []).append((nic.name, _OSDEV_OPENFABRICS, None, ports))
+        if nic.physfn:
+            io.infos.setdefault(nic.address, []).append(("NumabindPhysFn", nic.physfn))
+        if nic.uppers and ("NumabindNetUppers", " ".join(nic.uppers)) not in io.infos.get(nic.address, []):
+            io.infos.setdefault(nic.address, []).append(("NumabindNetUppers", " ".join(nic.uppers)))
+    # where each function hangs: below its bridges and host bridge, from its node's object
+    holder = {nid: obj for obj in root.walk() for nid in obj.memory}
+    groups: dict[str, list[tuple[tuple[str, ...], int | None]]] = {}
+    for address in sorted(leaves):
+        place = pci_place(reader, address)
+        if place.host_bridge is None:
+            item = _IoNode(leaves[address], 0)
+            io.hung.setdefault(id(holder.get(place.numa_node, root) if place.numa_node is not None else root),
+                               []).append(item)
+            continue
+        groups.setdefault(place.host_bridge, []).append((place.path[1:], place.numa_node))
+    for host, members in sorted(groups.items()):
+        nodes = {n for _p, n in members if n is not None}
+        where = holder.get(next(iter(nodes)), root) if len(nodes) == 1 else root
+        top = _IoNode(None, 0)
+        top.kind = "Bridge"
+        made: dict[str, _IoNode] = {}
+        for path, _node in members:
+            parent = top
+            for depth, address in enumerate(path, start=1):
+                step = made.get(address)
+                if step is None:
+                    dev = every.get(address) or leaves.get(address) or _placeholder(address)
+                    step = made[address] = _IoNode(dev, depth)
+                    parent.children.append(step)
+                parent = step
+        _ranges(top, host)
+        io.hung.setdefault(id(where), []).append(top)
+    return io
+
+
+def _placeholder(address: str) -> PciDevice:
+    from ..iodevices import PciDevice
+
+    return PciDevice(address, None, None, 0x060400, None, frozenset())
+
+
+def _ranges(item: _IoNode, host: str) -> int:
+    """Make bridges of the items with children and give each bridge its bus range (hwloc's ``bridge_pci``);
+    the highest bus below ``item``."""
+    item.children.sort(key=lambda c: c.device.address if c.device is not None else "")
+    low = int(host[8:], 16) if item.device is None else None
+    high = _bus(item.device.address) if item.device is not None else int(host[8:], 16)
+    for child in item.children:
+        assert child.device is not None
+        below = _ranges(child, host)
+        bus = _bus(child.device.address)
+        low = bus if low is None else min(low, bus)
+        high = max(high, below, bus)
+    if item.children or item.device is None:
+        item.kind = "Bridge"
+        item.buses = f"{host[3:7]}:[{low or 0:02x}-{high:02x}]"
+    return high
+
+
 def hwloc_xml(topo: Topology, root: Obj) -> str:
-    """hwloc 2 XML (what ``lstopo --of xml`` writes) that ``lstopo --input FILE.xml`` reads."""
+    """hwloc 2 XML (what ``lstopo --of xml`` writes) that ``lstopo --input FILE.xml`` reads, and that numabind
+    replays as the machine it came from (see :func:`_io` for the I/O it carries)."""
     node_of = {cpu: n for n, node in topo.nodes.items() for cpu in node.cpus}
+    io = _io(topo, root)
     gp = [0]
     out = ['<?xml version="1.0" encoding="UTF-8"?>', '<!DOCTYPE topology SYSTEM "hwloc2.dtd">',
            '<topology version="2.0">']
@@ -247,6 +413,8 @@ def hwloc_xml(topo: Topology, root: Obj) -> str:
         if os_index is not None and os_index < 0:
             os_index = None
         out.append(f"{pad}<object {attrs(kind, os_index, obj.cpus, nodeset(obj), extra)}>")
+        if obj.kind == "Machine":
+            out.extend(f'{pad}  <info name={quoteattr(k)} value={quoteattr(printable(v))}/>' for k, v in io.notes)
         if obj.kind == "Package" and topo.model_name:
             out.append(f'{pad}  <info name="CPUModel" value={quoteattr(printable(topo.model_name))}/>')
         for nid in obj.memory:
@@ -254,26 +422,45 @@ def hwloc_xml(topo: Topology, root: Obj) -> str:
             out.append(f"{pad}  <object {attrs('NUMANode', nid, obj.cpus, frozenset({nid}), mem)}/>")
         for child in obj.children:
             emit(child, depth + 1)
-        for dev in obj.io:
-            emit_pci(dev, depth + 1)
+        for item in io.hung.get(id(obj), ()):
+            emit_io(pad + "  ", item)
         out.append(f"{pad}</object>")
 
-    def emit_pci(dev: PciDevice, depth: int) -> None:
-        pad = "  " * depth
-        bus = dev.address[:7]
+    def emit_io(pad: str, item: _IoNode) -> None:
         gp[0] += 1
-        out.append(f'{pad}<object type="Bridge" gp_index="{gp[0]}" bridge_type="0-1" depth="0" '
-                   f'bridge_pci="{bus[:4]}:[{bus[5:7]}-{bus[5:7]}]">')
-        gp[0] += 1
-        cls = (dev.pci_class or 0) >> 8
-        ids = f"[{dev.vendor_id or 0:04x}:{dev.device_id or 0:04x}]"
-        out.append(f'{pad}  <object type="PCIDev" gp_index="{gp[0]}" pci_busid="{dev.address}" '
-                   f'pci_type="{cls:04x} {ids} [0000:0000] 00" pci_link_speed="0.000000">')
-        for name, osdev_type in [(b, 0) for b in dev.blocks] + [(n, 2) for n in dev.nets]:
+        dev = item.device
+        fields = [("type", item.kind), ("gp_index", gp[0])]
+        if item.kind == "Bridge":
+            fields += [("bridge_type", "0-1" if dev is None else "1-1"), ("depth", item.depth),
+                       ("bridge_pci", item.buses)]
+        if dev is not None:
+            cls = (dev.pci_class or 0) >> 8
+            if cls == 0x0680 and dev.vendor_id == _NVIDIA:
+                fields.insert(2, ("subtype", "NVSwitch"))
+            fields += [("pci_busid", dev.address),
+                       ("pci_type", f"{cls:04x} [{dev.vendor_id or 0:04x}:{dev.device_id or 0:04x}] [0000:0000] 00"),
+                       ("pci_link_speed", "0.000000")]
+        head = f"{pad}<object " + " ".join(f"{k}={quoteattr(str(v))}" for k, v in fields)
+        infos = io.infos.get(dev.address, []) if dev is not None else []
+        osdevs = io.osdevs.get(dev.address, []) if dev is not None else []
+        if not item.children and not infos and not osdevs:
+            out.append(head + "/>")
+            return
+        out.append(head + ">")
+        out.extend(f"{pad}  <info name={quoteattr(k)} value={quoteattr(printable(v))}/>" for k, v in infos)
+        for name, osdev_type, subtype, osdev_infos in osdevs:
             gp[0] += 1
-            out.append(f'{pad}    <object type="OSDev" gp_index="{gp[0]}" name={quoteattr(printable(name))} '
-                       f'osdev_type="{osdev_type}"/>')
-        out.append(f"{pad}  </object>")
+            sub = "" if subtype is None else f" subtype={quoteattr(subtype)}"
+            tag = (f'{pad}  <object type="OSDev" gp_index="{gp[0]}" name={quoteattr(printable(name))}{sub} '
+                   f'osdev_type="{osdev_type}"')
+            if not osdev_infos:
+                out.append(tag + "/>")
+                continue
+            out.append(tag + ">")
+            out.extend(f"{pad}    <info name={quoteattr(k)} value={quoteattr(printable(v))}/>" for k, v in osdev_infos)
+            out.append(f"{pad}  </object>")
+        for child in item.children:
+            emit_io(pad + "  ", child)
         out.append(f"{pad}</object>")
 
     emit(root, 1)
