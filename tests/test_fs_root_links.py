@@ -121,3 +121,17 @@ def test_a_parse_error_quotes_a_short_printable_excerpt(trees):
     quoted = message.rpartition("(content: ")[2]        # what the reader quotes of the file
     assert quoted.startswith("'?[2J?" + "y" * (EXCERPT - 5) + "'... (305 characters)")
     assert "y" * (EXCERPT + 1) not in quoted
+
+
+def test_a_link_to_a_missing_target_resolves_as_realpath_does_inside_the_root(tmp_path):
+    """A dump keeps a class link whose target directory it did not capture (sys/class/net/X ->
+    ../../devices/.../net/X): the device is still found by the path, as os.path.realpath finds it; what climbs
+    above the root stays inside it, and a path missing before any link is None."""
+    (tmp_path / "sys" / "class" / "net").mkdir(parents=True)
+    (tmp_path / "sys" / "devices" / "pci0000:19" / "0000:19:00.0").mkdir(parents=True)
+    os.symlink("../../devices/pci0000:19/0000:19:00.0/net/ens1", tmp_path / "sys" / "class" / "net" / "ens1")
+    os.symlink("../../../../../../../etc/x", tmp_path / "sys" / "class" / "net" / "up")
+    r = FsReader(tmp_path)
+    assert r.realpath("sys/class/net/ens1") == "/sys/devices/pci0000:19/0000:19:00.0/net/ens1"
+    assert r.realpath("sys/class/net/up") is None               # '..' above the root: refused, never followed
+    assert r.realpath("sys/class/block/nvme0n1") is None        # missing before any link

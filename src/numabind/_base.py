@@ -28,7 +28,7 @@ from .errors import NumabindError
 __all__ = ["DEBUG", "ERROR", "EXIT_NOT_APPLIED", "EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND", "EXIT_USAGE", "INFO", "WARNING",
            "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
            "TLLM_AFFINITY_ENV", "Value", "bind_settings", "environ_copy", "environ_get", "getLogger", "keep_binding_env",
-           "printable", "real_logger", "strict_from_env", "warn_through"]
+           "EXCERPT", "excerpt", "printable", "real_logger", "strict_from_env", "warn_through"]
 
 #: Exit statuses of ``numabind run`` and of a command started bound (numactl's and a shell's): the binding
 #: could not be applied, a usage error, a command found but not executable, a command not found.
@@ -46,6 +46,26 @@ def printable(text: str) -> str:
     if text.isprintable() and "\ufffd" not in text:
         return text
     return "".join(c if c.isprintable() and c != "\ufffd" else "?" for c in text)
+
+
+#: The most characters of someone else's text an error message quotes: what a parse error needs to show,
+#: never a whole file.
+EXCERPT = 40
+
+
+def excerpt(text: str, width: int = EXCERPT, *, escape: bool = False) -> str:
+    """The start of ``text`` (whitespace trimmed) for an error message: at most ``width`` characters,
+    through :func:`printable`, quoted, and the length said when cut. The text may be another user's (a
+    replayed machine's file, a list a process wrote), so an error never carries more of it than that.
+
+    With ``escape`` the text is quoted as typed (not trimmed), each non-printable character as Python's
+    ``repr`` escapes it (``\\n``, ``\\x1b``, ``\\u202e``) instead of ``?``: for a value the user typed (a
+    cpulist), whose error should say which character is wrong. Neither form prints a control character."""
+    body = text if escape else text.strip()
+    cut = len(body) > width
+    shown = body[:width] if cut else body
+    quoted = repr(shown if escape else printable(shown))
+    return f"{quoted}... ({len(body)} characters)" if cut else quoted
 
 
 # ----------------------------------------------------------------------------- frozen values

@@ -14,6 +14,9 @@ from where it stands, an absolute one from the root, and ``..`` that would climb
 refused. sysfs's own relative links (``sys/bus/pci/devices/X -> ../../../devices/...``) resolve inside
 the tree as they do on the machine; ``sys -> /`` or ``status -> /etc/shadow`` in a dump lead to the
 dump's own ``/etc/shadow`` (missing), not the host's. The live root ``/`` reads paths directly.
+While :func:`~numabind.topology.discover` runs (:meth:`FsReader.hold_dirs`), each directory is resolved
+once, from its parent's descriptor, and each file is opened relative to its directory's descriptor with
+``O_NOFOLLOW``: the same confinement, without a walk from the root for every file.
 
 Every read is bounded and cannot hang: files are opened non-blocking, anything
 that is not a regular file (a FIFO, a device such as a link to ``/dev/zero``)
@@ -31,15 +34,16 @@ descriptor, no symbolic link followed, the owner checked) all read through it.
 import os
 import stat
 import sys
+from _thread import get_ident as _get_ident   # built in, loaded by every interpreter's import system
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Sequence
 
-from ._base import printable
+from ._base import excerpt, printable
 from .errors import NumabindError
 
-__all__ = ["FsReader", "RefusedFile", "excerpt", "malformed", "read_bounded", "read_in_root", "resolve_root", "ascii_int", "key_values", "MAX_READ",
+__all__ = ["FsReader", "RefusedFile", "malformed", "read_bounded", "read_in_root", "resolve_root", "ascii_int", "key_values", "MAX_READ",
            "WEIGHTS_AUTO_NAMES", "WEIGHTS_DIR"]
 
 #: Largest file (bytes) a read without an explicit limit accepts. Kernel sysfs
@@ -105,22 +109,9 @@ def key_values(text: str, *, first_block: bool = False) -> dict[str, str]:
     return out
 
 
-#: The most characters of a file an error message quotes: what a parse error needs to show, never a file.
-EXCERPT = 40
-
-
-def excerpt(text: str, width: int = EXCERPT) -> str:
-    """The start of ``text`` (whitespace trimmed) for an error message: at most ``width`` characters,
-    through :func:`numabind._base.printable`, quoted, and the length said when cut. A file quoted in
-    an error may be another user's (a replayed machine's), so an error never carries more."""
-    body = text.strip()
-    if len(body) <= width:
-        return repr(printable(body))
-    return f"{printable(body[:width])!r}... ({len(body)} characters)"
-
-
 def malformed(reader: "FsReader", rel: str, text: str, why: str) -> NumabindError:
-    """The error for a file of ``reader`` that does not parse: its path, why, and an :func:`excerpt`."""
+    """The error for a file of ``reader`` that does not parse: its path, why, and an excerpt of the text
+    (:func:`numabind._base.excerpt`: at most 40 printable characters)."""
     return NumabindError(f"malformed {printable(reader.path(rel))}: {why} (content: {excerpt(text)})")
 
 
@@ -253,7 +244,7 @@ def read_bounded(path: str, cap: int, *, dir_fd: int | None = None, nofollow: bo
 # -- the confined walk ----------------------------------------------------------
 
 
-def _walk(root: str, rel: str) -> "tuple[int, str, list[str]]":
+def _walk(root: str, rel: str, *, lexical_rest: bool = False) -> "tuple[int, str, list[str]]":
     """``rel`` below the directory ``root``, resolved as a chroot at ``root`` would resolve it:
     ``(descriptor of the directory holding the last component, the last component's name, the names of
     the whole resolved path)``. The name is ``""`` when ``rel`` is a directory reached by ``..`` or the
@@ -263,7 +254,11 @@ def _walk(root: str, rel: str) -> "tuple[int, str, list[str]]":
     Each directory is opened relative to the one before with ``O_NOFOLLOW``; a link is followed by its
     text only, relative to the directory holding it, or to ``root`` when absolute, so no path leaves
     the tree, however its links point. Errors are OSError: the kernel's (missing, not a directory,
-    permission), ELOOP after :data:`MAX_LINKS` links, EXDEV for ``..`` above the root."""
+    permission), ELOOP after :data:`MAX_LINKS` links, EXDEV for ``..`` above the root.
+
+    ``lexical_rest``: past a link, from a directory that does not exist on, the rest of the path is taken as
+    written (nothing there can be a link), as ``os.path.realpath`` resolves a link to a missing target; the
+    name is then ``""`` and the names are the whole path (``..`` still never above the root)."""
     import errno   # a directory root only: off numabind run's path
 
     todo = [p for p in reversed(rel.split("/")) if p and p != "."]   # the next component last
@@ -285,6 +280,13 @@ def _walk(root: str, rel: str) -> "tuple[int, str, list[str]]":
                     names.append(part)
                     continue
                 except OSError as e:
+                    if lexical_rest and links and e.errno == errno.ENOENT:   # inside a link's target
+                        for rest in [part, *reversed(todo)]:
+                            if rest != "..":
+                                names.append(rest)
+                            elif names:
+                                names.pop()
+                        return fds.pop(), "", names
                     if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                         raise
                     try:
@@ -412,6 +414,83 @@ def _batch_room(new: "Any") -> "tuple[Any, ...]":
         "files": BATCH_FILES})
 
 
+#: The most directory descriptors a reader holds (:meth:`FsReader.hold_dirs`): discovery reads one CPU's
+#: directories, then the next one's, so the few last ones and their parents are what is read again.
+DIR_FDS = 64
+
+
+class _DirFds(dict[str, int]):
+    """The directories of a replayed root that one thread's reads resolved, by their path relative to it:
+    descriptors (``O_PATH``) reached as :func:`_walk` reaches them, the oldest closed first beyond
+    :data:`DIR_FDS`. Owned by the thread that holds them: another thread walks (never a descriptor that the
+    owner may close)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owner: int = _get_ident()
+        self.depth: int = 1     # the hold_dirs calls not yet released
+        self.free: set[str] = set()   # those reached without a link: their path reads what the descriptor does
+
+    def resolve(self, root: str, rel: str) -> int:
+        """The descriptor of directory ``rel`` (a plain path: no ``.``, ``..`` or empty component; ``""`` is the
+        root), resolved from its parent's: one ``O_NOFOLLOW`` opening, or the confined walk where a link is on
+        the way. Errors are the walk's (OSError)."""
+        fd = self.get(rel)
+        if fd is not None:
+            return fd
+        import errno   # a replayed root only: off numabind run's path
+
+        free = True
+        if not rel:
+            fd = os.open(root, _WALK_FLAGS & ~os.O_NOFOLLOW)
+        else:
+            parent, _, name = rel.rpartition("/")
+            base = self.resolve(root, parent)
+            free = parent in self.free
+            try:
+                fd = os.open(name, _WALK_FLAGS, dir_fd=base)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                fd = _walk_dir(root, rel)     # a link on the way: followed by its text, inside the root
+                free = False
+        if len(self) >= DIR_FDS:
+            self.free.discard(old := next(iter(self)))
+            os.close(self.pop(old))
+        self[rel] = fd
+        if free:
+            self.free.add(rel)
+        return fd
+
+    def close(self) -> None:
+        self.free.clear()
+        while self:
+            os.close(self.popitem()[1])
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (OSError, TypeError, AttributeError):   # closed already, or the interpreter is shutting down
+            pass
+
+
+def _plain(body: str) -> bool:
+    """Whether the relative path ``body`` has no empty, ``.`` or ``..`` component (nor any other starting with a
+    dot): each of its directories is then its parent's entry of that name."""
+    return "//" not in body and "/." not in "/" + body
+
+
+def _walk_dir(root: str, rel: str) -> int:
+    """A descriptor (``O_PATH``) of the directory ``rel`` below ``root``, reached by :func:`_walk`."""
+    fd, name, _ = _walk(root, rel)
+    if not name:
+        return fd
+    try:
+        return os.open(name, _WALK_FLAGS, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 class FsReader:
     """Reads files below ``root``; missing or unreadable files read as ``None``.
 
@@ -419,13 +498,14 @@ class FsReader:
     directory actually read.
     """
 
-    __slots__ = ("root", "is_live", "origin", "_prefix", "_pre")
+    __slots__ = ("root", "is_live", "origin", "_prefix", "_pre", "_dirs")
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root, self.origin = _resolve(root)
         self.is_live = self.root == "/"
         self._prefix = self.root.rstrip("/") + "/"
         self._pre: "dict[str, Any] | None" = None
+        self._dirs: "_DirFds | None" = None
 
     def path(self, rel: str) -> str:
         return self._prefix + rel.lstrip("/")
@@ -470,7 +550,7 @@ class FsReader:
         try:   # a file too large for one small read, no compiled core, or a replayed root
             cap = MAX_READ if limit is None else limit
             data = (read_bounded(path, cap, prefix=limit is not None) if self.is_live
-                    else read_in_root(self.root, rel, cap, prefix=limit is not None))
+                    else self._read_in_root(rel, cap, limit is not None))
         except (OSError, ValueError):
             return None
         except RefusedFile as e:
@@ -485,13 +565,88 @@ class FsReader:
 
     def _link_free(self, rel: str) -> "bool | None":
         """Whether ``rel`` of a replayed root leads to its file without a link or ``..`` (then reading the path
-        reads what the confined walk reaches); None when the walk cannot reach it (missing, refused)."""
+        reads what the confined walk reaches); None when the walk cannot reach it (missing, refused).
+
+        While directories are held (:meth:`hold_dirs`) the directory holding the last component comes from
+        them and the last component is looked at alone (``fstatat`` without following it)."""
+        body = rel.strip("/")
+        dirs = self._held()
+        if dirs is None or not _plain(body):
+            try:
+                fd, _, names = _walk(self.root, rel)
+            except (OSError, ValueError):
+                return None
+            os.close(fd)
+            return names == [p for p in rel.split("/") if p and p != "."]
+        head, _, name = body.rpartition("/")
         try:
-            fd, _, names = _walk(self.root, rel)
+            fd = dirs.resolve(self.root, head)
+            if not name:
+                return True                       # the root itself
+            mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
         except (OSError, ValueError):
             return None
-        os.close(fd)
-        return names == [p for p in rel.split("/") if p and p != "."]
+        return head in dirs.free and not stat.S_ISLNK(mode)
+
+    # -- a replayed root: each directory resolved once while held -------------------------------------
+
+    def hold_dirs(self) -> None:
+        """Until :meth:`release_dirs`, this thread's reads of a replayed root resolve each directory once through
+        the confined walk and keep its descriptor (at most :data:`DIR_FDS`, the oldest closed first), reading
+        each file relative to it with ``O_NOFOLLOW``: what the walk reaches, without walking from the root
+        for every file. A descriptor is the directory as it was when resolved, so discovery holds them for one
+        discover() only. Calls nest; the live root holds nothing (it reads paths directly)."""
+        if self.is_live:
+            return
+        dirs = self._dirs
+        if dirs is None:
+            self._dirs = _DirFds()
+        elif dirs.owner == _get_ident():
+            dirs.depth += 1
+
+    def release_dirs(self) -> None:
+        """Ends a :meth:`hold_dirs`: the last one closes the descriptors."""
+        dirs = self._dirs
+        if dirs is None or dirs.owner != _get_ident():
+            return
+        dirs.depth -= 1
+        if dirs.depth <= 0:
+            self._dirs = None
+            dirs.close()
+
+    def _held(self) -> "_DirFds | None":
+        dirs = self._dirs
+        return dirs if dirs is not None and dirs.owner == _get_ident() else None
+
+    def _at(self, rel: str) -> "tuple[int, str, bool]":
+        """``(descriptor of the directory holding the last component of rel, its name, whether the caller
+        closes the descriptor)``, as :func:`_walk` gives them: from the held directories when ``rel`` is a plain
+        path (no ``.`` or ``..`` component), else from a walk of its own. The name is ``""`` for the root."""
+        body = rel.strip("/")
+        dirs = self._held()
+        if dirs is None or not _plain(body):
+            fd, name, _ = _walk(self.root, body)
+            return fd, name, True
+        head, _, name = body.rpartition("/")
+        return dirs.resolve(self.root, head), name, False
+
+    def _read_in_root(self, rel: str, cap: int, prefix: bool) -> bytes:
+        """:func:`read_in_root` of ``rel``, through the held directories when there are."""
+        fd, name, own = self._at(rel)
+        try:
+            if name:
+                try:
+                    return read_bounded(name, cap, dir_fd=fd, nofollow=True, prefix=prefix)
+                except OSError as e:
+                    import errno   # a replayed root only
+
+                    if own or e.errno != errno.ELOOP:
+                        raise
+            # a link as the last component (followed by its text, inside the root), or the root itself
+            return read_in_root(self.root, rel, cap, prefix=prefix)
+        finally:
+            if own:
+                os.close(fd)
 
     @staticmethod
     def _failed(path: str, code: int) -> None:
@@ -589,6 +744,10 @@ class FsReader:
 
     def _listdir_in_root(self, rel: str) -> list[str]:
         """The names in directory ``rel`` of a replayed root, reached through the confined walk."""
+        dirs = self._held()
+        body = rel.strip("/")
+        if dirs is not None and _plain(body):
+            return self._list_at(dirs.resolve(self.root, body), ".")
         fd, name, _ = _walk(self.root, rel)
         try:
             return self._list_at(fd, name or ".")
@@ -642,7 +801,13 @@ class FsReader:
         try:
             if self.is_live:
                 return os.stat(self.path(rel))
-            return _stat_in_root(self.root, rel)
+            fd, name, own = self._at(rel)
+            try:
+                st = os.stat(name or ".", dir_fd=fd, follow_symlinks=False)
+            finally:
+                if own:
+                    os.close(fd)
+            return _stat_in_root(self.root, rel) if stat.S_ISLNK(st.st_mode) else st   # a link: followed inside
         except (OSError, ValueError):
             return None
 
@@ -663,7 +828,7 @@ class FsReader:
         path cannot be resolved."""
         if not self.is_live:
             try:
-                fd, name, names = _walk(self.root, rel)
+                fd, name, names = _walk(self.root, rel, lexical_rest=True)
             except (OSError, ValueError):
                 return None
             try:

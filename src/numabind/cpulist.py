@@ -19,6 +19,7 @@ TYPE_CHECKING = False   # annotations only: collections.abc stays off the import
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
 
+from ._base import excerpt
 from .errors import PlanError
 
 __all__ = [
@@ -44,9 +45,16 @@ MAX_LISTED = 4 * (MAX_ID + 1)
 MAX_LIST_TEXT = 1 << 20
 
 
+#: The most characters of a list an error quotes (with :func:`numabind._base.excerpt`): its start, never a
+#: whole file; a few more than a file's excerpt, so that a range of two numbers at the digit cap shows whole.
+QUOTED = 48
+
+
 def _shown(text: str) -> str:
-    """``text`` as an error message quotes it: its repr, cut at 200 characters."""
-    return repr(text) if len(text) <= 200 else f"{text[:200]!r}... ({len(text)} characters)"
+    """``text`` as an error message quotes it: its first :data:`QUOTED` characters, each non-printable one
+    escaped as ``repr`` escapes it. The text may be another user's: a file of a replayed machine (whose
+    error discovery passes on) or a list another process wrote."""
+    return excerpt(text, QUOTED, escape=True)
 
 
 def _check_length(text: str, what: str) -> None:
@@ -158,7 +166,7 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
         m = _match_group(group)
         if m is None:
             raise PlanError(
-                f"{what} {_shown(text)}: cannot parse {group[:40]!r}; expected N, N-M or N-M:used/group "
+                f"{what} {_shown(text)}: cannot parse {_shown(group)}; expected N, N-M or N-M:used/group "
                 f"separated by commas (e.g. '0-3,8')"
             )
         lo = _check_id(m[0], text, what)
@@ -167,7 +175,7 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
             continue
         hi = _check_id(m[1], text, what)
         if hi < lo:
-            raise PlanError(f"{what} {_shown(text)}: range {group!r} ends before it starts")
+            raise PlanError(f"{what} {_shown(text)}: range {_shown(group)} ends before it starts")
         if m[2] is None:
             used = size = 1
         elif m[3] is None:
@@ -176,7 +184,7 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
             used, size = _check_id(m[2], text, what), _check_id(m[3], text, what)
         if size == 0 or used == 0 or used > size:
             raise PlanError(
-                f"{what} {_shown(text)}: in {group!r} the group size must be > 0 and "
+                f"{what} {_shown(text)}: in {_shown(group)} the group size must be > 0 and "
                 f"0 < used <= group size"
             )
         listed += _group_count(lo, hi, used, size) - 1
@@ -258,7 +266,7 @@ def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
         bad = next((w for w in body.split(",") if not (0 < len(w) <= 8 and w.isascii()
                     and all(c in "0123456789abcdefABCDEF" for c in w))), body)
         raise PlanError(
-            f"{what} {_shown(text)}: {bad[:40]!r} is not a hex word of at most 8 digits "
+            f"{what} {_shown(text)}: {_shown(bad)} is not a hex word of at most 8 digits "
             f"(expected e.g. '00000000,0000000f')"
         )
     words = body.split(",")

@@ -2,8 +2,8 @@
 
 Reads only through an :class:`numabind._fs.FsReader` under the discovery root:
 file contents through ``reader.read``, device files (``dev/nvidia4``,
-``dev/dri/renderD128``, ``dev/kfd``, ``dev/davinci3``) only by ``stat`` of
-``reader.path(...)``, never opened. NVML (``pynvml``) is used only for the live
+``dev/dri/renderD128``, ``dev/kfd``, ``dev/davinci3``) only by ``reader.stat``
+(links followed inside a replayed root only), never opened. NVML (``pynvml``) is used only for the live
 root and only when it imports.
 
 Which GPUs, and in which order
@@ -653,15 +653,16 @@ def place_numa_node(gpu: PciGpu, nodes: Mapping[int, Any]) -> tuple[int | None, 
 
 # ------------------------------------------------ which GPUs the runtime opens
 def _accessible(reader: Any, rel: str) -> bool:
-    """Whether the device file ``rel`` under the root could be opened read-write (see the module doc)."""
-    path = reader.path(rel)
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
+    """Whether the device file ``rel`` under the root could be opened read-write (see the module doc).
+
+    Its mode is read through ``reader.stat``: in a replayed root a link is followed inside the root only,
+    so a device node that links out of it never answers with a file of this machine."""
+    st = reader.stat(rel)
+    if st is None:
         return False
     if getattr(reader, "is_live", False):
-        return stat.S_ISCHR(st.st_mode) and os.access(path, os.R_OK | os.W_OK)
-    return st.st_mode & 0o600 == 0o600
+        return stat.S_ISCHR(st.st_mode) and os.access(reader.path(rel), os.R_OK | os.W_OK)
+    return bool(st.st_mode & 0o600 == 0o600)
 
 
 def _device_nodes(reader: Any, directory: str, prefix: str) -> dict[int, bool] | None:

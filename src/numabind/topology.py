@@ -1072,8 +1072,17 @@ def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Top
     """Discovery through an existing reader (tools that record or replay reads).
 
     ``env`` is passed to GPU discovery (``CUDA_VISIBLE_DEVICES`` & co.);
-    it defaults to ``os.environ``.
+    it defaults to ``os.environ``. A replayed root's directories are resolved once each while it runs
+    (:meth:`FsReader.hold_dirs <numabind._fs.FsReader.hold_dirs>`).
     """
+    reader.hold_dirs()
+    try:
+        return _discover_from(reader, env)
+    finally:
+        reader.release_dirs()
+
+
+def _discover_from(reader: FsReader, env: Mapping[str, str] | None) -> Topology:
     start = time.perf_counter()
     _require_sysfs(reader)
     sets = _Sets(reader)

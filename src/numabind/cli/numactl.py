@@ -631,7 +631,11 @@ _PROCESS = CPU_OPTIONS + POLICIES + ("all", "balancing", "within-affinity")
 def _show(before: list[str]) -> int:
     """numactl's --show of the binding the options ``before`` it make."""
     if before:     # numactl shows what the options before -s set: show from a bound child
-        return _run(before, [sys.executable, "-m", "numabind", "show"])
+        # Started isolated (python -I, this very copy of numabind): a numabind/ in the working directory or on
+        # PYTHONPATH never runs in its place. process is a lower floor; imported here, only on this path.
+        from ..process.commands import numabind_command
+
+        return _run(before, numabind_command(["show"]))
     import argparse
 
     from .commands import cmd_show

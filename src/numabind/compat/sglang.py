@@ -82,7 +82,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._fs import ascii_int
+from .._fs import FsReader, ascii_int
 from ..bind import BindReport
 from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import NumabindError, PlanError
@@ -244,14 +244,23 @@ def _is_numa_available() -> bool:
     and memory-policy calls permitted (``_can_set_mempolicy``). numactl is not required."""
     if not (_cuda() or _xpu()):
         return False
-    node1 = _NODE1_PATH if on_live_machine() else os.path.join(current_topology().root, _NODE1_PATH.lstrip("/"))
-    if not os.path.isdir(node1):
+    if not (os.path.isdir(_NODE1_PATH) if on_live_machine() else _replayed_isdir(_NODE1_PATH)):
         return False
     if not _can_set_mempolicy():
         logger.warning("This process may not use NUMA memory policies; skipping NUMA binding of the GPUs. "
                        "In a container, add --cap-add SYS_NICE.")
         return False
     return True
+
+
+def _replayed_isdir(path: str) -> bool:
+    """Whether ``path`` is a directory of the replayed machine under the current topology's root, read as
+    discovery reads it (:class:`numabind._fs.FsReader`: a link is followed inside the root only, a dump
+    tarball or an hwloc XML file read as its tree); False when the root cannot be read."""
+    try:
+        return FsReader(current_topology().root).isdir(path.lstrip("/"))
+    except NumabindError:
+        return False
 
 
 def _gpu(device_id: int) -> Any | None:

@@ -14,7 +14,13 @@ forkserver children inherit the environment, forked ones the finder). It then:
    what the host (or its tests) patch on ``numa_utils`` is what runs. numabind is imported only then,
    never at start-up; one INFO line through the drop-in's logger says numabind is in charge. When the
    interpreter has no ``numabind`` (a child running another environment's Python), the host's own
-   module is used and one line on stderr says so;
+   module is used and one line on stderr says so.
+
+   The numabind imported is the installation this file belongs to (``numabind/compat/bootstrap/`` of
+   it, :func:`package_dir`), loaded from its own directory (:func:`import_own`), never whatever
+   ``sys.path`` finds first: the program's working directory, its script's directory and
+   ``PYTHONPATH`` come before site-packages there, so a ``numabind/`` of the user's would run in its
+   place. The program's ``sys.path`` is left as it is;
 3. runs the ``sitecustomize`` it shadows (the next one on ``sys.path``), if any, under that name.
 
 Nothing is written anywhere. Only the standard library is imported at start-up: this runs in every
@@ -33,7 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from importlib.machinery import ModuleSpec
     from types import ModuleType
 
-__all__ = ["ROUTES", "HostModuleFinder", "announce", "install", "package_problem", "path_problem"]
+__all__ = ["ROUTES", "HostModuleFinder", "announce", "import_own", "install", "package_dir", "package_problem",
+           "path_problem"]
 
 #: host module -> numabind's drop-in that answers its import
 ROUTES = {
@@ -94,15 +101,73 @@ def path_problem(path: str, uid: int | None = None) -> str | None:
     return None
 
 
-def package_problem() -> str | None:
-    """:func:`path_problem` of the directory of the ``numabind`` package this interpreter imports (found,
-    not imported: ``importlib.util.find_spec``); ``"absent"`` when there is none."""
+def _own_package() -> str | None:
+    """The directory of the ``numabind`` package this file belongs to (it is
+    ``<parent>/numabind/compat/bootstrap/sitecustomize.py``), or None for a copy of it elsewhere."""
+    here = os.path.abspath(__file__)
+    package = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    if os.path.basename(package) != _PACKAGE or not os.path.isfile(os.path.join(package, "__init__.py")):
+        return None
+    return package
+
+
+def package_dir() -> str | None:
+    """The directory of the ``numabind`` package the drop-ins are imported from, when this interpreter has it;
+    None when it has none.
+
+    It is the installation this file belongs to, and this interpreter has it when that installation's parent
+    directory is on ``sys.path`` (site-packages, an editable install's ``.pth`` line) or when ``numabind`` is
+    found there (an import hook) at that very place: never a ``numabind`` the program's working directory,
+    its script's directory or ``PYTHONPATH`` puts first. A copy of this file outside a ``numabind`` package
+    (no installation of its own) takes the ``numabind`` found on ``sys.path`` (found, not imported:
+    ``importlib.util.find_spec``)."""
     from importlib.util import find_spec
 
+    own = _own_package()
+    if own is not None and any(_same_dir(entry, os.path.dirname(own)) for entry in sys.path):
+        return own
     spec = find_spec(_PACKAGE)
     if spec is None or not spec.origin:
+        return None
+    found = os.path.dirname(spec.origin)
+    return found if own is None or _same_dir(found, own) else None
+
+
+def package_problem() -> str | None:
+    """:func:`path_problem` of :func:`package_dir`; ``"absent"`` when this interpreter has no such package."""
+    found = package_dir()
+    if found is None:
         return "absent"
-    return path_problem(os.path.dirname(spec.origin))
+    return path_problem(found)
+
+
+def import_own(name: str, package: str) -> ModuleType:
+    """Import the module ``name`` of numabind (``numabind.compat.vllm``) from the ``numabind`` package in the
+    directory ``package``, whatever ``sys.path`` holds and without changing it: the package itself is loaded
+    from its file (``importlib.util.spec_from_file_location``), its modules then from its own ``__path__``.
+    A ``numabind`` already imported from elsewhere is a :class:`ImportError` naming both places."""
+    import importlib
+    import importlib.util
+
+    loaded = sys.modules.get(_PACKAGE)
+    if loaded is None:
+        init = os.path.join(package, "__init__.py")
+        spec = importlib.util.spec_from_file_location(_PACKAGE, init, submodule_search_locations=[package])
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load numabind from {package}", name=_PACKAGE, path=init)
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[_PACKAGE] = loaded
+        try:
+            spec.loader.exec_module(loaded)
+        except BaseException:
+            sys.modules.pop(_PACKAGE, None)
+            raise
+    else:
+        where = os.path.dirname(getattr(loaded, "__file__", None) or "")
+        if not where or not _same_dir(where, package):
+            raise ImportError(f"this process already imported numabind from {where or 'nowhere'}, not from "
+                              f"{package}", name=_PACKAGE)
+    return importlib.import_module(name)
 
 
 def announce(host: str, module: ModuleType, how: str) -> None:
@@ -151,18 +216,28 @@ class HostModuleFinder:
         name = self.routes.get(fullname)
         if name is None:
             return None
-        problem = package_problem() if self.check_path else None
-        if problem == "absent":
-            _say(f"{fullname} stays the host's own: this Python ({sys.executable}) has no numabind")
-            return None
-        if problem is not None:
-            _say(f"{fullname} stays the host's own: refusing to import numabind from a path another user "
-                 f"can write: {problem}")
-            return None
         import importlib
         import importlib.util
 
-        module = importlib.import_module(name)
+        if not self.check_path:     # numabind's own code installed the finder: numabind is imported already
+            module = importlib.import_module(name)
+        else:
+            package = package_dir()
+            if package is None:
+                _say(f"{fullname} stays the host's own: this Python ({sys.executable}) has no numabind")
+                return None
+            problem = path_problem(package)
+            if problem is not None:
+                _say(f"{fullname} stays the host's own: refusing to import numabind from a path another user "
+                     f"can write: {problem}")
+                return None
+            try:
+                module = import_own(name, package)
+            except ImportError as e:
+                if e.name != _PACKAGE:
+                    raise
+                _say(f"{fullname} stays the host's own: {e}")
+                return None
         announce(fullname, module, self.how)
         return importlib.util.spec_from_loader(fullname, _Alias(module))   # type: ignore[arg-type]  # create/exec_module only
 
