@@ -55,3 +55,13 @@ def restore_process(request, monkeypatch):
     if word is not None:
         raw_set_word(*word)
         assert raw_word() == word
+
+
+@pytest.fixture
+def apply_time(monkeypatch):
+    """The plan's absent CPU or node reaches the kernel, as when the machine changes between the check and the
+    apply (a CPU taken offline, a node gone; otherwise such a plan is a PlanError before anything is applied,
+    tests/test_impossible_plans.py): the kernel's refusal, handled by strictness as one of the cpuset."""
+    from numabind import live
+
+    monkeypatch.setattr(live, "check_present", lambda plan, what: None)

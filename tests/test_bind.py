@@ -349,14 +349,6 @@ def test_migrate_onto_every_memory_node_moves_nothing(backend):
 
 
 # --------------------------------------------------------------------------- strict and rollback
-@pytest.fixture
-def apply_time(monkeypatch):
-    """The plan's absent CPU or node reaches the kernel, as when the machine changes between the check and the
-    apply (a CPU taken offline, a node gone; issue 42 §1: otherwise such a plan is a PlanError before anything is
-    applied, tests/test_impossible_plans.py): the kernel's refusal, handled by strictness as one of the cpuset."""
-    monkeypatch.setattr(live, "check_present", lambda plan, what: None)
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_strict_cpus_outside_the_allowed_set_change_nothing(backend, all_cpus):
     if backend in NATIVE:

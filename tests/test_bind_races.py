@@ -198,7 +198,7 @@ def test_a_strict_rollback_of_set_weights_switches_auto_back_on_last(backend, tm
 
 # --------------------------------------------------------------------------- item 5: a rollback step that fails
 @pytest.mark.parametrize("backend", NATIVE)
-def test_a_rollback_step_that_fails_is_a_warning_and_a_note(backend, monkeypatch, caplog):
+def test_a_rollback_step_that_fails_is_a_warning_and_a_note(backend, monkeypatch, caplog, apply_time):
     be, _ = get_backend(backend)
     raw_set_mempolicy("preferred", {N})
 
@@ -483,7 +483,7 @@ def test_a_strict_rollback_never_undoes_another_threads_bind(backend, monkeypatc
         assert not wrong, wrong
 
 
-def test_a_forked_child_binds_while_a_thread_of_its_parent_is_binding(monkeypatch, all_cpus):
+def test_a_forked_child_binds_while_a_thread_of_its_parent_is_binding(monkeypatch, all_cpus, apply_time):
     """The bind lock is free in a child forked while another thread holds it (that thread is not there)."""
     inside, leave = threading.Event(), threading.Event()
     real = _transaction.narrow_cpus
