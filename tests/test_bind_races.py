@@ -447,7 +447,7 @@ def test_an_exception_later_in_the_fast_path_rolls_the_bind_back(where, monkeypa
 
 # --------------------------------------------------------------------------- item 9: two binds at once
 @pytest.mark.parametrize("backend", NATIVE)
-def test_a_strict_rollback_never_undoes_another_threads_bind(backend, monkeypatch, two_cpus):
+def test_a_strict_rollback_never_undoes_another_threads_bind(backend, monkeypatch, two_cpus, apply_time):
     """The main thread's strict bind fails and rolls back while another thread binds cleanly: binds are one at
     a time, so the other thread's bind comes after the rollback and stays. (The failing bind waits, while it
     explains its failure, until the other bind is done or a budget of polls ran out.)"""

@@ -19,7 +19,7 @@ from numabind.errors import NumabindError
 from .fake.machines import two_sockets
 
 SECRET = "SECRET" + "x" * 300
-EXCERPT = 40   # numabind._fs.EXCERPT: the most characters of a file an error quotes
+EXCERPT = 40   # numabind._base.EXCERPT: the most characters of a file an error quotes (pinned here)
 NODE0 = "sys/devices/system/node/node0/cpulist"
 
 

@@ -21,7 +21,7 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the
 if TYPE_CHECKING:  # pragma: no cover
     from ._fs import FsReader
 
-from ._base import Value
+from ._base import Value, printable
 from .cpulist import parse_cpulist, parse_mask
 from .errors import NumabindError, PlanError
 from .plan import Allowed
@@ -186,7 +186,7 @@ def cpusets(reader: "FsReader") -> "list[Cpuset]":
             continue
         found = _nearest(reader, mount, _clean_cgroup_path(raw), names)
         if found is not None:
-            out[kind] = Cpuset(cpus=found[1], mems=found[2], source=f"{kind}:{found[0]}")
+            out[kind] = Cpuset(cpus=found[1], mems=found[2], source=f"{kind}:{printable(found[0])}")
     return [out[k] for k in ("cgroup2", "cgroup1", "cpuset") if k in out]
 
 

@@ -811,6 +811,31 @@ class FsReader:
         except (OSError, ValueError):
             return None
 
+    def lstat(self, rel: str) -> "os.stat_result | None":
+        """``os.lstat`` of ``rel``: a link as its last component is not followed (the link's own stat comes
+        back); links before it are, inside a replayed root only (:func:`_walk`). None when it cannot be reached.
+        For a file that must be a regular one, and no link, before something else opens its path."""
+        try:
+            if self.is_live:
+                return os.lstat(self.path(rel))
+            body = rel.strip("/")
+            head, _, name = body.rpartition("/")
+            if name in ("", ".", ".."):
+                return _stat_in_root(self.root, body)        # a directory: no link to leave unfollowed
+            dirs = self._held()
+            if dirs is not None and _plain(body):
+                return os.stat(name, dir_fd=dirs.resolve(self.root, head), follow_symlinks=False)
+            fd, last, _ = _walk(self.root, head)             # the directory holding the name, resolved inside
+            try:
+                if last:                                     # not a link (the walk looked): opened as it is
+                    held, fd = fd, os.open(last, _WALK_FLAGS, dir_fd=fd)
+                    os.close(held)
+                return os.stat(name, dir_fd=fd, follow_symlinks=False)
+            finally:
+                os.close(fd)
+        except (OSError, ValueError):
+            return None
+
     def exists(self, rel: str) -> bool:
         if self.is_live:
             return os.path.exists(self.path(rel))

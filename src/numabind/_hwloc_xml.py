@@ -86,7 +86,7 @@ import os
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (discovery of a replayed root's GPUs)
 
-from ._base import getLogger, printable
+from ._base import excerpt, getLogger, printable
 from .cpulist import MAX_ID, format_cpulist
 from .errors import NumabindError
 
@@ -424,7 +424,8 @@ def _bitmap(path: str, obj_line: int, name: str, text: str) -> _Bitmap:
 
 
 def _shown(text: str) -> str:
-    return repr(text) if len(text) <= 60 else f"{text[:60]!r}... ({len(text)} characters)"
+    """A file's value in an error: :func:`numabind._base.excerpt` (its first characters, escaped as typed)."""
+    return excerpt(text, escape=True)
 
 
 # ----------------------------------------------------------------------------- the model

@@ -509,17 +509,23 @@ def environ_value(pid: int, name: str) -> str | None:
     The live kernel bounds its file (an exec's environment fits in a quarter of the stack limit); a
     replayed machine's (a directory under
     ``NUMABIND_FSROOT``) is read only when it is a regular file, not a symbolic link, of at most
-    :data:`ENVIRON_MAX` bytes (a FIFO there would block psutil's read).
+    :data:`ENVIRON_MAX` bytes (a FIFO there would block psutil's read), found inside the root
+    (:meth:`numabind._fs.FsReader.lstat`), and the same file psutil's path reaches (a link on the way, such as
+    ``proc/PID`` to this host's ``/proc/self``, would take psutil out of the root).
     """
     if not _pid_ok(pid) or not name or "=" in name or "\0" in name:
         return None
     fs = live.reader()
     if not fs.is_live:
-        try:
-            st = os.lstat(fs.path(f"proc/{pid}/environ"))
+        rel = f"proc/{pid}/environ"
+        st = fs.lstat(rel)        # inside the root: no link, in the middle or last, leads out of it
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_size > ENVIRON_MAX:
+            return None
+        try:           # what psutil opens (the path, the kernel following its links) must be that file
+            opened = os.stat(fs.path(rel))
         except (OSError, ValueError):
             return None
-        if not stat.S_ISREG(st.st_mode) or st.st_size > ENVIRON_MAX:
+        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
             return None
     env: dict[str, str] | None = _through_psutil(lambda psutil: psutil.Process(_pid_number(pid)).environ(), None)
     if not env or sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in env.items()) > ENVIRON_MAX:

@@ -27,6 +27,8 @@ __all__ = [
     "MAX_LISTED",
     "MAX_LIST_TEXT",
     "parse_cpulist",
+    "syntax_problem",
+    "NUMACTL_FORMS",
     "format_cpulist",
     "parse_mask",
     "ids_to_words",
@@ -57,12 +59,50 @@ def _shown(text: str) -> str:
     return excerpt(text, QUOTED, escape=True)
 
 
+#: What a list without strides (numactl's syntax, ``parse_cpulist(..., strides=False)``) holds: what its errors
+#: offer. The kernel's grammar adds ``N-M:used/group``.
+NUMACTL_FORMS = "N or N-M separated by commas (e.g. '0-3,8')"
+_KERNEL_FORMS = "N, N-M or N-M:used/group separated by commas (e.g. '0-3,8')"
+
+
+def _bad_group(text: str, group: str, what: str, strides: bool, forms: "str | None" = None) -> str:
+    """The error for ``group`` of ``text``, which the grammar refuses (without ``strides``: also any ``:`` or
+    ``/``, numactl's list syntax having no stride form). ``forms``: what the error offers instead of the
+    grammar's own forms (a caller whose lists take more, such as numactl's ``all`` and ``!LIST``)."""
+    if not strides and (":" in group or "/" in group):
+        return (f"{what} {_shown(text)} uses a stride ({_shown(group)}: the kernel's 'N-M:used/group'), which "
+                f"numactl's list syntax (the one numabind takes) does not have; write the ids out (e.g. '0,2,4')")
+    offered = forms or (_KERNEL_FORMS if strides else NUMACTL_FORMS)
+    return f"{what} {_shown(text)}: cannot parse {_shown(group)}; expected {offered}"
+
+
+def syntax_problem(text: str, *, what: str = "cpulist", strides: bool = True, forms: "str | None" = None
+                   ) -> "str | None":
+    """The error :func:`parse_cpulist` gives for the first group of ``text`` its grammar refuses (a stride too,
+    without ``strides``), or None when every group is of the grammar: ids and ranges are not checked here
+    (their errors are :func:`parse_cpulist`'s). For a check of the syntax alone, before the list is parsed
+    against a machine (the command line's usage errors); ``forms`` as for the error of a group."""
+    if len(text) > MAX_LIST_TEXT:
+        return _length_error(text, what)
+    body = text.strip()
+    if not body:
+        return None
+    for group in body.split(","):
+        if _short_id(group) is None:
+            m = _match_group(group)
+            if m is None or (not strides and m[2] is not None):
+                return _bad_group(text, group, what, strides, forms)
+    return None
+
+
+def _length_error(text: str, what: str) -> str:
+    return (f"{what} {_shown(text)} is longer than numabind's cap of {MAX_LIST_TEXT} characters (every id up "
+            f"to {MAX_ID} written out one by one is shorter); check where the text came from")
+
+
 def _check_length(text: str, what: str) -> None:
     if len(text) > MAX_LIST_TEXT:
-        raise PlanError(
-            f"{what} {_shown(text)} is longer than numabind's cap of {MAX_LIST_TEXT} characters (every id up "
-            f"to {MAX_ID} written out one by one is shorter); check where the text came from"
-        )
+        raise PlanError(_length_error(text, what))
 
 
 def _group_count(lo: int, hi: int, used: int, size: int) -> int:
@@ -132,8 +172,12 @@ def _check_id(digits: str, text: str, what: str) -> int:
     )
 
 
-def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
+def parse_cpulist(text: str, *, what: str = "cpulist", strides: bool = True) -> frozenset[int]:
     """Parse a kernel cpulist or nodelist into a frozenset of ids.
+
+    ``strides=False`` takes numactl's list syntax, the kernel's without ``N-M:used/group``: a group holding
+    ``:`` or ``/`` is a :class:`~numabind.errors.PlanError` saying so, and an error offers only
+    :data:`NUMACTL_FORMS` (a list for numactl's options, ``Plan.from_numactl_args``).
 
     >>> sorted(parse_cpulist("0-3,8,10-14:2"))
     [0, 1, 2, 3, 8, 10, 12, 14]
@@ -164,11 +208,8 @@ def parse_cpulist(text: str, *, what: str = "cpulist") -> frozenset[int]:
             out.add(single)                               # one id: the rest of the grammar is not needed
             continue
         m = _match_group(group)
-        if m is None:
-            raise PlanError(
-                f"{what} {_shown(text)}: cannot parse {_shown(group)}; expected N, N-M or N-M:used/group "
-                f"separated by commas (e.g. '0-3,8')"
-            )
+        if m is None or (not strides and m[2] is not None):
+            raise PlanError(_bad_group(text, group, what, strides))
         lo = _check_id(m[0], text, what)
         if m[1] is None:
             out.add(lo)

@@ -170,7 +170,7 @@ from __future__ import annotations
 import os
 import stat   # loaded by os already: free
 
-from ._base import Value, getLogger, printable
+from ._base import Value, excerpt, getLogger, printable
 from ._fs import ascii_int, key_values
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
@@ -390,9 +390,17 @@ def _numbered(name: str, prefix: str) -> int | None:
     return None
 
 
-def _shown(text: str, width: int = 40) -> str:
-    """``text`` for a message, cut to ``width`` characters with its length said."""
-    return repr(printable(text)) if len(text) <= width else f"{printable(text[:width])!r}... ({len(text)} characters)"
+def _kept(text: str | None) -> str | None:
+    """A string discovery keeps from a file of the machine (a model, a UUID, a driver's name), through
+    :func:`numabind._base.printable`: a replayed root's files are someone else's, and every note, plan line and
+    table that names the GPU prints what is kept here."""
+    return None if text is None else printable(text)
+
+
+def _said(text: str) -> str:
+    """A value the user set (an environment variable, a GPU list) in a message: :func:`numabind._base.excerpt`
+    as typed, so the message shows which character is wrong; a file's text is quoted by ``excerpt`` alone."""
+    return excerpt(text, escape=True)
 
 
 def _addrs(gpus: Sequence[PciGpu] | Sequence[str]) -> str:
@@ -413,7 +421,7 @@ def _is_integrated(vendor: str, address: str) -> bool:
 def _driver(reader: Any, base: str) -> str | None:
     realpath = getattr(reader, "realpath", None)
     real = realpath(f"{base}/driver") if realpath is not None else None
-    return os.path.basename(real) if real else None
+    return _kept(os.path.basename(real)) if real else None
 
 
 def _render_minor(reader: Any, base: str) -> int | None:
@@ -445,12 +453,12 @@ def scan_pci_gpus(reader: Any) -> list[PciGpu]:
         raw_node = reader.read_strip(f"{base}/numa_node")
         node = ascii_int(raw_node, signed=True, max_digits=6) if raw_node is not None else None
         if raw_node and node is None:
-            log.debug("GPU %s: unparsable numa_node %s", address, _shown(raw_node))
+            log.debug("GPU %s: unparsable numa_node %s", address, excerpt(raw_node))
         cpulist = reader.read_strip(f"{base}/local_cpulist")
         try:
             local = parse_cpulist(cpulist) if cpulist else frozenset()
         except PlanError:
-            log.debug("GPU %s: unparsable local_cpulist %s", address, _shown(cpulist or ""))
+            log.debug("GPU %s: unparsable local_cpulist %s", address, excerpt(cpulist or ""))
             local = frozenset()
         found.append(PciGpu(
             pci_address=address,
@@ -502,10 +510,10 @@ def _nvidia_proc(reader: Any, gpus: list[PciGpu], listed: Mapping[str, str] | No
                 raw = info.get("Device Minor")
                 minor = ascii_int(raw, max_digits=6) if raw else None
                 if raw and minor is None:
-                    log.debug("GPU %s: unparsable Device Minor %s; ignored", g.pci_address, _shown(raw))
+                    log.debug("GPU %s: unparsable Device Minor %s; ignored", g.pci_address, excerpt(raw))
                 g = g.replace(
-                    uuid=info.get("GPU UUID") or g.uuid,
-                    name=info.get("Model") or g.name,
+                    uuid=_kept(info.get("GPU UUID")) or g.uuid,
+                    name=_kept(info.get("Model")) or g.name,
                     minor=minor if minor is not None else g.minor,
                 )
         if g.vendor == "nvidia" and g.minor is not None:
@@ -549,7 +557,7 @@ def _kfd(reader: Any) -> _Kfd | None:
     for name in entries:
         nid = ascii_int(name, max_digits=6)
         if nid is None or name != str(nid):
-            log.debug("KFD topology: node directory %s is not a node id; ignored", _shown(name))
+            log.debug("KFD topology: node directory %s is not a node id; ignored", excerpt(name))
             continue
         ids.append(nid)
     agents: dict[str, tuple[int, dict[str, int], str | None]] = {}
@@ -567,7 +575,7 @@ def _kfd(reader: Any) -> _Kfd | None:
             continue
         addr = f"{props.get('domain', 0) & 0xFFFF:04x}:{loc >> 8 & 0xFF:02x}:{loc >> 3 & 0x1F:02x}.{loc & 7:x}"
         name = reader.read(f"{_KFD_NODES}/{nid}/name", 256)
-        agents[addr] = (nid, props, name.strip() if name else None)
+        agents[addr] = (nid, props, _kept(name.strip()) if name else None)
     return _Kfd(agents, hidden)
 
 
@@ -605,11 +613,11 @@ def _with_nvml(gpus: list[PciGpu], nvml_devices: Sequence[Any]) -> list[PciGpu]:
                     g.pci_address, format_cpulist(g.local_cpus), format_cpulist(d.cpu_affinity),
                 )
             g = g.replace(
-                uuid=d.uuid or g.uuid,
-                name=d.name or g.name,
+                uuid=_kept(d.uuid) or g.uuid,
+                name=_kept(d.name) or g.name,
                 minor=d.minor if d.minor is not None else g.minor,
                 local_cpus=g.local_cpus or (d.cpu_affinity or frozenset()),
-                mig_uuids=d.mig_uuids,
+                mig_uuids=tuple(printable(m) for m in d.mig_uuids),
                 nvml_memory_nodes=d.memory_nodes,
             )
         out.append(g)
@@ -740,11 +748,11 @@ def _nvidia_env_verdict(value: str, reader: Any, host: Sequence[PciGpu]) -> tupl
     if value.startswith("/"):
         # the device plugin's volume-mounts strategy: one entry per device under this directory
         parts = value.strip("/").split("/")
-        entries = [] if ".." in parts else reader.listdir("/".join(parts))[:1024]
-        said = f"NVIDIA_VISIBLE_DEVICES={_shown(value)} lists {', '.join(entries) or 'no device'}"
+        entries = [] if ".." in parts else [printable(e) for e in reader.listdir("/".join(parts))[:1024]]
+        said = f"NVIDIA_VISIBLE_DEVICES={_said(value)} lists {', '.join(entries) or 'no device'}"
     else:
         entries = [e.strip() for e in value.split(",") if e.strip()]
-        said = f"NVIDIA_VISIBLE_DEVICES={_shown(value)}"
+        said = f"NVIDIA_VISIBLE_DEVICES={_said(value)}"
     chosen: set[str] = set()
     unresolved: list[str] = []
     uuids = [g.uuid for g in host]
@@ -769,7 +777,7 @@ def _nvidia_env_verdict(value: str, reader: Any, host: Sequence[PciGpu]) -> tupl
         else:
             chosen.add(host[pos].pci_address)
     if unresolved:
-        log.debug("NVIDIA_VISIBLE_DEVICES: cannot resolve %s here", ", ".join(_shown(e) for e in unresolved[:4]))
+        log.debug("NVIDIA_VISIBLE_DEVICES: cannot resolve %s here", ", ".join(_said(e) for e in unresolved[:4]))
         return {g.pci_address: (True if g.pci_address in chosen else None) for g in host}, said
     return {g.pci_address: g.pci_address in chosen for g in host}, said
 
@@ -911,7 +919,7 @@ def _flag(env: Mapping[str, str], var: str) -> tuple[bool, str]:
         return False, ""
     value = ascii_int(raw, max_digits=9)
     if value is None:
-        return False, (f"{var}={_shown(raw)} is not a number (Intel's driver reads it as one, so it likely means "
+        return False, (f"{var}={_said(raw)} is not a number (Intel's driver reads it as one, so it likely means "
                        f"off); use 1 or 0")
     return value != 0, ""
 
@@ -993,7 +1001,7 @@ def _ascend_runtime(reader: Any, gpus: Sequence[PciGpu], env: Mapping[str, str],
             if ids is None:
                 keep = [g.replace(minor=k) for k, g in enumerate(host)]
                 membership.append(_warn(
-                    f"ASCEND_VISIBLE_DEVICES={_shown(value or '')} names devices numabind cannot resolve without "
+                    f"ASCEND_VISIBLE_DEVICES={_said(value or '')} names devices numabind cannot resolve without "
                     f"/dev/davinci* nodes; numabind counts all {len(host)} Ascend NPUs of sysfs"))
             else:
                 keep = [host[k].replace(minor=k) for k in ids]
@@ -1018,7 +1026,7 @@ def _ascend_select(devices: Sequence[PciGpu], env: Mapping[str, str]) -> tuple[l
         k = ascii_int(raw, max_digits=_INDEX_DIGITS) if raw.isascii() and raw.isdigit() else None
         if k is None or k >= count:
             why = "is not a device id" if k is None else f"names no device ({count} devices)"
-            note = f"{var}: entry {_shown(raw)} {why}; CANN reads only the ids before it, and so does numabind"
+            note = f"{var}: entry {_said(raw)} {why}; CANN reads only the ids before it, and so does numabind"
             log.warning("%s", note)
             return chosen, [note], []
         if chosen and k <= chosen[-1].pos:
@@ -1084,7 +1092,7 @@ def _parse_entries(value: str, count: int, uuids: Sequence[str | None],
         if pick is not None and any((p.pos, p.mig_uuid) == (pick.pos, pick.mig_uuid) for p in chosen):
             pick, why = None, "repeats an earlier device"
         if pick is None:
-            note = f"{var}: entry {_shown(entry)} {why}; it and the entries after it are ignored"
+            note = f"{var}: entry {_said(entry)} {why}; it and the entries after it are ignored"
             log.warning("%s", note)
             return chosen, note
         chosen.append(pick)
@@ -1127,7 +1135,7 @@ def _select(vendor: str, devices: Sequence[PciGpu], env: Mapping[str, str]) -> t
         if k is not None and k < count:
             keep.add(k)
         else:
-            note = f"ZE_AFFINITY_MASK: entry {_shown(raw.strip())} names no device ({count} devices); skipped"
+            note = f"ZE_AFFINITY_MASK: entry {_said(raw.strip())} names no device ({count} devices); skipped"
             log.warning("%s", note)
             notes.append(note)
     return [_Pick(k, None, False) for k in sorted(keep)], notes
@@ -1199,7 +1207,7 @@ def discover_gpus(reader: Any, nodes: Mapping[int, Any], env: Mapping[str, str] 
     if vendor is None:
         vendor = (env.get("NUMABIND_GPU_VENDOR") or "").strip().lower() or None
         if vendor is not None and vendor not in _VENDOR_ORDER:
-            log.warning("NUMABIND_GPU_VENDOR=%s is not one of %s; ignored", _shown(vendor), ", ".join(_VENDOR_ORDER))
+            log.warning("NUMABIND_GPU_VENDOR=%s is not one of %s; ignored", _said(vendor), ", ".join(_VENDOR_ORDER))
             vendor = None
     chosen_vendor = _runtime_vendor(gpus, vendor)
     if chosen_vendor is None:
@@ -1277,12 +1285,12 @@ def gpu_list_entries(spec: str) -> list[str | int]:
         if entry.isascii() and entry.isdigit():
             k = ascii_int(entry, max_digits=_INDEX_DIGITS)
             if k is None:
-                raise PlanError(f"GPU list {_shown(spec)}: index {_shown(entry)} has more than {_INDEX_DIGITS} digits")
+                raise PlanError(f"GPU list {_said(spec)}: index {_said(entry)} has more than {_INDEX_DIGITS} digits")
             out.append(k)
         elif dash and lo.isascii() and lo.isdigit() and hi.isascii() and hi.isdigit():
             a, b = ascii_int(lo, max_digits=_INDEX_DIGITS), ascii_int(hi, max_digits=_INDEX_DIGITS)
             if a is None or b is None or a > b or b - a >= MAX_LISTED_GPUS:
-                raise PlanError(f"GPU list {_shown(spec)}: range {_shown(entry)} is not A-B with A <= B "
+                raise PlanError(f"GPU list {_said(spec)}: range {_said(entry)} is not A-B with A <= B "
                                 f"(at most {MAX_LISTED_GPUS} GPUs)")
             out.extend(range(a, b + 1))
         elif entry.upper().startswith(("GPU-", "MIG-")) and len(entry) > 4:
@@ -1292,11 +1300,11 @@ def gpu_list_entries(spec: str) -> list[str | int]:
         elif _bdf("0000:" + entry.lower()) is not None:   # bus:device.function
             out.append("0000:" + entry.lower())
         else:
-            raise PlanError(f"GPU list {_shown(spec)}: entry {_shown(entry)} is not a visible index, a UUID "
+            raise PlanError(f"GPU list {_said(spec)}: entry {_said(entry)} is not a visible index, a UUID "
                             f"(GPU-...) or a PCI address (0000:1b:00.0)" if entry else
-                            f"GPU list {_shown(spec)} has an empty entry: give GPUs separated by commas, e.g. 4,5")
+                            f"GPU list {_said(spec)} has an empty entry: give GPUs separated by commas, e.g. 4,5")
         if len(out) > MAX_LISTED_GPUS:
-            raise PlanError(f"GPU list {_shown(spec)} names more than {MAX_LISTED_GPUS} GPUs")
+            raise PlanError(f"GPU list {_said(spec)} names more than {MAX_LISTED_GPUS} GPUs")
     return out
 
 
@@ -1314,29 +1322,29 @@ def pick_gpus(spec: str, gpus: Sequence[Gpu], others: Sequence[PciGpu] = ()) -> 
             why = f"visible GPU index {entry} is out of range ({len(gpus)} visible: {_visible_range(gpus)})"
         elif entry.upper().startswith("MIG-"):
             hit = [g for g in gpus if g.mig_uuid and g.mig_uuid.lower().startswith(entry.lower())]
-            why = f"{_shown(entry)} names no visible MIG device, or more than one"
+            why = f"{_said(entry)} names no visible MIG device, or more than one"
         elif entry.upper().startswith("GPU-"):
             hit = [g for g in gpus if g.uuid and g.uuid.lower().startswith(entry.lower())]
-            why = f"{_shown(entry)} matches no visible GPU's UUID, or more than one"
+            why = f"{_said(entry)} matches no visible GPU's UUID, or more than one"
         else:
             hit = [g for g in gpus if g.pci_address == entry]
             other = next((p for p in others if p.pci_address == entry), None)
             if not hit and other is not None and vendors and other.vendor not in vendors:
                 raise PlanError(
-                    f"GPU list {_shown(spec)} mixes vendors: {entry} is an {other.vendor} GPU, the visible GPUs are "
+                    f"GPU list {_said(spec)} mixes vendors: {entry} is an {other.vendor} GPU, the visible GPUs are "
                     f"{vendors[0]}'s; one command sees the GPUs of one runtime: list GPUs of one vendor "
                     f"(NUMABIND_GPU_VENDOR={other.vendor} numbers {other.vendor}'s)")
             why = f"{entry} is not the PCI address of a visible GPU"
         if len(hit) != 1:
-            raise PlanError(f"GPU list {_shown(spec)}: {why} (numabind plan lists them)")
+            raise PlanError(f"GPU list {_said(spec)}: {why} (numabind plan lists them)")
         g = hit[0]
         if any(c.index == g.index for c in chosen):
-            raise PlanError(f"GPU list {_shown(spec)} names GPU {g.index} ({g.pci_address}) twice: name it once")
+            raise PlanError(f"GPU list {_said(spec)} names GPU {g.index} ({g.pci_address}) twice: name it once")
         chosen.append(g)
         if not isinstance(entry, int) and entry.upper().startswith("GPU-"):
             named.add(g.index)
     if not chosen:
-        raise PlanError(f"GPU list {_shown(spec)} names no GPU")
+        raise PlanError(f"GPU list {_said(spec)} names no GPU")
     return chosen, frozenset(named)
 
 

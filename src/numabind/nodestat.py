@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._base import excerpt, printable
 from ._fs import FsReader, ascii_int
 from .errors import NumabindError
 
@@ -91,14 +92,14 @@ def _meminfo(text: str, node: int | None, what: str) -> tuple[dict[str, tuple[in
             continue
         if node is not None:
             if len(words) < 3 or words[0] != "Node" or words[1] != str(node):
-                bad.append(f"{what}: a line that is not 'Node {node} Key: value': {line[:60]!r}")
+                bad.append(f"{what}: a line that is not 'Node {node} Key: value': {excerpt(line)}")
                 continue
             words = words[2:]
-        key = words[0].rstrip(":")
+        key = printable(words[0].rstrip(":"))   # a row's name is the file's: printed as ps would
         value = ascii_int(words[1]) if len(words) > 1 and words[0].endswith(":") else None
         unit = words[2:]
         if not key or value is None or unit not in ([], ["kB"]):
-            bad.append(f"{what}: {line[:60]!r} is not 'Key: number [kB]'")
+            bad.append(f"{what}: {excerpt(line)} is not 'Key: number [kB]'")
             continue
         if key not in rows and len(rows) < _MAX_ROWS:
             rows[key] = (value, bool(unit))
@@ -177,9 +178,9 @@ def _node(reader: FsReader, node: int, numa: bool, huge_kb: int | None) -> NodeM
                 count = ascii_int(words[1]) if len(words) == 2 else None
                 if count is None:
                     if words:
-                        errors.append(f"{rel}: {line[:60]!r} is not 'counter number'")
+                        errors.append(f"{rel}: {excerpt(line)} is not 'counter number'")
                     continue
-                numastat.setdefault(words[0], count)
+                numastat.setdefault(printable(words[0]), count)   # the file's name for it, printable
     return NodeMemory(node, memory, numastat, tuple(errors))
 
 

@@ -16,7 +16,7 @@ request fit, and why the others do not: :meth:`Plan.validate`, the placement str
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
-from ._base import Value
+from ._base import EXCERPT, Value, excerpt
 from .cpulist import MAX_ID, MAX_LIST_TEXT, MAX_LISTED, format_cpulist, parse_cpulist
 from .errors import PlanError
 
@@ -373,23 +373,24 @@ def parse_weights(text: str, what: str = "weights") -> dict[int, int]:
     """
     if not isinstance(text, str):
         raise PlanError(f"{what} must be a string like '0:3,1:1', got {type(text).__name__}")
+    shown = f"{what} {excerpt(text, escape=True)}"     # its start, escaped as typed: never the whole text
     if len(text) > MAX_LIST_TEXT:
-        raise PlanError(f"{what} {text[:200]!r}... is longer than numabind's cap of {MAX_LIST_TEXT} characters "
+        raise PlanError(f"{shown} is longer than numabind's cap of {MAX_LIST_TEXT} characters "
                         f"(one NODE:WEIGHT pair per node); check where it came from")
     out: dict[int, int] = {}
     for item in text.split(","):
         node, colon, weight = item.strip().partition(":")
         if not (colon and node.isascii() and node.isdigit() and weight.isascii() and weight.isdigit()):
-            raise PlanError(f"{what} {text[:200]!r}: {item.strip()[:40]!r} is not NODE:WEIGHT; write e.g. '0:3,1:1'")
+            raise PlanError(f"{shown}: {excerpt(item.strip(), escape=True)} is not NODE:WEIGHT; write e.g. '0:3,1:1'")
         n = _small_int(node, MAX_ID)
         if n is None:
-            raise PlanError(f"{what} {text[:200]!r}: node {node[:20]!r} is larger than numabind's cap of {MAX_ID}")
+            raise PlanError(f"{shown}: node {excerpt(node, 20)} is larger than numabind's cap of {MAX_ID}")
         w = _small_int(weight, MAX_WEIGHT)
         if w is None:
-            raise PlanError(f"{what} {text[:200]!r}: node {n} has weight {weight[:20]}; the kernel takes whole "
+            raise PlanError(f"{shown}: node {n} has weight {excerpt(weight, 20)}; the kernel takes whole "
                             f"numbers from {MIN_WEIGHT} to {MAX_WEIGHT}")
         if n in out:
-            raise PlanError(f"{what} {text[:200]!r}: node {n} is given twice")
+            raise PlanError(f"{shown}: node {n} is given twice")
         out[n] = w
     return out
 
@@ -745,12 +746,12 @@ class Plan(Value):
             try:
                 argv = shlex.split(args)
             except ValueError as exc:  # unbalanced quotes, a trailing backslash
-                raise PlanError(f"numactl args {args[:200]!r}: {exc}") from None
+                raise PlanError(f"numactl args {excerpt(args, escape=True)}: {exc}") from None
         else:
             argv = list(args)
             for tok in argv:
                 if not isinstance(tok, str):
-                    raise PlanError(f"numactl args must be strings, got {tok!r}")
+                    raise PlanError(f"numactl args must be strings, got {type(tok).__name__}: {tok!r}"[:300])
         opts = _parse_numactl_argv(argv)
         whole = "all" in opts
         limits = None if topology is None else Allowed.of(topology)
@@ -782,8 +783,8 @@ class Plan(Value):
                     )
                 spanned |= topo.nodes[n].cpus
             if not spanned:
-                raise PlanError(f"--cpunodebind={value!r}: nodes {format_cpulist(nodes)} have no CPUs "
-                                f"(memory-only nodes); they can only be a memory target")
+                raise PlanError(f"--cpunodebind={excerpt(value, escape=True)}: nodes {format_cpulist(nodes)} have no "
+                                f"CPUs (memory-only nodes); they can only be a memory target")
             # numactl sets every CPU of the nodes and the kernel keeps those of the cpuset: so does the plan
             allowed = frozenset(spanned) & lim.allowed_cpus
             if not allowed:
@@ -839,7 +840,7 @@ class Plan(Value):
         m = _text_re().fullmatch(text)
         if m is None:
             raise PlanError(
-                f"plan text {text[:200]!r} is not of the form "
+                f"plan text {excerpt(text, escape=True)} is not of the form "
                 f"'v1;cpus=LIST|-;mem=POLICY:LIST|-;migrate=0|1[;weights=NODE:WEIGHT,...]'"
             )
         cpus = None if m["cpus"] == "-" else parse_cpulist(m["cpus"], what="plan cpus")
@@ -888,15 +889,15 @@ def _parse_numactl_argv(argv: list[str]) -> dict[str, str]:
             if value:
                 eq = "="
         else:
-            raise PlanError(f"unexpected {tok!r} among numactl-style options; a plan takes options only, "
-                            f"not a command")
+            raise PlanError(f"unexpected {excerpt(tok, escape=True)} among numactl-style options; a plan takes "
+                            f"options only, not a command")
         if name not in _LONG:
-            raise PlanError(f"option {tok!r} is not supported; use {_OPTIONS_SHOWN}")
+            raise PlanError(f"option {excerpt(tok, escape=True)} is not supported; use {_OPTIONS_SHOWN}")
         name = _ALIASES.get(name, name)
         if name == "balancing":
             raise PlanError(
-                f"{tok}: NUMA balancing is a flag of the memory policy, which a Plan does not carry; "
-                f"`numabind run --balancing --membind N -- command` applies it")
+                f"{excerpt(tok, escape=True)}: NUMA balancing is a flag of the memory policy, which a Plan does not "
+                f"carry; `numabind run --balancing --membind N -- command` applies it")
         if name in opts:
             raise PlanError(f"--{name} given twice")
         if name in _FLAGS:
@@ -950,15 +951,16 @@ DEVICE_SPECIFIERS = ("pci:", "netdev:", "block:", "file:")
 def _device(value: str, flag: str, kind: str, device_node: "Callable[[str], int] | None") -> frozenset[int] | None:
     """The node of a device specifier (``pci:``, ``netdev:``, ``block:``, ``file:``), or None for a plain list."""
     if value.startswith("ip:"):
-        raise PlanError(f"{flag}={value!r}: numabind does not look up routes (numactl's ip:HOST); "
+        raise PlanError(f"{flag}={excerpt(value, escape=True)}: numabind does not look up routes (numactl's ip:HOST); "
                         f"name the interface instead, e.g. {flag}=netdev:eth0")
     if not value.startswith(DEVICE_SPECIFIERS):
         return None
     if kind == "cpus":
-        raise PlanError(f"{flag}={value!r}: a device sits on a node, not on CPUs; use --cpunodebind={value} "
-                        f"for the CPUs of its node")
+        use = value if len(value) <= EXCERPT and value.isprintable() else "<the device>"
+        raise PlanError(f"{flag}={excerpt(value, escape=True)}: a device sits on a node, not on CPUs; use "
+                        f"--cpunodebind={use} for the CPUs of its node")
     if device_node is None:
-        raise PlanError(f"{flag}={value!r} names a device, and finding its node reads sysfs; pass "
+        raise PlanError(f"{flag}={excerpt(value, escape=True)} names a device, and finding its node reads sysfs; pass "
                         f"device_node=numabind.iodevices.DeviceNodes().node_of (numabind run does)")
     return frozenset({device_node(value)})
 
@@ -969,7 +971,8 @@ def _resolve_ids(value: str, flag: str, topology: "MachineView | None", kind: st
     """Resolve a numactl list value ('all', '!list', '+list', a plain list or a device specifier).
 
     numactl has no ``N-M:step`` stride form (the kernel's cpulist grammar, which
-    :func:`~numabind.cpulist.parse_cpulist` accepts): a value using one is refused.
+    :func:`~numabind.cpulist.parse_cpulist` accepts): a value using one is refused, by
+    ``parse_cpulist(..., strides=False)``.
     ``whole`` (``--all``): "allowed" is the whole machine, not this process's sets. Without it the sets are
     libnuma's: CPUs from the inherited affinity (``Cpus_allowed``) within the cpuset, nodes (``--cpunodebind``
     too) from ``Mems_allowed``. A CPU list ``all``/``!``/``+`` takes under ``--all`` keeps the cpuset's CPUs,
@@ -980,9 +983,6 @@ def _resolve_ids(value: str, flag: str, topology: "MachineView | None", kind: st
     if negate:
         value = value[1:]
     device = _device(value, flag, kind, device_node)
-    if device is None and (":" in value or "/" in value):
-        raise PlanError(f"{flag}={shown!r} uses a stride ('N-M:step'), which numactl's list syntax (the one "
-                        f"numabind takes) does not have; write the CPUs or nodes out (e.g. '0,2,4')")
     relative = device is None and value.startswith("+")
     if relative:
         value = value[1:]
@@ -1007,7 +1007,7 @@ def _resolve_ids(value: str, flag: str, topology: "MachineView | None", kind: st
             raise PlanError(f"{flag}: '+all' is not a list")
         ids = universe_of(_need(topology, flag))
     else:
-        ids = parse_cpulist(value, what=flag)
+        ids = parse_cpulist(value, what=flag, strides=False)    # numactl's lists: no 'N-M:used/group'
         if relative:
             universe = sorted(universe_of(_need(topology, flag)))
             if ids and max(ids) >= len(universe):      # set operations in C: the work is not one step per id
@@ -1022,5 +1022,5 @@ def _resolve_ids(value: str, flag: str, topology: "MachineView | None", kind: st
     if kind == "cpus" and whole and device is None and (negate or relative or value == "all"):
         ids = ids & (limits or Allowed.of(_need(topology, flag))).allowed_cpus    # what the kernel keeps of them
     if not ids:
-        raise PlanError(f"{flag}={shown!r} selects nothing")
+        raise PlanError(f"{flag}={excerpt(shown, escape=True)} selects nothing")
     return frozenset(ids)

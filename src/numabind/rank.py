@@ -59,7 +59,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._base import Strictness, strict_from_env
+from ._base import Strictness, excerpt, strict_from_env
 from ._fs import ascii_int
 from ._util import FrozenMap
 from .cpulist import format_cpulist
@@ -700,7 +700,7 @@ def _exports(choice: Any, env: Mapping[str, str], reasons: list[str]) -> tuple[F
     out = {}
     for var, value in choice.env_items:
         if var in env:
-            reasons.append(f"--nic: {var} is already set ({env[var][:80]!r}): left as the user set it "
+            reasons.append(f"--nic: {var} is already set ({excerpt(env[var], escape=True)}): left as the user set it "
                            f"(numabind would set {value!r})")
         else:
             out[var] = value

@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover
     _R = TypeVar("_R")
 
 __all__ = ["main", "fast_run", "command_environ", "command_problem", "configure_logging", "exec_command",
-           "gpu_index", "gpu_spec", "list_syntax_problem", "LIST_FORMS", "run_strictness", "stdout_gone", "write_out", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND",
+           "gpu_index", "gpu_spec", "list_syntax_problem", "LIST_FORMS", "printable_lines", "run_strictness", "stdout_gone", "write_out", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND",
            "SIGPIPE_STATUS"]
 
 #: Exit statuses of ``numabind run`` before the command runs (see the module docstring).
@@ -143,7 +143,16 @@ def device_node(spec: str) -> int:
     return DeviceNodes("/").node_of(spec)
 
 
-#: How numabind's command line writes a CPU or node list: what :func:`list_syntax_problem` and its errors offer.
+def printable_lines(text: str) -> str:
+    """``text`` for the terminal, each line through :func:`numabind._base.printable` (line ends kept): what the
+    command line prints of a plan, a note or an error may quote a replayed machine's files or a process's name."""
+    from .._base import printable
+
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
+#: How numabind's command line writes a CPU or node list: what :func:`list_syntax_problem` and its errors offer
+#: (numactl's list syntax, :data:`numabind.cpulist.NUMACTL_FORMS`, and its set forms).
 LIST_FORMS = ("N or N-M separated by commas (e.g. '0-3,8'), 'all', '!LIST' (all but) or '+LIST' (relative to "
               "the cpuset)")
 
@@ -153,22 +162,15 @@ def list_syntax_problem(flag: str, value: str) -> "str | None":
     ``N`` or ``N-M`` (numactl's syntax: not the kernel's ``N-M:used/group`` strides, which
     :func:`numabind.cpulist.parse_cpulist` also reads), after an optional ``!`` and ``+``; ``all`` and a device
     (``pci:``, ``netdev:``, ``block:``, ``file:``, ``ip:``) are left to planning. Checked before the list is
-    parsed, so that an error offers only the forms the command line takes (:data:`LIST_FORMS`)."""
+    parsed, so that an error offers only the forms the command line takes (:data:`LIST_FORMS`); the rule is
+    :func:`numabind.cpulist.syntax_problem`'s without strides, the one ``Plan.from_numactl_args`` parses by."""
+    from ..cpulist import syntax_problem   # where used, as this module's other imports (the fast path's start)
+
     text = value[1:] if value.startswith("!") else value
     text = text[1:] if text.startswith("+") else text
     if text == "all" or text.startswith(("pci:", "netdev:", "block:", "file:", "ip:")):
         return None
-    for group in text.strip().split(","):
-        lo, dash, hi = group.partition("-")
-        if lo.isascii() and lo.isdigit() and (not dash or (hi.isascii() and hi.isdigit())):
-            continue
-        shown = repr(group[:40]) + ("..." if len(group) > 40 else "")
-        if ":" in group or "/" in group:
-            return (f"{flag}={value[:80]!r} uses a stride ({shown}: the kernel's 'N-M:used/group'), which "
-                    f"numactl's list syntax (the one numabind takes) does not have; write the CPUs or nodes out "
-                    f"(e.g. '0,2,4')")
-        return f"{flag}={value[:80]!r}: cannot parse {shown}; expected {LIST_FORMS}"
-    return None
+    return syntax_problem(text, what=flag, strides=False, forms=LIST_FORMS)
 
 
 def gpu_spec(text: str) -> "int | str":
@@ -177,10 +179,11 @@ def gpu_spec(text: str) -> "int | str":
     else is argparse's usage error (exit 2) saying what ``--gpu`` takes; several GPUs point to ``--gpus``."""
     import argparse
 
+    from .._base import excerpt
     from ..devices import gpu_list_entries
     from ..errors import NumabindError
 
-    shown = repr(text[:80])
+    shown = excerpt(text, escape=True)
     try:
         entries = gpu_list_entries(text)
     except NumabindError:
@@ -188,7 +191,7 @@ def gpu_spec(text: str) -> "int | str":
                                          f"address (0000:1b:00.0); --gpus LIST takes several") from None
     if len(entries) != 1:
         raise argparse.ArgumentTypeError(f"{shown} names {len(entries)} GPUs and --gpu takes one; "
-                                         f"use --gpus {text[:80]} for several")
+                                         f"use --gpus {shown} for several")
     return entries[0]
 
 

@@ -25,7 +25,7 @@ from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 from . import (NOT_APPLIED, USAGE, command_problem, configure_logging, device_node, exec_command, gpu_index,
-               gpu_spec, list_syntax_problem, run_strictness, stdout_gone)
+               gpu_spec, list_syntax_problem, printable_lines, run_strictness, stdout_gone)
 from ._parser import ArgumentParser
 from .look import (OUTPUT_FORMS, allowed_what, gpu_text, hardware_text, node_free_bytes, of_error, source_words,
                    table, topology_output, topology_text)
@@ -62,12 +62,13 @@ class UsageError(CliError):
 
 
 def _message(e: BaseException) -> str:
-    """The error's text without a leading ``numabind ...:`` (main prints ``numabind: error:`` before it)."""
+    """The error's text without a leading ``numabind ...:`` (main prints ``numabind: error:`` before it), each line
+    printable: it may quote a replayed machine's files (a GPU's model, a cgroup path)."""
     text = str(e)
     for prefix in ("numabind run: ", "numabind show: ", "numabind plan: ", "numabind: "):
         if text.startswith(prefix):
-            return text[len(prefix):]
-    return text
+            return printable_lines(text[len(prefix):])
+    return printable_lines(text)
 
 
 def _dump(value: Any) -> None:
@@ -218,9 +219,9 @@ def cmd_main(args: argparse.Namespace) -> int:
     print(gpu_text(topo))
     print()
     print("== plans ==")
-    print(_main_plans_text(topo, rows))
+    print(printable_lines(_main_plans_text(topo, rows)))     # notes and errors quote the machine's strings
     for line in alignment_warnings(topo, who):
-        print(f"WARNING: {line}")
+        print(printable_lines(f"WARNING: {line}"))
     print()
     if replayed:
         print("#### this host, live: the process running numabind (not the replayed machine) ####")
@@ -382,7 +383,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         _dump(_plans_json(topo, args.mode, args.policy, gpus, plan_rows=rows))
     else:
-        print(_plans_text(topo, args.mode, args.policy, gpus, plan_rows=rows))
+        print(printable_lines(_plans_text(topo, args.mode, args.policy, gpus, plan_rows=rows)))
     return 0 if all(r.plan is not None for r in rows) else 1   # the same in text and JSON
 
 
@@ -410,11 +411,13 @@ def _cmd_plan_rank(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(placed.to_dict(), indent=2, sort_keys=True))
     else:
-        print(placed.describe())
+        print(printable_lines(placed.describe()))
         print("numactl equivalent: " + (placed.plan.to_numactl_args() or "(none)"))
         if getattr(args, "nic", False):
-            print("environment (--nic): " + (" ".join(f"{k}={v}" for k, v in placed.env.items()) or "(none)"))
-        print("\n".join([f"  {why}" for why in placed.reasons] + [f"  warning: {w}" for w in placed.warnings]))
+            print(printable_lines("environment (--nic): " + (" ".join(f"{k}={v}" for k, v in placed.env.items())
+                                                             or "(none)")))
+        print(printable_lines("\n".join([f"  {why}" for why in placed.reasons]
+                                         + [f"  warning: {w}" for w in placed.warnings])))
     return 0 if placed.to_dict()["placed"] else 1
 
 
@@ -429,7 +432,7 @@ def _rank_run_plan(args: argparse.Namespace) -> Plan:
         within = current_binding(args.backend).cpus
     placed = _place_rank(args, within=within)
     if args.verbose:
-        print(placed.describe(), file=sys.stderr)
+        print(printable_lines(placed.describe()), file=sys.stderr)
     for var, value in placed.env.items():      # --nic: the command's environment (the user's own are not here)
         os.environ[var] = value
         if args.verbose:
@@ -579,11 +582,11 @@ def check_run_syntax(args: argparse.Namespace) -> None:
             continue
         if not text:
             raise UsageError(f"{flag}={value!r} names no {'CPUs' if dest == 'physcpubind' else 'nodes'}")
-        problem = list_syntax_problem(flag, value)    # before the kernel's grammar, which has strides
+        problem = list_syntax_problem(flag, value)    # the syntax first: its error offers the forms of LIST_FORMS
         if problem is not None:
             raise UsageError(problem)
         try:
-            ids = parse_cpulist(text, what=flag)
+            ids = parse_cpulist(text, what=flag, strides=False)
         except NumabindError as e:
             raise UsageError(str(e)) from None
         if dest == "preferred" and len(ids) > 1 and text == value:
@@ -706,7 +709,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     env = bound_environ(report, None if launch is None else dict(os.environ, **launch.environ))
     kept = keep_binding_env(env)     # TensorRT-LLM must not undo the binding: logged (INFO, WARNING) once
     if args.verbose:     # the report as -v prints it: without that note, which the log line above just said
-        print(report.describe() + "".join(f"\nwarning: {w}" for w in extra), file=sys.stderr)
+        print(printable_lines(report.describe() + "".join(f"\nwarning: {w}" for w in extra)), file=sys.stderr)
     if kept is not None:         # ... and with it in --json's report
         report = report.replace(notes=(*report.notes, kept[1]))
     if args.json:      # the plans as `plan --json` shapes one too: no consumer parses the text forms

@@ -50,7 +50,8 @@ def source_words(source: str) -> str:
             said.append(f"{kinds[kind]} {path}")
         elif part.startswith("online ("):
             said.append(part[len("online ("):].rstrip(")"))
-    return "cpuset: " + ", ".join(said) if said else "no cpuset: every online CPU"
+    # the cgroup path is the replayed machine's (a directory name in its dump): printed as ps would print it
+    return "cpuset: " + printable(", ".join(said)) if said else "no cpuset: every online CPU"
 
 
 def allowed_what(topo: "Topology") -> str:

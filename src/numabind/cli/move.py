@@ -43,7 +43,7 @@ from .. import _proc, live
 from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, printable
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
-from . import device_node, gpu_index, gpu_spec, list_syntax_problem, run_strictness
+from . import device_node, gpu_index, gpu_spec, list_syntax_problem, printable_lines, run_strictness
 from ._parser import ArgumentParser
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off numabind move's start)
@@ -213,11 +213,6 @@ def _message(e: BaseException) -> str:
     return printable(text)
 
 
-def _lines(text: str) -> str:
-    """Text for the terminal: each line through printable (names, records and kernel text about the process)."""
-    return "\n".join(printable(line) for line in text.split("\n"))
-
-
 def _pids(args: argparse.Namespace) -> list[int]:
     out: list[int] = []
     for pid in args.pids:
@@ -281,7 +276,7 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
         if as_json:
             out.append(dict(report.to_dict(), pid=pid))
         else:
-            print(_lines(report.describe()))
+            print(printable_lines(report.describe()))
     if as_json:
         import json   # only --json prints JSON: off numabind move's start
 
@@ -317,7 +312,7 @@ def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
 
         print(json.dumps({"dry_run": True, "processes": [json.loads(o) for o in out]}, indent=2, sort_keys=True))
     elif out:
-        print(_lines("\n".join(out)))
+        print(printable_lines("\n".join(out)))
     sys.stdout.flush()
     return rc
 

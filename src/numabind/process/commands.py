@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from .. import backends as _backends, live
-from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, Value, keep_binding_env
+from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, Value, excerpt, keep_binding_env
 from ..bind import bind_current, bound_environ, strict_default, strict_label
 from ..errors import NumabindError, PlanError
 from ..plan import Plan, check_plan
@@ -154,7 +154,7 @@ def _exec_main(argv: Sequence[str] | None = None) -> None:
             raise PlanError("usage: <plan text> <strict|lenient|partial>,<backend> -- command [args...]")
         mode, _, backend = argv[1].partition(",")
         if mode not in _STRICT_WORDS or not _a_backend(backend):
-            raise PlanError(f"bad flags {argv[1][:100]!r}: expected strict|lenient|partial,<backend>")
+            raise PlanError(f"bad flags {excerpt(argv[1], escape=True)}: expected strict|lenient|partial,<backend>")
         plan = Plan.from_text(argv[0])
     except NumabindError as e:
         sys.stderr.write(f"numabind: error: {e}\n")
