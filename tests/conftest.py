@@ -65,3 +65,11 @@ def apply_time(monkeypatch):
     from numabind import live
 
     monkeypatch.setattr(live, "check_present", lambda plan, what: None)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """hwloc's XML test files unpacked (tests/hwloc_corpus.py)."""
+    from tests.hwloc_corpus import unpack
+
+    return unpack(tmp_path_factory.mktemp("hwloc-xml"))

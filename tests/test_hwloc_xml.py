@@ -34,9 +34,9 @@ from numabind.cpulist import format_cpulist
 from numabind.errors import NumabindError
 from numabind.topology import discover, discover_from
 
+from .hwloc_corpus import ARCHIVE, names
 from .lstopo import LSTOPO, hwloc_bitmap
 
-ARCHIVE = Path(__file__).parent / "data" / "hwloc-xml" / "hwloc-2.14.0-tests-xml.tar.xz"
 #: Files of the corpus hwloc 2.x cannot read (format v3): checked against the file itself.
 V3_FILES = {"cxlmem+dax.v3.xml"}
 GPU_VENDORS = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
@@ -48,23 +48,7 @@ FIELDS = ("online CPUs", "node ids", "node CPUs", "node memory", "home nodes", "
           "allowed nodes", "cores", "caches", "GPUs", "GPU nodes", "GPU local CPUs")
 
 
-def _names() -> list[str]:
-    with tarfile.open(ARCHIVE) as tf:
-        return sorted(os.path.basename(m.name) for m in tf.getmembers() if m.name.endswith(".xml"))
-
-
-CORPUS = _names()
-#: tarfile's data filter where this Python has it (3.10.12, 3.11.4, 3.12 and later; Debian 12's 3.11.2 lacks it)
-DATA_FILTER = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    """The corpus unpacked (tarfile's data filter: plain files only, nothing outside the folder)."""
-    dest = tmp_path_factory.mktemp("hwloc-xml")
-    with tarfile.open(ARCHIVE) as tf:
-        tf.extractall(dest, **DATA_FILTER)
-    return dest
+CORPUS = names()
 
 
 # ------------------------------------------------------------------------------- the oracle

@@ -11,7 +11,6 @@ cpuset (issue 42 §3: the cpuset is the limit; ``--within-affinity`` keeps the r
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -21,33 +20,19 @@ from numabind.rank import LAUNCHERS, plan_cpu_rank
 from numabind.topology import discover
 from tests.fakegpu import eight_gpu_box
 from tests.fakesys import two_sockets
+from tests.hwloc_corpus import gpu_files
 from tests.kernel import run_main
 
-ARCHIVE = Path(__file__).parent / "data" / "hwloc-xml" / "hwloc-2.14.0-tests-xml.tar.xz"
 DUMPS = sorted((Path(__file__).parent / "dumps").glob("*.tar.bz2"))
-#: tarfile's data filter where this Python has it (as tests/test_hwloc_xml.py extracts the corpus)
-DATA_FILTER = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 LAUNCH_ENV = [lch.rank_var for lch in LAUNCHERS] + [v for lch in LAUNCHERS for v in lch.size_vars] + [
     "SLURM_NODEID", "NUMABIND_LOCAL_RANK", "NUMABIND_LOCAL_WORLD_SIZE", "NUMABIND_FSROOT", "NUMABIND_STRICT",
     "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
     "ASCEND_RT_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NUMABIND_GPU_VENDOR"]
-#: GPU functions are PCI class 03 (display) or 12 (processing accelerator): the corpus files that may hold one.
-GPU_CLASSES = ('pci_type="03', 'pci_type="12')
 
 
-def _gpu_files() -> list[str]:
-    with tarfile.open(ARCHIVE) as tf:
-        names = []
-        for m in tf.getmembers():
-            if m.name.endswith(".xml"):
-                handle = tf.extractfile(m)
-                text = handle.read().decode("utf-8", "replace") if handle is not None else ""
-                if any(c in text for c in GPU_CLASSES):
-                    names.append(Path(m.name).name)
-    return sorted(names)
 
 
-GPU_FILES = _gpu_files()
+GPU_FILES = gpu_files()
 
 
 @pytest.fixture(autouse=True)
@@ -55,14 +40,6 @@ def clean_launch_env(monkeypatch):
     """This process's own launcher and visibility variables (a CI job under Slurm) must not leak in."""
     for var in LAUNCH_ENV:
         monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    dest = tmp_path_factory.mktemp("hwloc-xml")
-    with tarfile.open(ARCHIVE) as tf:
-        tf.extractall(dest, **DATA_FILTER)
-    return dest
 
 
 def _find(corpus: Path, name: str) -> Path:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -23,45 +22,26 @@ from numabind.topology import discover
 from tests.fakegpu import eight_gpu_box
 from tests.fakeio import dgx_box, mixed_box
 from tests.fakesys import two_sockets
+from tests.hwloc_corpus import gpu_files
 from tests.kernel import run_main
 from tests.lstopo import LSTOPO
 
 HERE = Path(__file__).parent
-ARCHIVE = HERE / "data" / "hwloc-xml" / "hwloc-2.14.0-tests-xml.tar.xz"
 DUMPS = sorted((HERE / "dumps").glob("*.tar.bz2"))
-DATA_FILTER = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-#: GPU functions are PCI class 03 (display) or 12 (processing accelerator): the corpus files that may hold one.
-GPU_CLASSES = ('pci_type="03', 'pci_type="12')
 ENV = ["NUMABIND_FSROOT", "NUMABIND_STRICT", "NUMABIND_GPU_VENDOR", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
        "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "ZE_ENABLE_PCI_ID_DEVICE_ORDER", "ASCEND_RT_VISIBLE_DEVICES",
        "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES"]
 
 
-def _gpu_files() -> list[str]:
-    with tarfile.open(ARCHIVE) as tf:
-        names = []
-        for m in tf.getmembers():
-            handle = tf.extractfile(m) if m.name.endswith(".xml") else None
-            if handle is not None and any(c in handle.read().decode("utf-8", "replace") for c in GPU_CLASSES):
-                names.append(Path(m.name).name)
-    return sorted(names)
 
 
-GPU_FILES = _gpu_files()
+GPU_FILES = gpu_files()
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch):
     for var in ENV:
         monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    dest = tmp_path_factory.mktemp("hwloc-xml")
-    with tarfile.open(ARCHIVE) as tf:
-        tf.extractall(dest, **DATA_FILTER)
-    return dest
 
 
 def export(capsys, src: str, dest: Path) -> Path:
