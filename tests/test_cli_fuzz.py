@@ -178,6 +178,16 @@ def _refuse_exec(path, argv):
     raise Executed(list(argv))
 
 
+def _put_back(affinities: dict, word) -> None:
+    """Every thread's affinity and the memory policy as they were before an example (threads gone are skipped)."""
+    for tid, cpus in affinities.items():
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            pass
+    raw_set_word(*word)
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=run_options())
 def test_run_applies_exactly_what_was_asked_or_exits_1_or_2(items, capsys, monkeypatch):
@@ -200,12 +210,7 @@ def test_run_applies_exactly_what_was_asked_or_exits_1_or_2(items, capsys, monke
             assert cp.returncode == 0, (argv, cp.stderr)
             rc = json.loads(cp.stdout)
     finally:
-        for tid, cpus in affinities.items():
-            try:
-                os.sched_setaffinity(tid, cpus)
-            except OSError:
-                pass
-        raw_set_word(*word)
+        _put_back(affinities, word)
     err = capsys.readouterr().err
     kind, want = expected(items)
     if kind == "gpu":
@@ -357,12 +362,7 @@ def _never_a_traceback(argv: list[str], prog: str, env: dict[str, str | None], s
             except Executed:
                 rc = "exec"
     finally:
-        for tid, cpus in affinities.items():
-            try:
-                os.sched_setaffinity(tid, cpus)
-            except OSError:
-                pass
-        raw_set_word(*word)
+        _put_back(affinities, word)
         os.environ.clear()
         os.environ.update(saved)
     out = capsys.readouterr()
