@@ -1,7 +1,9 @@
 """What a new user meets in the first hour (issue 30): refusals that name their fix, ``backend_info()`` saying
 what the native core is, global options before every subcommand, and a first screen (``numabind``) in words:
 the replayed machine apart from the live process, a plan table without reasons or errors in its cells, and a
-WARNING for the GPUs a pod's cpuset keeps away from.
+WARNING for the GPUs a pod's cpuset keeps away from. The second pass (issue 42): an impossible plan is never
+silent, a replayed machine is planned as itself with the cpuset as a rank's limit, and numabind's own XML export
+replays with its GPUs.
 
 Refusals are faked at the backend boundary (the C functions a :class:`~numabind.backends.SyscallBackend`
 calls return ``-errno``) and one is real: a seccomp filter in a child (tests/kernel.py's ``SECCOMP``).
@@ -363,3 +365,72 @@ def test_the_live_first_screen_names_the_native_core():
     assert cp.returncode == 0, cp.stderr
     assert f"native core: numabind._native {numabind.__version__} loaded from " in cp.stdout
     assert "WARNING:" not in cp.stdout      # no GPU here: nothing to misalign
+
+
+# --------------------------------------------------------------------------- the second pass (issue 42 items 1-4)
+# End to end, as a newcomer meets them; each item's full coverage: tests/test_impossible_plans.py (1),
+# tests/test_replayed_plans.py (2, 3), tests/vm/test_vm_rank_rule.py (3, in the 3-node guest),
+# tests/test_xml_export_replay.py (4).
+def test_an_impossible_plan_is_never_silent(capsys):
+    """Item 1: CPUs or nodes the machine lacks are a PlanError at the README's entry points, and numabind run
+    says so before it runs anything; nothing changed."""
+    import os
+
+    cpus, absent_cpu = os.sched_getaffinity(0), max(numabind.discover().online_cpus) + 1000
+    absent_node = max(numabind.discover().nodes) + 1000
+    plan = numabind.Plan(cpus={absent_cpu}, mem_policy="bind", mem_nodes={absent_node})
+    for call in (lambda: numabind.bind_current(plan), lambda: numabind.bind_current(plan, strict=False),
+                 lambda: numabind.configure_subprocess(numabind.Plan(cpus={absent_cpu})).__enter__(),
+                 lambda: numabind.pool_plans([plan])):
+        with pytest.raises(numabind.PlanError, match=f"CPUs {absent_cpu}"):
+            call()
+    assert os.sched_getaffinity(0) == cpus
+    rc, out, err = run_main(capsys, "run", "-C", str(absent_cpu), "--", "true")
+    assert rc == 1 and out == "" and "not online" in err and " -a" not in err, err
+
+
+def _launcher_box(root):
+    """Two sockets, eight GPUs, and a replayed process the launcher started on node 0's CPUs."""
+    m = two_sockets(root, cpus_per_socket=8)
+    m.set_status(sorted(m.nodes[0].cpus), None).write()
+    eight_gpu_box(root, "nvidia")
+    return str(root)
+
+
+def test_a_replayed_rank_is_planned_as_that_machine_and_the_cpuset_is_the_limit(tmp_path, capsys, monkeypatch):
+    """Items 2 and 3: on a replayed root, plan --gpu-from-rank and run --gpu-from-rank --dry-run give the same
+    plan, from the replayed machine alone (not this host's affinity); the launcher's CPUs are replaced unless
+    --within-affinity, which refuses under --strict naming the launcher flags."""
+    root = _launcher_box(tmp_path / "box")
+    topo = numabind.discover(root)
+    node1 = numabind.format_cpulist(topo.nodes[1].cpus)
+    monkeypatch.setenv("SLURM_LOCALID", "5")             # GPU 5: node 1, outside the replayed affinity
+    monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", "8")
+    rc, out, err = run_main(capsys, "--root", root, "plan", "--gpu-from-rank", "--json")
+    assert rc == 0, err
+    planned = json.loads(out)["plan"]
+    rc, out, err = run_main(capsys, "--root", root, "run", "--gpu-from-rank", "--dry-run", "--json", "--", "true")
+    assert rc == 0, err
+    dry = json.loads(out)["plan"]
+    assert (planned["cpus"], planned["mem_nodes"]) == (dry["cpus"], dry["mem_nodes"]) == (node1, "1")
+    rc, _, err = run_main(capsys, "--root", root, "run", "--gpu-from-rank", "--dry-run", "--within-affinity",
+                          "--strict", "--", "true")
+    assert rc == 1 and "srun --cpu-bind=none" in err and "mpirun --bind-to none" in err, err
+
+
+def test_numabinds_own_export_replays_with_its_gpus(tmp_path, capsys):
+    """Item 4: "send me your numabind topology --of xml" works: the replay plans every GPU as the machine does,
+    and run --gpus N --dry-run gives the same lines."""
+    root = tmp_path / "box"
+    two_sockets(root, cpus_per_socket=112)     # the CPUs the box's GPUs name as local (tests/fakegpu.py)
+    eight_gpu_box(root, "nvidia")
+    rc, xml, err = run_main(capsys, "--root", str(root), "topology", "--of", "xml")
+    assert rc == 0, err
+    export = tmp_path / "box.xml"
+    export.write_text(xml)
+    for argv in (["plan", "--all", "--json"], ["run", "--gpus", "5", "--dry-run", "--json", "--", "true"]):
+        rc, source, err = run_main(capsys, "--root", str(root), *argv)
+        assert rc == 0, err
+        rc, replay, err = run_main(capsys, "--root", str(export), *argv)
+        assert rc == 0 and replay == source, err
+    assert "uncertain" not in json.dumps(numabind.discover(str(export)).to_dict()).lower()
