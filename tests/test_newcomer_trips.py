@@ -284,3 +284,26 @@ def test_a_restore_whose_policy_agrees_says_so(capsys):
     finally:
         target.kill()
         target.wait(30)
+
+
+def test_instrument_says_once_when_neither_vllm_nor_sglang_is_there(tmp_path):
+    """Issue 42 §5: instrumenting a program whose Python has neither vLLM nor SGLang replaces nothing: one line
+    says so (the command still runs); with either importable, nothing is said."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cp = subprocess.run([sys.executable, "-m", "numabind", "instrument", "--", "true"], capture_output=True,
+                        text=True, timeout=120, env=env)
+    assert cp.returncode == 0, cp.stderr
+    notes = [line for line in cp.stderr.splitlines() if "nothing will be replaced" in line]
+    assert len(notes) == 1 and notes[0].startswith("numabind instrument: note: neither vllm nor sglang"), cp.stderr
+    for host in ("vllm", "sglang"):
+        (tmp_path / host).mkdir()
+        (tmp_path / host / "__init__.py").write_text("")
+        cp = subprocess.run([sys.executable, "-m", "numabind", "instrument", "--", "true"], capture_output=True,
+                            text=True, timeout=120, env=dict(env, PYTHONPATH=str(tmp_path)))
+        assert cp.returncode == 0 and "nothing will be replaced" not in cp.stderr, (host, cp.stderr)
+        (tmp_path / host / "__init__.py").unlink()
+        (tmp_path / host).rmdir()

@@ -85,4 +85,31 @@ def main(args: list[str]) -> int:
     except PermissionError as e:
         sys.stderr.write(f"numabind instrument: error: {e}\n")
         return NOT_APPLIED
+    missing = _no_host(env)
+    if missing is not None:
+        sys.stderr.write(f"numabind instrument: note: {missing}\n")
     return exec_command(command, env)
+
+
+#: The packages whose NUMA helpers numabind stands in for (numabind.compat.bootstrap routes their modules).
+HOSTS = ("vllm", "sglang")
+
+
+def _no_host(env: dict[str, str]) -> str | None:
+    """One line when neither vLLM nor SGLang can be imported with the command's ``PYTHONPATH`` by this Python
+    (numabind's): nothing will be replaced, unless the command runs another Python that has them. Found by
+    name only: nothing of theirs is imported here."""
+    import importlib.util
+
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    sys.path[:0] = extra
+    try:
+        found = [name for name in HOSTS if importlib.util.find_spec(name) is not None]
+    except (ImportError, ValueError):
+        found = []
+    finally:
+        del sys.path[:len(extra)]
+    if found:
+        return None
+    return (f"neither vllm nor sglang can be imported by {sys.executable}, so nothing will be replaced (the "
+            f"command still runs; a command whose own Python has them is instrumented there)")
