@@ -28,12 +28,12 @@ def _declarations() -> str:
 
 
 def package_version() -> str:
-    """``__version__`` of src/numabind/__init__.py, compiled into the core (nb_version) so that the package
+    """``__version__`` of src/numabind/_version.py, compiled into the core (nb_version) so that the package
     refuses a core built from another version."""
-    with open(os.path.join(HERE, "src", "numabind", "__init__.py")) as f:
+    with open(os.path.join(HERE, "src", "numabind", "_version.py")) as f:
         found = re.search(r"^__version__\s*=\s*[\"']([^\"'\\]+)[\"']", f.read(), flags=re.M)
     if not found:
-        raise RuntimeError("src/numabind/__init__.py has no __version__ = '...' line")
+        raise RuntimeError("src/numabind/_version.py has no __version__ = '...' line")
     return found.group(1)
 
 

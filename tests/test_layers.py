@@ -19,7 +19,7 @@ ROOT = Path(numabind.__file__).resolve().parent
 # Bottom to top. A module of a package not listed by name sits on its package's floor. The top-level
 # ``numabind/__init__`` re-exports the public API and sits above everything.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("values", ("errors", "_util", "_base", "types", "cpulist", "plan", "_native")),
+    ("values", ("_version", "errors", "_util", "_base", "types", "cpulist", "plan", "_native")),
     ("readers", ("_fs", "_dump", "_cgroup", "_hwloc_xml")),
     ("the machine", ("_nvml", "devices", "iodevices", "topology", "live", "_proc", "nodestat")),
     ("planning", ("strategies", "rank")),
@@ -117,10 +117,7 @@ def imports_of(module: str) -> list[tuple[str, str | None, int]]:
             name = _const_module_name(node.slice)
             if name:
                 found.append((name, None, node.lineno))
-    # numabind.__version__ is the package's metadata (build_ffi.py reads it there), not a re-export: the package
-    # is loaded before any of its modules, so taking it pulls nothing in.
-    return [(target, name, line) for target, name, line in found
-            if target != module and (target, name) != ("numabind", "__version__")]
+    return [(target, name, line) for target, name, line in found if target != module]
 
 
 GRAPH = {module: imports_of(module) for module in MODULES}

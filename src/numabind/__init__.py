@@ -14,7 +14,7 @@ from sys import modules as _modules
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: `import numabind` stays cheap
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 #: Public names by layer (module that defines them -> names), like psutil's ``__all__`` groups.
 _LAYERS: dict[str, tuple[str, ...]] = {

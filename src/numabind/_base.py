@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from .errors import NumabindError
 
-__all__ = ["DEBUG", "ERROR", "EXIT_NOT_APPLIED", "EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND", "EXIT_USAGE", "INFO", "WARNING",
+__all__ = ["BOUND_ENV", "DEBUG", "ERROR", "EXIT_NOT_APPLIED", "EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND", "EXIT_USAGE", "INFO", "WARNING",
            "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
            "TLLM_AFFINITY_ENV", "Value", "bind_settings", "environ_copy", "environ_get", "getLogger", "keep_binding_env",
            "EXCERPT", "excerpt", "printable", "real_logger", "strict_from_env", "warn_through"]
@@ -33,6 +33,10 @@ __all__ = ["DEBUG", "ERROR", "EXIT_NOT_APPLIED", "EXIT_NOT_EXECUTABLE", "EXIT_NO
 #: Exit statuses of ``numabind run`` and of a command started bound (numactl's and a shell's): the binding
 #: could not be applied, a usage error, a command found but not executable, a command not found.
 EXIT_NOT_APPLIED, EXIT_USAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 2, 126, 127
+
+#: The variable a command started bound carries: ``<pid>:<start time>|<requested plan>|<applied plan>``
+#: (written by :func:`numabind.bind.bound_environ`, read back by :mod:`numabind.residency`).
+BOUND_ENV = "_NUMABIND_BOUND"
 
 
 def printable(text: str) -> str:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .types import BackendName, ThreadMode
 
 from . import live
-from ._base import INFO, Strictness, Value, bind_settings, environ_copy, getLogger, strict_from_env
+from ._base import BOUND_ENV, INFO, Strictness, Value, bind_settings, environ_copy, getLogger, strict_from_env
 from .backends import (
     WALK_BOUND,
     WALK_CHECK_FIRST,
@@ -385,9 +385,6 @@ def set_interleave_weights(weights: "Any", *, backend: "BackendName | None" = No
     write_weights(be, dict(checked or {}), old)
     log.info("interleave weights set to %s (were %s)", format_weights(checked or {}), format_weights(old))
     return old
-
-
-BOUND_ENV = "_NUMABIND_BOUND"
 
 
 def bound_environ(report: BindReport, environ: "Any" = None) -> dict[str, str]:

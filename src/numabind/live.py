@@ -222,7 +222,7 @@ def check_native_version(native: "Any") -> None:
     """Refuse a compiled core built for another numabind version than this package's ``__version__`` (a
     stale build left by an editable install or a copied tree): its functions and buffer layout may differ,
     and would fail later with an AttributeError or worse."""
-    from . import __version__
+    from ._version import __version__
 
     version_of = getattr(native.lib, "nb_version", None)
     built = native.ffi.string(version_of()).decode("ascii", "replace") if version_of is not None else None

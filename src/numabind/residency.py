@@ -44,7 +44,7 @@ from __future__ import annotations
 import os
 
 from . import _proc, live
-from ._base import Value
+from ._base import BOUND_ENV, Value
 from .backends import get_backend
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import AccessDenied, NoSuchProcess, NumabindError
@@ -58,7 +58,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["BoundBy", "Locality", "SOURCE_EXEC", "SOURCE_NUMACTL", "SOURCE_UNVERIFIED", "ThreadPlacement",
            "locality"]
 
-_BOUND_ENV = "_NUMABIND_BOUND"     # numabind.bind.BOUND_ENV (not imported: bind imports this module)
 _KINDS = ("anon", "file", "huge")
 
 
@@ -369,7 +368,7 @@ def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
     birth = records.own_birth() if me else None   # handed down by numabind.process when this process was born
     if birth is not None:
         return BoundBy(f"birth report ({birth[0]})", birth[1], birth[2])
-    marker = _proc.environ_value(pid, _BOUND_ENV)
+    marker = _proc.environ_value(pid, BOUND_ENV)
     unverified = None
     if marker:
         found = _from_marker(marker, pid, started)

@@ -245,7 +245,7 @@ def _numactl_main(args: list[str]) -> int:
         if "hardware" in names:
             return _hardware("cpu-compress" in names)
         if "version" in names:
-            from .. import __version__
+            from .._version import __version__
 
             print(__version__)
             return 0
@@ -556,7 +556,7 @@ class _Segments:
                 hardware = hardware or name == "hardware"
             elif name == "version":
                 self.no_policy(name)
-                from .. import __version__
+                from .._version import __version__
 
                 print(__version__)
                 return 0
