@@ -764,7 +764,7 @@ _MODES_EPILOG = "placement modes (--mode):\n" + "\n".join(f"  {m:<13} {MODE_SUMM
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
+    from .._version import __version__
 
     p = ArgumentParser(
         prog="numabind", raw_epilog=_EPILOG,
