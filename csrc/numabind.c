@@ -20,6 +20,23 @@
 #error "NB_VERSION (the package version, a C string) is not defined: build through build_ffi.py"
 #endif
 
+/* numabind.h's memory-policy numbers are the kernel's (those every <linux/mempolicy.h> has) */
+#if defined(__has_include)
+#if __has_include(<linux/mempolicy.h>)
+#include <linux/mempolicy.h>
+#define NB_SAME(x) ((long)NB_##x == (long)x)
+_Static_assert(NB_SAME(MPOL_DEFAULT) && NB_SAME(MPOL_PREFERRED) && NB_SAME(MPOL_BIND) && NB_SAME(MPOL_INTERLEAVE) &&
+               NB_SAME(MPOL_LOCAL), "MPOL_* modes");
+_Static_assert(NB_SAME(MPOL_F_STATIC_NODES) && NB_SAME(MPOL_F_RELATIVE_NODES) && NB_SAME(MPOL_F_NODE) &&
+               NB_SAME(MPOL_F_ADDR) && NB_SAME(MPOL_MF_STRICT) && NB_SAME(MPOL_MF_MOVE) && NB_SAME(MPOL_MF_MOVE_ALL),
+               "MPOL_* flags");
+#ifdef MPOL_F_NUMA_BALANCING
+_Static_assert(NB_SAME(MPOL_F_NUMA_BALANCING), "MPOL_F_NUMA_BALANCING");
+#endif
+#undef NB_SAME
+#endif
+#endif
+
 const char *nb_version(void)
 {
     return NB_VERSION;
@@ -332,13 +349,12 @@ static int task_open(void)
     return open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
-/* Lists the directory open on fd from its start. */
-static long task_read(int fd, int first, int *tids, size_t cap)
+/* Reads the directory open on fd on from its offset: the ids into tids (cap of them; the count is returned even
+ * past it), *last the id read last (unchanged when none); `first`, when listed, is put at index 0. */
+static long task_ids(int fd, int first, int *tids, size_t cap, int *last)
 {
     char buf[16384] __attribute__((aligned(8)));
     size_t count = 0;
-    if (lseek(fd, 0, SEEK_SET) < 0)
-        return -(long)errno;
     for (;;) {
         long nread = syscall(SYS_getdents64, fd, buf, sizeof buf);
         if (nread < 0)
@@ -363,26 +379,37 @@ static long task_read(int fd, int first, int *tids, size_t cap)
                     tids[0] = (int)tid;
                 }
             }
+            *last = (int)tid;
             count++;
         }
     }
     return (long)count;
 }
 
+/* Lists the directory open on fd from its start. */
+static long task_read(int fd, int first, int *tids, size_t cap, int *last)
+{
+    if (lseek(fd, 0, SEEK_SET) < 0)
+        return -(long)errno;
+    return task_ids(fd, first, tids, cap, last);
+}
+
 /* nb_task_list, and with `count_links` (NB_COUNT_LINKS) the caller alone without a listing when the cached
- * descriptor's link count says one thread (*counted = 1). *links: the directory's link count (0: not read). */
-static long task_list(int first, int *tids, size_t cap, int count_links, int *links, int *counted)
+ * descriptor's link count says one thread (*counted = 1). *links: the directory's link count (0: not read);
+ * *last: the id listed last, in the directory's order (the caller is moved to index 0). */
+static long task_list(int first, int *tids, size_t cap, int count_links, int *links, int *counted, int *last)
 {
     *links = 0;
     *counted = 0;
     if (first <= 0)
         first = (int)syscall(SYS_gettid);
+    *last = first;
     if (pthread_mutex_trylock(&task_lock) != 0) {
         /* another thread is listing right now: use a descriptor of our own for this call */
         int fd = task_open();
         if (fd < 0)
             return -(long)errno;
-        long r = task_read(fd, first, tids, cap);
+        long r = task_read(fd, first, tids, cap, last);
         close(fd);
         return r;
     }
@@ -423,7 +450,7 @@ static long task_list(int first, int *tids, size_t cap, int count_links, int *li
             r = 1;
             break;
         }
-        r = task_read(task_fd, first, tids, cap);
+        r = task_read(task_fd, first, tids, cap, last);
         /* With room for every thread, the caller not listed first means another process's directory (when it
          * is listed, task_read put it first): reopened, once. A listing too long for cap cannot tell: the
          * caller calls again with more room, and that call checks. */
@@ -438,8 +465,31 @@ static long task_list(int first, int *tids, size_t cap, int count_links, int *li
 
 long nb_task_list(int first, int *tids, size_t cap)
 {
-    int links, counted;
-    return task_list(first, tids, cap, 0, &links, &counted);
+    int links, counted, last;
+    return task_list(first, tids, cap, 0, &links, &counted, &last);
+}
+
+enum { NB_MOVED = -500000 };
+
+/* The cached directory read on from the place of `last`, the thread a listing of `at` threads ended with (the k-th
+ * thread of the directory's order is at offset 2 + k, after "." and ".."): a thread is appended to the list when it
+ * starts, so `last` and then every thread started since it was listed, into tids (cap).  Returns how many were
+ * read, `last` included; NB_MOVED when `last` is not at its place any more (a thread listed before it has gone, so
+ * the places moved: only a listing from the start can tell) or the descriptor is not at hand; -errno. */
+static long task_read_on(size_t at, int last, int *tids, size_t cap)
+{
+    if (at == 0 || pthread_mutex_trylock(&task_lock) != 0)
+        return NB_MOVED;
+    struct stat st;
+    long r = NB_MOVED;
+    int read_last;
+    if (task_fd >= 0 && fstat(task_fd, &st) == 0 && st.st_dev == task_dev && st.st_ino == task_ino) {
+        r = lseek(task_fd, (off_t)at + 1, SEEK_SET) < 0 ? -(long)errno : task_ids(task_fd, 0, tids, cap, &read_last);
+        if (r == 0 || (r > 0 && cap > 0 && tids[0] != last))
+            r = NB_MOVED;
+    }
+    pthread_mutex_unlock(&task_lock);
+    return r;
 }
 
 typedef long (*nb_aff_fn)(int, size_t, unsigned long *);
@@ -631,35 +681,59 @@ long nb_bind_release(int *out)
     return -(long)pthread_mutex_unlock(&bind_lock);
 }
 
-/* Threads started while the walk ran, by a thread not bound yet (they inherit its old CPUs): list again into
+/* The ids of tids[n..n+m) (a listing) not among tids[0..n) (those seen), moved to tids[n..n+k); returns k. */
+static size_t unseen(int *tids, size_t n, size_t m)
+{
+    size_t k = 0, next = 0;
+    for (size_t i = 0; i < m; i++) {
+        int t = tids[n + i];
+        if (next < n && tids[next] == t) {    /* listed in the same order as before: the usual case */
+            next++;
+            continue;
+        }
+        size_t s = 0;
+        while (s < n && tids[s] != t)
+            s++;
+        if (s < n)
+            next = s + 1;
+        else
+            tids[n + k++] = t;
+    }
+    return k;
+}
+
+/* Threads started while the walk ran, by a thread not bound yet (they inherit its old CPUs): look for them into
  * the room after the n threads walked, bind the ids not seen yet (appended), up to `rounds` times; sets
- * NB_BIND_SETTLED and NB_BIND_UNSEEN (see numabind.h). Returns the threads walked in all. */
-static long settle(nb_aff_fn seta, nb_aff_fn geta, int me, size_t n, const unsigned long *cpumask, size_t words,
-                   int flags, int rounds, size_t cap, int *ints, unsigned long *before, unsigned long *after)
+ * NB_BIND_SETTLED and NB_BIND_UNSEEN (see numabind.h). `at` and `last`: how many threads the walk's listing
+ * held and which it ended with, in the directory's order. Looking reads the directory on from `last`
+ * (task_read_on), and lists it again from its start only when the places moved. Returns the threads walked. */
+static long settle(nb_aff_fn seta, nb_aff_fn geta, int me, size_t n, size_t at, int last, const unsigned long *cpumask,
+                   size_t words, int flags, int rounds, size_t cap, int *ints, unsigned long *before,
+                   unsigned long *after)
 {
     int *tids = ints + NB_BIND_HEADER, *status = tids + cap;
     for (int round = 0;; round++) {
-        size_t room = cap - n;
-        int links, counted;
-        long m = task_list(me, tids + n, room, 0, &links, &counted);
-        if (m < 0 || (size_t)m > room || m == 0 || tids[n] != me) {
-            ints[NB_BIND_SETTLED] = m < 0 ? (int)m : (size_t)m > room ? NB_NO_ROOM : NB_CALLER_NOT_LISTED;
-            return (long)n;
-        }
-        size_t k = 0, next = 0;   /* the ids not among the n seen, moved to tids[n..n+k) */
-        for (size_t i = 0; i < (size_t)m; i++) {
-            int t = tids[n + i];
-            if (next < n && tids[next] == t) {    /* listed in the same order as before: the usual case */
-                next++;
-                continue;
+        size_t room = cap - n, k = 0;   /* the threads not seen yet, at tids[n..n+k) */
+        long m = task_read_on(at, last, tids + n, room);   /* `last`, then the threads started since */
+        if (m > 0 && (size_t)m <= room) {
+            k = (size_t)m - 1;
+            memmove(tids + n, tids + n + 1, k * sizeof *tids);
+            at += k;
+            if (k)
+                last = tids[n + k - 1];
+        } else if (m == NB_MOVED) {
+            int links, counted;
+            m = task_list(me, tids + n, room, 0, &links, &counted, &last);
+            if (m >= 0 && (size_t)m <= room && (m == 0 || tids[n] != me))
+                m = NB_CALLER_NOT_LISTED;
+            if (m > 0 && (size_t)m <= room) {
+                at = (size_t)m;
+                k = unseen(tids, n, at);
             }
-            size_t s = 0;
-            while (s < n && tids[s] != t)
-                s++;
-            if (s < n)
-                next = s + 1;
-            else
-                tids[n + k++] = t;
+        }
+        if (m < 0 || (size_t)m > room) {
+            ints[NB_BIND_SETTLED] = m < 0 ? (int)m : NB_NO_ROOM;
+            return (long)n;
         }
         if (k == 0) {
             ints[NB_BIND_SETTLED] = 1;
@@ -690,14 +764,14 @@ static long bind_locked(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb
     unsigned long *old_mask = masks, *now_mask = masks + node_words;
     unsigned long *before = now_mask + node_words, *after = before + cap * words;
     int me = (int)syscall(SYS_gettid);
-    int facts = 0;
+    int facts = 0, last = me;
     long n = 1;
     ints[NB_BIND_TID] = 0;
     ints[NB_BIND_LINKS] = 0;
     tids[0] = me;
     if (!(flags & NB_ONLY_CALLER)) {
         int counted = 0;
-        n = task_list(me, tids, cap, flags & NB_COUNT_LINKS, ints + NB_BIND_LINKS, &counted);
+        n = task_list(me, tids, cap, flags & NB_COUNT_LINKS, ints + NB_BIND_LINKS, &counted, &last);
         if (n < 0 || (size_t)n > cap)
             return n;
         if (n == 0 || tids[0] != me)            /* not this process's threads (another PID namespace's /proc) */
@@ -743,8 +817,8 @@ static long bind_locked(nb_getpol_fn getp, nb_setpol_fn setp, nb_aff_fn seta, nb
     for (long i = 0; i < done; i++)
         refused |= status[i] < 0;
     if (cpumask && !(flags & NB_ONLY_CALLER) && done == n && n > 1 && !refused)
-        done = n = settle(seta, geta, me, (size_t)n, cpumask, words, walk_flags, (flags >> NB_SETTLE_SHIFT) & 0xff,
-                          cap, ints, before, after);
+        done = n = settle(seta, geta, me, (size_t)n, (size_t)n, last, cpumask, words, walk_flags,
+                          (flags >> NB_SETTLE_SHIFT) & 0xff, cap, ints, before, after);
     ints[NB_BIND_PROCESSED] = (int)done;
     int exited = 0;
     for (long i = 1; i < done; i++)

@@ -13,6 +13,27 @@
  * NB_VERSION): Python refuses a core whose version differs from the package's (a stale build). */
 const char *nb_version(void);
 
+/* The kernel's memory-policy numbers (<linux/mempolicy.h>), read by Python from lib and never written there: the
+ * modes set_mempolicy and mbind take, the flags of a mode word, of get_mempolicy and of mbind.  numabind.c checks
+ * them against the kernel's header where the build machine has one. */
+enum nb_mpol {
+    NB_MPOL_DEFAULT = 0,
+    NB_MPOL_PREFERRED = 1,
+    NB_MPOL_BIND = 2,
+    NB_MPOL_INTERLEAVE = 3,
+    NB_MPOL_LOCAL = 4,
+    NB_MPOL_PREFERRED_MANY = 5,         /* Linux 5.15 */
+    NB_MPOL_WEIGHTED_INTERLEAVE = 6,    /* Linux 6.9 */
+    NB_MPOL_F_STATIC_NODES = 1 << 15,   /* flags of a mode word */
+    NB_MPOL_F_RELATIVE_NODES = 1 << 14,
+    NB_MPOL_F_NUMA_BALANCING = 1 << 13,
+    NB_MPOL_F_NODE = 1 << 0,            /* flags of get_mempolicy */
+    NB_MPOL_F_ADDR = 1 << 1,
+    NB_MPOL_MF_STRICT = 1 << 0,         /* flags of mbind */
+    NB_MPOL_MF_MOVE = 1 << 1,
+    NB_MPOL_MF_MOVE_ALL = 1 << 2
+};
+
 /* ---- raw system calls (the "syscall" backend) ---------------------------- */
 long nb_sys_set_mempolicy(int mode, const unsigned long *nodemask, unsigned long maxnode);
 long nb_sys_get_mempolicy(int *mode, unsigned long *nodemask, unsigned long maxnode,
@@ -129,10 +150,12 @@ struct nb_bind_request {
  * (as nb_*_swap_mempolicy), then walk every thread's affinity (as nb_*_affinity_many, `flags` among
  * nb_affinity_flags, plus those of nb_bind_flags).  When the set is refused, or under NB_NEED_OLD the old
  * policy is unreadable, it stops before the walk (NB_WALKED not among the facts).  After a walk that set a CPU
- * mask on every listed thread (more than one, none refused), the threads are listed again into the room left in
- * the buffer, and those not seen yet (started meanwhile by a thread not bound yet) are walked too and appended,
- * up to R more times, R = (flags >> NB_SETTLE_SHIFT) & 0xff (0: list once more, bind nothing): NB_BIND_SETTLED
- * says how that ended.  It returns facts, never a verdict: the caller decides what they mean.
+ * mask on every listed thread (more than one, none refused), the threads started meanwhile (by a thread not bound
+ * yet) are looked for, into the room left in the buffer, and those not seen yet are walked too and appended, up to
+ * R more times, R = (flags >> NB_SETTLE_SHIFT) & 0xff (0: look once more, bind nothing): NB_BIND_SETTLED says how
+ * that ended.  Looking is one short read: the directory is read on from the last thread listed (a thread
+ * started later is listed after it), and only when a thread that was listed has gone meanwhile (its place
+ * moved) is it listed again from its start.  It returns facts, never a verdict: the caller decides what they mean.
  * out[] holds everything, in one buffer aligned for unsigned long: the header below, then cap thread ids,
  * then cap statuses; then, from the first even index after those (NB_BIND_HEADER + 2 * cap, rounded up),
  * unsigned longs: the old node mask and the node mask now (node_words each), then cap `before` and cap
@@ -158,9 +181,9 @@ enum nb_bind_slot {
     NB_BIND_HELD = 10,      /* 1: this buffer holds the process's bind lock (nb_bind_hold, nb_bind_release) */
     NB_BIND_GEN = 11,       /* which taking of the lock this buffer's was (see nb_bind_hold) */
     NB_BIND_SETTLED = 12,   /* 1: no thread appeared after the walk that was not walked (or none was looked for);
-                             * 0: after R listings new threads still appeared: NB_BIND_UNSEEN of them, their ids
-                             * right after the NB_BIND_PROCESSED walked ones; NB_NO_ROOM: no room to list again
-                             * (nothing looked for); -errno or NB_CALLER_NOT_LISTED: listing again failed */
+                             * 0: after R more looks new threads still appeared: NB_BIND_UNSEEN of them, their ids
+                             * right after the NB_BIND_PROCESSED walked ones; NB_NO_ROOM: no room to look again
+                             * (nothing looked for); -errno or NB_CALLER_NOT_LISTED: looking again failed */
     NB_BIND_UNSEEN = 13,
     NB_BIND_HEADER = 14
 };

@@ -3,17 +3,17 @@
 ``numabind run``'s fast path and a bind keep ``dataclasses``, ``typing``, ``logging`` and ``re`` off their
 imports (STYLE.md "Speed where it pays"), so the modules they load keep the speed idioms: ``TYPE_CHECKING =
 False``, the hand-written :class:`numabind._base.Value`, objects built without ``__init__``. Every other
-module is plain Python (tests/test_layers.py enforces it). The paths:
+module is plain Python (tests/test_layers.py lists the run path, ``RUN_PATH``, and checks both). The paths:
 
-* :data:`RUN_PATH_MODULES`: what ``numabind run -C CPU -m NODE -- cmd`` loads (tests/test_cli.py pins it);
-  :data:`CPUSET_MODULES` too when the process's affinity leaves out an online CPU (the cpuset is read then);
+* :data:`RUN_PATH_MODULES`: what ``numabind run -C CPU -m NODE -- cmd`` loads (:func:`run_modules`; tests/test_cli.py
+  pins it); :data:`CPUSET_MODULES` too when the process's affinity leaves out an online CPU (the cpuset is read then);
 * what ``bind_current`` loads, through each backend (:func:`bind_current_modules`);
 * what a spawn child bound at birth in the child loads (``configure_subprocess(plan, spawn="in-child")``,
-  :func:`birth_modules`): it binds while it unpickles its preparation data, before the program runs;
-* the look path (issue 34 §3): what ``numabind hardware``, ``numabind topology [--of xml]``, numactl's ``-H`` and a
-  first ``numabind.discover()`` load (:func:`look_modules`): people and scripts start them in loops;
-* the move path (issue 28, P8): what ``numabind move PID -C CPUS`` loads (:func:`move_modules`), a command that
-  stands beside ``taskset -a -p`` and ``migratepages``.
+  :func:`birth_modules`): it binds while it unpickles its preparation data, before the program runs.
+
+The looks (issue 34 §3: ``numabind hardware``, ``numabind topology [--of xml]``, numactl's ``-H``, a first
+``numabind.discover()``: :func:`look_modules`) and ``numabind move`` (issue 28, P8: :func:`move_modules`) are not
+the run path: they are plain Python, and their tests measure what they load to keep heavy modules off them.
 """
 
 from __future__ import annotations
@@ -27,14 +27,16 @@ import sys
 from tests.kernel import MEM_NODE, ROOT, child_env
 
 __all__ = ["CPUSET_MODULES", "LOOK_FORMS", "RUN_PATH_MODULES", "birth_modules", "bind_current_modules", "gpu_box",
-           "loaded_by", "look_modules", "look_modules_everywhere", "move_modules"]
+           "loaded_by", "look_modules", "move_modules", "run_modules"]
 
 #: What ``numabind run``'s fast path loads besides what ``python -c pass`` has: the modules a bind needs
 #: and nothing of argparse, logging, typing, ``__future__`` or discovery. Each module more costs about
 #: 1 % of the path's start (``python -m bench``, P7), so a new one here is a decision, not an accident.
-RUN_PATH_MODULES = {"numabind", "numabind.cli", "numabind._base", "numabind.errors", "numabind.cpulist",
-                    "numabind.plan", "numabind.live", "numabind._fs", "numabind.backends",
-                    "numabind.bind", "numabind._native", "numabind._native.lib", "_cffi_backend", "gc"}
+RUN_PATH_MODULES = {"numabind", "numabind._version", "numabind.cli", "numabind._base", "numabind.errors",
+                    "numabind.cpulist", "numabind._numactl", "numabind.plan", "numabind.live", "numabind._fs",
+                    "numabind.backends", "numabind.backends.base", "numabind.backends.native",
+                    "numabind.backends.libnuma", "numabind.bind", "numabind._native", "numabind._native.lib",
+                    "_cffi_backend", "gc"}
 #: Loaded by the fast path as well when the affinity leaves out an online CPU (a parent's taskset, a cpuset
 #: narrower than the machine): then the cpuset is the limit a plan is checked against (issue 32), read as
 #: discovery reads it. An affinity holding every online CPU means the cpuset does too, and it is not read.
@@ -58,6 +60,22 @@ def loaded_by(body: str, setup: str = "", **env: str) -> set[str]:
                         text=True, env={**child_env(), **env}, timeout=120, cwd=ROOT)
     assert cp.returncode == 0, cp.stderr
     return set(ast.literal_eval(cp.stdout.splitlines()[-1]))
+
+
+def run_modules() -> set[str]:
+    """What ``numabind run -C CPU -m NODE -- true`` (its fast path: every CPU of this process's affinity, memory bound
+    to a node with memory) loads up to the exec of the command, which is stood in for."""
+    cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    body = ("import os\n"
+            "class Exec(BaseException):\n    pass\n"
+            "def exec_instead(path, argv, env):\n    raise Exec\n"
+            "os.execvpe = exec_instead\n"
+            "from numabind.cli import main\n"
+            "try:\n"
+            f"    main(['run', '--physcpubind={cpus}', '--membind={MEM_NODE}', '--', 'true'])\n"
+            "except Exec:\n    pass\n"
+            "else:\n    raise SystemExit('the fast path did not exec')\n")
+    return loaded_by(body)
 
 
 def bind_current_modules() -> set[str]:
@@ -116,19 +134,6 @@ def gpu_box(root: str | os.PathLike) -> str:
     add_nvidia_gpu(root, "0000:18:00.0", numa_node=0, local_cpulist="0-3,8-11", minor=0)
     add_nvidia_gpu(root, "0000:9a:00.0", numa_node=1, local_cpulist="4-7,12-15", minor=1)
     return str(root)
-
-
-def look_modules_everywhere(tmp: str | os.PathLike) -> set[str]:
-    """:func:`look_modules` on this machine, on :func:`gpu_box` replayed from its directory, and on the same
-    machine replayed from the hwloc XML numabind writes of it (``--root FILE.xml``), all together."""
-    from numabind.cli.look import topology_output
-    from numabind.topology import discover
-
-    box = gpu_box(os.path.join(tmp, "box"))
-    xml = os.path.join(tmp, "box.xml")
-    with open(xml, "w") as f:
-        f.write(topology_output(discover(box), "xml"))
-    return look_modules() | look_modules(NUMABIND_FSROOT=box) | look_modules(NUMABIND_FSROOT=xml)
 
 
 _TARGET = ("import subprocess, sys\n"

@@ -547,7 +547,7 @@ def _libnuma_path():
 
 
 def test_libnuma_path_only_where_no_other_user_can_write(tmp_path):
-    from numabind.backends import _libnuma_to_load
+    from numabind.backends.libnuma import _libnuma_to_load
 
     real = _libnuma_path()
     assert _libnuma_to_load(real) == (real, "")
@@ -573,7 +573,7 @@ def test_libnuma_path_only_where_no_other_user_can_write(tmp_path):
 
 
 def test_libnuma_path_of_another_user_is_refused(tmp_path):
-    from numabind.backends import _libnuma_to_load
+    from numabind.backends.libnuma import _libnuma_to_load
 
     if os.geteuid() != 0:
         pytest.skip("making a file of another user needs root")

@@ -1140,8 +1140,8 @@ def test_a_clean_report_is_a_full_report(backend, all_cpus):
     with pytest.raises(Exception):
         report.applied = plan
     # the slots a clean bind leaves unset read as their defaults, and the report travels like a full one
-    assert (report.warnings, report.notes, report.pages_migrated, report.pages_not_migrated, report.locality) == \
-        ((), (), None, None, None)
+    assert ((report.warnings, report.notes, report.pages_migrated, report.pages_not_migrated, report.locality)
+            == ((), (), None, None, None))
     again = pickle.loads(pickle.dumps(report))
     assert again == report and again.threads == report.threads and "warnings=()" in repr(report)
     with pytest.raises(AttributeError, match="no_such_field"):

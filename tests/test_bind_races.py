@@ -36,6 +36,7 @@ from tests.kernel import (  # noqa: F401  (all_cpus, two_cpus: fixtures)
     NO_SUCH_TID,
     OUTSIDE_CPU,
     Parked,
+    Spawner,
     raw_mempolicy,
     raw_set_mempolicy,
     run_json,
@@ -55,57 +56,38 @@ def stepwise(be, monkeypatch) -> None:
 
 
 # --------------------------------------------------------------------------- item 3: threads started meanwhile
-class Spawner:
-    """``parked`` idle threads, then one thread (started last, so walked last) that keeps starting threads which
-    park until released, ``cap`` at most, until stopped."""
-
-    def __init__(self, parked: int = 48, cap: int = 400) -> None:
-        self.release = threading.Event()
-        self.stop = threading.Event()
-        self.started = threading.Event()
-        self.cap = cap
-        self.children: list[threading.Thread] = []
-        self.parked = [threading.Thread(target=self.release.wait, daemon=True) for _ in range(parked)]
-        self.thread = threading.Thread(target=self._run, daemon=True)
+class Churner(Spawner):
+    """A :class:`Spawner` whose every other thread ends at once: threads the walk listed are gone when the bind
+    looks for new ones, so their places in /proc/self/task move (the bind then lists it again from its start)."""
 
     def _run(self) -> None:
         while not self.stop.is_set() and len(self.children) < self.cap:
-            t = threading.Thread(target=self.release.wait, daemon=True)
+            t = threading.Thread(target=self.release.wait if len(self.children) % 2 else int, daemon=True)
             t.start()
             self.children.append(t)
             self.started.set()
 
-    def __enter__(self) -> Spawner:
-        for t in self.parked:
-            t.start()
-        self.thread.start()
-        assert self.started.wait(timeout=30)
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=30)
-        self.release.set()
-        for t in (*self.parked, *self.children):
-            t.join(timeout=30)
-
-
-def test_threads_started_during_the_walk_are_bound_too(two_cpus):
+@pytest.mark.parametrize("backend", ["libnuma", "none"])
+@pytest.mark.parametrize("spawner", [Spawner, Churner])
+def test_threads_started_during_the_walk_are_bound_too(spawner, backend, two_cpus):
     """A thread that keeps starting threads while bind_current(strict=True, threads="all") walks: afterwards
     every live thread holds the plan's CPUs (a strict bind that could not settle raises, rolled back). Each
-    round's spawner is walked last, behind 48 parked threads: it starts threads for the whole walk."""
+    round's spawner is walked last, behind 48 parked threads: it starts threads for the whole walk. The native
+    call reads /proc/self/task on from the last thread it listed, or lists it again once threads ended (Churner);
+    the Python walk (backend none) lists it again."""
     a, b = two_cpus
     wide = frozenset(os.sched_getaffinity(0))
     plan = Plan(cpus=frozenset({b}))
     for _ in range(20):
-        with Spawner() as spawner:
+        with spawner() as spawning:
             try:
-                report = numabind.bind_current(plan, strict=True, threads="all")
+                report = numabind.bind_current(plan, strict=True, threads="all", backend=backend)
             except BindError as e:      # it could not settle: said so, and rolled back
                 assert e.errno == errno.EAGAIN and "threads kept starting threads" in str(e)
                 report = None
-            spawner.stop.set()
-            spawner.thread.join(timeout=30)
+            spawning.stop.set()
+            spawning.thread.join(timeout=30)
             if report is not None:
                 assert report.ok, report.warnings
                 wrong = {tid: cpus for tid, cpus in thread_affinities().items() if cpus != plan.cpus}
@@ -218,8 +200,8 @@ def test_a_rollback_step_that_fails_is_a_warning_and_a_note(backend, monkeypatch
     assert any(f"thread {threading.get_native_id()} keeps CPUs {CPU_A} instead of" in s for s in stayed), stayed
     assert any("memory policy preferred" in s and "was not put back" in s for s in stayed), stayed
     if sys.version_info >= (3, 11):
-        assert [n for n in exc.value.__notes__ if n.startswith("rollback incomplete: ")] == \
-            [f"rollback incomplete: {s}" for s in stayed]
+        assert ([n for n in exc.value.__notes__ if n.startswith("rollback incomplete: ")]
+                == [f"rollback incomplete: {s}" for s in stayed])
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert all(any(s in m for m in logged) for s in stayed), logged
 
@@ -424,11 +406,13 @@ def test_an_exception_right_after_the_native_call_rolls_the_bind_back(backend, s
         assert raw_mempolicy() == (MPOL["preferred"], frozenset({N}))
 
 
-@pytest.mark.parametrize("where", ["_clean_report", "_settled"])
+@pytest.mark.parametrize("where", ["bind._clean_report", "backends.native._clean"])
 def test_an_exception_later_in_the_fast_path_rolls_the_bind_back(where, monkeypatch, two_cpus):
     a, b = two_cpus
-    import numabind.bind as bind_mod
+    import importlib
 
+    module, _, where = f"numabind.{where}".rpartition(".")
+    bind_mod = importlib.import_module(module)
     real = getattr(bind_mod, where)
 
     def then_raise(*args, **kw):

@@ -664,7 +664,7 @@ def _spawning_bind(flags: int, tries: int, done) -> tuple[list[int], list[int], 
     """nb_sys_bind (CPUs only) with a thread walked last that keeps starting threads, up to ``tries`` times until
     ``done(head, tids, status, before)``; every thread's CPUs put back after each try. Returns the last (head,
     tids, status, before)."""
-    from tests.test_bind_races import Spawner
+    from tests.kernel import Spawner
 
     wide = os.sched_getaffinity(0)
     for _ in range(tries):
@@ -726,7 +726,7 @@ def _facts_table(policy, cpus, n: int = 1, cap: int = 4, facts: int | None = Non
 def test_the_verdict_is_made_in_python_from_the_facts(policy, cpus):
     """Clean only when every fact of a bind done exactly as asked is there (the count of threads instead of a
     listing changes nothing), every other thread was bound as the caller or exited, and it settled."""
-    from numabind.backends import _clean
+    from numabind.backends.native import _clean
 
     ints, req = _facts_table(policy, cpus)
     assert _clean(ints, 1, 4, req)
@@ -815,12 +815,13 @@ def test_the_link_count_is_trusted_once_it_agreed_with_a_listing():
         import json, os
         import numabind
         from numabind import _native, backends
+        from numabind.backends import native as mechanics
         lib = _native.lib
         be, _ = backends.get_backend("syscall")
         cpus = frozenset(os.sched_getaffinity(0))
         steps = []
         for _ in range(3):
-            trusted = backends._count_links == lib.NB_COUNT_LINKS
+            trusted = mechanics._count_links == lib.NB_COUNT_LINKS
             call = be.apply_all(None, frozenset(), cpus, 0, False)
             steps.append([trusted, bool(call._ints[lib.NB_BIND_FACTS] & lib.NB_COUNTED), call.clean])
         print(json.dumps(steps))

@@ -33,7 +33,7 @@ def stale(monkeypatch):
         monkeypatch.setattr(numabind, "_native", _core(version))
         monkeypatch.setitem(sys.modules, "numabind._native", numabind._native)
         monkeypatch.setattr(live, "_native_module", [])
-        monkeypatch.setattr(backends, "_checked", [])
+        monkeypatch.setattr(backends.native, "_checked", [])
         backends.reset_backends()
     yield install
     backends.reset_backends()

@@ -13,6 +13,21 @@ ffi: Any
 
 
 class _Lib:
+    NB_MPOL_DEFAULT: int
+    NB_MPOL_PREFERRED: int
+    NB_MPOL_BIND: int
+    NB_MPOL_INTERLEAVE: int
+    NB_MPOL_LOCAL: int
+    NB_MPOL_PREFERRED_MANY: int
+    NB_MPOL_WEIGHTED_INTERLEAVE: int
+    NB_MPOL_F_STATIC_NODES: int
+    NB_MPOL_F_RELATIVE_NODES: int
+    NB_MPOL_F_NUMA_BALANCING: int
+    NB_MPOL_F_NODE: int
+    NB_MPOL_F_ADDR: int
+    NB_MPOL_MF_STRICT: int
+    NB_MPOL_MF_MOVE: int
+    NB_MPOL_MF_MOVE_ALL: int
     NB_NOT_REGULAR: int
     NB_RETRY: int
     NB_BOUND: int

@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 from . import _proc, live
 from ._base import getLogger
 from ._util import FrozenMap
-from .backends import (WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_FLAGS, WALK_LEFT_ALONE, WALK_MATCHING,
-                       SETTLE_ROUNDS, WALK_STOP_ON_ERROR, WEIGHTS_DIR, AffinityWalk, walk_all, write_weights)
+from .backends import (SETTLE_ROUNDS, WALK_BOUND, WALK_DIFFERS, WALK_FLAGS, WALK_LEFT_ALONE, WEIGHTS_DIR, AffinityWalk,
+                       settle, walk_all, write_weights)
 from .backends import refused as refused_error   # a refused call's BindError, naming the cpuset
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError
@@ -32,7 +32,6 @@ from .plan import format_weights, narrow_cpus, narrow_nodes, plannable_policy, r
 __all__ = ["SETTLE_ROUNDS", "Transaction", "note_not_undone", "undo_call", "undo_walk"]
 
 log = getLogger("numabind.bind")   # its warnings are bind_current's
-
 
 
 class Transaction:
@@ -85,8 +84,8 @@ class Transaction:
         text = (f"nothing of the plan ({plan.describe()}) could be applied (strict='partial'): "
                 + "; ".join(self.warnings))
         refused = next((e for e in self.failures if isinstance(e, BindError)), None)
-        exc: NumabindError = BindError(refused.errno, refused.syscall, text) if refused is not None \
-            else PlanError(text)
+        exc: NumabindError = (BindError(refused.errno, refused.syscall, text) if refused is not None
+                              else PlanError(text))
         note_not_undone(exc, stayed)
         raise exc
 
@@ -317,13 +316,13 @@ class Transaction:
         first = walk.status[0]
         if first < 0:
             return self._caller_refused(walk, refused_error(-first, "sched_setaffinity", f"thread {walk.tids[0]}"))
-        if settled is not None:     # the one call listed again and bound the threads it found
-            if isinstance(settled, BindError):
-                self._relist_failed(settled)
-            elif settled:
-                self._unsettled(settled)
-        elif threads != "current" and walk.processed > 1 and min(walk.status[0:walk.processed]) >= 0:
-            walk = self._settle(walk, cpus, flags, held)
+        if settled is None and threads != "current" and walk.processed > 1 and min(walk.status[0:walk.processed]) >= 0:
+            settled = settle(be, walk, cpus, flags, held)   # the threads started while the walk ran: bound too
+            walk = held[0]
+        if isinstance(settled, BindError):
+            self._relist_failed(settled)
+        elif settled:
+            self._unsettled(settled)
         got = walk.after(0)
         self.cpu_target = cpus
         if got != cpus:
@@ -342,40 +341,6 @@ class Transaction:
             self._other_threads(walk, statuses)
         return walk
 
-    def _settle(self, walk: AffinityWalk, cpus: frozenset[int], flags: int, held: list[AffinityWalk]) -> AffinityWalk:
-        """Bind the threads that started while the walk ran: an unbound thread may start threads until the walk
-        reaches it, and those inherit its old CPUs. The list is read again and every thread not seen yet is bound
-        (as the walk would: ``threads='matching'`` leaves alone one pinned elsewhere), up to
-        :data:`SETTLE_ROUNDS` times; a list that still shows new threads then is a failure. Returns the walk with
-        the threads it bound added (``held[0]`` too, for the undo log)."""
-        me = walk.tids[0]
-        seen = set(walk.tids[0:walk.processed])
-        merged: AffinityWalk | None = None
-        lists: tuple[list[int], list[int], list[frozenset[int]], list[frozenset[int]]] = ([], [], [], [])
-        caller_before, caller_after = walk.before(0), walk.after(0)
-        for rounds in range(SETTLE_ROUNDS + 1):
-            try:
-                listed = live.thread_ids(me)
-            except BindError as e:
-                self._relist_failed(e)
-                break
-            new = [t for t in listed if t not in seen]
-            if not new:
-                break
-            if rounds == SETTLE_ROUNDS:
-                self._unsettled(new)
-                break
-            if merged is None:    # the walk's own arrays are fixed: a walk of lists that can grow
-                n = walk.processed
-                lists = (list(walk.tids[0:n]), list(walk.status[0:n]), [walk.before(i) for i in range(n)],
-                         [walk.after(i) for i in range(n)])
-                merged = AffinityWalk(*lists[0:2], n, *lists[2:4])
-                held[0] = merged
-            seen.update(new)
-            if not self._bind_new(merged, lists, new, cpus, flags, caller_before, caller_after):
-                break
-        return merged if merged is not None else walk
-
     def _relist_failed(self, e: BindError) -> None:
         """Listing the threads again after the walk failed (``e``)."""
         self.fail(BindError(e.errno, e.syscall, f"{e.detail}, read again after the walk to find the "
@@ -390,46 +355,6 @@ class Transaction:
                    f"threads they start may keep their old CPUs")
         self.fail(BindError(_errno.EAGAIN, "sched_setaffinity", message))
         self.warn(message)
-
-    def _bind_new(self, walk: AffinityWalk, lists: tuple[list[int], list[int], list[frozenset[int]],
-                                                         list[frozenset[int]]],
-                  tids: list[int], cpus: frozenset[int], flags: int, caller_before: frozenset[int],
-                  caller_after: frozenset[int]) -> bool:
-        """Bind ``tids`` (threads the walk missed), each added to ``walk`` (whose tids, statuses, CPUs before and
-        after are ``lists``) before it is changed, so that the undo log covers it at once. False when a refusal
-        stops it (``WALK_STOP_ON_ERROR``)."""
-        be = self.be
-        tid_list, status, before, after = lists
-        for tid in tids:
-            try:
-                was = be.get_affinity(tid)
-            except BindError as e:
-                if e.errno == _errno.ESRCH:
-                    continue     # gone already: nothing to report
-                was, st = frozenset(), -(e.errno or _errno.EIO)
-            else:
-                st = WALK_BOUND
-                if flags & WALK_MATCHING and was != caller_before and was != cpus:
-                    st = WALK_LEFT_ALONE    # started by a thread pinned elsewhere
-            tid_list.append(tid)
-            status.append(st)
-            before.append(was)
-            after.append(was)
-            walk.processed += 1
-            if st == WALK_LEFT_ALONE:
-                continue
-            if st == WALK_BOUND:
-                try:
-                    be.set_affinity(tid, cpus)
-                    after[-1] = be.get_affinity(tid)
-                except BindError as e:
-                    st = WALK_EXITED if e.errno == _errno.ESRCH else -(e.errno or _errno.EIO)
-                else:
-                    st = WALK_BOUND if after[-1] == caller_after else WALK_DIFFERS
-                status[-1] = st
-            if st < 0 and flags & WALK_STOP_ON_ERROR:
-                return False
-        return True
 
     def _caller_refused(self, walk: AffinityWalk, err: BindError) -> AffinityWalk:
         """The calling thread's sched_setaffinity was refused (no other thread was touched)."""
@@ -578,7 +503,6 @@ class Transaction:
             self.notes.append(f"{shared} pages in shared or file-backed mappings stayed on nodes {src} "
                               f"(other processes map them; moving them needs CAP_SYS_NICE)")
         return left
-
 
 
 _TAKEN = "the CPUs of the threads were not put back: another bind set them since (it keeps them)"

@@ -1,29 +1,11 @@
 """Apply a :class:`~numabind.plan.Plan` to the running process, and report what the kernel then holds.
 
-``bind_current`` runs one transaction: the memory policy of the calling thread, then the CPU
-affinity of every thread, then a read-back of what the kernel holds, then (``migrate=True``) page
-migration last. With a native backend the first three are one C call (:meth:`Backend.apply_all`)
-that returns what it read, set and read back; the backend judges from those facts whether everything
-read back exactly as asked, and when it did, the report is built at once and nothing else runs. Otherwise each change is recorded in an undo log and every refusal
-or difference is explained from the kernel's limits (cpusets, online CPUs, nodes with memory),
-which are read only then. A binding that cannot be applied in full is either raised
-(``strict=True``) after undoing everything, or degraded step by step — hard bind → preferred →
-CPU only → nothing — with a WARNING per step (``strict=False``; ``strict="partial"`` degrades too,
-but raises when nothing of the plan is in force in the end). A degraded bind is never silent: where no
-logging handler shows those records, each distinct cause is said once on stderr as a
-:class:`~numabind.errors.BindWarning` (:func:`numabind.errors.warn_degraded`). Strictness is about what the
-kernel or the cpuset refuses: a plan that names CPUs or nodes the machine does not have (absent or offline)
-is a :class:`PlanError` in every mode, before anything is changed (:func:`numabind.live.check_present`).
-
-``bind_thread`` binds the calling thread only for a ``with`` block. Reading back without changing
-anything (``current_binding``, like ``numactl --show``, and ``verify_current``) is :mod:`numabind.verify`.
-
-Weighted interleave (``MPOL_WEIGHTED_INTERLEAVE``, Linux 6.9+) interleaves by per-node weights that
-the kernel keeps for the whole system (``/sys/kernel/mm/mempolicy/weighted_interleave/nodeN``).
-A plan's ``weights`` are written there only when asked (``set_weights=True``, or
-:func:`set_interleave_weights`), never on the quiet; a plan whose weights differ from the system's
-is a degradation (a warning; strict raises). A kernel without the policy degrades it to plain
-interleave over the same nodes (a warning naming the kernel's lack; strict raises).
+:func:`bind_current` makes one call of the backend (:meth:`~numabind.backends.Backend.apply_all`: the memory
+policy, every thread's CPUs, their read-back); when the kernel holds exactly what was asked, the report is built at
+once. Otherwise :mod:`numabind._transaction` explains, degrades or rolls back. :func:`bind_thread` binds the calling
+thread for a ``with`` block; the system-wide weights of weighted interleave are written only when asked
+(:func:`set_interleave_weights`). Reading back without changing anything is :mod:`numabind.verify`. What a bind
+guarantees, degradation and strictness included: docs/guide.rst, "Binding, in depth".
 """
 
 import os
@@ -37,26 +19,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from . import live
 from ._base import BOUND_ENV, INFO, Strictness, Value, bind_settings, environ_copy, getLogger, strict_from_env
-from .backends import (
-    WALK_BOUND,
-    WALK_CHECK_FIRST,
-    WALK_DIFFERS,
-    WALK_EXITED,
-    WALK_LEFT_ALONE,
-    WALK_MATCHING,
-    WALK_ONLY_CALLER,
-    WALK_STOP_ON_ERROR,
-    AffinityWalk,
-    Backend,
-    BindCall,
-    THREAD_MODES,
-    WALK_FLAGS,
-    MemPolicyState,
-    backend_for,
-    check_threads,
-    get_backend,
-    write_weights,
-)
+from .backends import (THREAD_MODES, WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_FLAGS, WALK_LEFT_ALONE,
+                       WALK_ONLY_CALLER, AffinityWalk, Backend, BindCall, MemPolicyState, backend_for, check_threads,
+                       get_backend, write_weights)
 from .cpulist import format_cpulist
 from .errors import BindError, NumabindError, PlanError, warn_degraded
 from .plan import MEM_POLICIES, Plan, check_plan, format_weights, read_back_plan
@@ -67,8 +32,6 @@ __all__ = ["BOUND_ENV", "BindReport", "STRICT_VALUES", "THREAD_MODES", "ThreadRe
 log = getLogger(__name__)
 
 STRICT_VALUES = (True, False, "partial")
-_STATUS_NAMES = {WALK_BOUND: "bound", WALK_DIFFERS: "bound", WALK_LEFT_ALONE: "left-alone",
-                 WALK_EXITED: "exited"}
 
 
 def strict_default(strict: Strictness | None) -> Strictness:
@@ -144,8 +107,8 @@ class ThreadResult(Value):
         if not isinstance(data, dict):
             raise ValueError("a thread record is not an object")
         tid, name, status, detail = (data.get(k) for k in ("tid", "name", "status", "detail"))
-        if not isinstance(tid, int) or isinstance(tid, bool) or not isinstance(name, str) or \
-                not isinstance(status, str) or not isinstance(detail, str):
+        if (not isinstance(tid, int) or isinstance(tid, bool) or not isinstance(name, str)
+                or not isinstance(status, str) or not isinstance(detail, str)):
             raise ValueError("a thread record's tid, name, status or detail is malformed")
         _capped(name, "a thread record's name", MAX_REPORT_NAME)
         _capped(status, "a thread record's status", MAX_REPORT_NAME)
@@ -457,55 +420,18 @@ _LENIENT_FLAGS = {threads: WALK_FLAGS[threads, False] for threads in THREAD_MODE
 
 def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: "ThreadMode" = "matching",
                  backend: "BackendName | None" = None, set_weights: bool = False) -> BindReport:
-    """Bind the running process to ``plan`` and report what the kernel now says.
+    """Bind the running process to ``plan`` (the CPU affinity of every thread, the calling thread's memory policy)
+    and report what the kernel then holds (:class:`BindReport`). The whole story is docs/guide.rst, "Binding, in
+    depth".
 
-    * CPU affinity is set on **every thread** (``threads="matching"``: those
-      whose affinity equals the calling thread's, the others were pinned on
-      purpose and are left alone; ``"all"``: every thread; ``"current"``: only
-      the caller). Threads left alone by ``"matching"`` are a WARNING in
-      ``report.warnings`` (so ``report.ok`` is False) naming them, but not a
-      strict failure: nothing numabind tried to change was refused.
-    * The memory policy is set on the calling thread; threads created
-      afterwards inherit it. Other existing threads cannot be changed by any
-      kernel interface; they allocate from the local node of the CPUs they are
-      now bound to (``report.notes`` says so).
-    * ``strict=True`` (default: ``NUMABIND_STRICT``) raises :class:`PlanError` or
-      :class:`BindError` on any weakening and rolls back everything this call
-      changed; it refuses before changing anything when the old memory policy
-      cannot be read (it could not be put back). ``strict=False``: every
-      degradation is in ``report.warnings`` and logged, and said on stderr
-      once per distinct cause (a :class:`~numabind.errors.BindWarning`) when
-      no logging handler shows it. ``strict="partial"``:
-      degrades like False, but when in the end neither the CPU binding nor
-      any step of the memory ladder is in force, it rolls back and raises
-      (a :class:`BindError` when the kernel refused something, else a
-      :class:`PlanError`), with every step's reason in the message.
-    * ``migrate=True`` moves pages last, after everything else was applied and
-      verified; if ``migrate_pages`` itself fails under strict, the binding is
-      rolled back and the error says that pages already moved stay.
-    * ``mem_policy="weighted-interleave"``: the plan's ``weights`` are the system's
-      (one weight per node for the whole machine); ``set_weights=True`` writes
-      those that differ (root; rolled back with the rest under strict), else a
-      difference is a degradation. A kernel without weighted interleave steps
-      down to plain interleave over the same nodes.
-
-    * Threads started while the walk runs (by a thread not bound yet) are found by listing the threads
-      again and bound too, up to ``SETTLE_ROUNDS`` listings; a list that never settles is a warning
-      (strict raises EAGAIN). Threads that cannot be listed (``getdents64`` refused, a ``/proc`` of another
-      PID namespace, whose list lacks the caller) are a :class:`BindError` under strict (nothing changed);
-      otherwise only the calling thread is bound, with a warning.
-    * A memory policy that was set but cannot be read back is a strict failure (rolled back, a
-      :class:`BindError` naming ``get_mempolicy``); otherwise a warning.
-    * Any exception that escapes (a strict failure, a signal handler's, a bug) leaves nothing of this call
-      in force, in every mode; what a rollback could not put back is a WARNING and is on the exception
-      (``exc.not_undone``, and notes on Python 3.11+).
-    * Binds in one process run one at a time (a process-wide lock, free again in a forked child): two
-      threads binding at once get one bind after the other, the later one's binding in force.
-
-    * A plan that names CPUs this machine does not have online (absent or offline) or NUMA nodes that do
-      not exist raises :class:`PlanError` in every mode, before anything is changed.
-
-    Usable as a multiprocessing initializer:
+    ``threads``: ``"matching"`` (those whose CPUs are the caller's; the others, pinned on purpose, are left alone
+    with a warning), ``"all"`` or ``"current"``; threads started while it walks are bound too. ``strict`` (default
+    ``$NUMABIND_STRICT``): True raises :class:`PlanError` or :class:`BindError` on any weakening, everything this
+    call changed rolled back; False degrades step by step (hard bind, preferred, CPU only, nothing), a warning per
+    step; ``"partial"`` degrades, but raises when nothing of the plan is in force in the end. ``set_weights``
+    writes a weighted-interleave plan's weights system-wide (root). An exception that escapes leaves nothing of
+    the call in force; binds in one process run one at a time; a plan that names CPUs or nodes the machine does
+    not have is a :class:`PlanError` in every mode. Usable as a multiprocessing initializer:
     ``Pool(initializer=numabind.bind_current, initargs=(plan,))``.
     """
     # the checks, settings and fast path below are spelled out for speed: a bind takes microseconds
@@ -544,7 +470,7 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: "Thre
                     if report is not None:
                         pending[0] = None   # nothing to release (no signal is taken between this and the return)
                         return report
-                elif one.clean and unlisted is None and (plan.cpus is None or _settled(one)):
+                elif one.clean and unlisted is None:   # clean: the call's walk settled too (BindCall.settle)
                     report = _clean_report(plan, be, why, threads, one)
                     if report is not None:
                         return report
@@ -593,24 +519,6 @@ def bind_current(plan: Plan, strict: Strictness | None = None, *, threads: "Thre
             be.end_call(pending)    # the bind lock, held since apply_all or hold
 
 
-def _settled(one: BindCall) -> bool:
-    """Whether the thread list, read again after the one call's walk, holds no thread the walk missed (one
-    started meanwhile by a thread not bound yet, which inherits its old CPUs). A list that cannot be read
-    again is not settled: the slow path says why. A native call lists again itself (and binds what it finds):
-    its answer is taken, nothing is listed here."""
-    settled = one.settle()
-    if settled is not None:
-        return settled == []
-    walk = one.walk
-    if walk is None:
-        return True
-    try:
-        listed = live.thread_ids(walk.tids[0])
-    except BindError:
-        return False
-    return set(walk.tids[0:walk.processed]).issuperset(listed)
-
-
 def _roll_back(be: Backend, tx: "Any", exc: BaseException, pending: "list[Any]") -> None:
     """Undo whatever this bind changed when ``exc`` escapes it: the transaction's undo log, and the one call's
     changes not yet in it; what could not be put back is said on ``exc`` (and logged)."""
@@ -624,9 +532,8 @@ def _roll_back(be: Backend, tx: "Any", exc: BaseException, pending: "list[Any]")
     note_not_undone(exc, stayed)
 
 
-
-
-def bind_thread(plan: Plan, strict: Strictness | None = None, *, backend: "BackendName | None" = None) -> "_ThreadBinding":
+def bind_thread(plan: Plan, strict: Strictness | None = None, *,
+                backend: "BackendName | None" = None) -> "_ThreadBinding":
     """Bind only the calling thread to ``plan`` for the ``with`` block, then put it back as it was.
 
     ``with numabind.bind_thread(plan) as report: ...``. CPU affinity and memory policy are per

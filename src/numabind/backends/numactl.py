@@ -1,10 +1,6 @@
-"""Backends without an in-process memory-policy path.
-
-``none``: CPU affinity through the standard library's sched_setaffinity,
-nothing else. ``numactl``: the same, plus birth-time binding of new processes
-through the fixed wrapper script ``numabind/numactl_wrapper.sh``, which execs
-the ``numactl`` binary. A running process cannot change its own memory policy
-through numactl; the error says so instead of pretending.
+"""The ``numactl`` backend: CPU affinity as the ``none`` backend sets it, plus birth-time binding of new processes
+through the fixed wrapper script ``numabind/numactl_wrapper.sh``, which execs the ``numactl`` binary. A running
+process cannot change its own memory policy through numactl; the error says so instead of pretending.
 """
 
 from __future__ import annotations
@@ -18,51 +14,16 @@ import subprocess
 from .._fs import key_values
 from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import BindError, NumabindError
-from . import MPOL_MODES, Backend, MemPolicyState
+from ..plan import MEM_POLICIES
+from .none import AffinityOnlyBackend
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from ..plan import Plan
 
-__all__ = ["AffinityOnlyBackend", "NumactlBackend", "WRAPPER"]
+__all__ = ["AffinityOnlyBackend", "NumactlBackend", "WRAPPER", "parse_numactl_show"]
 
 WRAPPER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "numactl_wrapper.sh")
-
-
-class AffinityOnlyBackend(Backend):
-    """No native code, no numactl: affinity only (report backend "none")."""
-
-    name = "none"
-    in_process_memory = False
-    _why_no_memory = ("the 'none' backend sets CPU affinity only (neither numabind._native nor numactl "
-                      "is usable here; see numabind.backend_info())")
-
-    def set_affinity(self, tid: int, cpus: frozenset[int]) -> None:
-        try:
-            os.sched_setaffinity(tid, cpus)
-        except OSError as e:
-            raise BindError(e.errno or errno.EINVAL, "sched_setaffinity", f"thread {tid}") from None
-
-    def get_affinity(self, tid: int) -> frozenset[int]:
-        try:
-            return frozenset(os.sched_getaffinity(tid))
-        except OSError as e:
-            raise BindError(e.errno or errno.EINVAL, "sched_getaffinity", f"thread {tid}") from None
-
-    def set_mempolicy(self, policy: str, nodes: frozenset[int]) -> None:
-        raise BindError(errno.ENOTSUP, "set_mempolicy", self._why_no_memory)
-
-    def get_mempolicy(self) -> tuple[str, frozenset[int]]:
-        raise BindError(errno.ENOTSUP, "get_mempolicy", self._why_no_memory)
-
-    def save_mempolicy(self) -> MemPolicyState:
-        raise BindError(errno.ENOTSUP, "get_mempolicy", self._why_no_memory)
-
-    def restore_mempolicy(self, state: MemPolicyState) -> None:
-        raise BindError(errno.ENOTSUP, "set_mempolicy", self._why_no_memory)
-
-    def migrate_pages(self, pid: int, from_nodes: frozenset[int], to_nodes: frozenset[int]) -> int:
-        raise BindError(errno.ENOTSUP, "migrate_pages", self._why_no_memory)
 
 
 class NumactlBackend(AffinityOnlyBackend):
@@ -128,7 +89,7 @@ def parse_numactl_show(text: str) -> tuple[str, frozenset[int]]:
     """(policy, nodes) from ``numactl --show`` output."""
     fields = key_values(text)
     policy = fields.get("policy", "")
-    if policy not in MPOL_MODES:
+    if policy not in MEM_POLICIES:
         raise BindError(errno.EIO, "get_mempolicy", f"unexpected numactl --show policy {policy!r}")
 
     def ids(key: str) -> frozenset[int]:

@@ -16,21 +16,18 @@ from typing import TYPE_CHECKING, Any
 from .. import live
 from ..cpulist import ids_to_words, words_to_ids
 from ..errors import BindError
-from . import MPOL_MODES, Backend, NativeBackend, load_native, policy_of
+from .base import (MPOL_F_ADDR, MPOL_F_NODE, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL, MPOL_MF_STRICT, MPOL_MODES, Backend,
+                   policy_of)
+from .native import NativeBackend, load_native
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterator
 
-__all__ = ["MPOL_F_ADDR", "MPOL_MF_MOVE", "MPOL_MF_MOVE_ALL", "MPOL_MF_STRICT", "PAGE_SIZE", "QUERY_CHUNK",
-           "buffer_address", "mbind_range", "page_status", "range_policy", "range_backend"]
+__all__ = ["MPOL_F_ADDR", "MPOL_F_NODE", "MPOL_MF_MOVE", "MPOL_MF_MOVE_ALL", "MPOL_MF_STRICT", "PAGE_SIZE",
+           "QUERY_CHUNK", "buffer_address", "mbind_range", "page_status", "range_policy", "range_backend"]
 
 #: The page size of this kernel (the unit of mbind's range and of move_pages).
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-# <linux/mempolicy.h>: flags of mbind(2) and of get_mempolicy(2)
-MPOL_MF_STRICT = 1 << 0
-MPOL_MF_MOVE = 1 << 1
-MPOL_MF_MOVE_ALL = 1 << 2
-MPOL_F_ADDR = 1 << 1
 #: Pages asked about in one move_pages(2) call (the address and status arrays: 12 bytes a page).
 QUERY_CHUNK = 1 << 16
 
@@ -110,10 +107,6 @@ def page_status(be: NativeBackend, address: int, pages: int) -> Iterator[list[in
             raise BindError(-rc, "move_pages", f"query of {n} pages at {start:#x}")
         yield list(status)
         done += n
-
-
-#: get_mempolicy(2) flag: with MPOL_F_ADDR, the node of the page at the address rather than the policy.
-MPOL_F_NODE = 1 << 0
 
 
 def range_mode(be: NativeBackend, address: int) -> tuple[int, frozenset[int]]:

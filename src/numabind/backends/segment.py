@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BindError
-from . import NativeBackend, get_backend, load_native
+from . import get_backend
+from .native import NativeBackend, load_native
 from .range import PAGE_SIZE, buffer_address, mbind_range, page_node, range_backend, range_mode, release
 
 if TYPE_CHECKING:  # pragma: no cover
