@@ -1,11 +1,11 @@
-"""numabind.devices' value classes without dataclasses, and what GPU discovery costs at start-up (issue 34 §3).
+"""numabind.devices' value classes, its bounded string parsers, and what GPU discovery leaves unloaded.
 
-:class:`~numabind.devices.Gpu` and :class:`~numabind.devices.PciGpu` are :class:`numabind._base.Value` classes:
-they keep a frozen dataclass's behaviour (positional and keyword construction, defaults, equality over every
-field, hashing, pickling, ``repr``, the frozen error) and add ``replace``. Importing :mod:`numabind.devices`,
-and discovering GPUs on this machine or on fake NVIDIA, AMD, Intel and Ascend machines, loads none of the
-standard library modules that cost discovery most of its start; the plain string tests that replaced the
-regular expressions accept exactly what those did.
+:class:`~numabind.devices.Gpu` and :class:`~numabind.devices.PciGpu` are frozen dataclasses: positional and
+keyword construction, defaults, equality over every field, hashing, pickling, ``repr``, the frozen error, and
+``Gpu.replace``. The plain string tests that replaced the regular expressions accept exactly what those did.
+Importing :mod:`numabind.devices`, and discovering GPUs on this machine or on fake NVIDIA, AMD, Intel and Ascend
+machines, loads neither NVML nor :mod:`logging` (``numabind._base.getLogger``); what the look costs at start-up
+is guarded by ``python -m bench`` (P9).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from numabind.devices import Gpu, PciGpu, _bdf, _hex, _numbered, gpu_list_entries
+from numabind.devices import Gpu, PciGpu, gpu_list_entries
+from numabind.devices.sysfs import bdf, hex_attr, numbered
 from tests.fakegpu import (
     add_nvidia_gpu,
     ascend_box,
@@ -28,9 +29,9 @@ from tests.fakegpu import (
 )
 from tests.run_path import loaded_by
 
-#: Standard library modules GPU discovery must not load (each costs from 2 ms, ``collections``, to 22 ms,
-#: ``dataclasses``, on a slow interpreter whose ``python -c pass`` takes 14 ms).
-HEAVY = {"dataclasses", "typing", "logging", "re", "collections", "enum", "functools", "inspect"}
+#: What importing the devices and discovering GPUs leave unloaded: NVML unless it is asked for, and logging until
+#: a program configures it.
+LAZY = {"logging", "pynvml", "numabind.devices.nvml"}
 
 ADDR = "0000:1b:00.0"
 GPU_FIELDS = dict(index=0, pci_address=ADDR, vendor="nvidia", numa_node=0, local_cpus=frozenset({0, 1}),
@@ -68,12 +69,12 @@ def test_gpu_positional_and_keyword_calls_and_defaults_are_the_dataclasses():
 @pytest.mark.parametrize("cls, fields", [(Gpu, GPU_FIELDS), (PciGpu, PCI_FIELDS)], ids=["Gpu", "PciGpu"])
 def test_every_field_takes_part_in_equality_and_hash(cls, fields):
     value = cls(**fields)
-    assert cls._fields() == tuple(fields) == cls.__slots__
+    assert tuple(f.name for f in dataclasses.fields(cls)) == tuple(fields)
     for name in fields:
-        changed = value.replace(**{name: OTHER[name]})
+        changed = dataclasses.replace(value, **{name: OTHER[name]})
         assert changed != value and getattr(changed, name) == OTHER[name], name
         assert all(getattr(changed, n) == getattr(value, n) for n in fields if n != name)
-    assert value.replace() == value and hash(value.replace()) == hash(value)
+    assert dataclasses.replace(value) == value and hash(dataclasses.replace(value)) == hash(value)
     assert value != dataclasses.make_dataclass(cls.__name__, ["pci_address"])(ADDR)   # another class: never equal
     assert len({value, cls(**fields)}) == 1
 
@@ -88,11 +89,10 @@ def test_values_are_frozen_pickle_and_keep_their_annotations(cls, fields):
         value.numa_source = "x"
     with pytest.raises(dataclasses.FrozenInstanceError):
         del value.pci_address
-    with pytest.raises(TypeError, match="no field colour"):
-        value.replace(colour="red")
-    assert not hasattr(value, "__dict__")
+    with pytest.raises(TypeError, match="colour"):
+        dataclasses.replace(value, colour="red")
     # the attribute types stay in the class body for type checkers, one per attribute, in order
-    assert tuple(cls.__annotations__) == cls.__slots__
+    assert tuple(cls.__annotations__) == tuple(fields)
 
 
 def test_sets_become_frozen_so_a_value_always_hashes():
@@ -105,11 +105,15 @@ def test_sets_become_frozen_so_a_value_always_hashes():
 
 def test_gpu_keeps_its_methods():
     gpu = Gpu(**GPU_FIELDS).replace(identity="uncertain", identity_note="why", mig_uuid="MIG-x")
+    assert gpu == dataclasses.replace(Gpu(**GPU_FIELDS), identity="uncertain", identity_note="why", mig_uuid="MIG-x")
     assert not gpu.identity_certain and Gpu(**GPU_FIELDS).identity_certain
     assert gpu.describe() == "GPU 0 nvidia 0000:1b:00.0 (MIG-x) node 0 [identity uncertain]"
     d = gpu.to_dict()
     assert d["local_cpus"] == "0-1" and d["device_id"] == "0x2330" and d["identity_note"] == "why"
     assert json.loads(json.dumps(d)) == d
+    assert list(d) == ["index", "pci_address", "vendor", "numa_node", "numa_source", "numa_note", "local_cpus", "uuid",
+                       "name", "minor", "integrated", "device_id", "physical_index", "mig_uuid", "identity",
+                       "identity_note"]     # the JSON's order, as plans print it
 
 
 # -- the plain string tests accept exactly what the regular expressions did ----------------
@@ -135,12 +139,12 @@ _TEXT = st.text(alphabet="0123456789abcdefABFxX:. \n²٣", max_size=20)
 @example("٣")
 def test_string_parsers_match_the_regular_expressions(text):
     m = _OLD_BDF.fullmatch(text)
-    assert _bdf(text) == (m.groups() if m else None)
+    assert bdf(text) == (m.groups() if m else None)
     m = _OLD_HEX.fullmatch(text.strip())
-    assert _hex(text) == (int(m.group(1), 16) if m else None)
+    assert hex_attr(text) == (int(m.group(1), 16) if m else None)
     name = "renderD" + text[:8]
     m = _OLD_NODE.fullmatch(name)
-    assert _numbered(name, "renderD") == (int(m.group(1)) if m else None)
+    assert numbered(name, "renderD") == (int(m.group(1)) if m else None)
     if _OLD_SHORT_BDF.fullmatch(text.lower()) and "," not in text:
         assert gpu_list_entries(text.strip()) == ["0000:" + text.lower()]
 
@@ -149,15 +153,15 @@ def test_short_and_long_pci_addresses_in_a_gpu_list():
     assert gpu_list_entries("1b:00.0,00000000:1C:00.0, 3") == ["0000:1b:00.0", "0000:1c:00.0", 3]
 
 
-# -- start-up cost ---------------------------------------------------------------------
-def test_the_measure_sees_every_heavy_module():
-    assert loaded_by("import dataclasses, logging, inspect, typing") >= HEAVY
+# -- what discovery leaves unloaded ----------------------------------------------------------
+def test_the_measure_sees_every_lazy_module():
+    assert loaded_by("import logging, numabind.devices.nvml") >= LAZY - {"pynvml"}
 
 
-def test_importing_the_devices_loads_none_of_the_heavy_modules():
+def test_importing_the_devices_loads_neither_nvml_nor_logging():
     loaded = loaded_by("import numabind.devices")
     assert "numabind.devices" in loaded
-    assert not loaded & HEAVY, f"importing numabind.devices loads {sorted(loaded & HEAVY)}"
+    assert not loaded & LAZY, f"importing numabind.devices loads {sorted(loaded & LAZY)}"
 
 
 #: The reader of a replayed root (numabind._fs, numabind._dump) is made before measuring, and numabind._hwloc_xml
@@ -199,14 +203,31 @@ def _ascend(root):
 
 
 @pytest.mark.parametrize("machine", [_nvidia, _amd, _intel, _ascend], ids=lambda f: f.__name__.strip("_"))
-def test_discovering_fake_gpus_loads_none_of_the_heavy_modules(tmp_path, machine):
+def test_discovering_fake_gpus_loads_neither_nvml_nor_logging(tmp_path, machine):
     env, want = machine(tmp_path)
     loaded = loaded_by(_DISCOVER.format(env=env, want=want), setup=_READER.format(root=str(tmp_path)))
     assert "numabind.devices" in loaded
-    assert not loaded & HEAVY, f"GPU discovery loads {sorted(loaded & HEAVY)}"
+    assert not loaded & LAZY, f"GPU discovery loads {sorted(loaded & LAZY)}"
 
 
-def test_discovering_this_machines_gpus_loads_none_of_the_heavy_modules():
+def test_discovering_this_machines_gpus_loads_neither_nvml_nor_logging():
     loaded = loaded_by("from numabind._fs import FsReader\nfrom numabind.devices import discover_gpus\n"
                        "discover_gpus(FsReader('/'), {}, use_nvml=False)")
-    assert not loaded & HEAVY, f"GPU discovery loads {sorted(loaded & HEAVY)}"
+    assert not loaded & LAZY, f"GPU discovery loads {sorted(loaded & LAZY)}"
+
+
+# -- the docs say what the vendors' table holds ------------------------------------------------
+def test_the_gpus_page_shows_the_vendors_table():
+    from pathlib import Path
+
+    from numabind import _vendors as v
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "gpus.rst").read_text()
+    table = text[text.index(".. list-table::"):].split("\n\n", 2)[1]
+    rows = [[re.findall(r"``([^`]+)``", cell) for cell in row.split("\n     - ")] for row in table.split("   * - ")[2:]]
+    assert [row[0] for row in rows] == [[name] for name in v.NAMES]
+    for (name,), pci, classes, drivers, visibility, order, tool, osdevs in rows:
+        assert int(pci[0], 16) == v.PCI_IDS[name] and tuple(int(c, 16) for c in classes) == v.BASE_CLASSES[name]
+        assert tuple(drivers) == v.DRIVERS[name] and tuple(visibility) == v.VISIBILITY_VARIABLES[name]
+        assert tuple(order) == v.ORDER_VARIABLES[name] and tuple(osdevs) == v.HWLOC_OSDEVS[name]
+        assert tool == ([v.UUID_TOOLS[name]] if v.UUID_TOOLS[name] else [])

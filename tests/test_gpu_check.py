@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from numabind._nvml import NvmlDevice
+from numabind.devices.nvml import NvmlDevice
 from numabind.cpulist import parse_cpulist
 from numabind.topology import discover
 

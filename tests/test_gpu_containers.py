@@ -13,22 +13,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from numabind._fs import FsReader
-from numabind._util import FrozenMap
 from numabind.cpulist import parse_cpulist
 from numabind.devices import discover_gpus
 from numabind.errors import NumabindError, PlanError
 from numabind.plan import Plan
 from numabind.strategies import auto_gate, plan_for_gpu, plan_for_gpus, plan_table
-from numabind.topology import Node, discover_from
+from numabind.topology import discover_from
 
 from .fakegpu import (
     AMD_KFD_NODES,
     BOX_ADDRS,
     BOX_CPUS,
+    BOX_NODES,
     add_dev_node,
     add_driver_link,
     add_mig_instances,
     add_nvidia_gpu,
+    box_gpus,
     box_node,
     container,
     eight_gpu_box,
@@ -37,18 +38,6 @@ from .fakegpu import (
     remove_dev_node,
 )
 from .fakesys import two_sockets
-
-GiB = 1 << 30
-NODES = FrozenMap({
-    n: Node(id=n, cpus=parse_cpulist(BOX_CPUS[n]), memory_bytes=64 * GiB,
-            distances=FrozenMap({m: 10 if m == n else 21 for m in BOX_CPUS}))
-    for n in BOX_CPUS
-})
-
-
-def gpus(root, env=None, **kw):
-    return discover_gpus(FsReader(root), NODES, env={} if env is None else env, **kw)
-
 
 def mapping(found):
     """(visible index, PCI address, NUMA node) of each visible GPU."""
@@ -66,7 +55,7 @@ def box(vendor):
 def test_bare_metal_box_is_numbered_as_before(tmp_path, vendor, caplog):
     caplog.set_level(logging.WARNING, logger="numabind.devices")
     eight_gpu_box(tmp_path, vendor)
-    found = gpus(tmp_path)
+    found = box_gpus(tmp_path)
     assert mapping(found) == box(vendor)
     assert {g.identity for g in found} == {"certain"} and caplog.text == ""
     if vendor == "amd":
@@ -79,7 +68,7 @@ def test_device_files_absent_from_a_dump_change_nothing(tmp_path, vendor):
     eight_gpu_box(tmp_path / "with", vendor)
     eight_gpu_box(tmp_path / "without", vendor)
     shutil.rmtree(tmp_path / "without" / "dev")
-    assert gpus(tmp_path / "with") == gpus(tmp_path / "without")
+    assert box_gpus(tmp_path / "with") == box_gpus(tmp_path / "without")
 
 
 # ------------------------------------------------ 8 GPUs, a container with 2
@@ -93,7 +82,7 @@ def test_device_files_absent_from_a_dump_change_nothing(tmp_path, vendor):
 def test_container_given_boards_4_and_5(tmp_path, vendor, expected):
     eight_gpu_box(tmp_path, vendor)
     env = container(tmp_path, vendor, [4, 5])
-    found = gpus(tmp_path, env)
+    found = box_gpus(tmp_path, env)
     # before: visible GPU 0 was the box's first board 0000:18:00.0, on node 0
     assert mapping(found) == expected
     assert [g.physical_index for g in found] == [0, 1]
@@ -106,9 +95,9 @@ def test_visibility_variables_index_the_containers_gpus(tmp_path, vendor, var):
     eight_gpu_box(tmp_path, vendor)
     env = container(tmp_path, vendor, [1, 6])
     # the container's GPUs are boards 1 and 6 (in KFD order too: KFD nodes 2 and 9); "1" is board 6
-    assert mapping(gpus(tmp_path, {**env, var: "1"})) == [(0, "0000:ba:00.0", 1)]
+    assert mapping(box_gpus(tmp_path, {**env, var: "1"})) == [(0, "0000:ba:00.0", 1)]
     # an index the container does not have is out of range, not the host's GPU 6
-    assert gpus(tmp_path, {**env, var: "6"}) == ()
+    assert box_gpus(tmp_path, {**env, var: "6"}) == ()
 
 
 def test_nvidia_container_by_uuid_and_plan_lands_on_the_boards_node(tmp_path):
@@ -127,7 +116,7 @@ def test_nvidia_cdi_container_narrows_by_device_node(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="numabind.devices")
     eight_gpu_box(tmp_path, "nvidia")
     env = container(tmp_path, "nvidia", [2, 7], style="cdi")   # procfs unmasked, NVIDIA_VISIBLE_DEVICES=void
-    found = gpus(tmp_path, env)
+    found = box_gpus(tmp_path, env)
     assert mapping(found) == [(0, "0000:3a:00.0", 0), (1, "0000:db:00.0", 1)]
     assert {g.identity for g in found} == {"certain"} and caplog.text == ""
 
@@ -135,11 +124,11 @@ def test_nvidia_cdi_container_narrows_by_device_node(tmp_path, caplog):
 def test_nvidia_gpus_all_is_the_whole_box(tmp_path):
     eight_gpu_box(tmp_path, "nvidia")
     env = {"NVIDIA_VISIBLE_DEVICES": "all"}                   # docker run --gpus all: every board, unmasked
-    found = gpus(tmp_path, env)
+    found = box_gpus(tmp_path, env)
     assert mapping(found) == box("nvidia") and {g.identity for g in found} == {"certain"}
     # "all" in a container given two boards (the CUDA images' default value) says nothing: the files decide
     container(tmp_path, "nvidia", [4, 5])
-    assert mapping(gpus(tmp_path, env)) == [(0, "0000:9a:00.0", 1), (1, "0000:ab:00.0", 1)]
+    assert mapping(box_gpus(tmp_path, env)) == [(0, "0000:9a:00.0", 1), (1, "0000:ab:00.0", 1)]
 
 
 def test_nvidia_privileged_container_is_uncertain_and_strict_refuses(tmp_path, caplog, monkeypatch):
@@ -147,7 +136,7 @@ def test_nvidia_privileged_container_is_uncertain_and_strict_refuses(tmp_path, c
     two_sockets(tmp_path, cpus_per_socket=16)
     eight_gpu_box(tmp_path, "nvidia")
     env = container(tmp_path, "nvidia", [4, 5], style="privileged")
-    found = gpus(tmp_path, env)
+    found = box_gpus(tmp_path, env)
     # every /dev/nvidiaN can be opened, so CUDA numbers all eight; the runtime was asked for 4 and 5
     assert mapping(found) == box("nvidia")
     assert {g.identity for g in found} == {"uncertain"}
@@ -190,22 +179,22 @@ def test_nvidia_device_file_denied_hides_the_gpu(tmp_path):
     eight_gpu_box(tmp_path, "nvidia")
     env = container(tmp_path, "nvidia", [4, 5])
     add_dev_node(tmp_path, "nvidia5", mode=0o000)            # chmod 000: this process may not open it
-    assert mapping(gpus(tmp_path, env)) == [(0, "0000:9a:00.0", 1)]
+    assert mapping(box_gpus(tmp_path, env)) == [(0, "0000:9a:00.0", 1)]
 
 
 def test_nvidia_visible_devices_alone_on_a_dump(tmp_path, monkeypatch):
     # a dump with neither the driver's procfs nor /dev: the variable, passed explicitly, decides
     for k, addr in enumerate(BOX_ADDRS):
         add_nvidia_gpu(tmp_path, addr, numa_node=box_node(k), proc=False)
-    assert mapping(gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "6,1"})) == [(0, "0000:2a:00.0", 0),
+    assert mapping(box_gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "6,1"})) == [(0, "0000:2a:00.0", 0),
                                                                          (1, "0000:ba:00.0", 1)]
-    assert gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "none"}) == ()
-    assert gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "void"}) == ()
-    unresolved = gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": nv_uuid(3)})     # no UUIDs without the driver
+    assert box_gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "none"}) == ()
+    assert box_gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "void"}) == ()
+    unresolved = box_gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": nv_uuid(3)})     # no UUIDs without the driver
     assert len(unresolved) == 8 and {g.identity for g in unresolved} == {"uncertain"}
     # the calling process's own variable describes its container, not a replayed machine
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "6,1")
-    assert len(discover_gpus(FsReader(tmp_path), NODES)) == 8
+    assert len(discover_gpus(FsReader(tmp_path), BOX_NODES)) == 8
 
 
 def test_nvidia_visible_devices_volume_mounts_strategy(tmp_path):
@@ -214,7 +203,7 @@ def test_nvidia_visible_devices_volume_mounts_strategy(tmp_path):
     devices = tmp_path / "var/run/nvidia-container-devices"
     for k in (3, 4):
         (devices / nv_uuid(k)).mkdir(parents=True)
-    found = gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"})
+    found = box_gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"})
     # the device plugin's list (3, 4) disagrees with the host /dev of a privileged container: said so
     assert len(found) == 8 and {g.identity for g in found} == {"uncertain"}
     assert "lists GPU-00000003" in found[0].identity_note
@@ -225,12 +214,12 @@ def test_gpu_bound_to_vfio_is_not_numbered(tmp_path):
     add_driver_link(tmp_path, BOX_ADDRS[0], "vfio-pci")        # passed through to a VM
     for addr in BOX_ADDRS[1:]:
         add_driver_link(tmp_path, addr, "nvidia")
-    found = gpus(tmp_path)
+    found = box_gpus(tmp_path)
     assert [g.pci_address for g in found] == BOX_ADDRS[1:]
     # NVIDIA_VISIBLE_DEVICES host indices count only the boards the host driver has
     shutil.rmtree(tmp_path / "dev")
     shutil.rmtree(tmp_path / "proc")
-    assert mapping(gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "0"})) == [(0, "0000:2a:00.0", 0)]
+    assert mapping(box_gpus(tmp_path, {"NVIDIA_VISIBLE_DEVICES": "0"})) == [(0, "0000:2a:00.0", 0)]
 
 
 # -------------------------------------------------------------------- MIG
@@ -239,7 +228,7 @@ def test_container_with_one_mig_slice(tmp_path):
     container(tmp_path, "nvidia", [4])
     add_mig_instances(tmp_path, 4, gpu_instances=(3,))
     env = {"NVIDIA_VISIBLE_DEVICES": "4:0"}
-    (g,) = gpus(tmp_path, env)
+    (g,) = box_gpus(tmp_path, env)
     assert (g.index, g.pci_address, g.numa_node, g.identity) == (0, "0000:9a:00.0", 1, "certain")
 
 
@@ -247,10 +236,10 @@ def test_mig_on_one_of_several_gpus_is_uncertain_unless_named(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="numabind.devices")
     eight_gpu_box(tmp_path, "nvidia")
     add_mig_instances(tmp_path, 0, gpu_instances=(1, 2))
-    found = gpus(tmp_path)
+    found = box_gpus(tmp_path)
     assert len(found) == 8 and {g.identity for g in found} == {"uncertain"}
     assert "MIG is enabled on 1 (0000:18:00.0)" in caplog.text
-    named = gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": f"MIG-{nv_uuid(0)}/1/0"})
+    named = box_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": f"MIG-{nv_uuid(0)}/1/0"})
     assert mapping(named) == [(0, "0000:18:00.0", 0)] and named[0].identity == "certain"
 
 
@@ -263,7 +252,7 @@ def test_mig_slices_resolved_by_nvml_in_a_container(tmp_path, monkeypatch):
              "mig": [mig], "minor": 6}]
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(view))
     env = {"NVIDIA_VISIBLE_DEVICES": mig, "CUDA_VISIBLE_DEVICES": mig}
-    (g,) = gpus(tmp_path, env, use_nvml=True)
+    (g,) = box_gpus(tmp_path, env, use_nvml=True)
     assert (g.pci_address, g.numa_node, g.mig_uuid, g.identity) == ("0000:ba:00.0", 1, mig, "certain")
 
 
@@ -278,7 +267,7 @@ def test_nvml_confirms_the_container_mapping(tmp_path, monkeypatch, caplog):
     eight_gpu_box(tmp_path, "nvidia")
     env = container(tmp_path, "nvidia", [4, 5])
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(_nvml_view([4, 5])))
-    found = gpus(tmp_path, env, use_nvml=True)
+    found = box_gpus(tmp_path, env, use_nvml=True)
     assert mapping(found) == [(0, "0000:9a:00.0", 1), (1, "0000:ab:00.0", 1)]
     assert {g.identity for g in found} == {"certain"} and caplog.text == ""
 
@@ -287,7 +276,7 @@ def test_nvml_resolves_a_privileged_container(tmp_path, monkeypatch):
     eight_gpu_box(tmp_path, "nvidia")
     env = container(tmp_path, "nvidia", [4, 5], style="privileged")
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(_nvml_view(range(8))))
-    found = gpus(tmp_path, env, use_nvml=True)
+    found = box_gpus(tmp_path, env, use_nvml=True)
     assert mapping(found) == box("nvidia") and {g.identity for g in found} == {"certain"}
 
 
@@ -295,7 +284,7 @@ def test_nvml_disagreeing_with_the_files_wins_and_is_reported(tmp_path, monkeypa
     caplog.set_level(logging.WARNING, logger="numabind.devices")
     eight_gpu_box(tmp_path, "nvidia")                       # the files look like bare metal
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(_nvml_view([2, 7])))
-    found = gpus(tmp_path, use_nvml=True)
+    found = box_gpus(tmp_path, use_nvml=True)
     assert mapping(found) == [(0, "0000:3a:00.0", 0), (1, "0000:db:00.0", 1)]
     assert {g.identity for g in found} == {"uncertain"}
     assert ("NVML lists 2 (0000:3a:00.0, 0000:db:00.0), but /dev holds accessible NVIDIA device nodes "
@@ -307,7 +296,7 @@ def test_nvml_order_differing_from_pci_order_is_reported(tmp_path, monkeypatch, 
     caplog.set_level(logging.WARNING, logger="numabind.devices")
     eight_gpu_box(tmp_path, "nvidia")
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(_nvml_view([1, 0, 2, 3, 4, 5, 6, 7])))
-    found = gpus(tmp_path, use_nvml=True)
+    found = box_gpus(tmp_path, use_nvml=True)
     assert mapping(found) == box("nvidia") and {g.identity for g in found} == {"uncertain"}
     assert "CUDA numbers them in PCI bus order" in caplog.text
 
@@ -315,7 +304,7 @@ def test_nvml_order_differing_from_pci_order_is_reported(tmp_path, monkeypatch, 
 def test_nvml_seeing_no_gpu_means_none(tmp_path, monkeypatch):
     eight_gpu_box(tmp_path, "nvidia")
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([]))
-    assert gpus(tmp_path, use_nvml=True) == ()
+    assert box_gpus(tmp_path, use_nvml=True) == ()
 
 
 # ------------------------------------------------------------ AMD, Intel
@@ -324,10 +313,10 @@ def test_amd_without_dev_kfd_sees_no_gpu(tmp_path, caplog):
     eight_gpu_box(tmp_path, "amd")
     container(tmp_path, "amd", [0, 1])
     remove_dev_node(tmp_path, "kfd")
-    assert gpus(tmp_path) == ()
+    assert box_gpus(tmp_path) == ()
     assert "/dev/kfd is missing: ROCm sees no GPU" in caplog.text
     add_dev_node(tmp_path, "kfd", mode=0o000)
-    assert gpus(tmp_path) == ()
+    assert box_gpus(tmp_path) == ()
 
 
 def test_amd_visible_in_kfd_without_its_render_node(tmp_path, caplog):
@@ -335,12 +324,12 @@ def test_amd_visible_in_kfd_without_its_render_node(tmp_path, caplog):
     eight_gpu_box(tmp_path, "amd")
     container(tmp_path, "amd", [4, 5])
     remove_dev_node(tmp_path, "dri/renderD132")               # board 4's render node
-    found = gpus(tmp_path)
+    found = box_gpus(tmp_path)
     assert mapping(found) == [(0, "0000:ab:00.0", 1)] and found[0].identity == "uncertain"
     assert "0000:9a:00.0) cannot be opened" in caplog.text
     assert "ROCR_VISIBLE_DEVICES" in found[0].identity_note
     uuid = f"GPU-{0xA000 + 5:016x}"
-    (named,) = gpus(tmp_path, {"ROCR_VISIBLE_DEVICES": uuid})
+    (named,) = box_gpus(tmp_path, {"ROCR_VISIBLE_DEVICES": uuid})
     assert (named.pci_address, named.identity) == ("0000:ab:00.0", "certain")
 
 
@@ -350,14 +339,14 @@ def test_intel_container_with_integrated_gpu(tmp_path):
     add_intel_gpu(tmp_path, "0000:00:02.0", numa_node=0, local_cpulist=BOX_CPUS[0], pci_class=0x030000)
     add_render_node(tmp_path, "0000:00:02.0", 136)
     container(tmp_path, "intel", [3, 4])                      # the iGPU's node was not passed in either
-    found = gpus(tmp_path)
+    found = box_gpus(tmp_path)
     assert mapping(found) == [(0, "0000:5d:00.0", 0), (1, "0000:9a:00.0", 1)]
     assert {g.identity for g in found} == {"certain"}
     add_dev_node(tmp_path, "dri/renderD136")
-    found = gpus(tmp_path)
+    found = box_gpus(tmp_path)
     assert [g.pci_address for g in found] == ["0000:5d:00.0", "0000:9a:00.0", "0000:00:02.0"]
     assert {g.identity for g in found} == {"uncertain"}
-    pci = gpus(tmp_path, {"ZE_ENABLE_PCI_ID_DEVICE_ORDER": "1"})
+    pci = box_gpus(tmp_path, {"ZE_ENABLE_PCI_ID_DEVICE_ORDER": "1"})
     assert [g.pci_address for g in pci] == ["0000:00:02.0", "0000:5d:00.0", "0000:9a:00.0"]
     assert {g.identity for g in pci} == {"certain"}
 
@@ -365,7 +354,7 @@ def test_intel_container_with_integrated_gpu(tmp_path):
 def test_identity_in_to_dict_and_describe(tmp_path):
     eight_gpu_box(tmp_path, "nvidia")
     add_mig_instances(tmp_path, 0)
-    g = gpus(tmp_path)[0]
+    g = box_gpus(tmp_path)[0]
     d = g.to_dict()
     assert d["identity"] == "uncertain" and "MIG is enabled" in d["identity_note"]
     assert g.describe().endswith("[identity uncertain]")
@@ -381,7 +370,7 @@ def test_hostile_device_minor_is_ignored(tmp_path, value, caplog):
     eight_gpu_box(tmp_path, "nvidia")
     info = tmp_path / f"proc/driver/nvidia/gpus/{BOX_ADDRS[3]}/information"
     info.write_text(info.read_text().replace("Device Minor: \t 3", f"Device Minor: \t {value}"))
-    found = gpus(tmp_path)
+    found = box_gpus(tmp_path)
     # board 3's minor is unknown; /dev/nvidia3 is the one spare node, so it still counts
     assert [g.pci_address for g in found] == BOX_ADDRS and found[3].minor is None
     assert "unparsable Device Minor" in caplog.text
@@ -395,7 +384,7 @@ def test_hostile_kfd_node_names_and_properties(tmp_path, value):
     (kfd / value[:200] / "properties").write_text("simd_count 304\nlocation_id 1\n")
     props = kfd / "2" / "properties"
     props.write_text(props.read_text().replace("unique_id ", f"unique_id {value}") + f"drm_render_minor {value}\n")
-    found = gpus(tmp_path)
+    found = box_gpus(tmp_path)
     assert mapping(found) == box("amd")
     assert found[0].uuid is None                                # its unique_id is unparsable
 
@@ -404,7 +393,7 @@ def test_hostile_kfd_node_names_and_properties(tmp_path, value):
 def test_hostile_numa_node_is_missing(tmp_path, value):
     eight_gpu_box(tmp_path, "nvidia")
     (tmp_path / f"sys/bus/pci/devices/{BOX_ADDRS[0]}/numa_node").write_text(value + "\n")
-    g = gpus(tmp_path)[0]
+    g = box_gpus(tmp_path)[0]
     assert (g.numa_node, g.numa_source) == (0, "local_cpulist")
 
 
@@ -415,7 +404,7 @@ def test_hostile_numa_node_is_missing(tmp_path, value):
 def test_hostile_visibility_entries(tmp_path, var, vendor, value, caplog):
     caplog.set_level(logging.WARNING, logger="numabind.devices")
     eight_gpu_box(tmp_path, vendor)
-    found = gpus(tmp_path, {var: f"1,{value},2"})
+    found = box_gpus(tmp_path, {var: f"1,{value},2"})
     got = [g.physical_index for g in found]
     if var == "ZE_AFFINITY_MASK":
         assert got == [1, 2] and "names no device (8 devices); skipped" in caplog.text   # skipped, never permuted
@@ -431,13 +420,13 @@ def test_hostile_visibility_entries(tmp_path, var, vendor, value, caplog):
 def test_hostile_cuda_visible_devices_with_nvml(tmp_path, monkeypatch, value):
     eight_gpu_box(tmp_path, "nvidia")
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(_nvml_view(range(8))))
-    assert [g.physical_index for g in gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": value}, use_nvml=True)] == []
+    assert [g.physical_index for g in box_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": value}, use_nvml=True)] == []
 
 
 def test_hostile_zero_padded_index_is_bounded_not_misread(tmp_path):
     eight_gpu_box(tmp_path, "nvidia")
-    assert [g.physical_index for g in gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": "0003,1"})] == [3, 1]
-    assert gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": "0" * 20 + "3"}) == ()
+    assert [g.physical_index for g in box_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": "0003,1"})] == [3, 1]
+    assert box_gpus(tmp_path, {"CUDA_VISIBLE_DEVICES": "0" * 20 + "3"}) == ()
 
 
 def test_fifo_in_the_driver_procfs_is_an_error_not_a_hang(tmp_path):
@@ -446,7 +435,7 @@ def test_fifo_in_the_driver_procfs_is_an_error_not_a_hang(tmp_path):
     info.unlink()
     os.mkfifo(info)
     with pytest.raises(NumabindError, match="a FIFO"):
-        gpus(tmp_path)
+        box_gpus(tmp_path)
 
 
 # ------------------------------------------- random visibility values (hypothesis)
@@ -477,7 +466,7 @@ def roots(tmp_path_factory):
 def test_random_visibility_values_select_or_warn_never_crash(roots, vendor, env):
     logging.getLogger("numabind.devices").setLevel(logging.CRITICAL)   # the warnings are the point elsewhere
     try:
-        found = gpus(roots[vendor], env)
+        found = box_gpus(roots[vendor], env)
     finally:
         logging.getLogger("numabind.devices").setLevel(logging.NOTSET)
     assert [g.index for g in found] == list(range(len(found)))

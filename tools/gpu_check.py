@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from numabind import _nvml  # noqa: E402
+from numabind.devices import nvml as _nvml  # noqa: E402
 from numabind._fs import FsReader  # noqa: E402
 from numabind.cpulist import format_cpulist  # noqa: E402
 from numabind.devices import discover_gpus, scan_pci_gpus  # noqa: E402

@@ -12,10 +12,12 @@ root, what a replay of it needs (the PCI bridges, NICs, NVSwitches and GPU OS de
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .._base import printable
+from .._vendors import HWLOC_BACKENDS, HWLOC_OSDEVS, PCI_IDS, PCI_NAMES
 from ..cpulist import format_cpulist
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind topology loads this module
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
     from typing import Any
@@ -204,15 +206,9 @@ def hwloc_bitmap(ids: Iterable[int]) -> str:
 _CACHE_TYPE = {"Unified": 0, "Data": 1, "Instruction": 2}
 
 
-_NVIDIA = 0x10DE
+_NVIDIA = PCI_IDS["nvidia"]
 #: hwloc 2's OS device types (``hwloc_obj_osdev_type_e``): block, GPU, network, OpenFabrics.
 _OSDEV_BLOCK, _OSDEV_GPU, _OSDEV_NET, _OSDEV_OPENFABRICS = 0, 1, 2, 3
-#: GPU OS devices as hwloc's NVML, RSMI and LevelZero backends name them: (name prefix, subtype, UUID info).
-_GPU_OSDEVS = {"nvidia": ("nvml", "NVML", "NVIDIAUUID"), "amd": ("rsmi", "RSMI", "AMDUUID"),
-               "intel": ("ze", "LevelZero", "LevelZeroUUID")}
-_GPU_VENDOR_NAMES = {"nvidia": "NVIDIA Corporation", "amd": "Advanced Micro Devices, Inc. [AMD/ATI]",
-                     "intel": "Intel Corporation"}
-
 
 class _IoNode:
     """A Bridge or PCIDev of the XML: the host bridge (``device`` None), a bridge, or a function."""
@@ -267,7 +263,8 @@ def _io(topo: Topology, root: Obj) -> _Io:
             leaves.setdefault(nic.address, every[nic.address])
     io = _Io()
     # the OS devices and infos of each function
-    for vendor, (prefix, subtype, uuid_key) in _GPU_OSDEVS.items():
+    for vendor, (subtype, uuid_key) in HWLOC_BACKENDS.items():
+        prefix = HWLOC_OSDEVS[vendor][0]
         ordered = sorted((g for g in topo.gpus if g.vendor == vendor), key=lambda g: (g.physical_index, g.index))
         doubt = next((g.identity_note for g in ordered if not g.identity_certain), None)
         if doubt is not None:
@@ -282,7 +279,7 @@ def _io(topo: Topology, root: Obj) -> _Io:
         if len(ordered) < 2 and not any(g.uuid or g.name or g.minor is not None for g in ordered):
             continue                    # one GPU known by its address alone: an OS device would say nothing
         for k, g in enumerate(ordered):
-            infos = [("Backend", subtype), ("GPUVendor", _GPU_VENDOR_NAMES[vendor])]
+            infos = [("Backend", subtype), ("GPUVendor", PCI_NAMES[vendor])]
             if g.name:
                 infos.append(("GPUModel", g.name))
             if g.uuid:
