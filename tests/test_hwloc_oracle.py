@@ -14,7 +14,6 @@ Skips only when lstopo is not installed (Debian package hwloc-nox; CI installs i
 from __future__ import annotations
 
 import tempfile
-import xml.etree.ElementTree as ET
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,7 +23,7 @@ from numabind.cpulist import format_cpulist
 from numabind.topology import discover
 
 from .fakesys import GIB_KB, ORACLE_FACTORIES, FakeMachine
-from .lstopo import LSTOPO, differences, hwloc_bitmap, lstopo_view
+from .lstopo import LSTOPO, cluster_differences, differences, lstopo_view
 
 pytestmark = pytest.mark.skipif(LSTOPO is None, reason="hwloc's lstopo-no-graphics is not "
                                 "installed (Debian package hwloc-nox)")
@@ -70,27 +69,6 @@ def spec_differences(topo, m: FakeMachine) -> list[str]:
             want = {o: spec.distances.get(o, 10 if o == nid else 20) for o in dirs}
             if dict(node.distances) != want:
                 out.append(f"node {nid} distances {dict(node.distances)} != {want}")
-    return out
-
-
-def cluster_differences(topo, view) -> list[str]:
-    """Where ``topo``'s clusters larger than a core disagree with hwloc's Cluster groups (made from
-    ``cluster_cpus``, numbered by ``cluster_id``). hwloc keeps no group with the CPUs of another object
-    (a cache, a package, a node), so a cluster of ours hwloc lacks must have such CPUs."""
-    tree = ET.fromstring(view.xml)
-    theirs = set()
-    others = set()
-    for obj in tree.iter("object"):
-        cpus = hwloc_bitmap(obj.get("cpuset"))
-        if obj.get("type") == "Group" and obj.get("subtype") == "Cluster":
-            theirs.add((int(obj.get("os_index", "-1")), cpus))
-        elif obj.get("type") not in ("PU", "Core"):
-            others.add(cpus)
-    ours = {(topo.cpus[min(g)].cluster, g) for g in topo.cluster_groups()}
-    out = [f"hwloc cluster {i} {format_cpulist(c)} is not one of numabind's" for i, c in sorted(
-        theirs - ours, key=lambda x: min(x[1]))]
-    out += [f"numabind cluster {i} {format_cpulist(c)} is neither hwloc's nor another object's CPUs"
-            for i, c in sorted(ours - theirs, key=lambda x: min(x[1])) if c not in others]
     return out
 
 

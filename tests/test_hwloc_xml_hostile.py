@@ -168,14 +168,13 @@ def sized_xml(target_bytes: int, **shape) -> str:
 # ------------------------------------------------------------------------------- cost: linear in the file's size
 
 def _peak(text: str) -> int:
-    """tracemalloc's peak while the reader reads ``text`` and makes the tree's files (held together, as
-    discovery holds them), beyond the file's bytes themselves."""
+    """tracemalloc's peak while the reader reads ``text`` into its facts and makes the files of its devices and
+    nodes (held together, as a root holds them), beyond the file's bytes themselves."""
     data = text.encode()
     tracemalloc.start()
     try:
         topo = _hwloc_xml.read_topology("hostile.xml", data)
-        files = _hwloc_xml.tree_files(topo)
-        assert files[0]["sys/devices/system/cpu/online"]
+        assert topo.facts.online_cpus and topo.tree.files["proc/meminfo"]
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -201,29 +200,14 @@ def test_a_file_four_times_bigger_takes_four_times_the_memory():
     assert peaks[1] / peaks[0] < 1.5 * grew, f"{grew:.1f} times the bytes, {peaks[1] / peaks[0]:.1f} times the peak"
 
 
-def test_the_tree_says_each_set_once(monkeypatch):
-    """The tree's lists and masks are made once per set (a core's, a package's, a cache's), not once per CPU:
-    the ids they cover, summed, stay in proportion to the file."""
-    covered = [0]
-    real_list, real_mask = _hwloc_xml.format_cpulist, _hwloc_xml._mask
-
-    def counted_list(ids):
-        ids = list(ids)
-        covered[0] += len(ids)
-        return real_list(ids)
-
-    def counted_mask(ids):
-        ids = list(ids)
-        covered[0] += len(ids)
-        return real_mask(ids)
-
+def test_each_set_is_made_once():
+    """The facts hold one set per core and per cache, shared by the PUs below it, not one per PU (a set per PU
+    of its package's or its caches' PUs made reading quadratic)."""
     text = hostile_xml(packages=1, nodes_per_package=1, cores_per_node=1000, bare=True)
-    topo = _hwloc_xml.read_topology("hostile.xml", text.encode())
-    monkeypatch.setattr(_hwloc_xml, "format_cpulist", counted_list)
-    monkeypatch.setattr(_hwloc_xml, "_mask", counted_mask)
-    files, _links = _hwloc_xml.tree_files(topo)
-    assert files["sys/devices/system/cpu/cpu1999/topology/core_siblings_list"] == "0-1999"
-    assert covered[0] < len(text) / 10, f"{covered[0]} ids said for a file of {len(text)} bytes"
+    facts = _hwloc_xml.read_topology("hostile.xml", text.encode()).facts
+    assert len(facts.cores) == 2000 and facts.cores[1999] == (0, 999, frozenset({1998, 1999}))
+    assert len({id(threads) for _p, _c, threads in facts.cores.values()}) == 1000
+    assert len(facts.caches) == 3 * 1000 + 1 and frozenset(range(2000)) in {c for _l, _t, c in facts.caches}
 
 
 def test_a_big_hostile_file_is_read_as_hwloc_would(tmp_path):

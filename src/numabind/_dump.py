@@ -4,9 +4,6 @@ A dump written by ``hwloc-gather-topology`` (or ``tools/capture_machine.py``) is
 holds ``sys/`` and ``proc/``, or holds one directory that does; or the ``.tar.bz2`` itself, which is
 unpacked safely (no path outside the dump, no link leading out of it, no device or FIFO, caps on
 size and member count) into a private temporary directory that is removed when the process exits.
-An hwloc XML topology (``lstopo t.xml``) is a root too: :func:`materialise_xml` reads it with
-:mod:`numabind._hwloc_xml` and writes the sysfs/procfs tree a kernel would show of that machine into a
-private temporary directory, removed like an unpacked dump's.
 Only a replayed root loads this module (and tarfile, tempfile, shutil and atexit when a dump is
 first unpacked): reading the live system never needs it.
 """
@@ -16,10 +13,7 @@ from __future__ import annotations
 import os
 import posixpath
 import _thread
-
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (every replayed root is read through here)
-if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Callable
+from collections.abc import Callable
 
 from ._base import getLogger
 from .errors import NumabindError
@@ -55,23 +49,21 @@ def dump_root(path: str) -> str:
     """The directory of a dump that holds ``sys``/``proc``: ``path`` itself, or its
     only subdirectory (an unpacked hwloc-gather-topology tarball holds one
     directory named after the dump)."""
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return path
+    names = _names(path)
     if "sys" in names or "proc" in names:
         return path
-    subdirs = [n for n in names if os.path.isdir(os.path.join(path, n))
-               and not os.path.islink(os.path.join(path, n))]
-    if len(subdirs) == 1:
-        inner = os.path.join(path, subdirs[0])
-        try:
-            inner_names = os.listdir(inner)
-        except OSError:
-            return path
-        if "sys" in inner_names or "proc" in inner_names:
-            return inner
+    subdirs = [inner for inner in (os.path.join(path, n) for n in names)
+               if os.path.isdir(inner) and not os.path.islink(inner)]
+    if len(subdirs) == 1 and {"sys", "proc"} & set(_names(subdirs[0])):
+        return subdirs[0]
     return path
+
+
+def _names(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 
 
 def is_tarball(path: str) -> bool:
@@ -95,16 +87,31 @@ def unpack(tarball: str) -> str:
 
 
 def materialise_xml(path: str, load: Callable[[], bytes]) -> str:
-    """The sysfs/procfs tree of the hwloc XML topology ``path``, written once into a private temporary
-    directory (returned); ``load()`` gives the file's bytes (the bounded read of :mod:`numabind._fs`). The
-    whole file is checked first: a bad file raises NumabindError naming it and the line, and leaves nothing
-    behind."""
-    def build(source: str, dest: str) -> None:
-        from ._hwloc_xml import read_topology, write_tree   # only an hwloc XML file needs its parser
+    """The files numabind's readers read of the hwloc XML topology ``path`` (:meth:`numabind._hwloc_xml.HwlocTopology.tree`),
+    written once into a private temporary directory (returned); ``load()`` gives the file's bytes (the bounded read of
+    :mod:`numabind._fs`). The whole file is read and checked first: a bad file raises NumabindError naming it and the
+    line, and leaves nothing behind. The bridge while :class:`numabind._fs.FsReader` does not serve the tree from
+    memory; the topology is built from the file, never from these files."""
+    from ._hwloc_xml import written, xml_root   # only an hwloc XML file needs its parser
 
-        write_tree(read_topology(source, load()), dest)
+    topo = xml_root(path, load)
+    dest = _made_once(path, "numabind-xml-", lambda _source, dest: _write(topo.tree.files, topo.tree.links, dest))
+    written[dest] = topo
+    return dest
 
-    return _made_once(path, "numabind-xml-", build)
+
+def _write(files: dict[str, str], links: dict[str, str], dest: str) -> None:
+    made: set[str] = set()
+    for rel in (*files, *links):
+        parent = os.path.dirname(rel)
+        if parent not in made:
+            os.makedirs(os.path.join(dest, parent), mode=0o700, exist_ok=True)
+            made.add(parent)
+    for rel, text in files.items():
+        with open(os.path.join(dest, rel), "x", encoding="utf-8") as out:
+            out.write(text)
+    for rel, target in links.items():
+        os.symlink(target, os.path.join(dest, rel))
 
 
 def _made_once(source: str, prefix: str, make: Callable[[str, str], None]) -> str:

@@ -1,25 +1,12 @@
-"""Small value helpers shared by the value objects.
-
-Discovery loads this module, so it imports neither :mod:`typing` nor the :mod:`collections` package at run
-time: :class:`FrozenMap` derives from ``_collections_abc.Mapping``, the very class ``collections.abc.Mapping``
-names (every interpreter has loaded it at start-up), whose ``__class_getitem__`` keeps ``FrozenMap[int, Node]``
-meaningful where annotations are evaluated (``typing.get_type_hints``). Type checkers see a generic
-``Mapping[K, V]``.
-"""
+"""Small value helpers shared by the value objects."""
 
 from __future__ import annotations
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
-if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Iterator, Mapping
-    from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
 
-    K = TypeVar("K")
-    V = TypeVar("V")
-else:
-    from _collections_abc import Mapping   # collections.abc.Mapping itself, without the collections package
-
-    K = V = object   # Mapping[K, V] as a base is Mapping at run time
+K = TypeVar("K")
+V = TypeVar("V")
 
 __all__ = ["FrozenMap"]
 
