@@ -145,8 +145,10 @@ def test_configure_subprocess_refuses_in_the_parent_and_starts_no_child(impossib
 
 
 def test_a_plan_the_machine_has_passes_the_check():
-    live.check_present(Plan(cpus=os.sched_getaffinity(0), mem_policy="bind", mem_nodes={min(NODES)}), "here")
-    live.check_present(Plan(), "here")
+    here = Plan(cpus=os.sched_getaffinity(0), mem_policy="bind", mem_nodes={min(NODES)})
+    assert live.check_present(here, "here") is None and live.check_present(Plan(), "here") is None
+    with pytest.raises(PlanError, match="^here: "):      # the same check refuses what the machine lacks
+        live.check_present(Plan(cpus=set(here.cpus) | {ABSENT_CPU}), "here")
 
 
 def test_bind_warning_is_exported_as_a_runtime_warning():

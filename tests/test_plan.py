@@ -913,3 +913,16 @@ def test_device_specifier_errors(args, pattern):
     devices = _Devices({"block:nvme0n1": 2}) if "99" in args or "nvme" in args else None
     with pytest.raises(PlanError, match=pattern):
         Plan.from_numactl_args(args, topology=TOPO, device_node=None if devices is None else devices.node_of)
+
+
+def test_numactls_vocabulary_names_numabinds_policies_only():
+    """plan.py types the table's policy words as MemPolicy: each is one of MEM_POLICIES, and every policy that
+    takes nodes has its numactl option (what Plan.to_numactl_args writes and from_numactl_args reads back)."""
+    from numabind import _numactl, plan
+
+    named = {row[3] for row in _numactl.OPTIONS.values() if row[3]}
+    assert named <= set(MEM_POLICIES) and set(_numactl.POLICIES) == set(MEM_POLICIES)
+    assert set(plan._NUMACTL_MEM_OPTION.values()) == named
+    assert set(plan._NUMACTL_MEM_FLAG) == named - {"local"}
+    for policy, flag in plan._NUMACTL_MEM_FLAG.items():
+        assert Plan.from_numactl_args([f"{flag}=0"]).mem_policy == policy

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from numabind.cpulist import format_cpulist, parse_cpulist
-from numabind.rank import LAUNCHERS, plan_cpu_rank
+from numabind.rank import LAUNCHERS
+from numabind.strategies import plan_cpu_rank
 from numabind.topology import discover
 from tests.fakegpu import eight_gpu_box
 from tests.fakesys import two_sockets

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-import pytest
+from tests.helpers import mypy_strict, pyright_strict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -115,30 +115,6 @@ numabind.verify_current(plan, strict="yes")
 '''
 
 
-def _mypy(tmp_path, name: str, text: str) -> subprocess.CompletedProcess:
-    (tmp_path / name).write_text(text)
-    return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir",
-                           str(tmp_path / ".mypy_cache"), name], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600)
-
-
-def _pyright(tmp_path, name: str, text: str) -> subprocess.CompletedProcess:
-    import json
-    import shutil
-
-    exe = shutil.which("pyright", path=os.path.dirname(sys.executable))
-    if exe is None:   # a test extra (pip install -e '.[test]'): without it the pyright half cannot run
-        pytest.skip("pyright is not installed (pip install -e '.[test]' installs it)")
-    (tmp_path / name).write_text(text)
-    (tmp_path / "pyrightconfig.json").write_text(json.dumps({
-        "typeCheckingMode": "strict", "pythonVersion": "3.10",
-        "extraPaths": [os.path.join(ROOT, "src")], "reportMissingModuleSource": False}))
-    # the pyright wheel bundles pyright itself; no check for a newer version over the network
-    env = {**os.environ, "PYRIGHT_PYTHON_IGNORE_WARNINGS": "1"}
-    return subprocess.run([exe, "--pythonpath", sys.executable, name], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env=env)
-
-
 def _error_lines(output: str, name: str) -> set[int]:
     import re
 
@@ -151,24 +127,24 @@ def _wrong_lines(text: str) -> set[int]:
 
 
 def test_the_literal_types_type_check_under_mypy_strict(tmp_path):
-    good = _mypy(tmp_path, "good.py", TYPED_CONSUMER)
+    good = mypy_strict(tmp_path, "good.py", TYPED_CONSUMER)
     assert good.returncode == 0, good.stdout[-4000:] + good.stderr[-2000:]
-    bad = _mypy(tmp_path, "bad.py", WRONG_WORDS)
+    bad = mypy_strict(tmp_path, "bad.py", WRONG_WORDS)
     assert bad.returncode == 1, bad.stdout
     assert _error_lines(bad.stdout, "bad.py") == _wrong_lines(WRONG_WORDS), bad.stdout
     assert 'Incompatible types in assignment (expression has type "Literal[\'nodes\']"' in bad.stdout
 
 
 def test_a_consumer_and_the_literal_types_type_check_under_pyright(tmp_path):
-    proc = _pyright(tmp_path, "consumer.py", CONSUMER + TYPED_CONSUMER.replace("import numabind\n", "", 1))
+    proc = pyright_strict(tmp_path, "consumer.py", CONSUMER + TYPED_CONSUMER.replace("import numabind\n", "", 1))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "0 errors" in proc.stdout, proc.stdout[-2000:]
-    bad = _pyright(tmp_path, "bad.py", WRONG_WORDS)
+    bad = pyright_strict(tmp_path, "bad.py", WRONG_WORDS)
     assert bad.returncode == 1, bad.stdout
     assert _error_lines(bad.stdout, "bad.py") == _wrong_lines(WRONG_WORDS), bad.stdout
     assert "\"Literal['nodes']\" is not assignable to" in bad.stdout
 
 
 def test_a_misspelt_word_is_an_error_at_every_public_function(tmp_path):
-    bad = _mypy(tmp_path, "everywhere.py", WRONG_WORDS_EVERYWHERE)
+    bad = mypy_strict(tmp_path, "everywhere.py", WRONG_WORDS_EVERYWHERE)
     assert _error_lines(bad.stdout, "everywhere.py") == _wrong_lines(WRONG_WORDS_EVERYWHERE), bad.stdout

@@ -7,11 +7,11 @@ affinity and memory policy, read through :mod:`numabind.bind`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ._base import getLogger
-from .strategies import auto_gate
+from .strategies import auto_gate, topology_or_discover
 
 if TYPE_CHECKING:  # pragma: no cover
     from .topology import Topology
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["auto_plan_available"]
 
-log = getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 def _live_binding() -> Any:
@@ -53,8 +53,6 @@ def auto_plan_available(topology: Topology | None = None, *, affinity: Iterable[
     for a dump, to the dump's allowed CPUs and ``default``.
     """
     try:
-        from .strategies import topology_or_discover
-
         topology = topology_or_discover(topology)
     except Exception as exc:
         ok, why = False, f"topology discovery failed: {exc}"

@@ -1,22 +1,17 @@
-"""The frozen :class:`Plan`: which CPUs and which memory policy a process gets, and :class:`Allowed`:
-what a process may use.
+"""The frozen :class:`Plan`: which CPUs and which memory policy a process gets, and :class:`Allowed`: what a
+process may use (the one answer, which discovery and :func:`numabind.live.limits` both fill through
+:func:`numabind._cgroup.read_allowed`).
 
-Pure: nothing here reads a file or calls the kernel. Checks that need the
-machine take a :class:`~numabind.topology.Topology` argument.
-
-:class:`Allowed` is the one answer to "what may this process use": discovery puts it in a
-:class:`~numabind.topology.Topology` (``topo.allowed``; planning, on any root), and
-:func:`numabind.live.limits` reads it for the running process (both through
-:func:`numabind._cgroup.read_allowed`). Its rule: the limit is the cpuset; the affinity a parent left
-behind is reported beside it, never a silent limit (numactl's ``-C`` without ``-a`` aside).
-:func:`narrow_cpus` and :func:`narrow_nodes` are the one place that says which CPUs and nodes of a
-request fit, and why the others do not: :meth:`Plan.validate`, the placement strategies and
-:func:`numabind.bind_current` all use them.
+Pure: nothing here reads a file or calls the kernel; checks that need the machine take a
+:class:`~numabind.topology.Topology`. :func:`narrow_cpus` and :func:`narrow_nodes` are the one place that says
+which CPUs and nodes of a request fit, and why the others do not (:meth:`Plan.validate`, the placement strategies
+and :func:`numabind.bind_current` use them). The long forms: ``docs/plans.rst``.
 """
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 
 from ._base import EXCERPT, Value, excerpt
+from ._numactl import ALIASES, BINDING, OPTIONS, POLICY_OPTION, SHORT, policy_of
 from .cpulist import MAX_ID, MAX_LIST_TEXT, MAX_LISTED, format_cpulist, parse_cpulist
 from .errors import PlanError
 
@@ -73,18 +68,11 @@ MEM_POLICIES: "tuple[MemPolicy, ...]" = ("bind", "preferred", "preferred-many", 
 #: The policies that take nodes (what a placement strategy or ``numabind plan --policy`` may choose).
 NODE_POLICIES: "tuple[NodePolicy, ...]" = ("bind", "preferred", "preferred-many", "interleave")
 _NODELESS = ("local", "default")
-_NUMACTL_MEM_FLAG = {
-    "bind": "--membind",
-    "preferred": "--preferred",
-    "preferred-many": "--preferred-many",
-    "interleave": "--interleave",
-    "weighted-interleave": "--weighted-interleave",
-}
-#: numactl's memory options (in the order they are checked) and the policy each one means.
-_NUMACTL_MEM_OPTION: "dict[str, MemPolicy]" = {
-    "membind": "bind", "preferred": "preferred", "preferred-many": "preferred-many", "interleave": "interleave",
-    "weighted-interleave": "weighted-interleave", "localalloc": "local",
-}
+#: numactl's option for each memory policy that takes nodes, and its memory options (in the order they are checked)
+#: with the policy each one means: from numactl's vocabulary (:mod:`numabind._numactl`).
+_NUMACTL_MEM_FLAG = {policy: f"--{option}" for policy, option in POLICY_OPTION.items() if policy != "local"}
+_NUMACTL_MEM_OPTION: "dict[str, MemPolicy]" = {   # the table holds MEM_POLICIES names only (tests/test_plan.py)
+    o: policy_of(o) for o in BINDING if policy_of(o)}   # type: ignore[misc]
 #: The range of one node's weighted-interleave weight, as the kernel accepts it in
 #: ``/sys/kernel/mm/mempolicy/weighted_interleave/nodeN``.
 MIN_WEIGHT, MAX_WEIGHT = 1, 255
@@ -279,12 +267,9 @@ def narrow_nodes(nodes: frozenset[int], limits: Allowed, policy: str | None = No
 def _as_ids(value: "Any", what: str) -> frozenset[int] | None:
     """``value`` (a cpulist string or an iterable of ints) as a frozenset of ids.
 
-    A bare int is refused, as psutil's ``cpu_affinity(3)`` is: ``cpus=3`` would otherwise be CPU 3 when
-    "3 CPUs" may have been meant; the error names the spelling for one id (``{3}``). Bytes are refused, not
-    iterated: ``b"1"`` would otherwise be the id 49. So are floats and bools, alone or inside an iterable. Nothing larger than the caps is
-    built: a ``range`` is checked by its bounds (``range(10**10)`` is refused at once),
-    any other iterable that is not already a collection is consumed only until an id
-    above :data:`~numabind.cpulist.MAX_ID` or more than
+    Refused: a bare int (as psutil's ``cpu_affinity(3)`` refuses it: "CPU 3" or "3 CPUs"?), bytes (``b"1"`` would
+    be the id 49), floats and bools. Nothing larger than the caps is built: a ``range`` is checked by its bounds,
+    any other iterator is consumed only until an id above :data:`~numabind.cpulist.MAX_ID` or more than
     :data:`~numabind.cpulist.MAX_LISTED` items are seen.
     """
     if value is None:
@@ -582,18 +567,9 @@ class Plan(Value):
 
     # ------------------------------------------------------- threads and parts
     def thread_env(self, topology: "CoresView | None" = None, *, proc_bind: str = "close") -> dict[str, str]:
-        """The environment a child's OpenMP runtime needs so its own thread binding agrees with this plan
-        and never widens it: ``OMP_NUM_THREADS`` (one thread per core of the plan), ``OMP_PLACES`` (one
-        explicit place per core, its CPUs of the plan: ``"{0,64},{1,65}"``, ordered node by node) and
-        ``OMP_PROC_BIND`` (``proc_bind``: ``"close"``, threads on neighbouring cores, or ``"spread"``).
-
-        The cores are ``topology``'s (hyperthread siblings in one place, see :func:`core_groups`); without
-        one each CPU of the plan is a place of its own (``OMP_PLACES`` of the plan's CPU list, as
-        ``OMP_PLACES=threads`` would be). A plan that leaves the CPUs as they are (``cpus=None``) gives
-        ``{}``: there is nothing to agree with, and the runtime keeps its defaults, inside whatever affinity
-        the child inherits. Merge the result into the child's environment (``env={**os.environ,
-        **plan.thread_env(topo)}``); a runtime-specific setting the user made (``KMP_AFFINITY``,
-        ``GOMP_CPU_AFFINITY``) can still override it."""
+        """``OMP_NUM_THREADS``, ``OMP_PLACES`` (one place per core of the plan) and ``OMP_PROC_BIND``
+        (``proc_bind``) for a child's OpenMP runtime, so that its thread binding agrees with this plan and never
+        widens it; ``{}`` for ``cpus=None``. See ``docs/plans.rst``, "Threads that agree with a plan"."""
         if proc_bind not in PROC_BINDS:
             raise PlanError(f"proc_bind {proc_bind!r} is not one of {', '.join(PROC_BINDS)}")
         if self.cpus is None:
@@ -603,23 +579,9 @@ class Plan(Value):
         return {"OMP_NUM_THREADS": str(len(cores)), "OMP_PLACES": places, "OMP_PROC_BIND": proc_bind}
 
     def split(self, sizes: "Sequence[int]", topology: "CoresView | None" = None) -> "list[Plan]":
-        """Disjoint sub-plans of this plan's CPUs, ``sizes[i]`` whole cores each (a worker and its helper
-        processes: ``main, loader = plan.split([6, 2], topo)``), in the order of ``sizes``.
-
-        Cores are ``topology``'s (hyperthread siblings stay together; :func:`core_groups`) and a part stays
-        on one node where one holds it: each part in turn takes the lowest free cores of the node with the
-        fewest free cores that still holds it whole, else spans the nodes with the most free cores first.
-        Without ``topology`` each CPU counts as a core of an unknown node: pass
-        ``topology=numabind.discover()`` on a machine with SMT. Cores the sizes leave over are in no part.
-
-        Memory: a policy over nodes (``bind``, ``preferred-many``, ``interleave``, ``weighted-interleave``)
-        is narrowed to the part's own nodes among ``mem_nodes`` (its weights with them), and kept whole
-        when the part's nodes hold none of them (memory on a CPU-less node, unknown nodes); ``preferred``,
-        ``local``, ``default``, None and ``migrate`` are kept as they are. Each part's reason says which
-        part it is and of what.
-
-        Raises :class:`PlanError` naming ``sizes`` when they are not positive ints or add up to more cores
-        than the plan has, and when the plan has no CPUs (``cpus=None``)."""
+        """Disjoint sub-plans of this plan's CPUs, ``sizes[i]`` whole cores each, in the order of ``sizes``
+        (``main, loader = plan.split([6, 2], topo)``): a part stays on one node where one holds it, and a policy
+        over nodes is narrowed to the part's nodes. The rules: ``docs/plans.rst``, "Parts of a plan"."""
         if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
             raise PlanError(f"split takes a list of core counts, e.g. split([4, 2]), got "
                             f"{type(sizes).__name__}: {sizes!r}"[:300])
@@ -705,41 +667,11 @@ class Plan(Value):
         device_node: "Callable[[str], int] | None" = None, reason: str | None = None,
         within_affinity: bool = False,
     ) -> "Plan":
-        """Build a plan from numactl options.
-
-        Understands ``-C/--physcpubind``, ``-N/--cpunodebind`` (also numactl's old
-        ``--cpubind``), ``-m/--membind``, ``-p/--preferred``, ``-P/--preferred-many``,
-        ``-i/--interleave``, ``-w/--weighted-interleave`` (numactl 2.0.19),
-        ``-l/--localalloc`` and ``-a/--all``, in ``--opt=V``, ``--opt V``, ``-oV``
-        and ``-o V`` forms, and numabind's own ``--weights 0:3,1:1`` with
-        ``--weighted-interleave`` (numactl has no such option). Values may be
-        lists, ``all``, ``!list`` (everything allowed but the list) or ``+list``
-        (relative to the allowed set), with libnuma's sets: for CPUs the affinity
-        the process inherited (``Cpus_allowed``), for nodes ``Mems_allowed``
-        (``topology.allowed_nodes``), for ``--cpunodebind`` too. ``-a/--all``
-        widens them to the whole machine for every list on the line (every online
-        CPU, every node, every node with memory), as numactl's ``--all`` does.
-
-        The limit of the CPUs is the cpuset (``topology.allowed_cpus``), not the
-        affinity (:class:`Allowed`): ``--cpunodebind`` takes the nodes' CPUs in
-        the cpuset, as numactl and the kernel do, whatever the parent left; and the
-        reason says so when the plan leaves the inherited affinity. Only
-        ``--physcpubind`` without ``-a`` is checked against the affinity, as
-        libnuma checks it. ``within_affinity=True`` narrows everything to the
-        affinity (the explicit choice; never the default). Node lists for CPUs,
-        ``all``, ``!`` and ``+`` need ``topology``.
-
-        A node list may instead name a device, as numactl's do:
-        ``pci:[SEG:]BUS:DEV[.FN]``, ``netdev:IFACE``, ``block:DEV`` or ``file:PATH``
-        (the node of the block device holding PATH), optionally inverted with
-        ``!``. Finding a device's node reads sysfs, which planning never does:
-        ``device_node`` is the function that does it
-        (``numabind.iodevices.DeviceNodes(root).node_of``, which ``numabind run``
-        passes), taking the whole specifier and returning the node or raising
-        :class:`PlanError`.
-
-        ``reason`` is the plan's reason (default: ``numactl`` and the options).
-        """
+        """Build a plan from numactl options (``-C``, ``-N``, ``-m``, ``-p``, ``-P``, ``-i``, ``-w``, ``-l``, ``-a``,
+        numabind's ``--weights``), with numactl's lists (``all``, ``!list``, ``+list``, a device) read in libnuma's
+        sets; the cpuset is the CPUs' limit, ``within_affinity=True`` narrows to the inherited affinity.
+        ``device_node`` finds a device's node (``numabind run`` passes ``DeviceNodes(root).node_of``). The whole
+        story: ``docs/plans.rst``, "From numactl's options"."""
         if isinstance(args, str):
             import shlex
 
@@ -867,11 +799,11 @@ def _text_re() -> "Any":
             r";migrate=(?P<migrate>[01])(?:;weights=(?P<weights>[0-9]+:[0-9]+(?:,[0-9]+:[0-9]+)*))?"))
     return _text_pattern[0]
 
-_SHORT = {"C": "physcpubind", "N": "cpunodebind", "m": "membind", "p": "preferred", "P": "preferred-many",
-          "i": "interleave", "w": "weighted-interleave", "l": "localalloc", "a": "all", "b": "balancing"}
-_ALIASES = {"cpubind": "cpunodebind"}   # numactl's old spelling, which numactl still accepts
-_LONG = set(_SHORT.values()) | {"weights"} | set(_ALIASES)
-_FLAGS = {"localalloc", "all", "balancing"}
+_PLAN_OPTIONS = (*BINDING, "all", "balancing", "weights")
+_SHORT = {letter: name for letter, name in SHORT.items() if name in _PLAN_OPTIONS}   # not numactl's -c
+_ALIASES = {"cpubind": ALIASES["cpubind"]}   # numactl's old spelling, which numactl still accepts
+_LONG = set(_PLAN_OPTIONS) | set(_ALIASES)
+_FLAGS = {name for name in _PLAN_OPTIONS if name in OPTIONS and not OPTIONS[name][1]}
 _OPTIONS_SHOWN = ("--physcpubind, --cpunodebind, --membind, --preferred, --preferred-many, --interleave, "
                   "--weighted-interleave (with numabind's --weights), --localalloc or --all")
 
@@ -968,16 +900,11 @@ def _device(value: str, flag: str, kind: str, device_node: "Callable[[str], int]
 def _resolve_ids(value: str, flag: str, topology: "MachineView | None", kind: str, whole: bool = False,
                  device_node: "Callable[[str], int] | None" = None,
                  limits: "Allowed | None" = None) -> frozenset[int]:
-    """Resolve a numactl list value ('all', '!list', '+list', a plain list or a device specifier).
+    """Resolve a numactl list value ('all', '!list', '+list', a plain list or a device specifier; no strides).
 
-    numactl has no ``N-M:step`` stride form (the kernel's cpulist grammar, which
-    :func:`~numabind.cpulist.parse_cpulist` accepts): a value using one is refused, by
-    ``parse_cpulist(..., strides=False)``.
     ``whole`` (``--all``): "allowed" is the whole machine, not this process's sets. Without it the sets are
-    libnuma's: CPUs from the inherited affinity (``Cpus_allowed``) within the cpuset, nodes (``--cpunodebind``
-    too) from ``Mems_allowed``. A CPU list ``all``/``!``/``+`` takes under ``--all`` keeps the cpuset's CPUs,
-    as the kernel does when it applies it.
-    """
+    libnuma's: CPUs from the inherited affinity within the cpuset, nodes (``--cpunodebind`` too) from
+    ``Mems_allowed``. A CPU list ``all``/``!``/``+`` takes under ``--all`` keeps the cpuset's CPUs."""
     shown = value
     negate = value.startswith("!")
     if negate:
