@@ -28,8 +28,8 @@ from numabind.errors import NumabindError
 from numabind.plan import Plan
 from numabind.relocate import ProcessMove
 from numabind.residency import locality
+from tests.fakesys import fake_procfs
 from tests.kernel import ROOT, child_env, wait_gone, wait_zombie
-from tests.test_proc_psutil import fake_procfs
 
 CPUS = sorted(os.sched_getaffinity(0))
 PLAN = Plan(cpus=frozenset({CPUS[-1]}))

@@ -19,7 +19,7 @@ from numabind.cli.look import compressed as _compressed
 from numabind.cli.numactl import NumactlUsage, check_order, is_numactl_form, parse, run_args
 from tests.fakesys import two_sockets
 from tests.kernel import CPU_A, CPU_B, MEM_NODE, ROOT, child_env, run_main
-from tests.test_show_oracle import oracle_or_skip
+from tests.numactl_oracle import oracle_or_skip
 
 NUMABIND = (sys.executable, "-m", "numabind")
 STATUS = ["grep", "-E", "^(Cpus_allowed_list|Mems_allowed_list)", "/proc/self/status"]

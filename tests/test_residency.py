@@ -25,14 +25,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import numabind
-from numabind._base import TLLM_AFFINITY_ENV
 from numabind import _proc, live
 from numabind._fs import FsReader
 from numabind.errors import AccessDenied, NoSuchProcess, NumabindError
 from numabind._proc import NodePages, parse_numa_maps
 from numabind.plan import Plan
 from numabind.residency import Locality, ThreadPlacement, locality
-from tests.kernel import MEMORY_NODES, NO_SUCH_TID, ROOT, child_env, ids_of, numabind_cli, run_json, wait_zombie
+from tests.fakesys import fake_numa_process
+from tests.kernel import NO_SUCH_TID, ROOT, child_env, ids_of, numabind_cli, process_node_pages, run_json, wait_zombie
+from tests.workers import WORKER, BirthChild, Worker, node_with_cpus
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -216,48 +217,6 @@ def test_locality_pages_apply_to_this_process_only():
 
 
 # --------------------------------------------------------------------------- the real kernel
-def _node_with_cpus() -> tuple[int, int]:
-    """A node with memory and a CPU this process may use, and that CPU (derived here)."""
-    allowed = os.sched_getaffinity(0)
-    for n in sorted(MEMORY_NODES):
-        cpus = ids_of(open(f"/sys/devices/system/node/node{n}/cpulist").read()) & allowed
-        if cpus:
-            return n, min(cpus)
-    pytest.skip("no node here has both memory and a CPU this process may use")
-
-
-WORKER = ("import sys; b = bytearray(16 << 20); b[::4096] = b'x' * len(b[::4096]); "
-          "print('ready', flush=True); sys.stdin.read()")
-
-
-class Worker:
-    """A child that touched 16 MiB and waits on stdin; ``argv`` prefixes its interpreter (e.g. numabind run)."""
-
-    def __init__(self, *prefix: str, code: str = WORKER) -> None:
-        self.proc = subprocess.Popen([*prefix, sys.executable, "-c", code], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
-        assert self.proc.stdout.readline().strip() == "ready"
-        self.pid = self.proc.pid
-
-    def __enter__(self) -> Worker:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
-def _maps(pid: int) -> dict[int, int]:
-    import re
-
-    out: dict[int, int] = {}
-    with open(f"/proc/{pid}/numa_maps") as f:
-        for line in f:
-            for m in re.finditer(r"\bN(\d+)=(\d+)", line):
-                out[int(m[1])] = out.get(int(m[1]), 0) + int(m[2])
-    return out
-
-
 @pytest.mark.kernel
 def test_locality_of_this_process():
     loc = locality()
@@ -273,10 +232,10 @@ def test_locality_of_this_process():
 
 @pytest.mark.kernel
 def test_a_child_bound_by_numabind_run_is_local():
-    node, cpu = _node_with_cpus()
+    node, cpu = node_with_cpus()
     with Worker(sys.executable, "-m", "numabind", "run", "-C", str(cpu), "-m", str(node), "--") as w:
         loc = locality(w.pid)
-        counted = _maps(w.pid)
+        counted = process_node_pages(w.pid)
     assert loc.ok, loc.error
     assert loc.cpus == {cpu} and loc.cpu_nodes == {node}
     assert loc.remote_share_by_kind("anon") == 0.0          # its own memory is all on the node it runs on
@@ -291,7 +250,7 @@ def test_a_child_bound_by_numabind_run_is_local():
 
 @pytest.mark.kernel
 def test_the_exec_marker_of_a_parent_is_not_its_childs():
-    node, cpu = _node_with_cpus()
+    node, cpu = node_with_cpus()
     code = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], "
             "stdin=subprocess.PIPE); print(p.pid, flush=True); print('ready', flush=True); sys.stdin.read(); "
             "p.stdin.close(); p.wait()")
@@ -311,7 +270,7 @@ def test_the_exec_marker_of_a_parent_is_not_its_childs():
 
 @pytest.mark.kernel
 def test_birth_report_of_this_process_is_its_bound_record(tmp_path):
-    node, cpu = _node_with_cpus()
+    node, cpu = node_with_cpus()
     script = tmp_path / "birth.py"       # a file: spawn children re-import the main module
     script.write_text(f'''
 import json, multiprocessing, numabind
@@ -342,7 +301,7 @@ if __name__ == "__main__":
 
 @pytest.mark.kernel
 def test_bind_report_after_migrate_carries_the_locality():
-    node, cpu = _node_with_cpus()
+    node, cpu = node_with_cpus()
     out = run_json(f'''
 import json, numabind
 r = numabind.bind_current(numabind.Plan(cpus={{{cpu}}}, mem_policy="bind", mem_nodes={{{node}}}, migrate=True),
@@ -394,25 +353,6 @@ def test_permission_denied_raises_access_denied(monkeypatch):
     assert e.reason.startswith(f"permission denied reading /proc/{w.pid}/numa_maps") and "trace" in e.reason
 
 
-def _fake_kernel(tmp_path, pid: int, numa_maps: str | None) -> None:
-    """A procfs/sysfs root with one process ``pid`` (two CPUs, one thread) and no NUMA directory."""
-    proc = tmp_path / "proc" / str(pid)
-    (proc / "task" / str(pid)).mkdir(parents=True)
-    # the whole stat line (52 fields, start time in field 22) for the process and its thread: psutil reads
-    # them (numabind._proc lists threads and children through it)
-    stat = f"{pid} (fake worker) S 1 " + " ".join(["0"] * 17) + " 12345" + " 0" * 30 + "\n"
-    (proc / "stat").write_text(stat)
-    (proc / "task" / str(pid) / "stat").write_text(stat)
-    status = f"Name:\tfake worker\nPid:\t{pid}\nCpus_allowed_list:\t0-1\nMems_allowed_list:\t0\n"
-    (proc / "status").write_text(status)
-    (proc / "task" / str(pid) / "status").write_text(status)
-    if numa_maps is not None:
-        (proc / "numa_maps").write_text(numa_maps)
-    cpu = tmp_path / "sys" / "devices" / "system" / "cpu"
-    cpu.mkdir(parents=True)
-    (cpu / "online").write_text("0-1\n")
-
-
 @pytest.fixture
 def fake_root(tmp_path, monkeypatch):
     monkeypatch.setattr(live, "_reader", FsReader(str(tmp_path)))
@@ -421,14 +361,15 @@ def fake_root(tmp_path, monkeypatch):
 
 def test_a_kernel_without_numa_maps(fake_root):
     """A fake root (FsReader) whose process has no numa_maps: a kernel built with CONFIG_NUMA=n."""
-    _fake_kernel(fake_root, NO_SUCH_TID, numa_maps=None)
+    fake_numa_process(fake_root, NO_SUCH_TID, numa_maps=None)
     loc = locality(NO_SUCH_TID)
     assert not loc.ok and "no /proc/PID/numa_maps" in loc.error and "CONFIG_NUMA=n" in loc.error
     assert loc.name == "fake worker" and loc.cpus == {0, 1} and loc.cpu_nodes == {0}   # one node 0: no NUMA
 
 
 def test_a_fake_process_with_numa_maps(fake_root):
-    _fake_kernel(fake_root, NO_SUCH_TID, numa_maps="7f0000000000 default anon=4 dirty=4 N0=4 kernelpagesize_kB=4\n")
+    fake_numa_process(fake_root, NO_SUCH_TID,
+                      numa_maps="7f0000000000 default anon=4 dirty=4 N0=4 kernelpagesize_kB=4\n")
     loc = locality(NO_SUCH_TID)
     assert loc.ok, loc.error
     assert loc.node_pages == {0: 4} and loc.remote_share == 0.0
@@ -438,7 +379,7 @@ def test_a_process_exiting_while_being_read(fake_root, monkeypatch):
     """Simulated: the fake process disappears between the first look and the numa_maps read."""
     import shutil
 
-    _fake_kernel(fake_root, NO_SUCH_TID, numa_maps="7f0000000000 default N0=4 kernelpagesize_kB=4\n")
+    fake_numa_process(fake_root, NO_SUCH_TID, numa_maps="7f0000000000 default N0=4 kernelpagesize_kB=4\n")
 
     def gone(pid="self", tid=None):
         shutil.rmtree(fake_root / "proc" / str(NO_SUCH_TID))
@@ -453,7 +394,7 @@ def test_a_process_exiting_while_being_read(fake_root, monkeypatch):
 
 @pytest.mark.kernel
 def test_a_command_started_by_wrap_command_is_recognised():
-    node, cpu = _node_with_cpus()
+    node, cpu = node_with_cpus()
     plan = Plan(cpus={cpu}, mem_policy="preferred", mem_nodes={node})
     argv = numabind.wrap_command(plan, [sys.executable, "-c", WORKER])
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
@@ -468,77 +409,6 @@ def test_a_command_started_by_wrap_command_is_recognised():
 
 
 # ----------------------------------------------------------------------------- runtime records (numabind.records)
-# A parent that starts one child bound at birth in the way named by argv[1] (the child's own
-# pid-reporting target, then waiting), prints the child's pid and its birth report's notes as JSON, then
-# waits on stdin. The plan comes in as plan text (argv[2]).
-BIRTH_PARENT = '''
-import json, multiprocessing, os, sys
-from concurrent.futures import ProcessPoolExecutor
-import numabind
-from numabind.process import configure_subprocess
-
-def child(q, ev):
-    birth = numabind.birth_report()      # None in a spawn child bound by inheritance: its parent knows
-    q.put((os.getpid(), None if birth is None else list(birth.report.notes)))
-    ev.wait(300)
-
-def pool_pid():
-    return os.getpid(), list(numabind.birth_report().report.notes)
-
-if __name__ == "__main__":
-    how, plan = sys.argv[1], numabind.Plan.from_text(sys.argv[2])
-    if how == "pool":
-        ex = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), **numabind.pool_plans([plan], 1))
-        pid, notes = ex.submit(pool_pid).result(timeout=120)
-        print(json.dumps({"pid": pid, "notes": notes}), flush=True)
-        sys.stdin.read()
-        ex.shutdown()
-        sys.exit(0)
-    ctx = multiprocessing.get_context("spawn" if how == "call" else how)
-    q, ev = ctx.Queue(), ctx.Event()
-    if how == "call":
-        p = ctx.Process(target=numabind.bound(plan, child), args=(q, ev))
-        p.start()
-    else:
-        with configure_subprocess(plan) as handle:
-            p = ctx.Process(target=child, args=(q, ev))
-            p.start()
-    pid, notes = q.get(timeout=120)
-    if how != "call":
-        notes = list(handle.report(pid).report.notes)
-    print(json.dumps({"pid": pid, "notes": notes}), flush=True)
-    sys.stdin.read()
-    ev.set()
-    p.join(60)
-'''
-
-
-class BirthChild:
-    """A parent (BIRTH_PARENT) holding one child bound at birth ``how``; ``pid`` is the child's."""
-
-    def __init__(self, tmp_path, how: str, plan: Plan, **env: str) -> None:
-        script = tmp_path / "birth_parent.py"       # a file: spawn children re-import the main module
-        script.write_text(BIRTH_PARENT)
-        self.env = child_env(**env)
-        self.proc = subprocess.Popen([sys.executable, str(script), how, plan.to_text()], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=self.env, cwd=ROOT)
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(timeout=60)
-            pytest.fail(f"the {how} parent exited with {self.proc.returncode} before reporting its child")
-        out = json.loads(line)
-        # a birth report may say that TLLM_NUMA_AWARE_WORKER_AFFINITY was set for the child (tests/test_tllm.py);
-        # the tests here are about the record, so that note is left out
-        self.pid, self.notes = out["pid"], [n for n in out["notes"] if not n.startswith(TLLM_AFFINITY_ENV)]
-
-    def __enter__(self) -> BirthChild:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=120)
-
-
 @pytest.fixture
 def runtime_dir(tmp_path):
     """A private XDG_RUNTIME_DIR: the children's records go to <it>/numabind."""
@@ -559,7 +429,7 @@ def _stat_json(pid: int, env: dict) -> dict:
 def test_a_child_bound_at_birth_is_shown_from_another_process(how, tmp_path, runtime_dir):
     """configure_subprocess's spawn/forkserver/fork children, a bound() call and a pool_plans worker each
     leave a runtime record: locality() here (another process) and numabind stat --json show their plan."""
-    node, cpu = _node_with_cpus()
+    node, cpu = node_with_cpus()
     plan = Plan(cpus={cpu}, mem_policy="bind", mem_nodes={node})
     with BirthChild(tmp_path, how, plan, XDG_RUNTIME_DIR=str(runtime_dir)) as c:
         loc = locality(c.pid)
@@ -580,7 +450,7 @@ def test_a_child_bound_at_birth_is_shown_from_another_process(how, tmp_path, run
 @pytest.mark.kernel
 def test_the_exec_marker_wins_over_a_record(tmp_path, runtime_dir):
     """A process with both (here: a record planted for a numabind run child) is shown by its marker."""
-    node, cpu = _node_with_cpus()
+    node, cpu = node_with_cpus()
     with Worker(sys.executable, "-m", "numabind", "run", "-C", str(cpu), "--") as w:
         _plant(runtime_dir, w.pid, _proc.start_time(w.pid), Plan(cpus={cpu}, mem_policy="bind", mem_nodes={node}))
         loc = locality(w.pid)

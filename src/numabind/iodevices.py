@@ -1,65 +1,25 @@
-"""I/O devices and the NUMA nodes they sit on: PCI functions, network interfaces, block devices.
+"""I/O devices and the NUMA nodes they sit on: PCI functions, network interfaces, block devices, and the nearest
+network devices of each GPU (what ``nvidia-smi topo -m`` prints, from sysfs alone).
 
-Discovery, like :mod:`numabind.topology`: everything is read through one
-:class:`~numabind._fs.FsReader` under a root, so a replayed machine (a directory or an
-``hwloc-gather-topology`` dump) answers like the live one.
-
-* :func:`scan_pci` lists the PCI functions of ``sys/bus/pci/devices`` with their class, ids,
-  ``numa_node`` and ``local_cpulist``, and the network interfaces and block devices that
-  ``sys/class/net`` and ``sys/class/block`` put on each (``numabind topology`` shows them per
-  node, and its hwloc XML carries them).
-* :class:`DeviceNodes` finds the node of numactl's device specifiers (``numabind run
-  --membind=pci:0000:18:00.0``, ``--cpunodebind=netdev:eth0``; see
-  :meth:`numabind.plan.Plan.from_numactl_args`): ``pci:[SEG:]BUS:DEV[.FN]`` (hexadecimal,
-  segment and function 0 when left out) reads that function's ``numa_node``;
-  ``netdev:IFACE`` and ``block:DEV`` follow the ``sys/class/net`` or ``sys/class/block``
-  link to the device and read the ``numa_node`` of the nearest device above it that has one
-  (a virtio NIC's PCI function, a partition's disk controller); a virtual interface on PCI
-  functions (a bond, a VLAN; :func:`interface_functions`) takes their one node (two nodes, or
-  one unknown, is a PlanError naming them); ``file:PATH`` stats PATH on
-  this machine's file system (a block device file names itself, any other file the device
-  of its file system) and finds that block device under ``sys/dev/block/MAJ:MIN`` (else by
-  the ``dev`` files of ``sys/class/block``). A device that does not exist, a virtual one
-  (``lo``, ``loop0``, an overlay or tmpfs file) and one whose firmware reports
-  ``numa_node`` -1 are a :class:`~numabind.errors.PlanError` saying so, never node 0.
-
-The nearest network device of each GPU (what ``nvidia-smi topo -m`` prints, from sysfs alone):
-
-* :func:`pci_place` is a function's place in the PCI tree: the chain of its host bridge
-  (``pci0000:15``), the bridges (root port, switch ports) the kernel put it below, and itself,
-  read from the real path of ``sys/bus/pci/devices/ADDR``; and its node (its own ``numa_node``,
-  else its physical function's for an SR-IOV VF, else the nearest bridge's above it).
-* :func:`scan_nics` lists every RDMA device (``sys/class/infiniband/*/device``, kind ``ib``, with
-  its ports) and every network interface on a PCI function without one (kind ``eth``), with the
-  interfaces on its function and the virtual ones stacked on them (a bond through its
-  ``lower_*`` links or ``bonding/slaves``, a VLAN through its lower device).
-* :func:`link_class` is the link between two places, nearest first (:data:`LINK_CLASSES`):
-  ``PIX`` (below one PCIe switch: each side at most one bridge below their lowest common
-  bridge), ``PXB`` (several bridges, same host bridge), ``PHB`` (through the host bridge:
-  different root ports), ``NODE`` (different host bridges, same NUMA node), ``SYS`` (different
-  nodes, or a node that is not known on either side).
-* :func:`nearest_nics` gives each GPU the NICs of its nearest class, ties split evenly across the
-  GPUs that share them (two GPUs and two NICs behind one switch: one each); :func:`nic_env` the
-  environment a launcher sets for that GPU's rank (``NCCL_IB_HCA``, ``UCX_NET_DEVICES``,
-  ``NCCL_SOCKET_IFNAME``); :func:`choose_nics` the same with the chosen NICs, their link classes and the
-  reasons, and :func:`gpu_nics` that choice for a visible GPU of a topology (what ``numabind plan
-  --gpu-from-rank --nic`` prints and ``numabind run --gpu-from-rank --nic`` exports).
+Read like :mod:`numabind.topology`, through one :class:`~numabind._fs.FsReader` under a root, so a replayed machine
+answers like the live one: :func:`scan_pci` (the PCI functions and their interfaces and disks),
+:class:`DeviceNodes` (the node of numactl's device specifiers ``pci:``, ``netdev:``, ``block:``, ``file:``),
+:func:`pci_place` and :func:`link_class` (a function's place in the PCI tree, the link between two),
+:func:`scan_nics`, :func:`nearest_nics`, :func:`choose_nics` and :func:`nic_env` (each GPU's nearest NICs and the
+variables a launcher sets for them). What each reads and how ties are split: docs/iodevices.rst.
 """
 
 from __future__ import annotations
 
 import os
 import stat   # already loaded by os: costs nothing
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from ._base import Value
 from ._fs import FsReader, ascii_int
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
-
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind topology loads this module
-if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Iterable, Sequence
-    from typing import Any
 
 __all__ = ["LINK_CLASSES", "NIC_ENV_VARS", "DeviceNodes", "Nic", "NicChoice", "PciDevice", "PciPlace", "choose_nics",
            "gpu_nics", "gpu_places", "interface_functions", "link_class", "link_matrix", "nearest_nics", "nic_env",
@@ -92,25 +52,9 @@ def pci_class_name(pci_class: int | None) -> str:
     return _SUBCLASSES.get(pci_class >> 8) or _BASE_CLASSES.get(pci_class >> 16, f"class {pci_class >> 8:04x}")
 
 
-class PciDevice(Value):
+@dataclass(frozen=True, slots=True)
+class PciDevice:
     """One PCI function as sysfs lists it (``extra`` takes no part in equality and hashing)."""
-
-    __slots__ = ("address", "vendor_id", "device_id", "pci_class", "numa_node", "local_cpus", "nets", "blocks",
-                 "extra")
-    _compare = ("address", "vendor_id", "device_id", "pci_class", "numa_node", "local_cpus", "nets", "blocks")
-
-    def __init__(self, address: str, vendor_id: int | None, device_id: int | None, pci_class: int | None,
-                 numa_node: int | None, local_cpus: frozenset[int], nets: tuple[str, ...] = (),
-                 blocks: tuple[str, ...] = (), extra: tuple[tuple[str, str], ...] = ()) -> None:
-        object.__setattr__(self, "address", address)
-        object.__setattr__(self, "vendor_id", vendor_id)
-        object.__setattr__(self, "device_id", device_id)
-        object.__setattr__(self, "pci_class", pci_class)
-        object.__setattr__(self, "numa_node", numa_node)
-        object.__setattr__(self, "local_cpus", local_cpus)
-        object.__setattr__(self, "nets", nets)
-        object.__setattr__(self, "blocks", blocks)
-        object.__setattr__(self, "extra", extra)
 
     address: str                     # "0000:18:00.0"
     vendor_id: int | None
@@ -118,9 +62,9 @@ class PciDevice(Value):
     pci_class: int | None            # the 24-bit class code (base, subclass, programming interface)
     numa_node: int | None            # None when the firmware reports -1 (or nothing)
     local_cpus: frozenset[int]       # local_cpulist; empty when not reported
-    nets: tuple[str, ...]            # network interfaces on this function (sys/class/net)
-    blocks: tuple[str, ...]          # whole block devices on it (sys/class/block, partitions left out)
-    extra: tuple[tuple[str, str], ...]
+    nets: tuple[str, ...] = ()       # network interfaces on this function (sys/class/net)
+    blocks: tuple[str, ...] = ()     # whole block devices on it (sys/class/block, partitions left out)
+    extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def kind(self) -> str:
@@ -246,10 +190,8 @@ class DeviceNodes:
                             f"netdev:eth0, block:nvme0n1 or file:/data")
         if kind == "pci":
             return self._pci(spec, name)
-        if kind == "netdev":
-            return self._class(spec, "net", name)
-        if kind == "block":
-            return self._class(spec, "block", name)
+        if kind in ("netdev", "block"):
+            return self._class(spec, "net" if kind == "netdev" else "block", name)
         if kind == "file":
             return self._file(spec, name)
         raise PlanError(f"device specifier {spec!r}: {kind!r} is not one of pci:, netdev:, block:, file:")
@@ -270,14 +212,14 @@ class DeviceNodes:
 
     def _class(self, spec: str, cls: str, name: str) -> int:
         if "/" in name or name in (".", ".."):
-            raise PlanError(f"{spec!r}: {name!r} is not a device name (a name in {self.reader.path('sys/class/' + cls)})")
-        rel = f"sys/class/{cls}/{name}"
+            raise PlanError(f"{spec!r}: {name!r} is not a device name (a name in "
+                            f"{self.reader.path('sys/class/' + cls)})")
+        rel, device = f"sys/class/{cls}/{name}", "network interface" if cls == "net" else "block device"
         real = self.reader.realpath(rel)
         if real is None:
-            names = self.reader.listdir(f"sys/class/{cls}")
-            raise PlanError(f"{spec!r}: no {'network interface' if cls == 'net' else 'block device'} {name!r} "
-                            f"(sys/class/{cls} lists: {', '.join(names) or 'nothing'})")
-        what = f"{'network interface' if cls == 'net' else 'block device'} {name}"
+            raise PlanError(f"{spec!r}: no {device} {name!r} (sys/class/{cls} lists: "
+                            f"{', '.join(self.reader.listdir(f'sys/class/{cls}')) or 'nothing'})")
+        what = f"{device} {name}"
         if not real.strip("/").startswith("sys/devices/") and self.reader.exists(f"{rel}/device/numa_node"):
             return self._node(spec, f"{rel}/device", what)     # a tree with plain class directories
         if cls == "net" and _pci_owner(real) is None:
@@ -309,8 +251,7 @@ class DeviceNodes:
             raise PlanError(f"{spec!r}: {path!r} is a character device; file: takes a file or a block device "
                             f"(for a NIC use netdev:, for a PCI device pci:)")
         dev = st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev
-        major, minor = os.major(dev), os.minor(dev)
-        number = f"{major}:{minor}"
+        number = f"{os.major(dev)}:{os.minor(dev)}"
         real = self.reader.realpath(f"sys/dev/block/{number}")
         if real is None:
             for name in self.reader.listdir("sys/class/block"):
@@ -357,16 +298,10 @@ def _is_host_bridge(name: str) -> bool:
     return len(name) == 10 and name.startswith("pci") and name[7] == ":" and set(name[3:7] + name[8:]) <= _HEX
 
 
-class PciPlace(Value):
+@dataclass(frozen=True, slots=True)
+class PciPlace:
     """A PCI function's place: ``path`` is ``(host bridge, bridge, ..., address)`` from the root down (just
     ``(address,)`` when sysfs shows no tree), ``numa_node`` None when neither it nor anything above it has one."""
-
-    __slots__ = ("address", "path", "numa_node")
-
-    def __init__(self, address: str, path: tuple[str, ...], numa_node: int | None) -> None:
-        object.__setattr__(self, "address", address)
-        object.__setattr__(self, "path", path)
-        object.__setattr__(self, "numa_node", numa_node)
 
     address: str
     path: tuple[str, ...]
@@ -423,30 +358,17 @@ def link_class(a: PciPlace, b: PciPlace) -> str:
     return "PIX" if len(above_a) - common <= 1 and len(above_b) - common <= 1 else "PXB"
 
 
-class Nic(Value):
-    """A network device on a PCI function: an RDMA device (``kind`` ``"ib"``, InfiniBand or RoCE, with its
-    ``ports``) or a plain interface (``"eth"``). ``netdevs`` are the interfaces on its function, ``uppers`` the
-    virtual interfaces stacked on them (bonds, VLANs), ``physfn`` the physical function of an SR-IOV VF."""
-
-    __slots__ = ("name", "kind", "place", "ports", "netdevs", "uppers", "physfn")
-
-    def __init__(self, name: str, kind: str, place: PciPlace, ports: tuple[int, ...] = (),
-                 netdevs: tuple[str, ...] = (), uppers: tuple[str, ...] = (), physfn: str | None = None) -> None:
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "place", place)
-        object.__setattr__(self, "ports", ports)
-        object.__setattr__(self, "netdevs", netdevs)
-        object.__setattr__(self, "uppers", uppers)
-        object.__setattr__(self, "physfn", physfn)
+@dataclass(frozen=True, slots=True)
+class Nic:
+    """A network device on a PCI function: an RDMA device (InfiniBand or RoCE) or a plain interface."""
 
     name: str
-    kind: str
+    kind: str                        # "ib" (an RDMA device) or "eth"
     place: PciPlace
-    ports: tuple[int, ...]
-    netdevs: tuple[str, ...]
-    uppers: tuple[str, ...]
-    physfn: str | None
+    ports: tuple[int, ...] = ()      # an RDMA device's ports
+    netdevs: tuple[str, ...] = ()    # the interfaces on its function
+    uppers: tuple[str, ...] = ()     # the virtual interfaces stacked on them (bonds, VLANs)
+    physfn: str | None = None        # the physical function of an SR-IOV VF
 
     @property
     def address(self) -> str:
@@ -512,8 +434,8 @@ def scan_nics(root: str | os.PathLike[str] | FsReader | None = None) -> tuple[Ni
     covered: set[str] = set()
 
     def make(name: str, kind: str, address: str, ports: tuple[int, ...]) -> Nic:
-        physfn = _pci_owner(reader.realpath(f"{_PCI}/{address}/physfn") or "") \
-            if reader.exists(f"{_PCI}/{address}/physfn") else None
+        physfn = (_pci_owner(reader.realpath(f"{_PCI}/{address}/physfn") or "")
+                  if reader.exists(f"{_PCI}/{address}/physfn") else None)
         return Nic(name=name, kind=kind, place=pci_place(reader, address), ports=ports,
                    netdevs=tuple(sorted(nets.get(address, ()))), uppers=tuple(sorted(uppers.get(address, ()))),
                    physfn=physfn)
@@ -533,8 +455,13 @@ def scan_nics(root: str | os.PathLike[str] | FsReader | None = None) -> tuple[Ni
     return tuple(found)
 
 
-def _rank(a: PciPlace, b: PciPlace) -> int:
-    return LINK_CLASSES.index(link_class(a, b))
+def _nearest(gpu: PciPlace, pool: Sequence[Nic]) -> list[Nic]:
+    """The NICs of ``pool`` in the nearest link class to ``gpu`` (a VF only when its physical function is not one)."""
+    ranks = [LINK_CLASSES.index(link_class(gpu, n.place)) for n in pool]
+    best = min(ranks, default=0)
+    near = [n for n, r in zip(pool, ranks) if r == best]
+    addresses = {n.address for n in near}
+    return [n for n in near if n.physfn is None or n.physfn not in addresses]
 
 
 def nearest_nics(gpus: Sequence[PciPlace], nics: Iterable[Nic], *, kind: str | None = None,
@@ -547,16 +474,7 @@ def nearest_nics(gpus: Sequence[PciPlace], nics: Iterable[Nic], *, kind: str | N
     switch get one each, one GPU and two NICs both, four GPUs and two NICs one each, alternating. A GPU
     gets () when no NIC qualifies."""
     pool = [n for n in nics if (kind is None or n.kind == kind) and (not need_ifname or n.ifnames)]
-    candidates: dict[str, tuple[Nic, ...]] = {}
-    for gpu in gpus:
-        if not pool:
-            candidates[gpu.address] = ()
-            continue
-        best = min(_rank(gpu, n.place) for n in pool)
-        near = [n for n in pool if _rank(gpu, n.place) == best]
-        addresses = {n.address for n in near}
-        near = [n for n in near if n.physfn is None or n.physfn not in addresses]
-        candidates[gpu.address] = tuple(sorted(near, key=lambda n: (n.address, n.name)))
+    candidates = {gpu.address: tuple(sorted(_nearest(gpu, pool), key=lambda n: (n.address, n.name))) for gpu in gpus}
     groups: dict[tuple[Nic, ...], list[str]] = {}
     for address in sorted(candidates):
         groups.setdefault(candidates[address], []).append(address)
@@ -577,20 +495,11 @@ def nearest_nics(gpus: Sequence[PciPlace], nics: Iterable[Nic], *, kind: str | N
 NIC_ENV_VARS = ("NCCL_IB_HCA", "UCX_NET_DEVICES", "NCCL_SOCKET_IFNAME")
 
 
-class NicChoice(Value):
+@dataclass(frozen=True, slots=True)
+class NicChoice:
     """The NICs of the rank that drives GPU ``gpu`` (a PCI address): ``rdma`` its nearest RDMA devices,
     ``sockets`` its nearest devices with an interface, ``env`` (pairs, in :data:`NIC_ENV_VARS` order) the
     variables a launcher sets for them, ``reasons`` one line per choice naming each NIC and its link class."""
-
-    __slots__ = ("gpu", "rdma", "sockets", "env_items", "reasons")
-
-    def __init__(self, gpu: str, rdma: tuple[Nic, ...], sockets: tuple[Nic, ...],
-                 env_items: tuple[tuple[str, str], ...], reasons: tuple[str, ...]) -> None:
-        object.__setattr__(self, "gpu", gpu)
-        object.__setattr__(self, "rdma", rdma)
-        object.__setattr__(self, "sockets", sockets)
-        object.__setattr__(self, "env_items", env_items)
-        object.__setattr__(self, "reasons", reasons)
 
     gpu: str
     rdma: tuple[Nic, ...]
@@ -610,12 +519,9 @@ class NicChoice(Value):
 def _shown_nics(gpu: PciPlace, chosen: Sequence[Nic], pool: Sequence[Nic], what: str, sharers: str) -> str:
     """``mlx5_0 (0000:19:00.0, PIX), 1 of the 2 PIX RDMA devices of GPU 0000:18:00.0``."""
     named = ", ".join(f"{n.name} ({n.address}, {link_class(gpu, n.place)})" for n in chosen)
-    best = link_class(gpu, chosen[0].place)
-    near = [n for n in pool if link_class(gpu, n.place) == best]
-    addresses = {n.address for n in near}
-    tied = sum(1 for n in near if n.physfn is None or n.physfn not in addresses)
-    share = "" if tied <= len(chosen) else \
-        f"; {len(chosen)} of the {tied} {best} {what}s, split evenly among the {sharers} that share them"
+    tied = len(_nearest(gpu, pool))
+    share = ("" if tied <= len(chosen) else f"; {len(chosen)} of the {tied} {link_class(gpu, chosen[0].place)} "
+             f"{what}s, split evenly among the {sharers} that share them")
     return f"{named}{share}"
 
 

@@ -1,62 +1,27 @@
 """Where a process's memory really is: :func:`locality` and the :class:`Locality` it returns.
 
-Everything is read from the live system through :mod:`numabind.live` (one :class:`~numabind._fs.FsReader`
-at ``/``), for any process this one may inspect:
-
-* resident pages per node from ``/proc/PID/numa_maps`` (:func:`numabind._proc.parse_numa_maps`), in
-  anonymous, file-backed and hugetlbfs mappings apart, and per memory policy the mappings show;
-* the CPUs each thread may run on (``/proc/PID/task/TID/status``) and the NUMA nodes of those CPUs
-  (``sys/devices/system/node/nodeN/cpulist``): a page on any other node is *remote*;
-* ``Mems_allowed`` (the cpuset's memory nodes);
-* the memory policy: ``numa_maps`` shows each mapping's policy, which is the mapping's own
-  (``mbind``) or else the policy of the process's main thread (``set_mempolicy``); no kernel
-  interface reads another process's policy apart from that (``get_mempolicy`` reads the caller's
-  only), so :attr:`Locality.mem_policy` is read for this process's calling thread alone;
-* whether numabind bound it (:attr:`Locality.bound`, whose ``source`` says which of these it was read
-  from): a process started by ``numabind run`` or :func:`numabind.wrap_command` carries
-  ``_NUMABIND_BOUND=<pid>:<start time>|<requested plan>|<applied plan>`` in the environment it was
-  exec'd with (``/proc/PID/environ``), trusted only when both the pid and the start time (field 22 of
-  ``/proc/PID/stat``, clock ticks since boot) are its own: exec keeps both, while a child that
-  inherits the variable has another pid, and a process that is later given the same pid (pid reuse)
-  another start time; a marker naming another pid or start time is ignored. Through the numactl
-  wrapper the applied field is ``numactl`` (numactl applies the plan after the marker is set, so what
-  it applied is not known there). A process bound at birth in-process (``configure_subprocess``,
-  ``bound``, ``pool_plans``) knows it itself (:func:`numabind.birth_report`) and leaves a runtime
-  record that other processes of its user read (:mod:`numabind.records`). A trusted exec marker wins
-  over a record.
-
-  A marker of an older numabind, ``<pid>|<requested>|<applied>`` without a start time, is read but
-  not trusted: the pid alone cannot tell the process numabind started from one given its pid later.
-  It is reported as ``BoundBy(source=SOURCE_UNVERIFIED)`` (:attr:`BoundBy.verified` False; ``numabind
-  stat`` says "unverified", never "bound by numabind"), and only when no runtime record says more.
-  Everything read there is bounded: the environment at :data:`numabind._proc.ENVIRON_MAX` bytes, each
-  plan text at 64 KiB, and its parsing linear in its length (:mod:`numabind.cpulist`).
-
-As psutil does, a process that cannot be read raises: :class:`~numabind.errors.NoSuchProcess` when it does
-not exist, is a zombie or exits while being read, :class:`~numabind.errors.AccessDenied` when it may not be
-read (another user's: ``numa_maps`` needs ptrace access); both are :class:`~numabind.errors.NumabindError`.
-What the kernel cannot say (no ``numa_maps`` without ``CONFIG_NUMA``, or threads that could not be listed)
-gives a :class:`Locality` with what could be read and an ``error`` that says what is missing.
+Read from the live system (:mod:`numabind.live`, :mod:`numabind._proc`) for any process this one may inspect: its
+pages per node (``/proc/PID/numa_maps``), where its threads may run, ``Mems_allowed``, the policies its mappings
+show, and whether numabind bound it (:attr:`Locality.bound`: the exec marker, a birth report or a runtime record,
+and when each is trusted). What is read, and what a process that cannot be read raises: docs/move.rst.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Any
 
 from . import _proc, live
-from ._base import BOUND_ENV, Value
+from ._base import BOUND_ENV
+from ._proc import NodePages
 from .backends import get_backend
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import AccessDenied, NoSuchProcess, NumabindError
-from ._proc import NodePages
 from .plan import Plan
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (numabind move starts without it)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
-
 __all__ = ["BoundBy", "Locality", "SOURCE_EXEC", "SOURCE_NUMACTL", "SOURCE_UNVERIFIED", "ThreadPlacement",
-           "locality"]
+           "locality", "mems_allowed"]
 
 _KINDS = ("anon", "file", "huge")
 
@@ -65,24 +30,22 @@ def _nodes_of(cpus: frozenset[int], node_cpus: dict[int, frozenset[int]]) -> fro
     return frozenset(n for n, c in node_cpus.items() if c & cpus)
 
 
-class ThreadPlacement(Value):
+@dataclass(frozen=True, slots=True)
+class ThreadPlacement:
     """One thread: the CPUs it may run on and the NUMA nodes of those CPUs."""
-
-    __slots__ = ("tid", "name", "cpus", "nodes")
-
-    def __init__(self, tid: int, name: str, cpus: frozenset[int], nodes: frozenset[int]) -> None:
-        object.__setattr__(self, "tid", tid)
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "cpus", frozenset(cpus))
-        object.__setattr__(self, "nodes", frozenset(nodes))
 
     tid: int
     name: str
     cpus: frozenset[int]
     nodes: frozenset[int]
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cpus", frozenset(self.cpus))
+        object.__setattr__(self, "nodes", frozenset(self.nodes))
 
-class BoundBy(Value):
+
+@dataclass(frozen=True, slots=True)
+class BoundBy:
     """How numabind bound a process: ``source`` says where this was read (the exec marker, the numactl
     wrapper's marker, this process's birth report or a runtime record), ``requested`` is the plan asked
     for and ``applied`` what the kernel held right after binding (None when not recorded: through
@@ -90,16 +53,9 @@ class BoundBy(Value):
     numabind's exec marker without a start time (:data:`SOURCE_UNVERIFIED`): what it says may be
     another process's, one that had the pid before."""
 
-    __slots__ = ("source", "requested", "applied")
-
-    def __init__(self, source: str, requested: Plan, applied: Plan | None = None) -> None:
-        object.__setattr__(self, "source", source)
-        object.__setattr__(self, "requested", requested)
-        object.__setattr__(self, "applied", applied)
-
     source: str
     requested: Plan
-    applied: Plan | None
+    applied: Plan | None = None
 
     @property
     def verified(self) -> bool:
@@ -107,47 +63,37 @@ class BoundBy(Value):
         return self.source != SOURCE_UNVERIFIED
 
 
-class Locality(Value):
-    """Where the pages of process ``pid`` are, next to where its threads may run (frozen).
+@dataclass(frozen=True, slots=True)
+class Locality:
+    """Where the pages of process ``pid`` are, next to where its threads may run (frozen; not hashable: it holds
+    dicts).
 
     ``pages`` is None when ``numa_maps`` could not be read (then ``error`` says why: a kernel without
     ``numa_maps``; a process that is gone or may not be read raises instead, see :func:`locality`). Shares are
     fractions from 0 to 1; a page is *local* when it is on one of ``cpu_nodes``, the nodes of the CPUs
     any of the process's threads may run on, and *remote* otherwise (memory-only nodes, such as CXL
-    memory, are remote to every CPU).
+    memory, are remote to every CPU). ``page_size`` 0 is this machine's; ``mem_policy`` is read for this
+    process's calling thread only (``get_mempolicy``).
     """
 
-    __slots__ = ("pid", "name", "error", "pages", "page_size", "cpus", "cpu_nodes", "threads", "mems_allowed",
-                 "mem_policy", "bound")
-
-    def __init__(self, pid: int, name: str = "?", error: str | None = None, pages: NodePages | None = None,
-                 page_size: int = 0, cpus: frozenset[int] = frozenset(), cpu_nodes: frozenset[int] = frozenset(),
-                 threads: tuple[ThreadPlacement, ...] = (), mems_allowed: frozenset[int] | None = None,
-                 mem_policy: str | None = None, bound: BoundBy | None = None) -> None:
-        _set = object.__setattr__
-        _set(self, "pid", pid)
-        _set(self, "name", name)
-        _set(self, "error", error)
-        _set(self, "pages", pages)
-        _set(self, "page_size", page_size or os.sysconf("SC_PAGE_SIZE"))
-        _set(self, "cpus", frozenset(cpus))
-        _set(self, "cpu_nodes", frozenset(cpu_nodes))
-        _set(self, "threads", tuple(threads))
-        _set(self, "mems_allowed", None if mems_allowed is None else frozenset(mems_allowed))
-        _set(self, "mem_policy", mem_policy)
-        _set(self, "bound", bound)
-
     pid: int
-    name: str
-    error: str | None
-    pages: NodePages | None
-    page_size: int                    # 0 given: this machine's page size
-    cpus: frozenset[int]
-    cpu_nodes: frozenset[int]
-    threads: tuple[ThreadPlacement, ...]
-    mems_allowed: frozenset[int] | None
-    mem_policy: str | None            # this process's calling thread only (get_mempolicy)
-    bound: BoundBy | None
+    name: str = "?"
+    error: str | None = None
+    pages: NodePages | None = None
+    page_size: int = 0
+    cpus: frozenset[int] = frozenset()
+    cpu_nodes: frozenset[int] = frozenset()
+    threads: tuple[ThreadPlacement, ...] = ()
+    mems_allowed: frozenset[int] | None = None
+    mem_policy: str | None = None
+    bound: BoundBy | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (("page_size", self.page_size or os.sysconf("SC_PAGE_SIZE")),
+                            ("cpus", frozenset(self.cpus)), ("cpu_nodes", frozenset(self.cpu_nodes)),
+                            ("threads", tuple(self.threads)),
+                            ("mems_allowed", None if self.mems_allowed is None else frozenset(self.mems_allowed))):
+            object.__setattr__(self, name, value)
 
     __hash__ = None    # type: ignore[assignment]  # holds NodePages (dicts): not hashable
 
@@ -225,8 +171,8 @@ class Locality(Value):
                 lines.append(f"  remote {100 * share:.1f}% ({self.remote_pages * mib:.1f} MiB on nodes other than "
                              f"{format_cpulist(self.cpu_nodes) or 'none'})")
             if self.pages.policies:
-                lines.append("  mapping policies: " + ", ".join(
-                    f"{pol} {n * mib:.1f} MiB" for pol, n in sorted(self.pages.policies.items(), key=lambda kv: -kv[1])))
+                policies = sorted(self.pages.policies.items(), key=lambda kv: -kv[1])
+                lines.append("  mapping policies: " + ", ".join(f"{pol} {n * mib:.1f} MiB" for pol, n in policies))
         if self.mem_policy is not None:
             lines.append(f"  memory policy (calling thread): {self.mem_policy}")
         if self.bound is not None:
@@ -379,14 +325,23 @@ def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
     if rec is None:
         return unverified
     method, wanted, held = rec.get("start_method"), rec.get("requested"), rec.get("applied")
-    if not isinstance(method, str) or not method.isidentifier() or not isinstance(wanted, str) or \
-            not (held is None or isinstance(held, str)):
+    if (not isinstance(method, str) or not method.isidentifier() or not isinstance(wanted, str)
+            or not (held is None or isinstance(held, str))):
         return unverified
     try:
         return BoundBy(f"runtime record ({method})", Plan.from_text(wanted),
                        None if held is None else Plan.from_text(held))
     except NumabindError:
         return unverified
+
+
+def mems_allowed(pid: int, status: dict[str, str]) -> frozenset[int] | None:
+    """The memory nodes of process ``pid``'s cpuset: ``Mems_allowed_list`` of its ``/proc/PID/status`` (read as
+    ``status``); None when the field is missing or malformed."""
+    try:
+        return parse_cpulist(status["Mems_allowed_list"], what=f"/proc/{pid}/status Mems_allowed_list")
+    except (KeyError, ValueError):
+        return None
 
 
 def _own_policy() -> str | None:
@@ -432,12 +387,7 @@ def locality(pid: int | None = None, *, pages: NodePages | None = None) -> Local
             cpus = tasks.cpus[tid]
             threads.append(ThreadPlacement(tid, tasks.names.get(tid, "?"), cpus, _nodes_of(cpus, node_cpus)))
     allowed = frozenset().union(*(t.cpus for t in threads)) if threads else frozenset()
-    mems = None
-    if "Mems_allowed_list" in status:
-        try:
-            mems = parse_cpulist(status["Mems_allowed_list"], what=f"/proc/{pid}/status Mems_allowed_list")
-        except ValueError:
-            mems = None
+    mems = mems_allowed(pid, status)
     error = None
     if pages is None:
         text = _proc.numa_maps_text(pid)

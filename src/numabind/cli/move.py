@@ -1,36 +1,10 @@
 """``numabind move``: move processes that are already running (``taskset -a -p`` + ``migratepages``).
 
-    numabind move PID... [-C CPUS | -N NODES] [-m NODES | -p NODE | -P NODES | -i NODES | -w NODES | -l] [-a]
-    numabind move PID... --gpu GPU [--mode M] [--policy P]
-    numabind move PID... --node N
-    numabind move PID... --plan 'v1;cpus=2-3;mem=bind:1;migrate=0'
-    numabind move --restore PID...
-    [--all-children] [--strict | --lenient] [--backend B] [--dry-run] [--json] [-v]
+    numabind move PID... [numactl options | --gpu GPU [--mode M] [--policy P] | --node N | --plan TEXT | --restore]
+                  [--all-children] [--strict | --lenient] [--backend B] [--dry-run] [--json] [-v]
 
-Every thread of each process gets the binding's CPUs (threads born meanwhile too), then its pages are migrated
-onto the binding's memory nodes, and both are read back (:func:`numabind.move`). numactl's options are read by
-:meth:`Plan.from_numactl_args` against the whole machine, as numactl's ``-a`` reads them: the process moved has
-its own cpuset, which the kernel applies (what it narrows is reported). ``--node N`` is ``-N N -m N``; ``--plan``
-takes a plan's text form (:meth:`Plan.to_text`). ``--restore`` puts back what numabind recorded when it bound the
-process at birth (``numabind run``'s exec marker, or a runtime record); without a record it says so and exits 1.
-
-The kernel has no call that sets another process's memory policy: what the process allocates after the move
-follows its own policy (the report says so).
-
-Every error says ``numabind: error: ...``, as the rest of the command line does.
-
-Exit status: 0 when every process was moved as asked (``--lenient``: moved, with the warnings printed); 1 when a
-process could not be moved (it does not exist or exited, the kernel refused, under ``--strict`` the default: any
-degradation, or no record for ``--restore``); 2 for a usage error.
-
-``--dry-run`` moves nothing: it prints each process's plan and the commands that would do the same
-(``taskset -a -p -c CPUS PID``, ``migratepages PID FROM TO``; :func:`numabind.cli.launch.move_lines`), and exits 0.
-
-What the moved process (or its owner) controls, its name, its threads' names, the fields of its record that
-``--restore`` shows, and the kernel's text about it, is printed through :func:`numabind._base.printable` (the
-text output, the warnings line, ``--dry-run`` and every error); ``--json`` prints it as JSON escapes it. A
-``/proc`` of another PID namespace is refused before anything is read or moved
-(:func:`numabind._proc.check_procfs`).
+The move itself is :func:`numabind.move`; what each option does, the exit statuses and what is printed as the
+process wrote it: docs/move.rst.
 """
 
 from __future__ import annotations
@@ -38,34 +12,33 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from .. import _proc, live
 from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, printable
+from .._numactl import BINDING, OPTIONS, spellings
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 from . import device_node, gpu_index, gpu_spec, list_syntax_problem, printable_lines, run_strictness
-from ._parser import ArgumentParser
-
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off numabind move's start)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
+from ._parser import VERBOSE_HELP, ArgumentParser, pid_arg, print_json
 
 __all__ = ["add_parser", "build_parser", "cmd_move", "main", "move_plan"]
 
-#: numactl's options ``numabind move`` takes: dest -> numactl's long option.
-NUMACTL_OPTIONS = (("physcpubind", "--physcpubind"), ("cpunodebind", "--cpunodebind"), ("membind", "--membind"),
-                   ("preferred", "--preferred"), ("preferred_many", "--preferred-many"),
-                   ("interleave", "--interleave"), ("weighted_interleave", "--weighted-interleave"))
+#: What each of numactl's binding options (:data:`numabind._numactl.BINDING`) does to a running process.
+_NUMACTL_HELP = {
+    "physcpubind": ("CPUS", "every thread on these CPUs"),
+    "cpunodebind": ("NODES", "every thread on the CPUs of these nodes"),
+    "membind": ("NODES", "migrate the pages onto these nodes"),
+    "preferred": ("NODE", "migrate the pages onto this node"),
+    "preferred-many": ("NODES", "migrate the pages onto these nodes"),
+    "interleave": ("NODES", "migrate the pages onto these nodes"),
+    "weighted-interleave": ("NODES", "migrate the pages onto these nodes"),
+    "localalloc": (None, "no page is moved (a policy without nodes)"),
+}
 
 
 class _Usage(NumabindError):
     """A command line ``numabind move`` cannot take (exit 2)."""
-
-
-def _pid(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a process id (a positive number)")
-    return int(text)
 
 
 class _Once(argparse.Action):
@@ -78,21 +51,34 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _arguments(m: argparse.ArgumentParser) -> None:
-    m.add_argument("pids", nargs="*", type=_pid, metavar="PID", help="the processes to move")
-    m.add_argument("-C", "--physcpubind", "--cpus", dest="physcpubind", metavar="CPUS", action=_Once,
-                   help="every thread on these CPUs")
-    m.add_argument("-N", "--cpunodebind", "--cpubind", dest="cpunodebind", metavar="NODES", action=_Once,
-                   help="every thread on the CPUs of these nodes")
-    m.add_argument("-m", "--membind", metavar="NODES", action=_Once, help="migrate the pages onto these nodes")
-    m.add_argument("-p", "--preferred", metavar="NODE", action=_Once, help="migrate the pages onto this node")
-    m.add_argument("-P", "--preferred-many", dest="preferred_many", metavar="NODES", action=_Once,
-                   help="migrate the pages onto these nodes")
-    m.add_argument("-i", "--interleave", metavar="NODES", action=_Once, help="migrate the pages onto these nodes")
-    m.add_argument("-w", "--weighted-interleave", dest="weighted_interleave", metavar="NODES", action=_Once,
-                   help="migrate the pages onto these nodes")
-    m.add_argument("-l", "--localalloc", action="store_true", help="no page is moved (a policy without nodes)")
-    m.add_argument("-a", "--all", action="store_true",
+DESCRIPTION = ("Move running processes: every thread gets the binding's CPUs (threads born meanwhile too), then "
+               "the pages are migrated onto its memory nodes (migrate_pages), and both are read back. numactl's "
+               "options are read against the whole machine (as with -a); the kernel applies the process's own "
+               "cpuset. The process keeps its own memory policy (no kernel call sets another process's): what it "
+               "allocates later follows that policy. Exit: 0 moved; 1 not moved (no such process, refused, "
+               "--strict degradations, no record for --restore); 2 usage.")
+#: The name argparse puts before its errors (``numabind: error: ...``, as every other error of the command line says);
+#: the usage line names the subcommand itself.
+PROG = "numabind"
+USAGE = ("numabind move PID... [numactl options | --gpu GPU | --node N | --plan TEXT | --restore] [--all-children] "
+         "[--strict | --lenient] [--dry-run] [--json]")
+
+
+def build_parser(sub: Any = None) -> argparse.ArgumentParser:
+    """``numabind move``'s parser: its own (:func:`main`, which starts without the rest of the CLI), or, given the
+    CLI's subparsers ``sub``, registered there as ``move`` (``numabind --help``, ``numabind -v move ...``)."""
+    shape: dict[str, Any] = {"prog": PROG, "usage": USAGE, "description": DESCRIPTION, "allow_abbrev": False}
+    m = ArgumentParser(**shape) if sub is None else sub.add_parser(
+        "move", help="move running processes: every thread's CPUs and their pages (taskset -a -p + migratepages)",
+        **shape)
+    m.add_argument("pids", nargs="*", type=pid_arg, metavar="PID", help="the processes to move")
+    for name in BINDING:
+        metavar, text = _NUMACTL_HELP[name]
+        if OPTIONS[name][1]:
+            m.add_argument(*spellings(name), dest=name.replace("-", "_"), metavar=metavar, action=_Once, help=text)
+        else:
+            m.add_argument(*spellings(name), action="store_true", help=text)
+    m.add_argument(*spellings("all"), action="store_true",
                    help="accepted for numactl's sake: lists are always read against the whole machine here")
     m.add_argument("--gpu", type=gpu_spec, metavar="GPU", action=_Once,
                    help="the plan of this GPU: its visible index, UUID or PCI address (see numabind plan)")
@@ -112,35 +98,12 @@ def _arguments(m: argparse.ArgumentParser) -> None:
                    help="print the plan and the equivalent taskset and migratepages commands; move nothing")
     m.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="one JSON list: each process's MoveReport.to_dict(), or its error")
-    m.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log INFO (-v) or DEBUG (-vv)")
+    m.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+    return m
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
-    """Register ``move`` on the CLI's subparsers (for ``numabind --help``); :func:`main` runs it."""
-    m = sub.add_parser("move", help="move running processes: every thread's CPUs and their pages "
-                                    "(taskset -a -p + migratepages)",
-                       prog=PROG, usage=USAGE, description=DESCRIPTION, allow_abbrev=False)
-    _arguments(m)
-    return m  # type: ignore[no-any-return]
-
-
-DESCRIPTION = ("Move running processes: every thread gets the binding's CPUs (threads born meanwhile too), then "
-               "the pages are migrated onto its memory nodes (migrate_pages), and both are read back. numactl's "
-               "options are read against the whole machine (as with -a); the kernel applies the process's own "
-               "cpuset. The process keeps its own memory policy (no kernel call sets another process's): what it "
-               "allocates later follows that policy. Exit: 0 moved; 1 not moved (no such process, refused, "
-               "--strict degradations, no record for --restore); 2 usage.")
-#: The name argparse puts before its errors (``numabind: error: ...``, as every other error of the command line says);
-#: the usage line names the subcommand itself.
-PROG = "numabind"
-USAGE = ("numabind move PID... [numactl options | --gpu GPU | --node N | --plan TEXT | --restore] [--all-children] "
-         "[--strict | --lenient] [--dry-run] [--json]")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog=PROG, usage=USAGE, allow_abbrev=False, description=DESCRIPTION)
-    _arguments(p)
-    return p
+#: The CLI's name for registering ``move`` on its subparsers (``add_parser(sub)``): the same one parser.
+add_parser = build_parser
 
 
 def _strictness(args: argparse.Namespace) -> Strictness:
@@ -153,9 +116,8 @@ def _strictness(args: argparse.Namespace) -> Strictness:
 def move_plan(args: argparse.Namespace) -> Plan | None:
     """The plan the options ask for (None for ``--restore``: each process's own); usage errors as _Usage, the rest
     as PlanError."""
-    given = [f"--{d.replace('_', '-')}" for d, _ in NUMACTL_OPTIONS if getattr(args, d) is not None]
-    if args.localalloc:
-        given.append("--localalloc")
+    given = {name: getattr(args, name.replace("-", "_")) for name in BINDING}
+    given = {name: value for name, value in given.items() if value is not None and value is not False}
     sources = [flag for flag, on in (("numactl options", bool(given)), ("--gpu", args.gpu is not None),
                                      ("--node", args.node is not None), ("--plan", args.plan is not None),
                                      ("--restore", args.restore)) if on]
@@ -178,15 +140,11 @@ def move_plan(args: argparse.Namespace) -> Plan | None:
         return plan_for_gpu(gpu_index(args.gpu, topo.gpus), mode=args.mode or "node", topology=topo,
                             policy=args.policy or "bind")
     argv = []
-    for d, flag in NUMACTL_OPTIONS:
-        value = getattr(args, d)
-        if value is not None:
-            problem = list_syntax_problem(flag, value)    # numactl's forms only, as numabind run says
-            if problem is not None:
-                raise _Usage(problem)
-            argv.append(f"{flag}={value}")
-    if args.localalloc:
-        argv.append("--localalloc")
+    for name, value in given.items():
+        problem = None if value is True else list_syntax_problem(f"--{name}", value)   # numactl's forms only
+        if problem is not None:
+            raise _Usage(problem)
+        argv.append(f"--{name}" if value is True else f"--{name}={value}")
     if args.node is not None:
         if args.node < 0:
             raise _Usage(f"--node {args.node} is not a node id")
@@ -278,16 +236,14 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
         else:
             print(printable_lines(report.describe()))
     if as_json:
-        import json   # only --json prints JSON: off numabind move's start
-
-        print(json.dumps(out, indent=2, sort_keys=True))
+        print_json(out)
     sys.stdout.flush()
     return rc
 
 
 def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
     """``--dry-run``: each process's plan (``--restore``: its record) and the commands that would move it."""
-    from ..relocate import recorded_plan   # as in cmd_move
+    from ..relocate import memory_nodes, recorded_plan   # as in cmd_move
     from .launch import move_lines, render
 
     try:   # the pids given are this namespace's only when /proc is (as move itself checks)
@@ -295,7 +251,7 @@ def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
     except NumabindError as e:
         print(f"numabind: error: {_message(e)}", file=sys.stderr)
         return EXIT_NOT_APPLIED
-    memory = frozenset(n for n, node in live.machine().nodes.items() if node.has_memory)
+    memory = memory_nodes()
     rc = 0
     out: list[str] = []
     for pid in _pids(args):
@@ -310,7 +266,7 @@ def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
     if as_json:
         import json   # as in cmd_move
 
-        print(json.dumps({"dry_run": True, "processes": [json.loads(o) for o in out]}, indent=2, sort_keys=True))
+        print_json({"dry_run": True, "processes": [json.loads(o) for o in out]})
     elif out:
         print(printable_lines("\n".join(out)))
     sys.stdout.flush()

@@ -1,33 +1,9 @@
 """numactl's own command line: ``numabind [numactl options] command ...`` and a ``numactl`` link to numabind.
 
-numactl 2.0.19's ``main`` is the reference. Its options are read as getopt_long reads them (``+``: the
-options end at the first word that is not one, or at ``--``; short options group, ``-lC0``; a long option
-may be abbreviated while it stays unambiguous) and applied in the order given:
-
-* ``-s/--show`` shows the binding made by the options before it, and exits 0; ``-H/--hardware`` prints the
-  nodes (``--cpu-compress``: CPU ranges and counts) and exits 0, whatever follows.
-* ``-a/--all`` after a CPU or node list, ``-b/--balancing``, ``-H`` or ``--version`` after a memory policy,
-  and a second memory policy are refused; a later ``-C``/``-N``/``-c`` replaces an earlier one.
-* numactl reads the CPU lists of ``-C`` (without ``-a``) against the affinity the process inherited and
-  node lists against ``Mems_allowed``; ``-N`` binds every CPU of the nodes in the cpuset, whatever affinity
-  a parent left. numabind's own ``--within-affinity`` (spelled in full) narrows the binding to that
-  affinity instead.
-* ``-t/--strict`` (numactl's strict flag for shared memory) is ignored for a process with a warning, as
-  numactl ignores it; numabind's own ``--strict`` (``numabind run``) is another option.
-* The shared-memory options set the policy of a segment instead of a process's (:func:`segment_main`, over
-  :mod:`numabind.backends.segment`): ``--shm FILE`` attaches the System V segment keyed by ``ftok(FILE, --shmid)``
-  (created with ``--length`` bytes and mode ``--shmmode``, huge pages with ``--huge``, when missing), ``--file
-  FILE`` maps a tmpfs or hugetlbfs file shared (created or grown to ``--offset + --length``); the range is
-  ``--length`` bytes from ``--offset`` (k, m, g suffixes). A policy option after it ``mbind``s the range
-  (``-t/--strict``: ``MPOL_MF_STRICT``), ``--touch`` faults its pages in, ``--dump`` prints the policy of its
-  pages and ``--dump-nodes`` their nodes as numactl prints them, ``--verify`` checks the policy and the nodes.
-  Each applies where it stands, as numactl's option loop does: ``--length``/``--offset``/``--shmmode``/``--huge``
-  before ``--shm``/``--file``, the policy after; no command runs beside a segment. numactl's quirks are kept:
-  ``--touch`` and ``--verify`` refuse an offset that is not below the length (numactl 2.0.19's check_shmbeyond),
-  ``-p`` on a segment prefers its first node as preferred-many where the kernel has it.
-
-Every refusal exits 1, as numactl does, a command that cannot be executed too; once the command runs the
-status is its own. The binding itself is ``numabind run``'s (the options are handed to it).
+numactl 2.0.19's ``main`` is the reference: its options (:mod:`numabind._numactl`) are read as getopt_long reads
+them and applied in the order given; the shared-memory options set a segment's policy (:func:`segment_main`). Every
+refusal exits 1, as numactl does; once the command runs the status is its own. The binding itself is ``numabind
+run``'s. The order rules, the segment options and numactl's quirks that are kept: docs/numactl.rst.
 """
 
 from __future__ import annotations
@@ -35,36 +11,26 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from typing import Any
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (numactl -H's start: scripts call it in loops)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
+from .._numactl import ALIASES, CPU, MODIFIER, OPTIONS, POLICIES, POLICY, SEGMENT, SHORT, expand, policy_of
 
 __all__ = ["numactl_main", "is_numactl_form", "NumactlUsage", "NumactlFailure", "segment_main", "memsize"]
 
-#: numactl's options: long name -> (short letter or None, takes a value)
-LONG = {
-    "all": ("a", False), "interleave": ("i", True), "weighted-interleave": ("w", True),
-    "preferred": ("p", True), "preferred-many": ("P", True), "cpubind": ("c", True),
-    "cpunodebind": ("N", True), "physcpubind": ("C", True), "membind": ("m", True), "show": ("s", False),
-    "localalloc": ("l", False), "balancing": ("b", False), "hardware": ("H", False),
-    "shm": ("S", True), "file": ("f", True), "offset": ("o", True), "length": ("L", True),
-    "strict": ("t", False), "shmmode": ("M", True), "dump": ("d", False), "dump-nodes": ("D", False),
-    "shmid": ("I", True), "huge": ("u", False), "touch": ("T", False), "cpu-compress": (None, False),
-    "verify": ("V", False), "version": (None, False),
-}
-#: numabind's own options in numactl's form (spelled in full: they never take an abbreviation of numactl's).
-OWN = {"within-affinity": (None, False)}
-SHORT = {short: long for long, (short, _) in LONG.items() if short}
-#: numactl's shared-memory options: any of them makes the line a segment's (:func:`segment_main`). ``--shmid``
-#: and ``-t/--strict`` alone leave it a process's, as in numactl (the first ignored, the second with a warning).
-SHM = ("shm", "file", "offset", "length", "shmmode", "huge", "touch", "dump", "dump-nodes", "verify")
-CPU_OPTIONS = ("physcpubind", "cpunodebind", "cpubind")
-POLICIES = ("membind", "preferred", "preferred-many", "interleave", "weighted-interleave", "localalloc")
+#: numabind's own option numactl's form takes (spelled in full: never an abbreviation of numactl's).
+OWN = ("within-affinity",)
 USAGE_LINE = ("usage: numactl [-a] [-b] [-i|-w|-p|-P|-m NODES | -l] [-C CPUS | -N NODES] command args ...;  "
               "numactl -s;  numactl -H [--cpu-compress]")
+_NO_COMMAND = "no command given (numactl runs the command that follows its options)"
+_STRICT_IGNORED = ("numabind: warning: -t/--strict (numactl's strict flag for shared memory) is ignored for a "
+                   "process, as numactl ignores it\n")
 #: numabind's own top-level options, which keep ``numabind -v run ...`` and the like numabind's.
 _NUMABIND_GLOBALS = ("-h", "--help", "--root", "--json", "--version", "--verbose")
+
+
+def _kind(name: str) -> str:
+    """What option ``name`` sets (:mod:`numabind._numactl`'s kinds; numabind's own: a modifier)."""
+    return MODIFIER if name in OWN else OPTIONS[name][2]
 
 
 class NumactlUsage(Exception):
@@ -91,19 +57,12 @@ def is_numactl_form(args: list[str], subcommands: tuple[str, ...]) -> bool:
 def _long(tok: str) -> tuple[str, str | None]:
     """(option, value given with '=') of ``--name[=value]``, an abbreviation resolved as getopt_long does."""
     name, eq, value = tok[2:].partition("=")
-    if name in OWN:
-        return name, (value if eq else None)
-    if name in LONG:
-        full = name
-    else:
-        found = [o for o in LONG if o.startswith(name)] if name else []
-        if not found:
-            raise NumactlUsage(f"unrecognized option '--{name}'")
-        if len(found) > 1:
-            raise NumactlUsage(f"option '--{name}' is ambiguous; possibilities: "
-                               + " ".join(f"'--{o}'" for o in found))
-        full = found[0]
-    return full, (value if eq else None)
+    found = [name] if name in OWN else expand(name)
+    if not found:
+        raise NumactlUsage(f"unrecognized option '--{name}'")
+    if len(found) > 1:
+        raise NumactlUsage(f"option '--{name}' is ambiguous; possibilities: " + " ".join(f"'--{o}'" for o in found))
+    return found[0], (value if eq else None)
 
 
 def parse(args: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
@@ -119,7 +78,7 @@ def parse(args: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
         k += 1
         if tok.startswith("--"):
             name, value = _long(tok)
-            takes = {**LONG, **OWN}[name][1]
+            takes = name not in OWN and OPTIONS[name][1]
             if value is not None and not takes:
                 raise NumactlUsage(f"option '--{name}' doesn't allow an argument")
             if takes and value is None:
@@ -138,7 +97,7 @@ def parse(args: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
             if letter not in SHORT:
                 raise NumactlUsage(f"invalid option -- '{letter}'")
             name = SHORT[letter]
-            if not LONG[name][1]:
+            if not OPTIONS[name][1]:
                 opts.append((name, None))
                 if name == "show":
                     return opts, []
@@ -154,6 +113,11 @@ def parse(args: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
     return opts, []
 
 
+def _takes_list(name: str) -> bool:
+    """A CPU or memory policy option with a list (every one but ``--localalloc``)."""
+    return _kind(name) in (CPU, POLICY) and OPTIONS[name][1]
+
+
 def check_order(opts: list[tuple[str, str | None]]) -> None:
     """What numactl refuses because of the order or the repetition of its options."""
     lists = policy = None
@@ -163,28 +127,25 @@ def check_order(opts: list[tuple[str, str | None]]) -> None:
         if name in ("balancing", "hardware", "version") and policy:
             raise NumactlUsage(f"--{name} must come before the memory policy --{policy} (numactl: specify policy "
                                f"after --shm/--file)")
-        if name in POLICIES:
+        if _kind(name) == POLICY:
             if policy:
                 raise NumactlUsage(f"Conflicting policies: --{policy} and --{name} (a process has one memory "
                                    f"policy: give one of them)")
             policy = name
-        if name in CPU_OPTIONS + POLICIES and name != "localalloc":
+        if _takes_list(name):
             lists = name
 
 
 def run_args(opts: list[tuple[str, str | None]]) -> list[str]:
-    """``numabind run``'s options for numactl's: the last CPU option wins, ``--cpubind`` is ``--cpunodebind``."""
-    last = max((k for k, (n, _) in enumerate(opts) if n in CPU_OPTIONS), default=-1)
+    """``numabind run``'s options for numactl's that shape a process's binding (the rest shape a segment, or
+    print): the last CPU option wins, ``--cpubind`` is ``--cpunodebind``."""
+    last = max((k for k, (n, _) in enumerate(opts) if _kind(n) == CPU), default=-1)
     out: list[str] = []
     for k, (name, value) in enumerate(opts):
-        if name in CPU_OPTIONS and k != last:
+        if _kind(name) not in (CPU, POLICY, MODIFIER) or (_kind(name) == CPU and k != last):
             continue
-        if name == "cpubind":
-            name = "cpunodebind"
-        if name in CPU_OPTIONS + POLICIES + ("all", "balancing", "within-affinity") and name != "localalloc":
-            out.append(f"--{name}" if value is None else f"--{name}={value}")
-        elif name == "localalloc":
-            out.append("--localalloc")
+        name = ALIASES.get(name, name)
+        out.append(f"--{name}" if value is None else f"--{name}={value}")
     return out
 
 
@@ -213,6 +174,13 @@ def _run(argv: list[str], command: list[str]) -> int:
     return _numactl_status(rc)
 
 
+def _version() -> int:
+    from .._version import __version__
+
+    print(__version__)
+    return 0
+
+
 def _hardware(cpu_compress: bool) -> int:
     from . import write_out
     from .look import look_output   # the look's own path: no argparse (numactl's scripts call -H in loops)
@@ -237,7 +205,7 @@ def _numactl_main(args: list[str]) -> int:
     try:
         opts, command = parse(args)
         names = [n for n, _ in opts]
-        if any(n in SHM for n in names):
+        if any(_kind(n) == SEGMENT for n in names):
             return segment_main(opts, command)
         check_order(opts)
         if "show" in names:
@@ -245,18 +213,14 @@ def _numactl_main(args: list[str]) -> int:
         if "hardware" in names:
             return _hardware("cpu-compress" in names)
         if "version" in names:
-            from .._version import __version__
-
-            print(__version__)
-            return 0
+            return _version()
         if not command:
-            raise NumactlUsage("no command given (numactl runs the command that follows its options)")
+            raise NumactlUsage(_NO_COMMAND)
     except NumactlUsage as e:
         sys.stderr.write(f"numabind: error: {e}\n{USAGE_LINE}\n")
         return 1
     if "strict" in names:
-        sys.stderr.write("numabind: warning: -t/--strict (numactl's strict flag for shared memory) is ignored for "
-                         "a process, as numactl ignores it\n")
+        sys.stderr.write(_STRICT_IGNORED)
     if "cpu-compress" in names:
         sys.stderr.write("numabind: warning: --cpu-compress only shapes --hardware's CPU lists; ignored here\n")
     return _run(run_args(opts), command)
@@ -267,13 +231,22 @@ class NumactlFailure(Exception):
     """A numactl command line that fails without a usage message (exit 1, as numactl's ``complain``)."""
 
 
-#: POLICY's kernel mode names as numactl's --dump and --verify print them (util.c's table: by MPOL_* number).
-DUMP_NAMES = ("default", "preferred", "bind", "interleave", "local", "preferred-many")
-
-
 def _mode_name(mode: int) -> str:
-    """A kernel mode number as numactl prints it: its name, or ``[N]`` past preferred-many."""
-    return DUMP_NAMES[mode] if 0 <= mode < len(DUMP_NAMES) else f"[{mode}]"
+    """A kernel mode number as numactl's --dump and --verify print it: its word (util.c's), else ``[N]``."""
+    from ..backends import MPOL_NAMES
+
+    return POLICIES.get(MPOL_NAMES.get(mode, ""), ("",))[0] or f"[{mode}]"
+
+
+def _runs(pages: Any, size: int) -> list[list[Any]]:
+    """``[start, end, what]`` of each run of pages (``(offset, what)``, in order) that hold the same ``what``."""
+    rows: list[list[Any]] = []
+    for at, what in pages:
+        if rows and rows[-1][2] == what:
+            rows[-1][1] = at + size
+        else:
+            rows.append([at, at + size, what])
+    return rows
 
 
 def _strtoul(text: str, base: int) -> tuple[int, str]:
@@ -363,42 +336,27 @@ class _Segments:
         self.last = value
         return value
 
-    def node_list(self, name: str, value: str) -> frozenset[int]:
-        """The nodes of a policy's list, read as numactl reads them (Mems_allowed; every node after -a)."""
+    def plan_of(self, name: str, value: str) -> Any:
+        """The plan of a list given on this line, read as numactl reads it (the affinity, Mems_allowed; everything
+        after -a); a usage error when it is invalid."""
         from .. import live
         from ..errors import NumabindError
         from ..plan import Plan
         from . import device_node, write_out
 
-        value = self.same(value)
-        flag = "membind" if name in ("preferred", "preferred-many") else name
+        flag = "membind" if name in ("preferred", "preferred-many") else name   # a segment's -p takes a list
         try:
             machine = live.machine()
-            plan = Plan.from_numactl_args([f"--{flag}={value}", *(["--all"] if self.whole else [])],
+            return Plan.from_numactl_args([*(["--all"] if self.whole else []), f"--{flag}={value}"],
                                           topology=machine, device_node=device_node).validate(machine)
         except (NumabindError, ValueError) as e:
             write_out(f"<{value}> is invalid\n")   # numactl's line, the value's bytes as given
             raise NumactlUsage(f"--{name}={value}: {e}") from None
-        return plan.mem_nodes or frozenset()
 
     def check_list(self, name: str, value: str) -> None:
         """A CPU or node list of -C/-N given on this line: checked (numactl binds numactl itself with it, and
         then refuses to run a command beside a segment, so nothing else comes of it)."""
-        from .. import live
-        from ..errors import NumabindError
-        from ..plan import Plan
-        from . import device_node, write_out
-
-        if name != "physcpubind":
-            value = self.same(value)
-        flag = "cpunodebind" if name == "cpubind" else name
-        try:
-            machine = live.machine()
-            Plan.from_numactl_args([*(["--all"] if self.whole else []), f"--{flag}={value}"],
-                                   topology=machine, device_node=device_node).validate(machine)
-        except (NumabindError, ValueError) as e:
-            write_out(f"<{value}> is invalid\n")   # numactl's line, the value's bytes as given
-            raise NumactlUsage(f"--{name}={value}: {e}") from None
+        self.plan_of(name, value if name == "physcpubind" else self.same(value))
 
     def attach(self, name: str, path: str) -> None:
         from ..backends import segment as door
@@ -446,13 +404,11 @@ class _Segments:
         from ..errors import BindError
 
         nodes: frozenset[int] = frozenset()
-        if name == "localalloc":
-            mode = "local"
-        else:
-            nodes = self.node_list(name, value or "")
+        mode = policy_of(name)
+        if mode != "local":
+            nodes = self.plan_of(name, self.same(value or "")).mem_nodes or frozenset()
             self.node_cpu = True
-            mode = {"membind": "bind", "preferred": "preferred-many", "preferred-many": "preferred-many",
-                    "interleave": "interleave", "weighted-interleave": "weighted-interleave"}[name]
+            mode = "preferred-many" if mode == "preferred" else mode   # numactl: -p on a segment, of its first node
         if self.policy is not None:
             raise NumactlUsage(f"Conflicting policies: --{self.policy} and --{name} (a segment has one memory "
                                f"policy: give one of them)")
@@ -480,40 +436,26 @@ class _Segments:
         from ..backends.segment import page_policies
 
         seg = self.segment
-        rows: list[tuple[int, int, int, frozenset[int]]] = []
-        for at, mode, nodes in page_policies(self.backend(), seg):
-            if rows and rows[-1][2] == mode and rows[-1][3] == nodes:
-                rows[-1] = (rows[-1][0], at + seg.page_size, mode, nodes)
-            else:
-                rows.append((at, at + seg.page_size, mode, nodes))
-        for start, end, mode, nodes in rows:
-            if mode == 0:
-                continue
-            name = _mode_name(mode)
-            print(f"{seg.offset + start:016x}-{seg.offset + end:016x}: {name} : "
-                  + "".join(f"{n} " for n in sorted(nodes)))
+        pages = ((at, (mode, nodes)) for at, mode, nodes in page_policies(self.backend(), seg))
+        for start, end, (mode, nodes) in _runs(pages, seg.page_size):
+            if mode != 0:
+                print(f"{seg.offset + start:016x}-{seg.offset + end:016x}: {_mode_name(mode)} : "
+                      + "".join(f"{n} " for n in sorted(nodes)))
 
     def dump_nodes(self) -> None:
         from ..backends.segment import page_nodes
 
         seg = self.segment
-        rows: list[list[int]] = []
-        for at, node in page_nodes(self.backend(), seg):
-            if rows and rows[-1][2] == node:
-                rows[-1][1] = at + seg.page_size
-            else:
-                rows.append([at, at + seg.page_size, node])
-        for start, end, node in rows:
+        for start, end, node in _runs(page_nodes(self.backend(), seg), seg.page_size):
             print(f"{seg.offset + start:016x}-{seg.offset + end:016x}: {node}")
 
     def verify(self) -> None:
         """Each page of the segment has the policy and nodes set, and sits on one of them (interleave: in turn)."""
+        from ..backends import MPOL_MODES, MPOL_NAMES
         from ..backends.range import page_node
         from ..backends.segment import page_policies
 
         be, seg = self.backend(), self.segment
-        from ..backends import MPOL_MODES
-
         expected = MPOL_MODES.get(self.policy or "", -1)
         want = self.nodes or frozenset()
         turn = page_node(be, seg.address) if self.policy == "interleave" else None
@@ -539,7 +481,7 @@ class _Segments:
                     return
                 ring = sorted(nodes)
                 turn = next((n for n in ring if n > turn), ring[0]) if ring else turn
-            elif mode in (1, 2, 5) and node not in nodes:
+            elif MPOL_NAMES.get(mode) in ("preferred", "bind", "preferred-many") and node not in nodes:
                 warn(at, f"unexpected node {node}")
                 print("expected: " + "".join(f"{n} " for n in sorted(nodes)))
 
@@ -550,27 +492,24 @@ class _Segments:
         hardware = False
         for name, value in opts:
             if name == "show":
-                return _show(run_args([o for o in opts[:opts.index((name, value))] if o[0] in _PROCESS]))
+                return _show(run_args(opts[:opts.index((name, value))]))
             if name in ("hardware", "balancing"):
                 self.no_policy(name)
                 hardware = hardware or name == "hardware"
             elif name == "version":
                 self.no_policy(name)
-                from .._version import __version__
-
-                print(__version__)
-                return 0
+                return _version()
             elif name == "all":
                 if self.node_cpu:
                     raise NumactlUsage("--all/-a option must be before all cpu/node specifications")
                 self.whole = True
-            elif name in CPU_OPTIONS:
+            elif _kind(name) == CPU:
                 if self.option:
                     short = "-C/--physcpubind" if name == "physcpubind" else "-c/--cpubind/--cpunodebind"
                     raise NumactlUsage(f"{self.option} shm option is not allowed before {short}")
                 self.check_list(name, value or "")
                 self.cpubind = self.node_cpu = True
-            elif name in POLICIES:
+            elif _kind(name) == POLICY:
                 self.set_policy(name, value)
             elif name in ("shm", "file"):
                 self.attach(name, value or "")
@@ -615,17 +554,12 @@ class _Segments:
                                    f"exits); drop {command[0]!r}")
             return self.status
         if self.strict:
-            sys.stderr.write("numabind: warning: -t/--strict (numactl's strict flag for shared memory) is ignored "
-                             "for a process, as numactl ignores it\n")
+            sys.stderr.write(_STRICT_IGNORED)
         if self.option:
             raise NumactlUsage(f"shm related option {self.option} for process (give --shm or --file)")
         if not command:
-            raise NumactlUsage("no command given (numactl runs the command that follows its options)")
-        return _run(run_args([o for o in opts if o[0] in _PROCESS]), command)
-
-
-#: The options that shape a process's binding (the rest shape a segment).
-_PROCESS = CPU_OPTIONS + POLICIES + ("all", "balancing", "within-affinity")
+            raise NumactlUsage(_NO_COMMAND)
+        return _run(run_args(opts), command)
 
 
 def _show(before: list[str]) -> int:
@@ -638,7 +572,7 @@ def _show(before: list[str]) -> int:
         return _run(before, numabind_command(["show"]))
     import argparse
 
-    from .commands import cmd_show
+    from .show import cmd_show
 
     return cmd_show(argparse.Namespace(root=None, json=False))
 
@@ -653,9 +587,7 @@ def segment_main(opts: list[tuple[str, str | None]], command: list[str]) -> int:
         return state.run(opts, command)
     except NumactlUsage as e:
         sys.stderr.write(f"numabind: error: {e}\n{USAGE_LINE}\n")
-    except NumactlFailure as e:
-        sys.stderr.write(f"numabind: {e}\n")
-    except BindError as e:
+    except (NumactlFailure, BindError) as e:
         sys.stderr.write(f"numabind: {e}\n")
     except NumabindError as e:   # not the kernel's refusal: the settings' (NUMABIND_BACKEND), as the CLI says them
         sys.stderr.write(f"numabind: error: {e}\n")

@@ -1,78 +1,35 @@
-"""Move a process that is already running: :func:`move` (``taskset -a -p`` and ``migratepages`` in one call).
+"""Move a process that is already running: :func:`move` (``taskset -a -p`` and ``migratepages`` in one call), and
+:func:`recorded_plan`, what numabind recorded when it bound a process at birth (``numabind move --restore``).
 
-``move(pid, plan)`` sets the plan's CPUs on **every thread** of process ``pid`` (listed from
-``/proc/PID/task``, and listed again until no unseen thread appears, at most
-:data:`~numabind.backends.SETTLE_ROUNDS` more times, as :func:`numabind.bind_current` does for its own
-process), through the backend's :meth:`~numabind.backends.Backend.affinity_many`; then migrates the
-pages the process already has onto the plan's memory nodes (``migrate_pages(2)``, from every other node
-the process may use); then reads everything back (each thread's CPUs; where the pages are now, from
-``/proc/PID/numa_maps`` through :func:`numabind.residency.locality`) and returns a frozen
-:class:`MoveReport`.
-
-The kernel has no call that sets another process's memory policy (``set_mempolicy`` and ``mbind`` act
-on the caller only): the process keeps its own, so the pages it allocates after the move follow that
-policy, not the plan's. The report says so once (``notes``).
-
-``all_children=True`` moves the whole process tree (children from ``/proc/PID/task/*/children``,
-listed again once after the first pass for those born meanwhile). A child that exits meanwhile is in
-the report (``error``), never an error of the call; the process named by ``pid`` that does not exist,
-or exits before it could be moved, is a :class:`~numabind.errors.NumabindError`.
-
-Strictness (default ``$NUMABIND_STRICT``): ``True`` raises :class:`~numabind.errors.BindError` (a
-refused call, a thread holding other CPUs than asked, threads that kept appearing) or
-:class:`~numabind.errors.PlanError` (a plan the machine cannot hold), naming the pid and the fix, after
-putting back the CPUs it set (pages already moved stay where they are); ``False`` (and ``"partial"``)
-report every degradation in ``warnings`` and log them in one WARNING. Private pages that stayed on other
-nodes (pinned, locked, busy, a full node) are a warning in every mode, as for ``bind_current(migrate=True)``;
-pages in mappings other processes share are a note.
-
-Ids that are reused: a thread id (and a pid) names another thread once its own has exited, so every call on
-one is checked after it returns. Each thread's start time (``/proc/PID/task/TID/stat``) is read before its CPUs are
-set and again after: the same id under the same process's ``task`` directory with the same start time is the same
-thread, so the call reached it; otherwise the thread **vanished** (``status="vanished"``, counted apart, never as
-bound, not an error in any mode), and when its id now names another process's thread that the call may have reached,
-a warning says so (it cannot be put back safely). The process itself is held by a pidfd
-(:func:`numabind.backends.pin_process`) and its start time is checked around every step, ``migrate_pages``
-included; a child listed by ``all_children`` is moved only while its parent is one of the tree's. ``/proc`` must
-show this process's PID namespace (:func:`numabind._proc.check_procfs`): in another one, pid N there is not the
-process N the kernel calls reach, and nothing is moved.
-
-What the process controls (its name, its threads' names) is kept as the kernel gives it in the report's fields
-and ``to_dict()``; ``describe()`` prints it through :func:`numabind._base.printable`.
-
-Permissions: setting another user's threads' CPUs needs CAP_SYS_NICE; ``migrate_pages`` needs the right
-to trace the process (the same user, and Yama's ``kernel.yama.ptrace_scope`` not forbidding it) or
-CAP_SYS_NICE, which also lets it move pages that other processes map.
-
-:func:`recorded_plan` is what numabind recorded when it bound a process at birth (the exec marker of
-``numabind run``, or a runtime record): ``numabind move --restore PID`` moves it back there.
+Every thread's CPUs are set (threads born meanwhile too), then the pages already there are migrated, then both
+are read back into a frozen :class:`MoveReport`. How threads and pids that are reused are told apart, what
+strictness does and the permissions needed: docs/move.rst.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+from typing import TYPE_CHECKING
 
-from . import _proc, live
-from ._base import Value, getLogger, printable
-from .backends import (SETTLE_ROUNDS, WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_STOP_ON_ERROR, Backend,
-                       get_backend, pin_process, process_ended)
-from .bind import ThreadResult, strict_default, strict_label
-from .cpulist import format_cpulist, parse_cpulist
-from .errors import AccessDenied, BindError, NoSuchProcess, NumabindError, PlanError
-from .plan import Plan, check_plan
-from .residency import BoundBy, Locality, locality
+from .. import _proc, live
+from .._base import getLogger, printable
+from ..backends import (SETTLE_ROUNDS, WALK_BOUND, WALK_DIFFERS, WALK_EXITED, WALK_STOP_ON_ERROR, Backend,
+                        get_backend, pin_process, process_ended)
+from ..bind import ThreadResult, strict_default, strict_label
+from ..cpulist import format_cpulist
+from ..errors import AccessDenied, BindError, NoSuchProcess, NumabindError, PlanError
+from ..plan import Plan, check_plan
+from ..residency import BoundBy, Locality, locality, mems_allowed
+from .report import MEMORY_POLICY_KEPT_NOTE, MEMORY_POLICY_NOTE, MoveReport, ProcessMove, policy_note
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (numabind move starts without it)
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Sequence
-    from typing import Any
+    from .._base import Strictness
+    from ..backends import AffinityWalk
+    from ..types import BackendName
 
-    from ._base import Strictness
-    from .backends import AffinityWalk
-    from .types import BackendName
-
-__all__ = ["MEMORY_POLICY_KEPT_NOTE", "MEMORY_POLICY_NOTE", "MoveReport", "ProcessMove", "move", "recorded_binding", "recorded_plan"]
+__all__ = ["MEMORY_POLICY_KEPT_NOTE", "MEMORY_POLICY_NOTE", "MoveReport", "ProcessMove", "memory_nodes", "move",
+           "recorded_binding", "recorded_plan"]
 
 log = getLogger(__name__)   # logging is imported only by a program that uses it (the CLI's -v)
 
@@ -82,19 +39,6 @@ AFFINITY_FIX = ("setting the CPUs of another user's threads needs CAP_SYS_NICE: 
 #: The fix of a refused migrate_pages.
 MIGRATE_FIX = ("migrate_pages needs the right to trace the process (the same user, with kernel.yama.ptrace_scope "
                "allowing it) or CAP_SYS_NICE: run numabind move as the process's owner, or as root")
-#: The report's one note about the memory policy ({policy}: the plan's; {theirs}: what the process's mappings show).
-MEMORY_POLICY_NOTE = ("the kernel has no call that sets another process's memory policy: the moved process keeps "
-                      "its own ({theirs}), so pages it allocates from now on follow that policy, not {policy}; only "
-                      "the pages it already had were migrated (to place later allocations too, start it bound "
-                      "with numabind run, or have it call numabind.bind_current)")
-#: The note when the process's own policy already is the plan's ({policy}; {theirs}: what its mappings show).
-MEMORY_POLICY_KEPT_NOTE = ("the kernel has no call that sets another process's memory policy, but the moved process's "
-                           "own already is the plan's ({theirs}), so pages it allocates from now on follow {policy} "
-                           "too; the pages it already had were migrated")
-#: numa_maps's names of the memory policies (the kernel's ``mpol_to_str``) and numabind's for them.
-_MAPS_POLICIES = {"default": "default", "local": "local", "bind": "bind", "prefer": "preferred",
-                  "prefer (many)": "preferred-many", "interleave": "interleave",
-                  "weighted interleave": "weighted-interleave"}
 #: Passes over a process tree: the first, then this many more for children born while it was moved.
 TREE_ROUNDS = 2
 
@@ -103,195 +47,6 @@ def _pid(value: object, what: str = "pid") -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise PlanError(f"numabind.move: {what} must be a process id (a positive int), got {value!r}")
     return value
-
-
-# ----------------------------------------------------------------------------- reports
-class ProcessMove(Value):
-    """What :func:`move` did to one process (frozen).
-
-    ``threads``: one :class:`~numabind.bind.ThreadResult` per thread (main thread first); ``pages_moved``:
-    pages that left the other nodes; ``pages_left``: pages still on them afterwards, of which
-    ``pages_left_shared`` are in file-backed or shared mappings; ``pages_refused``: what ``migrate_pages``
-    said it could not move (None when it did not run); ``locality``: where the pages are after the move
-    (:class:`~numabind.residency.Locality`, None when not read); ``error``: why the process could not be
-    moved at all (it exited, it does not exist), else None; ``warnings``: this process's degradations; ``notes``:
-    facts that are not (pages in mappings other processes share, which stayed).
-    """
-
-    __slots__ = ("pid", "name", "threads", "pages_moved", "pages_left", "pages_left_shared", "pages_refused",
-                 "locality", "error", "warnings", "notes")
-    _compare = ("pid", "name", "threads", "pages_moved", "pages_left", "pages_left_shared", "pages_refused",
-                "error", "warnings", "notes")   # locality is a snapshot: not part of equality
-
-    def __init__(self, pid: int, name: str = "?", threads: Sequence[ThreadResult] = (), pages_moved: int | None = None,
-                 pages_left: int | None = None, pages_left_shared: int | None = None,
-                 pages_refused: int | None = None, locality: Locality | None = None, error: str | None = None,
-                 warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
-        _set = object.__setattr__
-        _set(self, "pid", pid)
-        _set(self, "name", name)
-        _set(self, "threads", tuple(threads))     # a list given is kept as a tuple
-        _set(self, "pages_moved", pages_moved)
-        _set(self, "pages_left", pages_left)
-        _set(self, "pages_left_shared", pages_left_shared)
-        _set(self, "pages_refused", pages_refused)
-        _set(self, "locality", locality)
-        _set(self, "error", error)
-        _set(self, "warnings", tuple(warnings))
-        _set(self, "notes", tuple(notes))
-
-    pid: int
-    name: str
-    threads: tuple[ThreadResult, ...]
-    pages_moved: int | None
-    pages_left: int | None
-    pages_left_shared: int | None
-    pages_refused: int | None
-    locality: Locality | None   # a snapshot: not part of equality
-    error: str | None
-    warnings: tuple[str, ...]
-    notes: tuple[str, ...]
-
-    def _count(self, status: str) -> int:
-        return sum(1 for t in self.threads if t.status == status)
-
-    @property
-    def threads_vanished(self) -> int:
-        """Threads whose id ended, or came to name another thread, while they were set: not counted as bound."""
-        return self._count("vanished")
-
-    @property
-    def threads_bound(self) -> int:
-        return self._count("bound")
-
-    @property
-    def threads_exited(self) -> int:
-        return self._count("exited")
-
-    @property
-    def threads_refused(self) -> int:
-        return self._count("failed")
-
-    def describe(self) -> str:
-        head = f"pid {self.pid} ({self.name})"
-        if self.error:
-            return printable(f"{head}: {self.error}")
-        parts = [f"{self.threads_bound} thread(s) bound"]
-        if self.threads_exited:
-            parts.append(f"{self.threads_exited} exited meanwhile")
-        if self.threads_vanished:
-            parts.append(f"{self.threads_vanished} vanished (exited, or their ids came to name other threads, while "
-                         f"being set: not counted as bound)")
-        if self.threads_refused:
-            parts.append(f"{self.threads_refused} refused")
-        cpus = {t.after for t in self.threads if t.status == "bound" and t.after is not None}
-        if len(cpus) == 1:
-            parts.append(f"on CPUs {format_cpulist(next(iter(cpus)))}")
-        line = f"{head}: " + ", ".join(parts)
-        if self.pages_moved is not None or self.pages_left is not None:
-            left = "?" if self.pages_left is None else str(self.pages_left)
-            shared = f" ({self.pages_left_shared} shared or file-backed)" if self.pages_left_shared else ""
-            line += (f"; pages: {self.pages_moved if self.pages_moved is not None else '?'} moved, "
-                     f"{left} left on other nodes{shared}")
-        loc = self.locality
-        if loc is not None and loc.pages is not None:
-            mib = loc.page_size / (1 << 20)
-            line += "; now " + (", ".join(f"node {n}: {p * mib:.1f} MiB" for n, p in sorted(loc.node_pages.items()))
-                                or "no resident pages")
-        return printable(line)   # the name is the process's
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "name": self.name, "error": self.error,
-                "threads": [t.to_dict() for t in self.threads], "threads_bound": self.threads_bound,
-                "threads_exited": self.threads_exited, "threads_refused": self.threads_refused,
-                "pages_moved": self.pages_moved, "pages_left": self.pages_left,
-                "pages_left_shared": self.pages_left_shared, "pages_refused": self.pages_refused,
-                "node_pages": None if self.locality is None or self.locality.pages is None else
-                {str(n): c for n, c in sorted(self.locality.node_pages.items())},
-                "warnings": list(self.warnings), "notes": list(self.notes),
-                **({"threads_vanished": self.threads_vanished} if self.threads_vanished else {})}
-
-
-class MoveReport(Value):
-    """The outcome of :func:`move` (frozen): the plan asked for, the backend, one :class:`ProcessMove` per
-    process (the one named first, then its descendants with ``all_children=True``), every degradation
-    (``warnings``) and the facts that are not degradations (``notes``: among them, once, that the kernel
-    cannot set another process's memory policy)."""
-
-    __slots__ = ("requested", "backend", "backend_reason", "processes", "warnings", "notes")
-
-    def __init__(self, requested: Plan, backend: str, backend_reason: str, processes: Sequence[ProcessMove] = (),
-                 warnings: Sequence[str] = (), notes: Sequence[str] = ()) -> None:
-        _set = object.__setattr__
-        _set(self, "requested", requested)
-        _set(self, "backend", backend)
-        _set(self, "backend_reason", backend_reason)
-        _set(self, "processes", tuple(processes))   # a list given is kept as a tuple
-        _set(self, "warnings", tuple(warnings))
-        _set(self, "notes", tuple(notes))
-
-    requested: Plan
-    backend: str
-    backend_reason: str
-    processes: tuple[ProcessMove, ...]
-    warnings: tuple[str, ...]
-    notes: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        """Everything asked is in force: no warning."""
-        return not self.warnings
-
-    @property
-    def pids(self) -> tuple[int, ...]:
-        return tuple(p.pid for p in self.processes)
-
-    @property
-    def threads(self) -> tuple[ThreadResult, ...]:
-        return tuple(t for p in self.processes for t in p.threads)
-
-    @property
-    def threads_bound(self) -> int:
-        return sum(p.threads_bound for p in self.processes)
-
-    @property
-    def threads_exited(self) -> int:
-        return sum(p.threads_exited for p in self.processes)
-
-    @property
-    def threads_refused(self) -> int:
-        return sum(p.threads_refused for p in self.processes)
-
-    @property
-    def threads_vanished(self) -> int:
-        return sum(p.threads_vanished for p in self.processes)
-
-    def _pages(self, name: str) -> int | None:
-        got = [getattr(p, name) for p in self.processes if getattr(p, name) is not None]
-        return sum(got) if got else None
-
-    @property
-    def pages_moved(self) -> int | None:
-        return self._pages("pages_moved")
-
-    @property
-    def pages_left(self) -> int | None:
-        return self._pages("pages_left")
-
-    def describe(self) -> str:
-        lines = [f"requested: {self.requested.describe()}", f"backend:   {self.backend} ({self.backend_reason})"]
-        lines += [f"moved:     {p.describe()}" for p in self.processes]
-        lines += [f"warning:   {w}" for w in self.warnings]
-        lines += [f"note:      {n}" for n in self.notes]
-        return "\n".join(printable(line) for line in lines)   # names, records and kernel text about the process
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"requested": self.requested.to_text(), "backend": self.backend, "backend_reason": self.backend_reason,
-                "processes": [p.to_dict() for p in self.processes], "threads_bound": self.threads_bound,
-                "threads_exited": self.threads_exited, "threads_refused": self.threads_refused,
-                "pages_moved": self.pages_moved, "pages_left": self.pages_left, "ok": self.ok,
-                "warnings": list(self.warnings), "notes": list(self.notes),
-                **({"threads_vanished": self.threads_vanished} if self.threads_vanished else {})}
 
 
 # ----------------------------------------------------------------------------- reading the target
@@ -424,6 +179,12 @@ class _Mover:
                                 f"tell, and cannot put it back safely: check process {owner}'s CPUs)")
         return same
 
+    def degrade(self, error: NumabindError, warnings: list[str], said: str) -> None:
+        """A degradation: ``error`` raised under strict, else ``said`` added to ``warnings``."""
+        if self.strict is True:
+            raise error from None
+        warnings.append(said)
+
     # -- CPUs ------------------------------------------------------------------
     def set_cpus(self, pid: int, started: int, warnings: list[str]) -> _Walk:
         """Every thread of ``pid`` set to the plan's CPUs, the list read again until it settles."""
@@ -437,9 +198,7 @@ class _Mover:
             if not listed and not seen and _alive(pid, started):
                 message = (f"pid {pid}: /proc/{pid}/task cannot be listed, so its threads cannot be found; their "
                            f"CPUs were not changed")
-                if self.strict is True:
-                    raise BindError(errno.EACCES, "getdents64", message)
-                warnings.append(message)
+                self.degrade(BindError(errno.EACCES, "getdents64", message), warnings, message)
                 break
             new = [t for t in listed if t not in seen]
             if not new:
@@ -449,9 +208,7 @@ class _Mover:
                 message = (f"pid {pid}: threads kept starting threads during the move: after {SETTLE_ROUNDS} more "
                            f"listings of /proc/{pid}/task, {len(new)} new thread(s) still appeared ({shown}); they "
                            f"and the threads they start may keep their old CPUs (run numabind move again)")
-                if self.strict is True:
-                    raise BindError(errno.EAGAIN, "sched_setaffinity", message)
-                warnings.append(message)
+                self.degrade(BindError(errno.EAGAIN, "sched_setaffinity", message), warnings, message)
                 break
             seen.update(new)
             starts = {t: _proc.thread_start_time(pid, t) for t in new}   # who each id names now
@@ -489,9 +246,7 @@ class _Mover:
             message = (f"pid {pid}: the kernel holds CPUs {format_cpulist(got)} for {len(tids)} thread(s) "
                        f"({', '.join(map(str, tids[:8]))}{' ...' if len(tids) > 8 else ''}), not "
                        f"{format_cpulist(cpus)} (the process's cpuset allows only those)")
-            if self.strict is True:
-                raise BindError(errno.EINVAL, "sched_setaffinity", message)
-            warnings.append(message)
+            self.degrade(BindError(errno.EINVAL, "sched_setaffinity", message), warnings, message)
 
     def verify_cpus(self, pid: int, started: int, warnings: list[str], refused: frozenset[int]) -> None:
         """Read every thread's CPUs again at the end: a thread that holds others now (it re-pinned itself, or
@@ -512,10 +267,8 @@ class _Mover:
             message = (f"pid {pid}: read back after the move, {len(off)} thread(s) hold other CPUs than "
                        f"{format_cpulist(cpus)}: {shown}{' ...' if len(off) > 8 else ''} (the process re-pinned "
                        f"them, or its cpuset narrowed them)")
-            if self.strict is True:
-                raise BindError(errno.EINVAL, "sched_setaffinity", message)
-            if not any(w.startswith(f"pid {pid}: the kernel holds CPUs") for w in warnings):
-                warnings.append(message)
+            if self.strict is True or not any(w.startswith(f"pid {pid}: the kernel holds CPUs") for w in warnings):
+                self.degrade(BindError(errno.EINVAL, "sched_setaffinity", message), warnings, message)
 
     def undo(self) -> list[str]:
         """Put back the CPUs this call set (strict failures); what could not be put back, said."""
@@ -545,23 +298,15 @@ class _Mover:
         """Pages of ``pid`` moved onto the plan's nodes: (moved, left, left shared, refused by the kernel,
         locality after)."""
         target = frozenset(self.plan.mem_nodes or ())
-        status = _proc.status_fields(pid) or {}
-        mems = live.machine()
-        memory = frozenset(n for n, node in mems.nodes.items() if node.has_memory)
-        allowed = memory
-        if "Mems_allowed_list" in status:
-            try:
-                allowed = parse_cpulist(status["Mems_allowed_list"], what=f"/proc/{pid}/status Mems_allowed_list")
-            except ValueError:
-                allowed = memory
+        memory = memory_nodes()
+        allowed = mems_allowed(pid, _proc.status_fields(pid) or {})
+        allowed = memory if allowed is None else allowed
         source = (allowed & memory) - target
         outside = target - allowed
         if outside:
             message = (f"pid {pid}: nodes {format_cpulist(outside)} are outside the process's cpuset memory nodes "
                        f"({format_cpulist(allowed)}): its pages cannot go there")
-            if self.strict is True:
-                raise PlanError(message)
-            warnings.append(message)
+            self.degrade(PlanError(message), warnings, message)
         before = _proc.node_pages(pid)
         refused = None
         if source and target & allowed:
@@ -573,9 +318,7 @@ class _Mover:
                 if e.errno == errno.ESRCH or not _alive(pid, started, self.pin):
                     raise
                 err = BindError(e.errno, e.syscall, e.detail, fix=MIGRATE_FIX if e.errno == errno.EPERM else None)
-                if self.strict is True:
-                    raise err from None
-                warnings.append(f"{err}; its pages stay where they are")
+                self.degrade(err, warnings, f"{err}; its pages stay where they are")
                 return None, None, None, None, _where(pid)[0]
             if not _alive(pid, started, self.pin):   # the pid may have named another process during the call
                 raise _Exited(pid)
@@ -653,18 +396,13 @@ class _Mover:
                 self.verify_cpus(pid, started, warnings, refusals)
             if not _alive(pid, started, self.pin):
                 raise _Exited(pid)
-        except _Exited:
+        except (_Exited, BindError) as e:
+            if isinstance(e, BindError) and (e.errno != errno.ESRCH or _alive(pid, started, self.pin)):
+                raise
             message = f"process {pid} ({printable(name)}) exited while it was being moved"
             if root:
                 raise NumabindError(f"numabind move: {message}; nothing is left to move") from None
             return ProcessMove(pid, name, () if walk is None else walk.results(pid), error=message)
-        except BindError as e:
-            if e.errno == errno.ESRCH and not _alive(pid, started, self.pin):
-                message = f"process {pid} ({printable(name)}) exited while it was being moved"
-                if root:
-                    raise NumabindError(f"numabind move: {message}; nothing is left to move") from None
-                return ProcessMove(pid, name, () if walk is None else walk.results(pid), error=message)
-            raise
         threads = () if walk is None else walk.results(pid)
         return ProcessMove(pid, name, tuple(threads), moved, left, shared, refused, after, None, tuple(warnings),
                            tuple(notes))
@@ -672,39 +410,6 @@ class _Mover:
 
 class _Exited(Exception):
     """The process exited while it was being moved."""
-
-
-def _is_plans(shown: str, plan: Plan) -> bool:
-    """Whether a policy as numa_maps shows it (``bind:0``, ``prefer (many):0-1``, ``bind=static:0``, ``default``)
-    is ``plan``'s memory policy on the plan's nodes."""
-    name, _, nodes = shown.partition(":")
-    policy = _MAPS_POLICIES.get(name.partition("=")[0])     # '=static', '=relative': mode flags
-    if policy is None or policy != plan.mem_policy:
-        return False
-    try:
-        return parse_cpulist(nodes, what="numa_maps policy") == (plan.mem_nodes or frozenset())
-    except PlanError:
-        return False
-
-
-def _policy_note(plan: Plan, processes: Sequence[ProcessMove]) -> str:
-    """The report's note on the memory policy: the process keeps its own, which the note says differs from the
-    plan's, or already is the plan's (a ``--restore`` to the binding the process was born with, a second move)."""
-    theirs: dict[str, int] = {}
-    for p in processes:
-        if p.locality is not None and p.locality.pages is not None:
-            for pol, n in p.locality.pages.policies.items():
-                theirs[pol] = theirs.get(pol, 0) + n
-    said = max(theirs, key=lambda k: theirs[k]) if theirs else "unknown from outside"
-    what = f"{plan.mem_policy} {format_cpulist(plan.mem_nodes or ())}".rstrip()
-    if theirs and all(_is_plans(pol, plan) for pol in theirs):
-        return MEMORY_POLICY_KEPT_NOTE.format(theirs=f"its mappings show {said}", policy=what)
-    if theirs and _is_plans(said, plan):    # most mappings agree: those that do not are named apart
-        others = ", ".join(pol for pol in sorted(theirs, key=lambda k: -theirs[k]) if not _is_plans(pol, plan))
-        return (f"the kernel has no call that sets another process's memory policy: the moved process keeps its own, "
-                f"which in most of its mappings already is the plan's ({said}), so pages it allocates there follow "
-                f"{what}; in those under {others} they follow that policy instead; only the pages it already had were migrated")
-    return MEMORY_POLICY_NOTE.format(theirs=f"its mappings show {said}" if theirs else said, policy=what)
 
 
 def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children: bool = False,
@@ -763,7 +468,7 @@ def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children
     warnings = [w for p in processes for w in p.warnings]
     notes = []
     if plan.mem_policy is not None:
-        notes.append(_policy_note(plan, processes))
+        notes.append(policy_note(plan, processes))
     notes += [n for p in processes for n in p.notes]
     exited = [p for p in processes if p.error]
     if exited:
@@ -776,14 +481,18 @@ def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children
     return report
 
 
+def memory_nodes() -> frozenset[int]:
+    """The nodes of this machine that have memory: where pages can go."""
+    return frozenset(n for n, node in live.machine().nodes.items() if node.has_memory)
+
+
 def _check_fits(plan: Plan) -> None:
     """A PlanError unless the plan's CPUs and nodes are this machine's (:func:`numabind.live.check_present`, the
     one check of every entry point) and its nodes have memory (the target's cpuset is the kernel's to apply:
     what it narrows is reported)."""
     live.check_present(plan, "numabind move")
     if plan.mem_nodes:
-        machine = live.machine()
-        memory = frozenset(n for n, node in machine.nodes.items() if node.has_memory)
+        memory = memory_nodes()
         lacking = plan.mem_nodes - memory
         if lacking:
             raise PlanError(f"numabind move: nodes {format_cpulist(lacking)} have no memory (nodes with memory: "
