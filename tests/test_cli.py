@@ -20,18 +20,13 @@ from numabind import Plan, discover, live
 from numabind.cli import main
 from tests.fakegpu import add_nvidia_gpu, nv_uuid
 from tests.fakesys import two_sockets
-from tests.kernel import BLOCK_NATIVE, GPU_ENV, child_env  # noqa: F401
+from tests.kernel import BLOCK_NATIVE, child_env  # noqa: F401
 from tests.kernel import (ALLOWED, CPU_A, CPU_B, MEM_NODE, ROOT, numabind_cli, numactl_show,  # noqa: F401
                           run_main, show_fields)
 # (CPU_A/CPU_B/MEM_NODE: no test assumes this host's ids; tests/conftest.py puts the process state back)
 
 kernel = pytest.mark.kernel
-
-
-@pytest.fixture(autouse=True)
-def no_gpu_env(monkeypatch):
-    for var in GPU_ENV:
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("no_gpu_env")
 
 
 @pytest.fixture
@@ -82,7 +77,7 @@ def test_main_job_on_a_machine_with_gpus(capsys, gpu_machine):
 # --------------------------------------------------------------------------- hardware / show
 @kernel
 def test_hardware_matches_numactl_hardware(capsys):
-    from tests.test_show_oracle import oracle_or_skip   # numactl 2.0.19: 4-wide distance columns (2.0.16: 3)
+    from tests.numactl_oracle import oracle_or_skip   # numactl 2.0.19: 4-wide distance columns (2.0.16: 3)
 
     numactl = oracle_or_skip()
     rc, out, _ = run_main(capsys, "hardware")
@@ -696,3 +691,33 @@ def test_a_closed_pipe_ends_quietly(args, gpu_machine):
         os.close(w)
     assert cp.stderr == "", cp.stderr
     assert cp.returncode == 128 + 13  # as a process ended by SIGPIPE
+
+
+# --------------------------------------------------------------------------- one parser per command
+def test_every_subcommand_is_registered_once_and_dispatched():
+    """``numabind.cli.SUBCOMMANDS`` (what the dispatch and numactl's form read) names what commands registers."""
+    from numabind.cli import SUBCOMMANDS
+    from numabind.cli.commands import COMMANDS, build_parser
+
+    assert set(COMMANDS) == set(SUBCOMMANDS)
+    parser_words = next(a for a in build_parser()._actions if a.dest == "cmd").choices
+    assert list(parser_words) == list(COMMANDS)
+
+
+def test_run_fast_path_and_argparse_read_one_table():
+    """Every option string of ``numabind run``'s parser comes from ``RUN_OPTIONS``; the fast path takes exactly the
+    strings of its handed and ``own`` options, each as the full command line names it."""
+    from numabind.cli import _FAST, HANDED, RUN_OPTIONS, run_spellings
+    from numabind.cli.commands import build_parser, subcommand
+
+    run = subcommand(build_parser(), "run")
+    own = {s for a in run._actions for s in a.option_strings} - {"-h", "--help", "--root", "-v", "--verbose", "--json"}
+    assert own == {s for name in RUN_OPTIONS for s in run_spellings(name)[0]}
+    fast = {name for name, kind in RUN_OPTIONS.items() if kind == "own" or kind in HANDED}
+    assert set(_FAST) == {s for name in fast for s in run_spellings(name)[0]}
+    for action in run._actions:
+        for s in action.option_strings:
+            if s in _FAST:
+                assert action.dest == _FAST[s][0].replace("-", "_")
+                assert (action.nargs != 0) == _FAST[s][1], s
+    assert "-t" not in own     # numabind's --strict is not numactl's -t/--strict (shared memory)

@@ -25,17 +25,12 @@ from numabind.iodevices import DeviceNodes, scan_pci
 from numabind.errors import PlanError
 from tests.fakegpu import add_nvidia_gpu
 from tests.fakesys import GIB_KB, FakeMachine, two_sockets
-from tests.kernel import GPU_ENV, run_main
+from tests.kernel import run_main
 from tests.kernel import numabind_cli as cli
 
 kernel = pytest.mark.kernel
 needs_numactl = pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl is not installed")
-
-
-@pytest.fixture(autouse=True)
-def no_gpu_env(monkeypatch):
-    for var in GPU_ENV:
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("no_gpu_env")
 
 
 @pytest.fixture
@@ -172,7 +167,7 @@ def test_errors_have_one_prefix_and_name_numabind(argv):
 
 
 def test_the_plan_is_numabind_runs_not_numactls():
-    from numabind.cli.commands import _run_plan
+    from numabind.cli.run import _run_plan
 
     cpu = str(min(os.sched_getaffinity(0)))
     plan = _run_plan(build_parser().parse_args(["run", "-C", cpu, "--", "true"]))

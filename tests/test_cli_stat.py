@@ -23,32 +23,16 @@ from numabind._fs import FsReader
 from numabind.cli import main
 from numabind.cpulist import format_cpulist
 from numabind.residency import Locality
-from tests.kernel import NO_SUCH_TID, ROOT, child_env, ids_of, numabind_cli, wait_zombie
-from tests.test_residency import Worker, _fake_kernel, _node_with_cpus
+from tests.fakesys import fake_numa_process
+from tests.kernel import NO_SUCH_TID, ROOT, child_env, ids_of, process_node_pages, wait_zombie
+from tests.workers import BirthChild, Worker, blocks, node_with_cpus, stat
 
 pytestmark = pytest.mark.kernel
 
 
-def stat(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return numabind_cli("stat", *args, env=env, timeout=timeout)
-
-
-def blocks(text: str) -> dict[int, list[str]]:
-    """The text output split per process: pid -> its lines (the first one is 'pid N (name)...')."""
-    out: dict[int, list[str]] = {}
-    current = None
-    for line in text.splitlines():
-        if line.startswith("pid "):
-            current = int(line.split()[1])
-            out[current] = []
-        if current is not None:
-            out[current].append(line)
-    return out
-
-
 @pytest.fixture
 def bound_worker():
-    node, cpu = _node_with_cpus()
+    node, cpu = node_with_cpus()
     with Worker(sys.executable, "-m", "numabind", "run", "-C", str(cpu), "-m", str(node), "--") as w:
         w.node, w.cpu = node, cpu
         yield w
@@ -241,7 +225,7 @@ def test_permission_denied_is_one_line_for_that_process(bound_worker, monkeypatc
 
 def test_a_kernel_without_numa_maps(tmp_path, monkeypatch, capsys):
     """A fake procfs/sysfs root (FsReader) whose process has no numa_maps: CONFIG_NUMA=n."""
-    _fake_kernel(tmp_path, NO_SUCH_TID, numa_maps=None)
+    fake_numa_process(tmp_path, NO_SUCH_TID, numa_maps=None)
     monkeypatch.setattr(live, "_reader", FsReader(str(tmp_path)))
     rc = main(["stat", str(NO_SUCH_TID)])
     out = capsys.readouterr().out
@@ -319,15 +303,13 @@ def test_per_node_totals_match_numastat(bound_worker):
     numa_maps read the same before numastat and after numabind stat (a few rounds at most)."""
     import shutil
 
-    from tests.test_residency import _maps
-
     if shutil.which("numastat") is None:
         pytest.skip("numastat is not installed (Debian package numactl)")
     for _ in range(10):
-        before = _maps(bound_worker.pid)
+        before = process_node_pages(bound_worker.pid)
         theirs = _numastat_totals(bound_worker.pid)
         d = json.loads(stat("--json", str(bound_worker.pid)).stdout)[0]
-        if _maps(bound_worker.pid) == before:
+        if process_node_pages(bound_worker.pid) == before:
             break
     else:
         pytest.fail(f"the worker's numa_maps kept changing: {before}")
@@ -344,7 +326,7 @@ def test_a_command_started_through_numactl_shows_its_requested_plan():
 
     if shutil.which("numactl") is None:
         pytest.skip("numactl is not installed (Debian package numactl): the numactl backend cannot run")
-    _, cpu = _node_with_cpus()
+    _, cpu = node_with_cpus()
     with Worker(sys.executable, "-m", "numabind", "run", "--backend", "numactl", "-C", str(cpu), "--") as w:
         cp = stat(str(w.pid))
         cj = stat("--json", str(w.pid))
@@ -361,11 +343,10 @@ def test_a_command_started_through_numactl_shows_its_requested_plan():
 def test_a_fork_child_bound_at_birth_shows_its_runtime_record(tmp_path):
     """A child bound at birth in-process (configure_subprocess, fork) is shown with its plan and the source."""
     from numabind.plan import Plan
-    from tests.test_residency import BirthChild
 
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
-    node, cpu = _node_with_cpus()
+    node, cpu = node_with_cpus()
     with BirthChild(tmp_path, "fork", Plan(cpus={cpu}, mem_policy="bind", mem_nodes={node}),
                     XDG_RUNTIME_DIR=str(run)) as c:
         cp = stat(str(c.pid), env=c.env)

@@ -23,16 +23,11 @@ from numabind.backends import SyscallBackend, refused
 from numabind.errors import BindError, refusal_fix
 from tests.fakegpu import eight_gpu_box
 from tests.fakesys import two_sockets
-from tests.kernel import CPU_A, GPU_ENV, MEM_NODE, SECCOMP, child_env, mempolicy_refusal, numabind_cli, run_json
+from tests.kernel import CPU_A, MEM_NODE, SECCOMP, child_env, mempolicy_refusal, numabind_cli, run_json
 from tests.kernel import run_main
 
 kernel = pytest.mark.kernel
-
-
-@pytest.fixture(autouse=True)
-def no_gpu_env(monkeypatch):
-    for var in GPU_ENV:
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("no_gpu_env")
 
 
 # --------------------------------------------------------------------------- refusals name their fix
@@ -91,7 +86,7 @@ def test_sched_setaffinity_refused_with_eperm_names_seccomp_and_the_capability(m
 
 
 def test_sched_setaffinity_refused_with_einval_names_the_cpusets_cpus(monkeypatch):
-    allowed = numabind.format_cpulist(numabind.backends.live.limits().allowed_cpus)
+    allowed = numabind.format_cpulist(numabind.live.limits().allowed_cpus)
     be = _faked(monkeypatch, "sched_setaffinity", errno.EINVAL)
     with pytest.raises(BindError) as exc:
         be.set_affinity(0, frozenset({CPU_A}))
@@ -130,7 +125,7 @@ def test_a_lenient_bind_says_the_fix_of_a_refused_memory_policy_once_for_every_s
 @pytest.mark.parametrize("strict", [True, False])
 def test_a_bind_refused_by_the_cpuset_names_its_cpus(monkeypatch, strict):
     """sched_setaffinity refused with EINVAL for the calling thread: the message names the cpuset's CPUs."""
-    allowed = numabind.format_cpulist(numabind.backends.live.limits().allowed_cpus)
+    allowed = numabind.format_cpulist(numabind.live.limits().allowed_cpus)
     be = SyscallBackend()
 
     def walk(ints, n, mask, words, flags, before, after, status):   # every thread refused
@@ -352,7 +347,7 @@ def test_a_gpu_outside_the_pods_nodes_gets_a_warning(capsys, tmp_path):
     ((0, 1, 4, 5), (0, 1), []),                          # a CPU or two of each node: aligned enough
 ])
 def test_alignment_warnings_of_pods(tmp_path, cpus, mems, expected):
-    from numabind.cli.commands import alignment_warnings
+    from numabind.cli.overview import alignment_warnings
 
     topo = numabind.discover(_pod(tmp_path, cpus, mems))
     got = alignment_warnings(topo, "the replayed process")

@@ -241,15 +241,15 @@ def test_run_verbose_says_the_users_tensorrt_llm_switch_once():
 
 @pytest.mark.parametrize("argv", [["-C", str(CPU_A)], ["-C", str(CPU_A), "-m", str(MEM_NODE)]])
 def test_run_json_gives_the_plans_as_plan_json_shapes_them(argv):
-    from numabind.cli.commands import _plan_json
+    from numabind.cli.plan import plan_json
 
     cp = numabind_cli("run", "--json", *argv, "--", "true")
     assert cp.returncode == 0, cp.stderr
     report = json.loads(cp.stderr.strip().splitlines()[-1])
     applied = Plan.from_text(report["applied"])
-    assert report["applied_plan"] == _plan_json(applied)
+    assert report["applied_plan"] == plan_json(applied)
     assert report["applied_plan"]["cpus"] == str(CPU_A)
-    assert report["requested_plan"] == _plan_json(Plan.from_text(report["requested"]))
+    assert report["requested_plan"] == plan_json(Plan.from_text(report["requested"]))
     if "-m" in argv:
         assert report["applied_plan"]["mem_policy"] == "bind"
         assert report["applied_plan"]["mem_nodes"] == str(MEM_NODE)

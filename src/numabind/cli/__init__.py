@@ -1,49 +1,18 @@
-"""Command line: ``numabind`` (also ``python -m numabind``).
+"""Command line: ``numabind`` (also ``python -m numabind``): :func:`main` sends each command line where it is
+read, and ``numabind run``'s fast path (:func:`fast_run`) binds and execs here. Which path takes which command
+line, the fast path's forms and the exit statuses: docs/cli.rst, "How a command line is read". The library never
+prints; this package does.
 
-``main`` dispatches: ``numabind run`` with plain numactl options takes the fast path in this module
-(:func:`fast_run`), which parses them by hand, reads the few sysfs files it needs, binds and execs
-(no argparse, logging, discovery or multiprocessing is imported: it starts at about the cost of
-Python itself, and this is the only CLI module it loads); everything else, and any ``run`` the
-fast path does not take (``--gpu``, ``--help``, an error to report), goes to the full argparse CLI
-in :mod:`numabind.cli.commands`, with the same options, messages and exit codes. ``numabind hardware`` and
-``numabind topology [--of text|xml]`` (and numactl's ``-H``) take the look's own path, :mod:`numabind.cli.look`,
-which discovers and prints without argparse, logging or the planning modules. The library never prints; this
-package does.
-
-Every module a bind loads costs about 1 % of the fast path's start (``python -m bench``, P7), so the
-path loads few (``RUN_PATH_MODULES`` in tests/test_cli.py lists them), and none of them says
-``from __future__ import annotations``: importing ``__future__`` alone costs 2 %. Their annotations
-are evaluated at definition, so those that name what is imported only for type checkers, or a class
-defined further down, are strings.
-
-The fast path takes ``[-C|--physcpubind|--cpus L] [-N|--cpunodebind N] [-m|--membind N] [-p|--preferred N]
-[-P|--preferred-many N] [-i|--interleave N] [-w|--weighted-interleave N [--weights 0:3,1:1]
-[--set-weights]] [-l|--localalloc] [-a|--all] [--migrate] [--strict|--lenient] [--backend B] --
-command ...``, each option once, in the ``--opt=V``, ``--opt V``, ``-oV`` and ``-o V`` forms, and the
-command after ``--``. The plan is built by :meth:`Plan.from_numactl_args` against
-:func:`numabind.live.machine` (a few sysfs files; a device specifier such as ``pci:0000:18:00.0`` is
-looked up through :class:`numabind.iodevices.DeviceNodes`) and validated like the full CLI's against what the
-process may use (:class:`numabind.plan.Allowed`: its cpuset, not the affinity it inherited, except numactl's
-``-C`` without ``-a``, which is checked against the affinity as libnuma does; ``--within-affinity`` narrows to
-the affinity on request and goes to the full CLI), bound
-through one backend, and the command is exec'd. Anything else, and any error before binding, is left
-to the full CLI (:mod:`numabind.cli.commands`), which gives the usage errors, messages and exit codes;
-so does ``--weights bandwidth`` (it reads the firmware's bandwidth figures through a whole discovery).
-
-Exit statuses of ``numabind run`` (both paths): the command's own status once it runs; 1 when the
-binding cannot be applied (the command does not run with less than it asked for unless ``--lenient``);
-2 for a usage error; 126 when the command is found but cannot be executed, 127 when it is not found (a
-shell's statuses: here numabind run differs from numactl, which exits 1 for all of these).
-
-numactl's own command line (``numabind -C 0 cmd``, ``numabind -H``, or any command line of a link named
-``numactl`` to numabind) is :mod:`numabind.cli.numactl`: numactl's order semantics and its exit status,
-1, for everything it refuses.
+This module is on ``numabind run``'s start (``python -m bench``, P7; tests/run_path.py lists what the path loads):
+no ``from __future__ import annotations`` (importing ``__future__`` alone costs 2 %), no ``typing``, argparse or
+logging at import, so an annotation that names what is imported only for type checkers is a string.
 """
 
 import os
 import sys
 
 from .._base import EXIT_NOT_APPLIED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_USAGE, WARNING, keep_binding_env
+from .._numactl import OPTIONS as NUMACTL_OPTIONS, OWN as NUMACTL_OWN, spellings
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the fast path)
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,69 +24,88 @@ if TYPE_CHECKING:  # pragma: no cover
 
     _R = TypeVar("_R")
 
-__all__ = ["main", "fast_run", "command_environ", "command_problem", "configure_logging", "exec_command",
-           "gpu_index", "gpu_spec", "list_syntax_problem", "LIST_FORMS", "printable_lines", "run_strictness", "stdout_gone", "write_out", "NOT_APPLIED", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND",
-           "SIGPIPE_STATUS"]
+__all__ = ["main", "fast_run", "command_environ", "command_problem", "completion_main", "configure_logging",
+           "device_node", "exec_command", "gpu_index", "gpu_spec", "list_body", "list_syntax_problem", "LIST_FORMS",
+           "printable_lines", "run_spellings", "run_strictness", "stdout_gone", "write_out", "HANDED", "NOT_APPLIED",
+           "RUN_OPTIONS", "RUN_VALUED", "SUBCOMMANDS", "USAGE", "NOT_EXECUTABLE", "NOT_FOUND", "SIGPIPE_STATUS"]
 
-#: Exit statuses of ``numabind run`` before the command runs (see the module docstring).
+#: Exit statuses of ``numabind run`` before the command runs (docs/_include/exit-status.rst).
 NOT_APPLIED, USAGE, NOT_EXECUTABLE, NOT_FOUND = EXIT_NOT_APPLIED, EXIT_USAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
 
-#: option -> (numactl option it stands for, whether it takes a value)
-_OPTIONS = {
-    "-C": ("--physcpubind", True), "--physcpubind": ("--physcpubind", True), "--cpus": ("--physcpubind", True),
-    "-N": ("--cpunodebind", True), "--cpunodebind": ("--cpunodebind", True),
-    "-m": ("--membind", True), "--membind": ("--membind", True),
-    "-p": ("--preferred", True), "--preferred": ("--preferred", True),
-    "-P": ("--preferred-many", True), "--preferred-many": ("--preferred-many", True),
-    "-i": ("--interleave", True), "--interleave": ("--interleave", True),
-    "-w": ("--weighted-interleave", True), "--weighted-interleave": ("--weighted-interleave", True),
-    "--weights": ("--weights", True), "--set-weights": ("set_weights", False),
-    "-l": ("--localalloc", False), "--localalloc": ("--localalloc", False),
-    "-a": ("--all", False), "--all": ("--all", False),
-    "--migrate": ("migrate", False), "--strict": ("strict", False), "--lenient": ("lenient", False),
-    "--backend": ("backend", True),
+#: ``numabind run``'s options in ``--help``'s order: name -> kind. Kinds: ``cpus``, ``memory`` (one memory policy)
+#: and ``weights`` give the binding, ``all`` widens its lists (these four are handed to
+#: :meth:`Plan.from_numactl_args`), ``numactl`` are numactl's other options run takes; ``gpu``/``gpus`` choose the
+#: GPU(s) whose plan gives the binding, ``shape`` shapes that plan, ``own`` are numabind's settings and ``full``
+#: numabind's other options. The fast path takes ``own`` and the four handed kinds; a command line with any other
+#: option is the full command line's.
+RUN_OPTIONS = {
+    "physcpubind": "cpus", "cpunodebind": "cpus", "membind": "memory", "preferred": "memory",
+    "preferred-many": "memory", "interleave": "memory", "weighted-interleave": "memory", "weights": "weights",
+    "set-weights": "own", "localalloc": "memory", "all": "all", "within-affinity": "numactl", "balancing": "numactl",
+    "gpu": "gpu", "gpus": "gpus", "dry-run": "full", "gpu-from-rank": "gpu", "nic": "full",
+    "bind-replayed-root": "full", "mode": "shape", "policy": "shape", "migrate": "own", "strict": "own",
+    "lenient": "own", "backend": "own",
 }
+#: The kinds :meth:`Plan.from_numactl_args` reads.
+HANDED = ("cpus", "memory", "weights", "all")
+#: ``numabind run``'s own options (not of numactl's vocabulary) that take a value.
+RUN_VALUED = ("gpu", "gpus", "mode", "policy", "backend")
+
+
+def run_spellings(name: str) -> "tuple[tuple[str, ...], bool]":
+    """(option strings, whether it takes a value) of ``numabind run``'s option ``name`` (:data:`RUN_OPTIONS`): one
+    of numactl's vocabulary is spelled as :mod:`numabind._numactl` says (``-N``, ``--cpunodebind``, ``--cpubind``),
+    run's own are ``--NAME``."""
+    if RUN_OPTIONS[name] in (*HANDED, "numactl"):
+        return spellings(name), (NUMACTL_OPTIONS.get(name) or NUMACTL_OWN[name])[1]
+    return (f"--{name}",), name in RUN_VALUED
+
+
+#: What the fast path takes: option string -> (name, takes a value); any other word is the full CLI's.
+_FAST = {flag: (name, takes) for name, kind in RUN_OPTIONS.items() if kind == "own" or kind in HANDED
+         for flags, takes in [run_spellings(name)] for flag in flags}
 
 
 def _parse(args: list[str]) -> tuple[list[str], dict[str, str], list[str]] | None:
-    """(numactl argv, other settings, command), or None when the full CLI must handle ``args``."""
+    """(numactl argv, numabind's own settings by name, command), or None when the full CLI must handle ``args``."""
     numactl: list[str] = []
     seen: set[str] = set()
-    other: dict[str, str] = {}
+    own: dict[str, str] = {}
     k = 0
     while k < len(args):
         tok = args[k]
         k += 1
         if tok == "--":
             command = args[k:]
-            return (numactl, other, command) if command and numactl and command_problem(command) is None else None
-        name, eq, value = tok.partition("=") if tok.startswith("--") else (tok[:2], "", tok[2:])
+            return (numactl, own, command) if command and numactl and command_problem(command) is None else None
+        flag, eq, value = tok.partition("=") if tok.startswith("--") else (tok[:2], "", tok[2:])
         if not tok.startswith("--") and value:
             eq = "="
-        spec = _OPTIONS.get(name)
+        spec = _FAST.get(flag)
         if spec is None or spec[0] in seen:
             return None
-        key, takes = spec
-        seen.add(key)
+        name, takes = spec
+        seen.add(name)
+        handed = RUN_OPTIONS[name] != "own"
         if not takes:
             if eq:
                 return None
-            if key.startswith("--"):
-                numactl.append(key)
+            if handed:
+                numactl.append(f"--{name}")
             else:
-                other[key] = "1"
+                own[name] = "1"
             continue
         if not eq:
             if k >= len(args) or args[k] == "--" or args[k].startswith("-"):
                 return None
             value = args[k]
             k += 1
-        if not value or (key == "--weights" and value == "bandwidth"):
+        if not value or (name == "weights" and value == "bandwidth"):
             return None
-        if key.startswith("--"):
-            numactl.append(f"{key}={value}")
+        if handed:
+            numactl.append(f"--{name}={value}")
         else:
-            other[key] = value
+            own[name] = value
     return None
 
 
@@ -157,20 +145,27 @@ LIST_FORMS = ("N or N-M separated by commas (e.g. '0-3,8'), 'all', '!LIST' (all 
               "the cpuset)")
 
 
-def list_syntax_problem(flag: str, value: str) -> "str | None":
-    """What is wrong with ``value`` as a numactl CPU or node list whatever the machine, or None: its groups are
-    ``N`` or ``N-M`` (numactl's syntax: not the kernel's ``N-M:used/group`` strides, which
-    :func:`numabind.cpulist.parse_cpulist` also reads), after an optional ``!`` and ``+``; ``all`` and a device
-    (``pci:``, ``netdev:``, ``block:``, ``file:``, ``ip:``) are left to planning. Checked before the list is
-    parsed, so that an error offers only the forms the command line takes (:data:`LIST_FORMS`); the rule is
-    :func:`numabind.cpulist.syntax_problem`'s without strides, the one ``Plan.from_numactl_args`` parses by."""
-    from ..cpulist import syntax_problem   # where used, as this module's other imports (the fast path's start)
+def list_body(value: str) -> "str | None":
+    """The list of a numactl CPU or node list ``value``, after its ``!`` (all but) and ``+`` (relative to the
+    cpuset); None for ``all`` and a device (``pci:``, ``netdev:``, ``block:``, ``file:``, ``ip:``), which planning
+    reads against the machine."""
+    from ..plan import DEVICE_SPECIFIERS   # where used, as this module's other imports (the fast path's start)
 
     text = value[1:] if value.startswith("!") else value
     text = text[1:] if text.startswith("+") else text
-    if text == "all" or text.startswith(("pci:", "netdev:", "block:", "file:", "ip:")):
-        return None
-    return syntax_problem(text, what=flag, strides=False, forms=LIST_FORMS)
+    return None if text == "all" or text.startswith((*DEVICE_SPECIFIERS, "ip:")) else text
+
+
+def list_syntax_problem(flag: str, value: str) -> "str | None":
+    """What is wrong with ``value`` as a numactl CPU or node list whatever the machine, or None: the groups of its
+    :func:`list_body` are ``N`` or ``N-M`` (numactl's syntax: not the kernel's ``N-M:used/group`` strides, which
+    :func:`numabind.cpulist.parse_cpulist` also reads); ``all`` and a device are left to planning. Checked before the
+    list is parsed, so that an error offers only the forms the command line takes (:data:`LIST_FORMS`); the rule is
+    :func:`numabind.cpulist.syntax_problem`'s without strides, the one ``Plan.from_numactl_args`` parses by."""
+    from ..cpulist import syntax_problem
+
+    text = list_body(value)
+    return None if text is None else syntax_problem(text, what=flag, strides=False, forms=LIST_FORMS)
 
 
 def gpu_spec(text: str) -> "int | str":
@@ -250,24 +245,24 @@ def fast_run(args: list[str]) -> int | None:
     root = os.environ.get("NUMABIND_FSROOT")
     if parsed is None or (root and os.path.realpath(root) != "/"):
         return None
-    numactl, other, command = parsed
+    numactl, own, command = parsed
     from ..backends import BACKEND_NAMES, get_backend
     from ..errors import NumabindError
 
-    backend = other.get("backend")
+    backend = own.get("backend")
     if backend is not None and backend not in BACKEND_NAMES:
         return None
     try:
-        strict = run_strictness("strict" in other, "lenient" in other)
+        strict = run_strictness("strict" in own, "lenient" in own)
         from .. import live
         from ..bind import bind_current, bound_environ
         from ..plan import Plan
 
         machine = live.machine(cpuset_if_narrowed=True)   # the cpuset only when the affinity leaves out a CPU
-        plan = Plan.from_numactl_args(numactl, topology=machine, migrate="migrate" in other,
+        plan = Plan.from_numactl_args(numactl, topology=machine, migrate="migrate" in own,
                                       device_node=device_node, reason="numabind run " + " ".join(numactl))
         plan = plan.validate(machine)    # a LiveMachine has what validate reads
-        if "set_weights" in other and not plan.weights:
+        if "set-weights" in own and not plan.weights:
             return None       # the full CLI says what --set-weights needs
         be, _ = get_backend(backend)
     except (NumabindError, ValueError):
@@ -282,7 +277,7 @@ def fast_run(args: list[str]) -> int | None:
 
         warn_through(configure_logging)   # a degradation is logged as the full CLI shows it, once (not a BindWarning)
         report = bind_current(plan, strict=strict, backend=backend,
-                              set_weights="set_weights" in other)
+                              set_weights="set-weights" in own)
     except NumabindError as e:
         sys.stderr.write(f"numabind: error: {e}\n")
         return NOT_APPLIED
@@ -367,12 +362,14 @@ def _look(args: list[str]) -> "int | None":
     return fast_look(args)
 
 
-#: numabind's subcommands: any other first word (or a numactl option) is numactl's command line.
+#: numabind's subcommands (:data:`numabind.cli.commands.COMMANDS` registers each): any other first word (or a
+#: numactl option) is numactl's command line.
 SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat", "instrument", "move", "completion")
 
 
 def completion_main(argv: list[str]) -> int:
-    """``numabind completion SHELL`` (:mod:`numabind.cli.completion`)."""
+    """``numabind completion SHELL`` (:mod:`numabind.cli.completion`, which imports :mod:`numabind.cli.commands`'s
+    parser: the full command line reaches it through here)."""
     from .completion import main as completion
 
     return completion(argv)

@@ -1,15 +1,18 @@
-"""The command line's argparse parser class, one home for ``numabind`` (cli.commands) and ``numabind move``
-(cli.move, which builds its own parser to start without the rest of the CLI)."""
+"""What every subcommand's argparse parser shares, one home for ``numabind`` (:mod:`numabind.cli.commands`) and
+``numabind move`` (:mod:`numabind.cli.move`, which builds its own parser to start without the rest of the CLI): the
+parser class, the action that refuses an option given twice, the global options a subcommand takes again, the
+errors a subcommand reports with an exit status, and ``--json``'s printer."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing: numabind move loads this module
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
+from ..errors import NumabindError
+from . import USAGE
 
-__all__ = ["ArgumentParser"]
+__all__ = ["ArgumentParser", "CliError", "GLOBAL_DESTS", "Once", "ROOT_HELP", "UsageError", "VERBOSE_HELP",
+           "global_options", "keep_global_options", "pid_arg", "print_json"]
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -37,3 +40,73 @@ class ArgumentParser(argparse.ArgumentParser):
             self._check_value(action, value)
             return value
         return super()._get_values(action, arg_strings)
+
+
+class Once(argparse.Action):
+    """Store an option's value, refusing a second one (argparse would silently keep the last)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        old = getattr(namespace, self.dest, None)
+        if old is not None:
+            parser.error(f"{option_string} given twice (first {old!r}, then {values!r}; "
+                         f"{'/'.join(self.option_strings)} is one option): give it once")
+        setattr(namespace, self.dest, values)
+
+
+class CliError(NumabindError):
+    """An error the CLI reports with a given exit status (``exit_status``)."""
+
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+class UsageError(CliError):
+    """A command line numabind cannot take (exit 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, USAGE)
+
+
+#: What ``--root`` and ``-v`` say in every parser that takes them.
+ROOT_HELP = "discovery root (default $NUMABIND_FSROOT or /)"
+VERBOSE_HELP = "log INFO (-v) or DEBUG (-vv)"
+
+
+def global_options() -> list[ArgumentParser]:
+    """The global options, also taken after the subcommand (defaults suppressed: those given before stay): a
+    subcommand's ``parents``."""
+    c = ArgumentParser(add_help=False)
+    c.add_argument("--root", default=argparse.SUPPRESS, help=ROOT_HELP)
+    c.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+    c.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON instead of text")
+    return [c]
+
+
+#: Options the top-level parser takes that a subcommand takes again: given before the subcommand they must stay.
+GLOBAL_DESTS = ("json", "root", "verbose")
+
+
+def keep_global_options(sub: Any) -> None:
+    """A subcommand's copy of a global option must not reset what was given before the subcommand (argparse
+    fills a subparser's defaults over the top-level namespace): ``numabind --json stat PID`` prints JSON as
+    ``numabind stat --json PID`` does. Every subcommand, its own parser or not, is checked here, in one place."""
+    for parser in sub.choices.values():
+        for action in parser._actions:
+            if action.dest in GLOBAL_DESTS:
+                action.default = argparse.SUPPRESS
+
+
+def pid_arg(text: str) -> int:
+    """A process id as an option or argument gives it (argparse's ``type``): a positive number."""
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id (a positive number)")
+    return int(text)
+
+
+def print_json(value: Any) -> None:
+    """``--json``'s output: ``value`` indented, keys sorted, on stdout."""
+    import json   # kept off numabind move's start (it loads this module; its --json imports json itself)
+
+    print(json.dumps(value, indent=2, sort_keys=True))

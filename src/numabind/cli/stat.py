@@ -1,43 +1,7 @@
 """``numabind stat PID|PATTERN... [--all-children PID] [--json] [--watch S [--count N]]``: where processes' pages
 are; ``numabind stat --system`` (or a bare ``numabind stat``, as a bare ``numastat``): the whole machine's memory per
-node (like ``numastat -m -n``).
-
-A target that is all digits is a process id; any other is a pattern, as ``numastat -p PATTERN`` takes one: every
-process whose name or command line holds it (numabind itself left out; with ``--watch`` looked up again each
-round). A pattern that matches no process is an error naming it (exit 1).
-
-For each process (:func:`numabind.residency.locality`): resident memory per node, in anonymous,
-file-backed and hugetlbfs mappings apart (like ``numastat -p``), the share that is remote to the
-nodes of the CPUs it may run on, per group of threads with the same CPUs, the memory policies its
-mappings show, and the plan numabind bound it with when numabind started it (``numabind run``,
-``wrap_command``, the numactl wrapper: the marker in its exec environment) or bound it at birth
-(``configure_subprocess``, ``bound``, ``pool_plans``: its runtime record, :mod:`numabind.records`),
-with where that was read in brackets (``source`` in JSON). When a thread's CPUs are no longer the ones
-numabind bound (a runtime re-pinned them: NCCL, TensorRT-LLM's ``configure_cpu_affinity``), a line says
-``changed since numabind bound it: was CPUs 2-3, now 0-3`` and which threads (``binding_changed`` in
-JSON: the CPUs of the record, applied ones first, against each thread's affinity now; another process's
-memory policy cannot be read, so only CPUs are compared). A process that cannot
-be read (gone, exited while being read, another user's, no ``numa_maps`` in this kernel) says why on
-its first line (``error`` in JSON) and the others are still shown; the exit status is 0 when every
-process was read in full, 1 otherwise (2 for a usage error).
-
-What another process controls (its name, its threads' names, the plans in its marker) reaches the
-text output as ``ps`` shows it: every character a terminal could act on (C0 and C1 controls, DEL,
-format characters such as bidirectional overrides) and every byte that was not UTF-8 is a ``?``.
-JSON output holds the exact strings, escaped as JSON escapes them (ASCII only, so no control
-character reaches the terminal raw either). A runtime record is its user's input too: a bad one (a link,
-a FIFO, over 64 KiB, nested deeper than a flat object, not JSON, a field of the wrong type) is skipped with
-one line on stderr naming its path and why (:func:`numabind.records.read_record`, once per run, also with
-``--watch``), and its process is shown as one without a record.
-
-``--system`` (no PID) reads every node's ``meminfo`` and ``numastat`` under the discovery root
-(``--root``, ``NUMABIND_FSROOT``; :func:`numabind.nodestat.system_memory`) and prints numastat's two tables
-in its layout: "Per-node system memory usage (in MBs)" (every row of the nodes' meminfo, in the file's
-order) and "Per-node numastat info (in MBs)" (the kernel's counters, pages in MiB), a column per node and
-a Total. Unlike numastat 2.0.19 it shows every row the kernel writes (numastat drops those its table does
-not know, such as SwapCached or FileHugePages, with a "Token ... not in hash table" line), never folds
-wide tables at the terminal's width, and shows ``-`` for a figure it could not read (a line on stderr says
-why, and the exit status is 1). ``--json`` gives bytes and pages (``numabind.nodestat.SystemMemory.to_dict``).
+node (like ``numastat -m -n``). What each line says, the exit statuses and how what another process controls is
+printed: docs/cli.rst, "Where a process's pages are".
 """
 
 from __future__ import annotations
@@ -46,29 +10,30 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .._base import printable
 from ..cpulist import format_cpulist
 from ..errors import NumabindError
+from ._parser import VERBOSE_HELP, pid_arg
+from .look import table
 
-__all__ = ["add_parser", "binding_changed", "cmd_stat", "system_text"]
+__all__ = ["DESCRIPTION", "add_parser", "binding_changed", "cmd_stat", "system_text"]
+
+#: What ``stat --help`` says of the targets.
+DESCRIPTION = ("A target that is all digits is a process id; any other is a pattern, as ``numastat -p PATTERN`` takes "
+               "one: every process whose name or command line holds it (numabind itself left out; with ``--watch`` "
+               "looked up again each round). A pattern that matches no process is an error naming it (exit 1).")
 
 _CLEAR = "\x1b[H\x1b[2J"       # cursor home, clear the screen: a refresh in place on a terminal
-
-
-
-def _pid(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a process id (a positive number)")
-    return int(text)
 
 
 def _target(text: str) -> int | str:
     """A process as ``numastat`` takes one: a process id when it is all digits, else a pattern (a name, or any
     part of a command line: :func:`numabind._proc.processes_matching`)."""
     if text.isascii() and text.isdigit():
-        return _pid(text)
+        return pid_arg(text)
     if not text:
         raise argparse.ArgumentTypeError("'' is neither a process id nor a pattern: give a PID or a process name")
     return text
@@ -93,11 +58,11 @@ def _count(text: str) -> int:
 def add_parser(sub: Any) -> None:
     """Register ``stat`` on the CLI's subparsers."""
     s = sub.add_parser("stat", help="where processes' pages are: per node, remote share, their binding",
-                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+                       description=DESCRIPTION)
     s.add_argument("pids", nargs="*", type=_target, metavar="PID|PATTERN",
                    help="processes to show: a process id, or a pattern matched as numastat matches it (every process "
                         "whose name or command line holds it, e.g. python3); none: the system, as --system")
-    s.add_argument("--all-children", action="append", type=_pid, default=[], metavar="PID",
+    s.add_argument("--all-children", action="append", type=pid_arg, default=[], metavar="PID",
                    help="this process and all its descendants (a worker tree); may be given more than once")
     s.add_argument("--json", action="store_true", help="one JSON list of numabind.residency.Locality.to_dict()")
     s.add_argument("--watch", type=_seconds, metavar="SECONDS",
@@ -107,6 +72,8 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--system", action="store_true",
                    help="no PID: every node's memory use and NUMA hits and misses, like numastat -m -n "
                         "(under --root / $NUMABIND_FSROOT)")
+    s.add_argument("--root", default=argparse.SUPPRESS, help=argparse.SUPPRESS)   # the global options, after stat
+    s.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
 
 
 def _targets(args: argparse.Namespace) -> list[int]:
@@ -147,12 +114,6 @@ def _still_in_tree(locs: list[Any], listed: list[int], args: argparse.Namespace)
 
 def _mib(pages: int, page_size: int) -> str:
     return f"{pages * page_size / (1 << 20):.1f}"
-
-
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in rows]
 
 
 def binding_changed(loc: Any) -> dict[str, Any] | None:
@@ -221,7 +182,7 @@ def _block(loc: Any, nodes: list[int]) -> list[str]:
     rows = [["MiB"] + [f"node {n}" for n in cols] + ["total"]]
     for label, counts in (("anon", pages.anon), ("file", pages.file), ("huge", pages.huge), ("total", pages.total)):
         rows.append([label] + [_mib(counts.get(n, 0), size) for n in cols] + [_mib(sum(counts.values()), size)])
-    lines += _table(rows)
+    lines += ["  " + line for line in table(rows, figures=True).split("\n")]
     share = loc.remote_share
     if share is None:
         lines.append("  remote: no resident pages")
@@ -289,15 +250,10 @@ def _nodes() -> list[int]:
 
 def _show(locs: list[Any], args: argparse.Namespace, refresh: bool) -> None:
     if args.json:
-        text = json.dumps([dict(loc.to_dict(), binding_changed=binding_changed(loc)) for loc in locs], sort_keys=True,
-                          indent=None if args.watch else 2)
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(_json([dict(loc.to_dict(), binding_changed=binding_changed(loc)) for loc in locs], args))
     else:
         nodes = _nodes()
-        out: list[str] = []
-        if args.watch:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            out.append(f"{_CLEAR if refresh else ''}numabind stat, every {args.watch:g} s: {stamp}")
+        out = [_heading("numabind stat", args, refresh)] if args.watch else []
         for loc in locs:
             out += [printable(line) for line in _block(loc, nodes)]   # every line: names and plans are the process's
         text = "\n".join(out) + "\n"
@@ -308,6 +264,35 @@ def _show(locs: list[Any], args: argparse.Namespace, refresh: bool) -> None:
             pass
         sys.stdout.write(text)
     sys.stdout.flush()
+
+
+# ----------------------------------------------------------------------------- --watch
+def _heading(title: str, args: argparse.Namespace, clear: bool) -> str:
+    """The line above each round of ``--watch``: what, how often, when (after clearing the screen when ``clear``)."""
+    return f"{_CLEAR if clear else ''}{title}, every {args.watch:g} s: {time.strftime('%Y-%m-%d %H:%M:%S')}"
+
+
+def _json(value: Any, args: argparse.Namespace) -> str:
+    """``--json``'s text of a round: indented, or one line per round with ``--watch``."""
+    return json.dumps(value, sort_keys=True, indent=None if args.watch else 2) + "\n"
+
+
+def _rounds(args: argparse.Namespace, step: Callable[[int], tuple[bool, bool]]) -> int:
+    """``step(round)`` once, or every ``--watch`` seconds until ``--count`` rounds, an interrupt, or a round whose
+    processes are all gone (exit 1). ``step`` returns (whether the round read everything, whether all is gone); the
+    exit status is 0 when the last round read everything, else 1."""
+    rounds, ok = 0, True
+    try:
+        while True:
+            ok, gone = step(rounds)
+            rounds += 1
+            if args.watch is None or (args.count is not None and rounds >= args.count):
+                return 0 if ok else 1
+            if gone:
+                return 1       # every process is gone: nothing left to watch
+            time.sleep(args.watch)
+    except KeyboardInterrupt:      # the way a --watch ends
+        return 0 if ok else 1
 
 
 # ----------------------------------------------------------------------------- --system
@@ -350,33 +335,22 @@ def _system(args: argparse.Namespace) -> int:
     """``numabind stat --system``: one snapshot, or one per interval with ``--watch``."""
     from ..nodestat import system_memory
 
-    root = getattr(args, "root", None)
     tty = sys.stdout.isatty()
-    rounds = 0
-    ok = True
-    try:
-        while True:
-            sm = system_memory(root)
-            ok = sm.ok
-            if args.json:
-                sys.stdout.write(json.dumps(sm.to_dict(), sort_keys=True, indent=None if args.watch else 2) + "\n")
-            else:
-                out = system_text(sm)
-                if args.watch:
-                    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-                    out.insert(0, f"{_CLEAR if tty and rounds else ''}numabind stat --system, every "
-                                  f"{args.watch:g} s: {stamp}")
-                sys.stdout.write("\n".join(out) + "\n")
-            sys.stdout.flush()
-            for n in sm.nodes:
-                for why in n.errors:
-                    sys.stderr.write(f"numabind stat: node {n.node}: {printable(why)}\n")
-            rounds += 1
-            if args.watch is None or (args.count is not None and rounds >= args.count):
-                return 0 if ok else 1
-            time.sleep(args.watch)
-    except KeyboardInterrupt:
-        return 0 if ok else 1
+
+    def step(rounds: int) -> tuple[bool, bool]:
+        sm = system_memory(getattr(args, "root", None))
+        if args.json:
+            sys.stdout.write(_json(sm.to_dict(), args))
+        else:
+            heading = [_heading("numabind stat --system", args, tty and rounds > 0)] if args.watch else []
+            sys.stdout.write("\n".join(heading + system_text(sm)) + "\n")
+        sys.stdout.flush()
+        for n in sm.nodes:
+            for why in n.errors:
+                sys.stderr.write(f"numabind stat: node {n.node}: {printable(why)}\n")
+        return sm.ok, False
+
+    return _rounds(args, step)
 
 
 def cmd_stat(args: argparse.Namespace) -> int:
@@ -402,21 +376,13 @@ def cmd_stat(args: argparse.Namespace) -> int:
                              f"matches a pattern against each process's name and command line; numabind itself "
                              f"is left out): check the name, or give a PID\n")
             return 1
-    tty = sys.stdout.isatty()
-    rounds = 0
-    all_read = True
-    try:
-        while True:
-            pids = _targets(args)      # a tree is listed again each round: workers come and go
-            locs = _still_in_tree(_snapshot(pids), pids, args)
-            _show(locs, args, refresh=tty and not args.json)
-            rounds += 1
-            all_read = all(loc.ok for loc in locs)
-            if args.watch is None or (args.count is not None and rounds >= args.count):
-                return 0 if all_read else 1
-            if all(loc.error and (loc.error.startswith("no such process") or loc.error.startswith("exited"))
-                   for loc in locs):
-                return 1       # every process is gone: nothing left to watch
-            time.sleep(args.watch)
-    except KeyboardInterrupt:      # the way a --watch ends
-        return 0 if all_read else 1
+    refresh = sys.stdout.isatty() and not args.json
+
+    def step(rounds: int) -> tuple[bool, bool]:
+        pids = _targets(args)      # a tree is listed again each round: workers come and go
+        locs = _still_in_tree(_snapshot(pids), pids, args)
+        _show(locs, args, refresh=refresh)
+        return all(loc.ok for loc in locs), all(
+            loc.error and (loc.error.startswith("no such process") or loc.error.startswith("exited")) for loc in locs)
+
+    return _rounds(args, step)
