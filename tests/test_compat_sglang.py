@@ -24,24 +24,19 @@ import pytest
 
 import numabind
 from numabind import compat
+from numabind.compat import _sglang_base as sglang_base
+from numabind.compat import _sglang_npu as sglang_npu
+from numabind.compat import _sglang_xpu as sglang_xpu
 from numabind.compat import sglang
 from numabind.cpulist import format_cpulist
 from numabind.cpulist import parse_cpulist as L
 from numabind.topology import discover
 
+from .fakecompat import absent_node, dgx, host_cpus, host_shaped, machine, use
 from .fakegpu import add_amd_gpu, add_dev_node, add_intel_gpu, add_nvidia_gpu, box_node, eight_gpu_box
 from .fakesys import one_node, two_sockets
-from .test_compat_vllm import (  # noqa: F401 - fixtures and machine builders shared with the vLLM tests
-    absent_node,
-    clean_env,
-    discoveries,
-    dgx,
-    host_cpus,
-    host_shaped,
-    machine,
-    on_logger,
-    use,
-)
+
+pytestmark = pytest.mark.usefixtures("fresh_compat")
 
 SGLANG_VARS = ("SGLANG_NUMA_BIND_V2", "SGLANG_AUTO_NUMA_BIND", "SGLANG_CRASH_ON_NUMA_BIND_FAILURE",
                "SGLANG_CPU_OMP_THREADS_BIND", "SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS")
@@ -106,7 +101,7 @@ def test_every_name_sglang_code_uses_is_a_function(name):
                                            ("0", False), ("False", False), ("no", False), ("N", False)])
 def test_environment_booleans_are_sglangs(monkeypatch, value, expect):
     monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", value)
-    assert sglang._crash_on_failure() is expect
+    assert sglang_base.crash_on_failure() is expect
 
 
 def test_a_malformed_boolean_is_an_error(monkeypatch):
@@ -268,13 +263,13 @@ def test_failure_handler_warns_or_raises(monkeypatch, on_logger):
 # ----------------------------------------------------------------------------- the ladder
 def test_accepted_binding_is_kept(tmp_path, monkeypatch):
     use(wide(tmp_path))
-    monkeypatch.setattr(sglang, "probe_plan", refuse())
+    monkeypatch.setattr(compat, "probe_plan", refuse())
     assert sglang._probe_numactl_args("--cpunodebind=0 --membind=0") == ("--cpunodebind=0 --membind=0", "")
 
 
 def test_refused_hard_binding_falls_back_to_preferred_on_the_same_node(tmp_path, monkeypatch, on_logger):
     use(wide(tmp_path))
-    monkeypatch.setattr(sglang, "probe_plan", refuse("bind"))
+    monkeypatch.setattr(compat, "probe_plan", refuse("bind"))
     seen = on_logger("sglang")
     assert sglang._probe_numactl_args("--cpunodebind=1 --membind=1") == ("--cpunodebind=1 --preferred=1", "")
     [warning] = seen.at(logging.WARNING)
@@ -283,7 +278,7 @@ def test_refused_hard_binding_falls_back_to_preferred_on_the_same_node(tmp_path,
 
 def test_refused_memory_falls_back_to_cpus_only(tmp_path, monkeypatch, on_logger):
     use(wide(tmp_path, allowed={0} | set(range(21, 144))))
-    monkeypatch.setattr(sglang, "probe_plan", refuse("bind", "preferred"))
+    monkeypatch.setattr(compat, "probe_plan", refuse("bind", "preferred"))
     seen = on_logger("sglang")
     assert sglang._probe_numactl_args("--physcpubind=0,21,22 --membind=0") == ("--physcpubind=0,21,22", "")
     [warning] = seen.at(logging.WARNING)
@@ -292,7 +287,7 @@ def test_refused_memory_falls_back_to_cpus_only(tmp_path, monkeypatch, on_logger
 
 def test_nothing_accepted(tmp_path, monkeypatch):
     use(wide(tmp_path))
-    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: "sched_setaffinity failed with EINVAL")
+    monkeypatch.setattr(compat, "probe_plan", lambda plan, topology: "sched_setaffinity failed with EINVAL")
     resolved, why = sglang._probe_numactl_args("--cpunodebind=0 --membind=0")
     assert resolved is None and "EINVAL" in why
 
@@ -319,7 +314,7 @@ def test_bind_v2_off_does_nothing(tmp_path, monkeypatch, children):
 
 def test_children_get_the_resolved_plan(tmp_path, monkeypatch, children, on_logger):
     use(wide(tmp_path))
-    monkeypatch.setattr(sglang, "probe_plan", refuse("bind"))
+    monkeypatch.setattr(compat, "probe_plan", refuse("bind"))
     seen = on_logger("sglang")
     with sglang.configure_subprocess(args([0, 1]), 1):
         pass
@@ -334,7 +329,7 @@ def test_children_get_the_resolved_plan(tmp_path, monkeypatch, children, on_logg
 
 def test_probe_failure_starts_unbound_with_a_warning(tmp_path, monkeypatch, children, on_logger):
     use(wide(tmp_path))
-    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: "set_mempolicy failed with EPERM")
+    monkeypatch.setattr(compat, "probe_plan", lambda plan, topology: "set_mempolicy failed with EPERM")
     seen = on_logger("sglang")
     entered = []
     with sglang.configure_subprocess(args([0, 1]), 0):
@@ -345,7 +340,7 @@ def test_probe_failure_starts_unbound_with_a_warning(tmp_path, monkeypatch, chil
 
 def test_probe_failure_raises_before_the_child_starts_when_asked(tmp_path, monkeypatch, children):
     use(wide(tmp_path))
-    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: "set_mempolicy failed with EPERM")
+    monkeypatch.setattr(compat, "probe_plan", lambda plan, topology: "set_mempolicy failed with EPERM")
     monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "1")
     entered = []
     with pytest.raises(RuntimeError, match="EPERM"):
@@ -536,8 +531,8 @@ def live_xpu_paths(tmp_path, monkeypatch):
     a host that has imported torch whose runtime counts ``runtime[0]`` XPUs."""
     root = tmp_path / "box"
     addresses = intel_box(root)
-    monkeypatch.setattr(sglang, "_DRI_RENDER_GLOB", f"{root}/dev/dri/renderD*")
-    monkeypatch.setattr(sglang, "_DRM_DEVICE", f"{root}/sys/class/drm/{{}}/device")
+    monkeypatch.setattr(sglang_xpu, "DRI_RENDER_GLOB", f"{root}/dev/dri/renderD*")
+    monkeypatch.setattr(sglang_xpu, "DRM_DEVICE", f"{root}/sys/class/drm/{{}}/device")
     monkeypatch.setattr(sglang, "_PCI_NUMA_NODE", f"{root}/sys/bus/pci/devices/{{}}/numa_node")
     runtime = [len(addresses)]
     xpu = types.SimpleNamespace(device_count=lambda: runtime[0])
@@ -720,7 +715,7 @@ def npu_smi(tmp_path, monkeypatch):
                     f'exit $(cat "{bindir}/rc" 2>/dev/null || echo 0)\n')
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
-    monkeypatch.setattr(sglang, "on_live_machine", lambda: True)
+    monkeypatch.setattr(sglang_npu, "on_live_machine", lambda: True)
     return bindir
 
 
@@ -788,7 +783,7 @@ def test_the_live_npu_topology_is_npu_smis(tmp_path, npu_smi, on_logger):
 
 def test_an_npu_box_without_v2_node_gets_its_npus_node_preferred(tmp_path, monkeypatch, children, on_logger):
     npu_box(tmp_path)
-    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: None)
+    monkeypatch.setattr(compat, "probe_plan", lambda plan, topology: None)
     with sglang.configure_subprocess(npu_args(), 5):     # automatic V2 finds no NVIDIA/Intel GPU: no node
         pass
     assert children == []                               # SGLANG_NPU_MEMORY_PREFERRED_BIND is off by default
@@ -803,8 +798,9 @@ def test_an_npu_box_without_v2_node_gets_its_npus_node_preferred(tmp_path, monke
     # never the parent's CPUs or a scheduler's CPU share (with SGLANG_SET_CPU_AFFINITY on as well)
     monkeypatch.setenv("SGLANG_NUMA_BIND_V2", "0")
     monkeypatch.setenv("SGLANG_SET_CPU_AFFINITY", "1")
-    for name in ("resolve_npu_affinity_assignment", "_process_cpus"):
-        monkeypatch.setattr(sglang, name, lambda *a, **k: pytest.fail("computed a CPU share in the parent"))
+    for module in (sglang, sglang_npu):
+        for name in ("resolve_npu_affinity_assignment", "process_cpus"):
+            monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("computed a CPU share in the parent"))
     with sglang.configure_subprocess(npu_args(), 2):
         pass
     assert children[1][0].mem_nodes == frozenset({0})
@@ -812,7 +808,7 @@ def test_an_npu_box_without_v2_node_gets_its_npus_node_preferred(tmp_path, monke
 
 def test_a_successful_v2_binding_adds_no_preference(tmp_path, monkeypatch, children):
     npu_box(tmp_path)
-    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: None)
+    monkeypatch.setattr(compat, "probe_plan", lambda plan, topology: None)
     monkeypatch.setenv("SGLANG_NPU_MEMORY_PREFERRED_BIND", "1")
     with sglang.configure_subprocess(npu_args([0, 0, 0, 0, 1, 1, 1, 1]), 5):
         pass
@@ -823,7 +819,7 @@ def test_a_successful_v2_binding_adds_no_preference(tmp_path, monkeypatch, child
 def test_a_failed_v2_binding_falls_through_to_the_npu_preference(tmp_path, monkeypatch, children, on_logger):
     npu_box(tmp_path)
     # the kernel refuses every CPU binding: V2's whole ladder fails, a bare memory preference does not
-    monkeypatch.setattr(sglang, "probe_plan",
+    monkeypatch.setattr(compat, "probe_plan",
                         lambda plan, topology: "sched_setaffinity failed with EPERM" if plan.cpus else None)
     monkeypatch.setenv("SGLANG_NPU_MEMORY_PREFERRED_BIND", "1")
     seen = on_logger("sglang")
@@ -836,7 +832,7 @@ def test_a_failed_v2_binding_falls_through_to_the_npu_preference(tmp_path, monke
 
 def test_a_refused_npu_preference_starts_the_child_unbound(tmp_path, monkeypatch, children, on_logger):
     npu_box(tmp_path)
-    monkeypatch.setattr(sglang, "probe_plan", lambda plan, topology: "set_mempolicy failed with EPERM")
+    monkeypatch.setattr(compat, "probe_plan", lambda plan, topology: "set_mempolicy failed with EPERM")
     monkeypatch.setenv("SGLANG_NPU_MEMORY_PREFERRED_BIND", "1")
     monkeypatch.setenv("SGLANG_NUMA_BIND_V2", "0")
     seen = on_logger("sglang")
@@ -916,10 +912,10 @@ def test_each_npu_scheduler_owns_a_fixed_share_of_whole_cores(tmp_path, monkeypa
     owned = [set(a.logical_cpu_ids) for a in shares]
     assert set().union(*owned) == set(range(32)) and sum(map(len, owned)) == 32
     # a process missing one sibling of a core loses that core, not its neighbour's
-    monkeypatch.setattr(sglang, "_process_cpus", lambda topology: L("0-31") - {16})
+    monkeypatch.setattr(sglang_npu, "process_cpus", lambda topology: L("0-31") - {16})
     assert sglang.resolve_npu_affinity_assignment(logical_npu_id=0).logical_cpu_ids == (1, 17)
     assert sglang.resolve_npu_affinity_assignment(logical_npu_id=1).logical_cpu_ids == (2, 3, 18, 19)
-    monkeypatch.setattr(sglang, "_process_cpus", lambda topology: L("0-7"))
+    monkeypatch.setattr(sglang_npu, "process_cpus", lambda topology: L("0-7"))
     with pytest.raises(sglang.NpuAffinityError, match="no whole core in its share") as raised:
         sglang.resolve_npu_affinity_assignment(logical_npu_id=0)
     assert raised.value.stage == "filter_process_cpuset"

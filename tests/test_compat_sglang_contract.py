@@ -22,7 +22,7 @@ from numabind import compat
 from numabind.compat import sglang
 from numabind.errors import PlanError
 
-from .test_compat_vllm import clean_env, on_logger  # noqa: F401 - fixtures
+pytestmark = pytest.mark.usefixtures("fresh_compat")
 
 
 @pytest.fixture(autouse=True)

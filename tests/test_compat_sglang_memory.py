@@ -13,12 +13,12 @@ import logging
 import mmap
 import os
 import sys
-import types
 
 import pytest
 
 from numabind.compat import _sglang_memory as sm
 
+from .faketorch import fake_torch
 from .kernel import MEM_NODE, MISSING_NODE, MPOL, ids_of, mempolicy_refusal, raw_mempolicy
 
 PAGE = mmap.PAGESIZE
@@ -49,62 +49,6 @@ def address_of(m: mmap.mmap) -> int:
 
 
 # ----------------------------------------------------------------------------- a fake torch
-class FakeTensor:
-    SIZES = {"uint8": 1, "float16": 2, "float32": 4}
-
-    def __init__(self, raw, dtype, numel=None, shape=None, pinned=False):
-        self.raw, self.dtype, self.pinned = raw, dtype, pinned
-        self.numel = numel if numel is not None else ctypes.sizeof(raw) // self.SIZES[dtype]
-        self.shape = shape if shape is not None else (self.numel,)
-
-    def element_size(self):
-        return self.SIZES[self.dtype]
-
-    def view(self, *args):
-        if len(args) == 1 and isinstance(args[0], str):
-            return FakeTensor(self.raw, args[0])
-        assert self.numel == eval("*".join(map(str, args)) or "1")
-        return FakeTensor(self.raw, self.dtype, self.numel, tuple(args), self.pinned)
-
-    def __getitem__(self, cut):
-        return FakeTensor(self.raw, self.dtype, len(range(self.numel)[cut]), None, self.pinned)
-
-    def data_ptr(self):
-        return ctypes.addressof(self.raw)
-
-
-def fake_torch(register_rc: int = 0, unregister_rc: int = 0) -> types.ModuleType:
-    torch = types.ModuleType("torch")
-    torch.calls = []
-    torch.uint8, torch.float16, torch.float32 = "uint8", "float16", "float32"
-
-    def empty(shape, dtype, device="cpu", pin_memory=False):
-        torch.calls.append(("empty", tuple(shape), dtype, device, pin_memory))
-        numel = 1
-        for d in shape:
-            numel *= d
-        return FakeTensor((ctypes.c_uint8 * max(1, numel * FakeTensor.SIZES[dtype]))(), dtype, numel,
-                          tuple(shape), pin_memory)
-
-    def frombuffer(raw, dtype):
-        torch.calls.append(("frombuffer", ctypes.addressof(raw), ctypes.sizeof(raw), dtype))
-        return FakeTensor(raw, dtype)
-
-    class Cudart:
-        def cudaHostRegister(self, ptr, nbytes, flags):  # noqa: N802 - CUDA's name
-            torch.calls.append(("register", ptr, nbytes, flags))
-            return register_rc
-
-        def cudaHostUnregister(self, ptr):  # noqa: N802
-            torch.calls.append(("unregister", ptr))
-            return unregister_rc
-
-    torch.empty, torch.frombuffer = empty, frombuffer
-    torch.cuda = types.SimpleNamespace(cudart=Cudart, is_initialized=lambda: False,
-                                       synchronize=lambda: torch.calls.append(("synchronize",)))
-    return torch
-
-
 @pytest.fixture
 def torch(monkeypatch):
     fake = fake_torch()
@@ -310,7 +254,7 @@ def test_memory_helpers_read_sglangs_booleans_as_the_launcher_does(torch, two_na
         sm.allocate_interleaved_pinned_table((2,), torch.uint8)
     monkeypatch.setenv("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", "nope")
     with pytest.raises(ValueError, match="SGLANG_CRASH_ON_NUMA_BIND_FAILURE='nope' is not a boolean"):
-        sglang._crash_on_failure()
+        sglang._handle_numa_bind_failure(0, {72})
 
 
 @pytest.mark.kernel

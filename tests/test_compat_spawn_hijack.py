@@ -18,29 +18,13 @@ import pytest
 from numabind import compat
 from numabind.process import commands
 
+from .fakecompat import bare_env, evil_tree
+
 ARGS, PYEXE = compat.WRAPPER_ARGS_ENV, compat.WRAPPER_PYTHON_ENV
 
 #: What the started child reports: its affinity and the PYTHONPATH it was given (never importing numabind).
 CHILD = ("import json, os, sys; json.dump({'cpus': sorted(os.sched_getaffinity(0)), "
          "'pythonpath': os.environ.get('PYTHONPATH')}, open(sys.argv[1], 'w'))")
-
-
-def _evil_tree(where, marker, site: bool = True) -> None:
-    """A ``numabind`` package (and, with ``site``, a ``sitecustomize``) in ``where`` that writes ``marker``
-    when imported. (A ``sitecustomize`` on PYTHONPATH is the user's own: the child runs it, by design.)"""
-    pkg = where / "numabind"
-    pkg.mkdir(parents=True)
-    code = f"open({str(marker)!r}, 'a').write('hijacked\\n')\n"
-    (pkg / "__init__.py").write_text(code + "def main(*a, **k):\n    return 0\n")
-    (pkg / "__main__.py").write_text(code)
-    if site:
-        (where / "sitecustomize.py").write_text(code)
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "NUMABIND_", "_NUMABIND_"))}
-    env.update(extra)
-    return env
 
 
 def _run_wrapper(cwd, env, out):
@@ -53,11 +37,11 @@ def _run_wrapper(cwd, env, out):
 def test_wrapper_starts_numabind_that_cwd_and_pythonpath_cannot_replace(tmp_path, how):
     cpu = sorted(os.sched_getaffinity(0))[-1]
     evil, marker, out = tmp_path / "evil", tmp_path / "marker", tmp_path / "child.json"
-    _evil_tree(evil, marker, site=how == "cwd")
+    evil_tree(evil, marker, site=how == "cwd")
     extra = {ARGS: f"--physcpubind={cpu}", PYEXE: sys.executable}
     if how == "PYTHONPATH":
         extra["PYTHONPATH"] = str(evil)
-    result = _run_wrapper(evil if how == "cwd" else tmp_path, _env(**extra), out)
+    result = _run_wrapper(evil if how == "cwd" else tmp_path, bare_env(**extra), out)
     assert result.returncode == 0, result.stderr
     assert not marker.exists(), marker.read_text()
     child = json.loads(out.read_text())
@@ -76,8 +60,8 @@ def test_wrapper_holds_main_code_word_for_word():
 @pytest.mark.parametrize("how", ["cwd", "PYTHONPATH"])
 def test_numabind_command_ignores_cwd_and_pythonpath(tmp_path, how):
     evil, marker = tmp_path / "evil", tmp_path / "marker"
-    _evil_tree(evil, marker, site=how == "cwd")
-    env = _env(PYTHONPATH=str(evil)) if how == "PYTHONPATH" else _env()
+    evil_tree(evil, marker, site=how == "cwd")
+    env = bare_env(PYTHONPATH=str(evil)) if how == "PYTHONPATH" else bare_env()
     argv = commands.numabind_command(["show"])
     assert argv[:3] == [sys.executable, "-I", "-c"]
     result = subprocess.run(argv, cwd=evil if how == "cwd" else tmp_path, env=env, capture_output=True,
@@ -91,9 +75,9 @@ def test_numabind_command_ignores_cwd_and_pythonpath(tmp_path, how):
 def test_numabind_command_run_passes_the_environment_on(tmp_path):
     cpu = sorted(os.sched_getaffinity(0))[0]
     evil, marker, out = tmp_path / "evil", tmp_path / "marker", tmp_path / "child.json"
-    _evil_tree(evil, marker, site=False)
+    evil_tree(evil, marker, site=False)
     argv = commands.numabind_command(["run", f"--physcpubind={cpu}", "--", sys.executable, "-c", CHILD, str(out)])
-    result = subprocess.run(argv, cwd=evil, env=_env(PYTHONPATH=str(evil)), capture_output=True, text=True,
+    result = subprocess.run(argv, cwd=evil, env=bare_env(PYTHONPATH=str(evil)), capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert not marker.exists()

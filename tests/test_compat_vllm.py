@@ -20,132 +20,19 @@ import pytest
 
 import numabind
 from numabind import compat
+from numabind.backends import MPOL_MODES
 from numabind.compat import vllm
 from numabind.cpulist import parse_cpulist as L
 from numabind.topology import discover
 
+from .fakecompat import absent_node, dgx, host_cpus, host_shaped, machine, pc_config, use, vllm_config
 from .fakegpu import add_nvidia_gpu, nv_uuid
-from .fakesys import FakeMachine, one_node, two_sockets
+from .fakesys import one_node
+
+pytestmark = pytest.mark.usefixtures("fresh_compat")
 
 
-# ----------------------------------------------------------------------------- fixtures and machines
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    """No GPU-visibility variable, fake root or start method of the host leaks in; no cache leaks out."""
-    for name in compat.VISIBILITY_VARS + ("NUMABIND_FSROOT", "VLLM_WORKER_MULTIPROC_METHOD", "NUMABIND_STRICT",
-                                          "SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS"):
-        monkeypatch.delenv(name, raising=False)
-    compat.refresh_topology()
-    yield
-    compat.refresh_topology()
-
-
-class Records(logging.Handler):
-    """Collects the records that reach the logger it is attached to."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def at(self, level: int) -> list[str]:
-        return [r.getMessage() for r in self.records if r.levelno == level]
-
-
-@pytest.fixture
-def on_logger():
-    """``on_logger("vllm")``: a Records handler on that logger (level DEBUG), removed afterwards."""
-    attached = []
-
-    def attach(name: str) -> Records:
-        lg = logging.getLogger(name)
-        handler = Records()
-        attached.append((lg, handler, lg.level))
-        lg.setLevel(logging.DEBUG)
-        lg.addHandler(handler)
-        return handler
-
-    yield attach
-    for lg, handler, level in attached:
-        lg.removeHandler(handler)
-        lg.setLevel(level)
-
-
-def use(topology):
-    """Make ``topology`` the machine of the compat layer (as if discovered in this process)."""
-    compat.refresh_topology(topology)
-    return topology
-
-
-def dgx(root, **kw):
-    """2 sockets x 16 CPUs (node 0: 0-7,16-23; node 1: 8-15,24-31), 4 GPUs per socket; a non-PCT CPU."""
-    two_sockets(root, cpus_per_socket=16)
-    for k in range(8):
-        add_nvidia_gpu(root, f"0000:{0x18 + 0x10 * k:02x}:00.0", numa_node=k // 4, minor=k)
-    return discover(root)
-
-
-def machine(root, nodes: dict, *, allowed=None, mems=None, gpus=(), model="Fake CPU @ 2.00GHz", cppc=None):
-    """A fake machine: ``nodes`` maps node id -> CPUs (a cpulist or ids); ``gpus`` lists each GPU's node;
-    ``allowed``: the CPUs the process may use (its cpuset and its affinity)."""
-    m = FakeMachine(root)
-    every = set()
-    for nid, cpus in nodes.items():
-        ids = L(cpus) if isinstance(cpus, str) else frozenset(cpus)
-        m.add_node(nid, ids)
-        every |= ids
-    for cpu in sorted(every):
-        m.set_cpu_topology(cpu, 0, cpu)
-    m.set_status(every if allowed is None else allowed, set(nodes) if mems is None else mems)
-    if allowed is not None:   # the CPUs it may use are its cpuset's too (the limit), not only its affinity
-        m.set_cgroup2("/numabind-test", allowed, set(nodes) if mems is None else mems)
-    m.set_model_name(model)
-    if cppc is not None:
-        m.set_cppc(cppc)
-    m.write()
-    for k, node in enumerate(gpus):
-        add_nvidia_gpu(root, f"0000:{0x18 + 0x10 * k:02x}:00.0", numa_node=node, minor=k)
-    return discover(root)
-
-
-def host_cpus() -> list[int]:
-    return sorted(os.sched_getaffinity(0))
-
-
-def host_node_of(cpu: int) -> int:
-    node = discover().node_of_cpu(cpu)
-    if node is None:
-        pytest.skip(f"this kernel lists CPU {cpu} in no NUMA node")
-    return node
-
-
-def absent_node() -> int:
-    """A node id this kernel does not have: binding memory there is always refused."""
-    real = discover()
-    return max(set(real.nodes) | set(real.online_nodes) | set(real.possible_nodes)) + 1
-
-
-def host_shaped(root, *, gpus=1):
-    """A fake machine made of this process's real CPUs on their real node (every GPU on it)."""
-    cpu = host_cpus()[-1]
-    node = host_node_of(cpu)
-    cpus = [c for c in host_cpus() if host_node_of(c) == node]
-    return machine(root, {node: cpus}, gpus=[node] * gpus), node, cpus
-
-
-def pc_config(**overrides):
-    """The ParallelConfig fields vLLM's numa_utils reads (vLLM's own tests use the same duck type)."""
-    fields = dict(
-        numa_bind=False, numa_bind_nodes=None, numa_bind_cpus=None, _numa_bind_auto=False,
-        distributed_executor_backend="mp", data_parallel_backend="mp", nnodes_within_dp=1,
-        data_parallel_rank_local=0, data_parallel_index=0, pipeline_parallel_size=1, tensor_parallel_size=1,
-    )
-    fields.update(overrides)
-    return types.SimpleNamespace(**fields)
-
-
+# ----------------------------------------------------------------------------- configs
 def gate_config(**overrides):
     """A config for the automatic gate: a newer vLLM, with world sizes and get_local_gpu_index."""
     fields = dict(numa_bind=None, world_size=4, local_world_size=4, data_parallel_size_local=2,
@@ -154,10 +41,6 @@ def gate_config(**overrides):
     pc = pc_config(**fields)
     pc.get_local_gpu_index = lambda local_rank, dp_local_rank=None: (dp_local_rank or 0) * pc.world_size + local_rank
     return pc
-
-
-def vllm_config(**overrides):
-    return types.SimpleNamespace(parallel_config=pc_config(**overrides))
 
 
 # ----------------------------------------------------------------------------- the module's surface
@@ -678,26 +561,11 @@ def test_mempolicy_mode_is_the_kernels():
     if b.mem_policy is None:
         assert vllm._get_mempolicy() is None and vllm._can_set_mempolicy() is False
     else:
-        assert vllm._get_mempolicy() == vllm._MPOL_MODES[b.mem_policy]
+        assert vllm._get_mempolicy() == MPOL_MODES[b.mem_policy]
         assert vllm._can_set_mempolicy() is True
 
 
 # ----------------------------------------------------------------------------- one discovery per process
-@pytest.fixture
-def discoveries(monkeypatch):
-    import numabind.topology as topology_module
-
-    calls = []
-    real = topology_module.discover
-
-    def counting(root=None):
-        calls.append(root)
-        return real(root)
-
-    monkeypatch.setattr(topology_module, "discover", counting)
-    return calls
-
-
 def test_the_machine_is_discovered_once(tmp_path, monkeypatch, discoveries):
     dgx(tmp_path)
     monkeypatch.setenv("NUMABIND_FSROOT", str(tmp_path))

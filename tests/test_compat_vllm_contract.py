@@ -27,7 +27,9 @@ import pytest
 from numabind import compat
 from numabind.compat import vllm
 
-from .test_compat_vllm import clean_env, on_logger, vllm_config  # noqa: F401 - fixtures
+from .fakecompat import vllm_config
+
+pytestmark = pytest.mark.usefixtures("fresh_compat")
 
 ARGS, PYEXE = vllm._NUMACTL_ARGS_ENV, vllm._NUMACTL_PYTHON_EXECUTABLE_ENV
 

@@ -17,8 +17,7 @@ import pytest
 
 from numabind.process import commands
 
-from .test_compat_spawn_hijack import _env, _evil_tree
-from .test_instrument import COMPAT, HOSTS, make_hosts
+from .fakecompat import COMPAT, HOSTS, bare_env, evil_tree, make_hosts
 
 #: The instrumented program: its sys.path before and after importing both host modules, what each import
 #: gave, and where numabind came from.
@@ -44,13 +43,13 @@ def test_numactls_show_after_options_runs_this_numabind(tmp_path, how):
     directory or PYTHONPATH hold (numabind itself is started isolated here, as a launcher would)."""
     cpu = sorted(os.sched_getaffinity(0))[-1]
     evil, marker, clean = tmp_path / "evil", tmp_path / "marker", tmp_path / "clean"
-    _evil_tree(evil, marker, site=False)
+    evil_tree(evil, marker, site=False)
     clean.mkdir()
     argv = commands.numabind_command(["-C", str(cpu), "-s"])
-    control = _run(argv, clean, _env())
+    control = _run(argv, clean, bare_env())
     assert control.returncode == 0, control.stderr
     assert f"physcpubind: {cpu} \n" in control.stdout
-    env = _env(PYTHONPATH=str(evil)) if how == "PYTHONPATH" else _env()
+    env = bare_env(PYTHONPATH=str(evil)) if how == "PYTHONPATH" else bare_env()
     hostile = _run(argv, evil if how == "cwd" else clean, env)
     assert not marker.exists(), marker.read_text()
     assert (hostile.returncode, hostile.stdout) == (0, control.stdout), hostile.stderr
@@ -65,14 +64,14 @@ def test_instrument_imports_its_own_numabind_not_the_programs(tmp_path, how):
     import numabind
 
     evil, marker, site = tmp_path / "evil", tmp_path / "marker", tmp_path / "site"
-    _evil_tree(evil, marker, site=False)
+    evil_tree(evil, marker, site=False)
     make_hosts(site)
     where = evil if how == "cwd" else tmp_path / "work"
     where.mkdir(exist_ok=True)
     (where / "program.py").write_text(PROGRAM)
     path = [str(site)] if how == "cwd" else [str(evil), str(site)]
     argv = commands.numabind_command(["instrument", "--", sys.executable, "program.py"])
-    proc = _run(argv, where, _env(PYTHONPATH=os.pathsep.join(path)))
+    proc = _run(argv, where, bare_env(PYTHONPATH=os.pathsep.join(path)))
     assert not marker.exists(), marker.read_text()
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout.splitlines()[-1])
@@ -87,11 +86,11 @@ def test_a_numabind_the_program_imported_from_elsewhere_is_never_routed_to(tmp_p
     """A program that imported a ``numabind`` of its own before a host module keeps the host's module (one
     line says why): the drop-ins are never taken from another copy's ``__path__``."""
     evil, marker, site = tmp_path / "evil", tmp_path / "marker", tmp_path / "site"
-    _evil_tree(evil, marker, site=False)
+    evil_tree(evil, marker, site=False)
     make_hosts(site)
     (evil / "program.py").write_text("import numabind\n" + PROGRAM)
     argv = commands.numabind_command(["instrument", "--", sys.executable, "program.py"])
-    proc = _run(argv, evil, _env(PYTHONPATH=str(site)))
+    proc = _run(argv, evil, bare_env(PYTHONPATH=str(site)))
     assert proc.returncode == 0, proc.stderr
     assert marker.exists()                                       # the program's own import, its own choice
     seen = json.loads(proc.stdout.splitlines()[-1])

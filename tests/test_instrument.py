@@ -20,8 +20,7 @@ import pytest
 from numabind.cli import instrument
 from numabind.compat.bootstrap import sitecustomize as boot
 
-HOSTS = ("vllm.utils.numa_utils", "sglang.srt.utils.numa_utils")
-COMPAT = {"vllm.utils.numa_utils": "numabind.compat.vllm", "sglang.srt.utils.numa_utils": "numabind.compat.sglang"}
+from .fakecompat import COMPAT, HOSTS, make_hosts
 
 # What each process sees: the module its import of each host name gave, whether it is the host's own,
 # and whether the parent package's attribute and sys.modules hold that same object.
@@ -55,18 +54,6 @@ if __name__ == "__main__":
         p.join()
     print(json.dumps(result))
 ''' % (HOSTS,)
-
-
-def make_hosts(root: Path) -> Path:
-    """Fake ``vllm`` and ``sglang`` packages with their NUMA modules at the real paths."""
-    for host in HOSTS:
-        parts = host.split(".")
-        for depth in range(1, len(parts)):
-            pkg = root.joinpath(*parts[:depth])
-            pkg.mkdir(parents=True, exist_ok=True)
-            (pkg / "__init__.py").touch()
-        root.joinpath(*parts[:-1], parts[-1] + ".py").write_text("HOST_OWN = True\n")
-    return root
 
 
 @pytest.fixture

@@ -1,37 +1,12 @@
-"""Drop-in replacements for other projects' NUMA helpers, bound in-process by numabind.
+"""What numabind's drop-ins for other projects' NUMA helpers share (the adapters' common floor).
 
 * :mod:`numabind.compat.vllm` — ``vllm.utils.numa_utils``
 * :mod:`numabind.compat.sglang` — ``sglang.srt.utils.numa_utils``
 
-What both adapters share lives here:
-
-* **One discovery per process.** :func:`current_topology` discovers the
-  machine (sysfs, and NVML for NVIDIA GPUs) the first time it is needed in a
-  process and keeps the result. Later calls reuse it; only these changes make
-  it look again:
-
-  - a new process: a forked child never reuses its parent's cache (its
-    affinity, cpuset or environment may differ), it discovers once for itself;
-  - a different CPU affinity of the calling thread (``topology.affinity``; the
-    hosts' own helpers read the affinity, while ``allowed_cpus`` is the cpuset);
-  - a different ``NUMABIND_FSROOT``;
-  - different GPU-visibility variables (``CUDA_VISIBLE_DEVICES`` & co.). When
-    only ``CUDA_VISIBLE_DEVICES`` changed and each of its new entries names,
-    verbatim, a device the cached discovery already numbered (an entry of the
-    old value, an index when the old value was unset, or a full UUID), the
-    GPUs are renumbered from the cache without reading anything: that is how
-    SGLang's ``SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS`` narrows the variable to
-    one entry per child. Anything else is discovered again (and cached too).
-
-  :func:`refresh_topology` forgets everything, or pins a given topology.
-* **Logs that show.** The adapters log through the host project's logger, and
-  :func:`forward_warnings` passes numabind's own WARNING records (each
-  degradation of a binding) on to it while a child is being started, because
-  vLLM configures only its ``vllm`` logger and would drop them.
-* **Probing in the parent.** :func:`probe_plan` says whether a plan can be
-  applied in this process: it checks the plan against the machine, then tries
-  it strictly in a short-lived thread (CPU affinity and memory policy are per
-  thread, so the thread's binding ends with it and nothing else changes).
+One discovery per process (:func:`current_topology`, :func:`refresh_topology`), numabind's warnings shown
+through the host's logger (:func:`forward_warnings`), the probe made in the parent (:func:`probe_plan`,
+:func:`cannot_apply`) and the environment-driven wrapper: ``docs/howto/compat.rst`` says how each behaves.
+A drop-in's private parts sit beside it as ``_<name>_*.py``.
 """
 
 from __future__ import annotations
@@ -46,6 +21,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._numactl import policy_of
+from .._vendors import DISCOVERY_VARIABLES
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 from ..types import Strictness
@@ -58,28 +35,25 @@ __all__ = [
     "WRAPPER_PYTHON_ENV",
     "NumaBindingUnavailable",
     "bind_children",
+    "cannot_apply",
     "current_topology",
     "forward_warnings",
+    "mem_policy",
     "numactl_probe",
     "on_live_machine",
     "open_libnuma",
     "plan_from_numactl_args",
     "probe_plan",
     "refresh_topology",
+    "strip_memory_args",
     "wrapper_environment",
     "wrapper_executable",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Environment variables that change which GPUs discovery numbers, and how.
-VISIBILITY_VARS = (
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
-    "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
-    "ZE_AFFINITY_MASK", "ZE_ENABLE_PCI_ID_DEVICE_ORDER", "ZE_FLAT_DEVICE_HIERARCHY",
-    "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_VISIBLE_DEVICES",
-    "NUMABIND_GPU_VENDOR",
-)
+#: Environment variables that change which GPUs discovery numbers, and how (the vendors' table's).
+VISIBILITY_VARS = DISCOVERY_VARIABLES
 
 
 class NumaBindingUnavailable(NumabindError, RuntimeError):
@@ -119,7 +93,7 @@ class _Entry:
 
 
 class _Cache:
-    """Topologies of this process, keyed by what changes them (see the module docstring)."""
+    """Topologies of this process, keyed by what changes them (docs/howto/compat.rst)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -180,8 +154,7 @@ def _renumber(base: _Entry, vis: tuple[tuple[str, str | None], ...]) -> Any | No
     else (other variables changed, a prefix, a duplicate) returns None.
     """
     old, new = dict(base.visibility), dict(vis)
-    if {k: v for k, v in old.items() if k != "CUDA_VISIBLE_DEVICES"} != \
-            {k: v for k, v in new.items() if k != "CUDA_VISIBLE_DEVICES"}:
+    if any(old[k] != new[k] for k in old if k != "CUDA_VISIBLE_DEVICES"):
         return None
     value = new["CUDA_VISIBLE_DEVICES"]
     gpus = base.topology.gpus
@@ -248,15 +221,10 @@ def plan_from_numactl_args(args: str, topology: Any) -> Plan:
 
 
 def probe_plan(plan: Plan, topology: Any) -> str | None:
-    """None when ``plan`` can be applied in this process as it is, else why not.
-
-    The plan is checked against ``topology`` (CPUs online and allowed, nodes
-    existing, with memory and allowed), then, with an in-process backend,
-    applied strictly in a thread that exits right after: a seccomp profile that
-    refuses ``set_mempolicy`` or a cpuset that refuses the CPUs is found here,
-    before a child is started. With the numactl backend the memory policy is
-    only applied when a child is exec'd, so only the check is made.
-    """
+    """None when ``plan`` can be applied in this process as it is, else why not: checked against ``topology``,
+    then, with an in-process backend, applied strictly in a thread that exits right after (a seccomp profile
+    refusing ``set_mempolicy`` or a cpuset refusing the CPUs is found before a child starts). With the numactl
+    backend the memory policy is applied only when a child is exec'd, so only the check is made."""
     try:
         plan.validate(topology)
     except PlanError as e:
@@ -350,20 +318,10 @@ WRAPPER_PYTHON_ENV = "_VLLM_INTERNAL_NUMACTL_PYTHON_EXECUTABLE"
 
 
 def wrapper_executable() -> str:
-    """numabind's environment-driven wrapper (``numa_wrapper.sh`` beside this module).
-
-    Used as multiprocessing's spawn executable, it checks ``WRAPPER_ARGS_ENV``
-    (numactl binding options only: ``--physcpubind``, ``--cpunodebind``,
-    ``--membind``, ``--preferred``, ``--preferred-many``, ``--interleave``,
-    ``--localalloc``, with CPU/node lists of digits and ``,-!+``) and
-    ``WRAPPER_PYTHON_ENV`` (an absolute path to an executable file), then runs
-    ``numabind run OPTIONS -- python ARGS``: the child starts bound, without
-    numactl. numabind itself starts isolated, as
-    :func:`numabind.process.commands.numabind_command` starts it (its working
-    directory and ``PYTHONPATH`` cannot put another numabind in its place);
-    ``python ARGS`` gets the environment unchanged. Anything else is refused
-    (exit 127, the reason on stderr); nothing is ever evaluated.
-    """
+    """numabind's environment-driven wrapper (``numa_wrapper.sh`` beside this module): used as multiprocessing's
+    spawn executable, it checks ``WRAPPER_ARGS_ENV`` and ``WRAPPER_PYTHON_ENV`` and runs ``numabind run OPTIONS --
+    python ARGS``, started isolated as :func:`numabind.process.commands.numabind_command` starts it; anything else
+    is refused (exit 127), nothing is evaluated. ``docs/howto/compat.rst`` says what it accepts."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "numa_wrapper.sh")
 
 
@@ -408,21 +366,39 @@ def numactl_probe(numactl_args: str) -> tuple[bool, str] | None:
     return result.returncode == 0, err if result.returncode != 0 else ""
 
 
-#: The spellings of SGLang's boolean environment variables, any case.
-SGLANG_TRUE = ("true", "1", "yes", "y")
-SGLANG_FALSE = ("false", "0", "no", "n")
+def cannot_apply(numactl_args: str, logger: logging.Logger | None = None) -> str | None:
+    """None when ``numactl_args`` can be applied in this process, else why not: ``numactl ARGS true`` (its
+    stderr, logged at DEBUG through ``logger``) on the live machine with numactl on PATH, as vLLM and SGLang
+    probe; else the plan is checked against the machine and tried in a short-lived thread (:func:`probe_plan`)."""
+    if not numactl_args:
+        return None
+    probed = numactl_probe(numactl_args)
+    if probed is not None:
+        ok, err = probed
+        if not ok and logger is not None:
+            logger.debug("numactl probe for %r rejected: %r", numactl_args, err)
+        return None if ok else (err or "numactl refused it")
+    topology = current_topology()
+    try:
+        plan = plan_from_numactl_args(numactl_args, topology)
+    except PlanError as e:
+        return str(e)
+    return probe_plan(plan, topology)
 
 
-def sglang_env_bool(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
-    """One of SGLang's boolean environment variables: true/1/yes/y or false/0/no/n, any case; unset: ``default``.
-    Anything else is a PlanError naming the variable (a typo must not silently mean the default)."""
-    raw = (os.environ if env is None else env).get(name)
-    if raw is None:
-        return default
-    value = raw.lower()
-    if value in SGLANG_TRUE:
-        return True
-    if value in SGLANG_FALSE:
-        return False
-    raise PlanError(f"{name}={raw!r} is not a boolean; use one of {', '.join(SGLANG_TRUE)} or "
-                    f"{', '.join(SGLANG_FALSE)}")
+def strip_memory_args(numactl_args: str) -> str:
+    """``numactl_args`` (long options, as the adapters write them) without the memory policy, keeping the CPU
+    binding."""
+    return " ".join(t for t in numactl_args.split() if not policy_of(t.partition("=")[0].removeprefix("--")))
+
+
+def mem_policy(logger: logging.Logger) -> str | None:
+    """The calling thread's memory policy (``"default"``, ``"bind"``, ...), or None when it cannot be read
+    (no usable backend, or the kernel refused the read: logged at DEBUG through ``logger``)."""
+    from ..verify import current_binding
+
+    try:
+        return current_binding().mem_policy
+    except Exception as e:  # noqa: BLE001 - no usable backend, or the kernel refused the read
+        logger.debug("the memory policy cannot be read: %s", e)
+        return None

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -34,12 +33,10 @@ from ..bind import bind_thread
 from ..errors import NumabindError
 from ..memory import MemoryReport, bind_memory, page_placement
 from ..plan import Plan, narrow_nodes
-from . import sglang_env_bool
+from ._sglang_base import env_bool, fail, logger
 
 __all__ = ["InterleavedPinnedBuffer", "allocate_interleaved_pinned_table", "get_shm_numa_distribution",
            "numa_interleave_memory", "numa_memory_nodes", "numa_page_counts", "temp_membind"]
-
-logger = logging.getLogger("sglang.srt.utils.numa_utils")
 
 #: The file numa_maps is read from (a module constant: tests point it at a file of their own).
 _NUMA_MAPS_PATH = "/proc/self/numa_maps"
@@ -47,13 +44,6 @@ _NUMA_MAPS_PATH = "/proc/self/numa_maps"
 _PROT_READ_WRITE = 0x1 | 0x2
 _MAP_PRIVATE_ANONYMOUS = 0x02 | 0x20
 _MAP_FAILED = ctypes.c_void_p(-1).value
-
-
-def _memory_failure(reason: str) -> None:
-    """SGLang's failure: a WARNING, raised as RuntimeError under SGLANG_CRASH_ON_NUMA_BIND_FAILURE."""
-    logger.warning("%s", reason)
-    if sglang_env_bool("SGLANG_CRASH_ON_NUMA_BIND_FAILURE", False):
-        raise RuntimeError(reason)
 
 
 def _policy_readable() -> bool:
@@ -132,14 +122,14 @@ def temp_membind(numa_node: int) -> Iterator[None]:
     node = int(numa_node)
     _, why = narrow_nodes(frozenset({node}), live.limits(), "bind")
     if why:
-        _memory_failure(f"cannot bind memory allocations to NUMA node {node}: {why}")
+        fail(f"cannot bind memory allocations to NUMA node {node}: {why}")
         yield
         return
     try:
         binding = bind_thread(Plan(mem_policy="bind", mem_nodes=frozenset({node})), strict=True)
         binding.__enter__()
     except (NumabindError, OSError) as e:
-        _memory_failure(f"cannot bind memory allocations to NUMA node {node}: {e}")
+        fail(f"cannot bind memory allocations to NUMA node {node}: {e}")
         yield
         return
     try:
@@ -285,10 +275,10 @@ def allocate_interleaved_pinned_table(shape: Sequence[int], dtype: Any, *,
         return torch.empty(shape, dtype=dtype, device="cpu", pin_memory=True), None
 
     nodes = numa_memory_nodes()
-    if not interleave or not sglang_env_bool("SGLANG_PLE_OFFLOAD_NUMA_INTERLEAVE", True) or len(nodes) < 2:
+    if not interleave or not env_bool("SGLANG_PLE_OFFLOAD_NUMA_INTERLEAVE", True) or len(nodes) < 2:
         return plain()
     if not _policy_readable():
-        _memory_failure("NUMA interleave is unavailable because the process cannot query its memory policy; "
+        fail("NUMA interleave is unavailable because the process cannot query its memory policy; "
                         "using regular pinned memory.")
         return plain()
     numel = 1
@@ -298,14 +288,14 @@ def allocate_interleaved_pinned_table(shape: Sequence[int], dtype: Any, *,
     try:
         buffer = InterleavedPinnedBuffer(nbytes)
     except (OSError, RuntimeError) as error:
-        _memory_failure(f"NUMA-interleaved pinned allocation failed; using regular pinned memory: {error}")
+        fail(f"NUMA-interleaved pinned allocation failed; using regular pinned memory: {error}")
         return plain()
     assert buffer.ptr is not None
     tensor = buffer.as_tensor(shape, dtype)
     counts = numa_page_counts(buffer.ptr, buffer.nbytes)
     if len(set(counts) & set(nodes)) < 2:
         try:
-            _memory_failure(f"NUMA interleave policy did not spread the pinned table across the memory nodes "
+            fail(f"NUMA interleave policy did not spread the pinned table across the memory nodes "
                             f"{nodes}; pages per node {counts}.")
         except BaseException:
             buffer.release()

@@ -1,34 +1,10 @@
 """A module drop-in for vLLM's ``vllm.utils.numa_utils``, bound in-process by numabind.
 
-Every function of vLLM's module that vLLM itself imports, or that its tests
-patch, is here with vLLM's signature and return type: the numactl option
-strings (``"--cpunodebind=1 --membind=1"``) come out exactly as vLLM computes
-them from the same ``parallel_config`` fields, and the exceptions are vLLM's
-types (:class:`RuntimeError` when no node can be detected, :class:`ValueError`
-for lists that are too short, through numabind's subclasses of both). What
-differs is how a child gets its binding:
-
-* no ``numactl`` binary is needed: the option string is resolved into a
-  :class:`numabind.Plan` against this machine (``all``, ``!list`` and
-  ``+list`` as numactl reads them) and children started inside
-  :func:`configure_subprocess` are bound at birth by
-  :func:`numabind.configure_subprocess` — with the ``spawn``, ``forkserver``
-  and ``fork`` start methods (vLLM binds only spawned ones; this is said once
-  at INFO). The block also sets vLLM's two wrapper variables, and vLLM's own
-  pattern (:func:`_set_numa_wrapper_env` + :func:`_mp_set_executable` with
-  :func:`_get_numactl_executable`) starts spawned children bound through
-  numabind's environment-driven wrapper;
-* the probe before the start runs ``numactl ARGS true`` through this
-  module's ``subprocess`` when numactl is on PATH (as vLLM), else is made
-  in-process (:func:`_probe_numactl_args`): a binding that is refused loses its
-  memory policy, then its CPU binding, in ONE WARNING with the cause and the
-  ``--cap-add SYS_NICE`` hint;
-* the machine is discovered once per process (:mod:`numabind.compat`);
-* the log records go through ``logging.getLogger("vllm.utils.numa_utils")``, a
-  child of the ``vllm`` logger that vLLM configures, and numabind's own
-  warnings about a child's binding are forwarded to it.
-
-vLLM is never imported: only attributes of the config objects are read.
+Every function of vLLM's module that vLLM itself imports, or that its tests patch, is here with vLLM's
+signature, return type and exceptions; the numactl option strings come out exactly as vLLM computes them.
+Children are bound at birth by numabind instead of numactl: :doc:`/howto/compat` says what is kept and what
+differs. vLLM is never imported: only attributes of the config objects are read. The PCT gate is a part
+beside this module (``_vllm_pct.py``), re-exported here under vLLM's names.
 """
 
 from __future__ import annotations
@@ -41,34 +17,41 @@ import logging
 import multiprocessing
 import multiprocessing.spawn
 import os
-import re
-import shutil
+import shutil  # noqa: F401 - vLLM's tests patch numa_utils.shutil.which (the probe's)
 import subprocess
 import threading
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, NamedTuple
+from pathlib import Path  # noqa: F401 - vLLM's tests patch Path.read_text through numa_utils.Path
+from typing import Any
 
 from ..auto import auto_plan_available
-from ..cpulist import format_cpulist, parse_cpulist
+from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
-from ..strategies import PCT_SKUS, pct_config, pct_priority_cpus
 from . import (
-    REFRESH_HOOKS,
     WRAPPER_ARGS_ENV,
     WRAPPER_PYTHON_ENV,
     NumaBindingUnavailable,
     bind_children,
+    cannot_apply,
     current_topology,
-    numactl_probe,
-    on_live_machine,
+    mem_policy,
     open_libnuma,
     plan_from_numactl_args,
-    probe_plan,
     refresh_topology,
+    strip_memory_args,
     wrapper_environment,
     wrapper_executable,
+)
+from ._vllm_pct import (  # noqa: F401 - the PCT gate under vLLM's names (its tests read and clear them here)
+    NODE_CPULIST_PATH as _NODE_CPULIST_PATH,
+    PCT_CAPABLE_SKUS as _PCT_CAPABLE_SKUS,
+    PCT_HIGHEST_PERF_PATH as _PCT_HIGHEST_PERF_PATH,
+    PROC_CPUINFO_PATH as _PROC_CPUINFO_PATH,
+    PctSku as _PctSku,
+    maybe_get_pct_cpu_binding as _maybe_get_pct_cpu_binding,
+    pct_sku_config as _pct_sku_config,
+    pct_sku_from_cpuinfo as _pct_sku_from_cpuinfo,
 )
 
 #: vLLM's module has psutil as an attribute (its tests patch through it); nothing here reads through it.
@@ -98,20 +81,8 @@ logger = logging.getLogger("vllm.utils.numa_utils")
 #: wrapper (:func:`_get_numactl_executable`) reads the same ones.
 _NUMACTL_ARGS_ENV = WRAPPER_ARGS_ENV
 _NUMACTL_PYTHON_EXECUTABLE_ENV = WRAPPER_PYTHON_ENV
-#: The files behind the PCT gate, read with ``open()`` on the live machine (vLLM's seams); under
-#: ``NUMABIND_FSROOT`` or a pinned topology numabind's discovery answers instead.
-_PCT_HIGHEST_PERF_PATH = "/sys/devices/system/cpu/cpu0/acpi_cppc/highest_perf"
-_PROC_CPUINFO_PATH = "/proc/cpuinfo"
-
-#: Memory-policy modes as the kernel numbers them (``get_mempolicy``'s ``mode``).
-_MPOL_DEFAULT = 0
-_MPOL_MODES = {"default": 0, "preferred": 1, "bind": 2, "interleave": 3, "local": 4,
-               "preferred-many": 5, "weighted-interleave": 6}
-_MEMORY_FLAGS = ("--membind=", "--preferred=", "--preferred-many=", "--interleave=")
 #: vLLM's worker start method when VLLM_WORKER_MULTIPROC_METHOD is unset.
 _VLLM_DEFAULT_METHOD = "fork"
-#: The node directories vLLM reads CPU lists from (``Path.read_text``, its seam for the PCT filter).
-_NODE_CPULIST_PATH = "/sys/devices/system/node/node{}/cpulist"
 
 
 class _Envs:
@@ -129,20 +100,6 @@ class _Envs:
 envs: Any = _Envs()
 
 
-class _PctSku(NamedTuple):
-    """A PCT-capable SKU under vLLM's field names (numabind's :class:`~numabind.strategies.PctSku`
-    calls ``priority_stride`` ``stride``)."""
-
-    highest_perf: int
-    priority_stride: int
-
-
-#: vLLM's name for the SKU table, built from numabind's :data:`~numabind.strategies.PCT_SKUS`.
-_PCT_CAPABLE_SKUS: dict[str, _PctSku] = {
-    name: _PctSku(highest_perf=sku.highest_perf, priority_stride=sku.stride) for name, sku in PCT_SKUS.items()
-}
-
-
 # ----------------------------------------------------------------------------- libnuma and the memory policy
 @functools.cache
 def get_libnuma() -> ctypes.CDLL | None:
@@ -156,14 +113,10 @@ def get_libnuma() -> ctypes.CDLL | None:
 
 def _get_mempolicy() -> int | None:
     """The calling thread's memory-policy mode as the kernel numbers it, or None when unreadable."""
-    from ..verify import current_binding
+    from ..backends import MPOL_MODES   # the kernel's numbers, read where numabind reads them
 
-    try:
-        policy = current_binding().mem_policy
-    except Exception as e:  # noqa: BLE001 - no usable backend, or the kernel refused the read
-        logger.debug("the memory policy cannot be read: %s", e)
-        return None
-    return None if policy is None else _MPOL_MODES.get(policy)
+    policy = mem_policy(logger)
+    return None if policy is None else MPOL_MODES.get(policy)
 
 
 def _can_set_mempolicy() -> bool:
@@ -208,100 +161,6 @@ def get_auto_numa_nodes() -> list[int] | None:
     nodes = [g.numa_node for g in sorted(current_topology().gpus, key=lambda g: g.index)]
     logger.info("NUMA nodes of the visible GPUs, detected: %s", nodes)
     return nodes
-
-
-# ----------------------------------------------------------------------------- Priority Core Turbo
-def _sku_named_in(model: str) -> _PctSku | None:
-    for name, sku in _PCT_CAPABLE_SKUS.items():
-        if re.search(rf"(?<![0-9A-Za-z]){re.escape(name)}(?![0-9A-Za-z])", model):
-            return sku
-    return None
-
-
-def _pct_sku_from_cpuinfo() -> _PctSku | None:
-    """The PCT entry whose SKU the CPU model name names (the first gate only), or None.
-
-    On the live machine ``_PROC_CPUINFO_PATH`` is read with ``open()``; else the
-    discovered model name is used.
-    """
-    if not on_live_machine():
-        model = current_topology().model_name or ""
-        return _sku_named_in(model)
-    try:
-        with open(_PROC_CPUINFO_PATH) as f:
-            for line in f:
-                if line.lstrip().lower().startswith("model name"):
-                    found = _sku_named_in(line)
-                    if found is not None:
-                        return found
-    except OSError as e:
-        logger.debug("PCT: %s cannot be read: %s", _PROC_CPUINFO_PATH, e)
-    return None
-
-
-@functools.cache
-def _pct_sku_config() -> _PctSku | None:
-    """The PCT entry of this machine when its CPU model and cpu0's CPPC ``highest_perf`` both match one."""
-    if not on_live_machine():
-        sku, why = pct_config(current_topology())
-        logger.debug("PCT: %s", why)
-        return None if sku is None else _PctSku(sku.highest_perf, sku.stride)
-    found = _pct_sku_from_cpuinfo()
-    if found is None:
-        logger.debug("PCT: the CPU model is not a known PCT-capable SKU")
-        return None
-    try:
-        with open(_PCT_HIGHEST_PERF_PATH) as f:
-            actual = int(f.read().strip())
-    except (OSError, ValueError) as e:
-        logger.debug("PCT: %s cannot be read: %s", _PCT_HIGHEST_PERF_PATH, e)
-        return None
-    if actual != found.highest_perf:
-        logger.debug("PCT: highest_perf is %d, not the SKU's %d (PCT off)", actual, found.highest_perf)
-        return None
-    return found
-
-
-REFRESH_HOOKS.append(_pct_sku_config.cache_clear)
-
-
-def _node_priority_cpus(node: int, stride: int) -> set[int]:
-    """The CPUs of ``node`` with ``cpu % stride in (0, 1)``, read from sysfs (``Path.read_text``).
-
-    A process whose CPUs are constrained (its allowed CPUs are not all online
-    CPUs) keeps only the ones it may use.
-    """
-    path = Path(_NODE_CPULIST_PATH.format(node))
-    try:
-        cpus = parse_cpulist(path.read_text().strip())
-    except (OSError, ValueError, PlanError) as e:
-        logger.debug("PCT: the CPUs of NUMA node %d cannot be read from %s: %s", node, path, e)
-        return set()
-    topology = current_topology()
-    out = {c for c in cpus if c % stride in (0, 1)}
-    if topology.allowed_cpus != topology.online_cpus:
-        out &= topology.allowed_cpus
-    return out
-
-
-def _maybe_get_pct_cpu_binding(numa_nodes: list[int]) -> list[int] | None:
-    """The PCT priority CPUs of ``numa_nodes`` (those this process may use), sorted, or None."""
-    sku = _pct_sku_config()
-    if sku is None:
-        return None
-    union: set[int] = set()
-    for node in numa_nodes:
-        if on_live_machine():
-            cpus = _node_priority_cpus(node, sku.priority_stride)
-        else:
-            found, _ = pct_priority_cpus(current_topology(), [node])
-            cpus = set(found or ())
-        if not cpus:
-            continue
-        union |= cpus
-        logger.info("Priority Core Turbo (CPU stride %d): priority CPUs of NUMA node %d are %s",
-                    sku.priority_stride, node, ",".join(map(str, sorted(cpus))))
-    return sorted(union) or None
 
 
 # ----------------------------------------------------------------------------- GPU index and nodes
@@ -444,30 +303,10 @@ def _get_numactl_args(vllm_config: Any, local_rank: int, dp_local_rank: int | No
     raise PlanError(f"Unknown process_kind {process_kind!r}; expected 'worker' or 'EngineCore'.")
 
 
-def _cannot_apply(numactl_args: str) -> str | None:
-    """None when ``numactl_args`` can be applied in this process, else why not.
-
-    On the live machine with numactl on PATH, ``numactl ARGS true`` is run in a
-    child (through this module's ``subprocess``, as vLLM probes); otherwise the
-    plan is checked against the machine and tried in a short-lived thread.
-    """
-    if not numactl_args:
-        return None
-    probed = numactl_probe(numactl_args)
-    if probed is not None:
-        ok, err = probed
-        return None if ok else (err or "numactl refused it")
-    topology = current_topology()
-    try:
-        plan = plan_from_numactl_args(numactl_args, topology)
-    except PlanError as e:
-        return str(e)
-    return probe_plan(plan, topology)
-
-
 def _probe_numactl_args(numactl_args: str) -> bool:
-    """Whether ``numactl_args`` can be applied in this process (see :func:`_cannot_apply`)."""
-    problem = _cannot_apply(numactl_args)
+    """Whether ``numactl_args`` can be applied in this process (:func:`numabind.compat.cannot_apply`:
+    ``numactl ARGS true`` through this module's ``subprocess`` where vLLM would run it, else in-process)."""
+    problem = cannot_apply(numactl_args)
     if problem is not None:
         logger.debug("NUMA binding %r cannot be applied here: %s", numactl_args, problem)
     return problem is None
@@ -481,12 +320,12 @@ def _resolve_numactl_args(numactl_args: str) -> str:
     several nodes whose memory policy is refused keeps its CPUs and loses the
     policy rather than having it narrowed onto one node.
     """
-    first = _cannot_apply(numactl_args)
+    first = cannot_apply(numactl_args)
     if first is None:
         return numactl_args
-    cpu_only = " ".join(t for t in numactl_args.split() if not t.startswith(_MEMORY_FLAGS))
+    cpu_only = strip_memory_args(numactl_args)
     chosen = ""
-    if cpu_only and cpu_only != numactl_args and _cannot_apply(cpu_only) is None:
+    if cpu_only and cpu_only != numactl_args and cannot_apply(cpu_only) is None:
         chosen = cpu_only
     logger.warning("numactl options %r cannot be applied in this process (%s); falling back to %s. "
                    "In a container, add --cap-add SYS_NICE for full NUMA binding.",

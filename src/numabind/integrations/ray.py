@@ -1,56 +1,15 @@
 """Ray: every worker bound to the NUMA node of the GPUs Ray assigned it (``pip install numabind[ray]``).
 
-Two ways, usable together::
+Two ways, usable together: :func:`runtime_env` (its ``worker_process_setup_hook`` is :func:`setup_hook`)
+binds every worker of a job, and :func:`bind_actor` gives an actor class its own plan, bound in its
+``__init__``. ``docs/howto/ray.rst`` says how each follows Ray's GPU assignments and how plans are made.
 
-    import ray
-    from numabind.integrations import ray as numa_ray
-
-    # 1. every worker of the job, through the runtime environment
-    ray.init(runtime_env=numa_ray.runtime_env(mode="node", policy="bind"))
-    #    (the same as {"worker_process_setup_hook": "numabind.integrations.ray.setup_hook"})
-
-    # 2. one plan per actor class
-    @ray.remote(num_gpus=1)
-    @numa_ray.bind_actor(mode="exclusive")
-    class Trainer: ...
-
-Ray starts a worker process before it knows which task or actor the worker
-will run, and sets ``CUDA_VISIBLE_DEVICES`` to the assigned GPUs
-(``ray.get_gpu_ids()``) only when a task or an actor is scheduled on it. So
-:func:`setup_hook` (run once at worker start) wraps the function Ray calls at
-that moment, ``ray._private.utils.set_visible_accelerator_ids`` (Ray 2.x): after
-Ray sets the devices, the worker is bound to their node(s); a later task with
-other GPUs rebinds it, one with none puts back the binding the worker was born
-with. A Ray without that function gets a WARNING (and :func:`bind_actor`
-still binds actors). :func:`bind_actor` binds in the actor's ``__init__``, when
-its GPUs are known.
-
-Which Ray hooks numabind depends on: two public ones, the ``worker_process_setup_hook``
-field of a runtime environment (``ray.runtime_env.RuntimeEnv``) and ``ray.get_gpu_ids()``
-(the same ids as ``ray.get_runtime_context().get_accelerator_ids()["GPU"]``), and one
-private one, ``ray._private.utils.set_visible_accelerator_ids``. Ray (checked up to 2.60)
-has no public callback for "this worker was just given these accelerators": the setup hook
-runs once, before any assignment, and the runtime context can only be asked. So the hook
-still wraps the private function, and :func:`bind_actor` (public hooks only) is the way that
-does not depend on it.
-
-Under ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` (``1`` or ``true``, as Ray reads it;
-RL stacks such as NeMo-RL set it) Ray leaves ``CUDA_VISIBLE_DEVICES`` as the worker was
-started with, so every GPU of the node stays visible and the ids of ``ray.get_gpu_ids()``
-are physical: entries of the node's ``CUDA_VISIBLE_DEVICES`` when Ray was started with one
-(indices or UUIDs), else the driver's device numbers. Each is matched to the visible GPU with
-that physical index (:attr:`numabind.topology.Gpu.physical_index`) or UUID; an id that
-matches none is a PlanError naming the visible GPUs.
-
-Plans come from :func:`numabind.rank.plan_owned_gpus`: a worker owns the GPUs
-Ray gave it, so ``exclusive`` shares a node among the machine's GPUs on it;
-several GPUs get the union of their CPUs; a GPU with no NUMA node leaves the
-worker unbound with a WARNING (strict: an error). The rule for the CPUs the
-worker was started with is the ranks' (:func:`numabind.rank.rank_limit`): the
-cpuset is the limit and the plan replaces that affinity, as numactl does;
-``within_affinity=True`` (:func:`runtime_env`, :func:`bind_actor`,
-:func:`plan_for_worker`) keeps the worker inside it. Ray is imported only when
-a function here runs, never by ``import numabind``.
+The Ray hooks numabind depends on: two public ones, the ``worker_process_setup_hook`` field of a runtime
+environment and ``ray.get_gpu_ids()``, and one private one, ``ray._private.utils.set_visible_accelerator_ids``,
+which :func:`setup_hook` wraps because Ray (checked up to 2.60) has no public callback for "this worker was
+just given these accelerators"; :func:`bind_actor` uses the public hooks only. Under ``NOSET_VAR``
+(``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES``) Ray's GPU ids are physical (:func:`physical_gpus`). Ray is
+imported only when a function here runs, never by ``import numabind``.
 """
 
 from __future__ import annotations
@@ -239,8 +198,8 @@ class _WorkerBinder:
             except (NumabindError, OSError) as exc:
                 if self.strict:
                     raise
-                what = f"with GPU ids {','.join(ids)} left unbound" if ids else \
-                    "with no GPU now: its birth binding could not be put back"
+                what = (f"with GPU ids {','.join(ids)} left unbound" if ids
+                        else "with no GPU now: its birth binding could not be put back")
                 log.warning("Ray worker %d %s: %s", os.getpid(), what, exc)
                 self.report = None
             self.bound = ids or None

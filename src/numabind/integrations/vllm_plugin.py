@@ -36,9 +36,14 @@ log = logging.getLogger(__name__)
 
 
 def _own_names(compat: ModuleType) -> dict[str, object]:
-    """The functions and classes ``compat`` defines itself (not those it imports)."""
-    return {name: value for name, value in vars(compat).items()
-            if not name.startswith("__") and callable(value) and getattr(value, "__module__", None) == compat.__name__}
+    """The functions and classes ``compat`` defines, itself or in its parts beside it (``_vllm_*.py``), not
+    those it imports from the rest of numabind."""
+    package, _, name = compat.__name__.rpartition(".")
+    parts = f"{package}._{name}_"
+    return {key: value for key, value in vars(compat).items()
+            if not key.startswith("__") and callable(value)
+            and (getattr(value, "__module__", None) == compat.__name__
+                 or str(getattr(value, "__module__", "")).startswith(parts))}
 
 
 def _adopt(old: ModuleType, compat: ModuleType) -> list[str]:
