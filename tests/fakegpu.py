@@ -26,7 +26,10 @@ import os
 import shutil
 import types
 
+from numabind._fs import FsReader
+from numabind._util import FrozenMap
 from numabind.cpulist import parse_cpulist
+from numabind.topology import Node
 
 VENDOR_IDS = {"nvidia": 0x10DE, "amd": 0x1002, "intel": 0x8086}
 DEFAULT_DEVICE = {"nvidia": 0x2330, "amd": 0x74A1, "intel": 0x0BD5}
@@ -213,6 +216,22 @@ def eight_gpu_box(root, vendor: str) -> list[str]:
         add_kfd_cpu_node(root, 1)
         add_dev_node(root, "kfd")
     return list(BOX_ADDRS)
+
+
+#: The box's NUMA nodes as discovery makes them (64 GiB each, distances 10 and 21), for :func:`box_gpus`.
+BOX_NODES = FrozenMap({
+    n: Node(id=n, cpus=parse_cpulist(BOX_CPUS[n]), memory_bytes=64 << 30,
+            distances=FrozenMap({m: 10 if m == n else 21 for m in BOX_CPUS}))
+    for n in BOX_CPUS
+})
+
+
+def box_gpus(root, env=None, **kw):
+    """The GPUs discovery finds under ``root`` (an :func:`eight_gpu_box`, or a :func:`container` of one) on
+    :data:`BOX_NODES`, with the visibility variables of ``env`` (none by default)."""
+    from numabind.devices import discover_gpus
+
+    return discover_gpus(FsReader(root), BOX_NODES, env={} if env is None else env, **kw)
 
 
 def container(root, vendor: str, expose, *, style: str = "legacy") -> dict[str, str]:

@@ -44,6 +44,7 @@ from tests.fake.machines import (
     two_sockets,
 )
 from tests.fake.masks import CGROUP, CPU, GIB_KB, NODE, format_mask, kernel_mask
+from tests.fake.procfs import fake_numa_process, fake_procfs
 
 __all__ = [
     "FakeMachine",
@@ -54,6 +55,8 @@ __all__ = [
     "fake_machine",
     "format_mask",
     "kernel_mask",
+    "fake_procfs",
+    "fake_numa_process",
     "CGROUP",
     "CPU",
     "NODE",

@@ -1,7 +1,8 @@
 """Helpers shared by the tests that touch the real kernel of this host (test_bind, test_backends,
 test_native, test_process, test_cli, ...): independent readers of what the kernel holds, threads
-parked for a test, children run with the checkout's numabind, a seccomp filter, and what the autouse
-fixture ``restore_process`` of tests/conftest.py (every test's) uses to put the process's binding back.
+parked for a test (:class:`Parked`) or started during one (:class:`Spawner`), children run with the
+checkout's numabind, a seccomp filter, and what the autouse fixture ``restore_process`` of
+tests/conftest.py (every test's) uses to put the process's binding back.
 
 Nothing here assumes this host's CPU ids or node count: ``CPU_A``/``CPU_B`` are two CPUs this
 process may use (the same one on a one-CPU machine), ``MEM_NODE`` a node with memory, and
@@ -55,15 +56,8 @@ def status_cpus(tid: int | None = None) -> frozenset[int]:
 
 def raw_mempolicy() -> tuple[int, frozenset[int]]:
     """(mode number, nodes) of the calling thread from the raw get_mempolicy syscall."""
-    from numabind import _native
-
-    ffi, lib = _native.ffi, _native.lib
-    mode = ffi.new("int *")
-    mask = ffi.new("unsigned long[]", 16)
-    rc = lib.nb_sys_get_mempolicy(mode, mask, 16 * 64, ffi.NULL, 0)
-    assert rc == 0, f"get_mempolicy returned {rc}"
-    nodes = frozenset(w * 64 + b for w in range(16) for b in range(64) if mask[w] >> b & 1)
-    return mode[0] & 0xFF, nodes
+    word, nodes = raw_word()
+    return word & 0xFF, nodes
 
 
 def raw_word() -> tuple[int, frozenset[int]]:
@@ -200,6 +194,41 @@ class Parked:
         deadline = time.monotonic() + 10
         while set(self.tids) & {int(t) for t in os.listdir("/proc/self/task")} and time.monotonic() < deadline:
             time.sleep(0.001)
+
+
+class Spawner:
+    """``parked`` idle threads, then one thread (started last, so walked last) that keeps starting threads which
+    park until released, ``cap`` at most, until stopped."""
+
+    def __init__(self, parked: int = 48, cap: int = 400) -> None:
+        self.release = threading.Event()
+        self.stop = threading.Event()
+        self.started = threading.Event()
+        self.cap = cap
+        self.children: list[threading.Thread] = []
+        self.parked = [threading.Thread(target=self.release.wait, daemon=True) for _ in range(parked)]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set() and len(self.children) < self.cap:
+            t = threading.Thread(target=self.release.wait, daemon=True)
+            t.start()
+            self.children.append(t)
+            self.started.set()
+
+    def __enter__(self) -> Spawner:
+        for t in self.parked:
+            t.start()
+        self.thread.start()
+        assert self.started.wait(timeout=30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+        self.release.set()
+        for t in (*self.parked, *self.children):
+            t.join(timeout=30)
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -374,10 +403,10 @@ sys.meta_path.insert(0, _NoNative())
 '''
 
 
-def process_node_pages() -> dict[int, int]:
-    """Pages per node over every mapping of this process (the sum of its numa_maps lines), read here."""
+def process_node_pages(pid: int | str = "self") -> dict[int, int]:
+    """Pages per node over every mapping of process ``pid`` (the sum of its numa_maps lines), read here."""
     total: collections.Counter = collections.Counter()
-    with open("/proc/self/numa_maps") as f:
+    with open(f"/proc/{pid}/numa_maps") as f:
         for line in f:
             for m in re.finditer(r"\bN(\d+)=(\d+)", line):
                 total[int(m[1])] += int(m[2])

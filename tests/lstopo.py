@@ -3,8 +3,9 @@
 :func:`lstopo_view` runs ``lstopo-no-graphics --input ROOT --disallowed --of xml -``
 (Debian package ``hwloc-nox``) and reduces the XML to what numabind also
 reports; :func:`differences` lists where a :class:`numabind.topology.Topology`
-disagrees with it. hwloc reads only the files a kernel writes, so the two
-agree on every machine unless numabind misreads one.
+disagrees with it (:func:`cluster_differences`: about its clusters larger than a
+core). hwloc reads only the files a kernel writes, so the two agree on every
+machine unless numabind misreads one.
 
 The environment of lstopo is pinned so that its view is the kernel's:
 ``HWLOC_USE_NUMA_DISTANCES=1`` keeps the distance matrix but does not move
@@ -21,7 +22,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-__all__ = ["LSTOPO", "HwlocView", "lstopo_view", "differences", "hwloc_bitmap"]
+__all__ = ["LSTOPO", "HwlocView", "lstopo_view", "differences", "cluster_differences", "hwloc_bitmap"]
 
 LSTOPO = shutil.which("lstopo-no-graphics") or shutil.which("lstopo")
 
@@ -157,6 +158,29 @@ def differences(topo, view: HwlocView, *, distances: bool = True, allowed: bool 
           view.caches)
     check("L3 groups", {c.cpus for c in topo.caches if c.level == 3},
           {cpus for level, _t, cpus in view.caches if level == 3})
+    return out
+
+
+def cluster_differences(topo, view: HwlocView) -> list[str]:
+    """Where ``topo``'s clusters larger than a core disagree with hwloc's Cluster groups (made from
+    ``cluster_cpus``, numbered by ``cluster_id``). hwloc keeps no group with the CPUs of another object
+    (a cache, a package, a node), so a cluster of ours hwloc lacks must have such CPUs."""
+    from numabind.cpulist import format_cpulist
+
+    tree = ET.fromstring(view.xml)
+    theirs = set()
+    others = set()
+    for obj in tree.iter("object"):
+        cpus = hwloc_bitmap(obj.get("cpuset"))
+        if obj.get("type") == "Group" and obj.get("subtype") == "Cluster":
+            theirs.add((int(obj.get("os_index", "-1")), cpus))
+        elif obj.get("type") not in ("PU", "Core"):
+            others.add(cpus)
+    ours = {(topo.cpus[min(g)].cluster, g) for g in topo.cluster_groups()}
+    out = [f"hwloc cluster {i} {format_cpulist(c)} is not one of numabind's" for i, c in sorted(
+        theirs - ours, key=lambda x: min(x[1]))]
+    out += [f"numabind cluster {i} {format_cpulist(c)} is neither hwloc's nor another object's CPUs"
+            for i, c in sorted(ours - theirs, key=lambda x: min(x[1])) if c not in others]
     return out
 
 

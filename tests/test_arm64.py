@@ -35,18 +35,12 @@ from .fakesys import (
     one_node,
     two_sockets,
 )
-from .kernel import GPU_ENV
-from .lstopo import LSTOPO, lstopo_view
-from .test_hwloc_oracle import cluster_differences
+from .lstopo import LSTOPO, cluster_differences, lstopo_view
+
+pytestmark = pytest.mark.usefixtures("no_gpu_env")
 
 L = parse_cpulist
 GRACE = "ARM Neoverse V2 (NVIDIA Grace, AWS Graviton4)"
-
-
-@pytest.fixture(autouse=True)
-def no_gpu_env(monkeypatch):
-    for var in GPU_ENV:
-        monkeypatch.delenv(var, raising=False)
 
 
 def gb200(root, **kwargs):

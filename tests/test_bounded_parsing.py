@@ -2,8 +2,8 @@
 
 Texts here may come from another user's process (the exec marker ``numabind stat`` reads), so the
 work a parser does must be linear in the text and what it builds capped. Work is counted, not
-timed: a :class:`Budget` counts the Python lines run in numabind's value modules (``cpulist``,
-``plan``) and stops the parse with :class:`OverBudget` as soon as it is spent, so a parser that
+timed: a :class:`Budget` (tests/helpers.py) counts the Python lines run in numabind's value modules
+(``cpulist``, ``plan``) and stops the parse with :class:`OverBudget` as soon as it is spent, so a parser that
 loops once per id of ``0-65535:1/1`` fails fast instead of running for a long time. Work done in C
 on objects already built (a ``set.update(range(...))``) is bounded separately: what is built is
 counted by wrapping ``range`` in :mod:`numabind.cpulist`, and has to stay under the caps.
@@ -19,45 +19,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from numabind import cpulist, plan
+from numabind import cpulist
 from numabind.cpulist import MAX_ID, MAX_LIST_TEXT, MAX_LISTED, parse_cpulist, parse_mask
 from numabind.errors import PlanError
 from numabind.plan import Plan, parse_weights
+from tests.helpers import ONCE, PER_CHAR, Budget, OverBudget
 from tests.kernel import ROOT, child_env
-
-#: Python lines a parser may run per character of its text, and once per call: generous for
-#: numabind's own parsers (a few lines per character of a group), far below one line per id.
-PER_CHAR, ONCE = 25, 400
-_WATCHED = frozenset({cpulist.__file__, plan.__file__})
-
-
-class OverBudget(BaseException):
-    """Raised inside the parser when its budget is spent (a BaseException: no parser catches it)."""
-
-
-class Budget:
-    """Counts line events in numabind.cpulist and numabind.plan while active; raises OverBudget past ``limit``."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.lines = limit, 0
-
-    def _local(self, frame: types.FrameType, event: str, arg: object) -> object:
-        if event == "line":
-            self.lines += 1
-            if self.lines > self.limit:
-                raise OverBudget(f"more than {self.limit} lines run")
-        return self._local
-
-    def _global(self, frame: types.FrameType, event: str, arg: object) -> object:
-        return self._local if frame.f_code.co_filename in _WATCHED else None
-
-    def __enter__(self) -> Budget:
-        self._old = sys.gettrace()
-        sys.settrace(self._global)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        sys.settrace(self._old)
 
 
 def budget_for(text: str) -> Budget:

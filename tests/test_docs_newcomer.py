@@ -90,18 +90,18 @@ def test_every_howto_says_how_to_build_and_install_the_wheel(path: Path):
 
 def test_no_extra_re_resolves_a_framework():
     """Installing numabind (any extra) into a vLLM or Ray image must never re-resolve vLLM, Ray or torch."""
-    from tests.test_packaging import _names, _toml
+    from tests.helpers import read_toml, requirement_names
 
-    project = _toml(ROOT / "pyproject.toml")["project"]
+    project = read_toml(ROOT / "pyproject.toml")["project"]
     extras = project["optional-dependencies"]
     frameworks = {"vllm", "ray", "torch", "sglang", "tensorrt-llm"}
     for name, requirements in extras.items():
-        assert not _names(requirements) & frameworks, (name, requirements)
-    assert not _names(project["dependencies"]) & frameworks
+        assert not requirement_names(requirements) & frameworks, (name, requirements)
+    assert not requirement_names(project["dependencies"]) & frameworks
     assert extras["vllm"] == [] and extras["ray"] == []   # kept: old requirement lines still install
     assert project["entry-points"]["vllm.general_plugins"] == {
         "numabind": "numabind.integrations.vllm_plugin:register"}
-    assert _names(extras["completion"]) == {"shtab"}
+    assert requirement_names(extras["completion"]) == {"shtab"}
 
 
 # --------------------------------------------------------------------------- the DGX-2 example
@@ -300,18 +300,18 @@ def test_the_typed_examples_are_the_ones_newcomers_copy():
 
 
 def test_the_docs_python_examples_type_check_under_mypy_strict(tmp_path: Path):
-    from tests.test_types import _mypy
+    from tests.helpers import mypy_strict
 
-    proc = _mypy(tmp_path, "docs_examples.py", _checked_source())
+    proc = mypy_strict(tmp_path, "docs_examples.py", _checked_source())
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 def test_the_docs_python_examples_type_check_under_pyright(tmp_path: Path):
-    from tests.test_types import _pyright
+    from tests.helpers import pyright_strict
 
     # fragments of prose: an example may show a value without using it; every type rule stays strict
     quiet = "# pyright: reportUnusedImport=false, reportUnusedVariable=false, reportUnusedExpression=false\n"
-    proc = _pyright(tmp_path, "docs_examples.py", quiet + _checked_source())
+    proc = pyright_strict(tmp_path, "docs_examples.py", quiet + _checked_source())
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 

@@ -31,9 +31,8 @@ from numabind.nodestat import system_memory
 from numabind.plan import Plan, parse_weights
 
 from .fakegpu import BOX_ADDRS, BOX_CPUS, add_nvidia_gpu, box_node, eight_gpu_box
-from .fakesys import NODE, FakeMachine, two_sockets
+from .fakesys import NODE, FakeMachine, fake_procfs, two_sockets
 from .kernel import numabind_cli
-from .test_proc_psutil import fake_procfs
 
 #: C0 and C1 controls, a bidi override, a NEL (a line break to str.splitlines) and an escape sequence.
 #: What an error about a numactl list offers (numabind.cpulist.NUMACTL_FORMS).
@@ -134,11 +133,12 @@ def test_weights_errors_quote_an_excerpt():
 
 
 def test_an_hwloc_bitmap_error_quotes_an_excerpt(tmp_path):
-    from .test_hwloc_xml import SYNTHETIC_MEMATTRS, _machine
+    from .hwloc_corpus import SYNTHETIC_MEMATTRS, machine_xml
 
     bad = "0x" + "q" * 300
     path = tmp_path / "m.xml"
-    path.write_text(_machine(SYNTHETIC_MEMATTRS.replace('initiator_cpuset="0x0000000f"', f'initiator_cpuset="{bad}"')))
+    path.write_text(machine_xml(SYNTHETIC_MEMATTRS.replace('initiator_cpuset="0x0000000f"',
+                                                           f'initiator_cpuset="{bad}"')))
     from numabind.topology import discover
 
     with pytest.raises(NumabindError) as err:

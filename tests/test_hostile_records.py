@@ -23,9 +23,9 @@ import pytest
 from numabind import _proc
 from numabind._base import printable
 from numabind.plan import Plan
+from tests.helpers import MOVE
 from tests.hostile import neighbour, shared_dirs  # noqa: F401 - fixtures
 from tests.kernel import ROOT, child_env, numabind_cli
-from tests.test_records_hostile import MOVE
 
 pytestmark = pytest.mark.kernel
 

@@ -8,6 +8,8 @@ import that runs up the floors and on an import of a ``_private`` name another m
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,9 @@ ROOT = Path(numabind.__file__).resolve().parent
 # Bottom to top. A module of a package not listed by name sits on its package's floor. The top-level
 # ``numabind/__init__`` re-exports the public API and sits above everything.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("values", ("_version", "errors", "_util", "_base", "types", "cpulist", "plan", "_native")),
-    ("readers", ("_fs", "_dump", "_cgroup", "_hwloc_xml")),
-    ("the machine", ("_nvml", "devices", "iodevices", "topology", "live", "_proc", "nodestat")),
+    ("values", ("_version", "_vendors", "_numactl", "errors", "_util", "_base", "types", "cpulist", "plan", "_native")),
+    ("readers", ("_fs", "_dump", "_cgroup", "_hwloc_xml", "_facts")),
+    ("the machine", ("devices", "iodevices", "topology", "live", "_proc", "nodestat")),
     ("planning", ("strategies", "rank")),
     ("the kernel door", ("backends",)),
     ("apply / verify", ("records", "residency", "weights", "_transaction", "bind", "verify", "auto", "memory", "relocate",
@@ -226,20 +228,46 @@ def test_the_checks_catch_what_they_forbid(monkeypatch):
 # --------------------------------------------------------------------------- speed idioms only on the run path
 #: A start-up path no subprocess here measures: Python's ``site`` imports this file in every interpreter that
 #: ``numabind instrument`` starts, before the program runs (it keeps ``typing`` off that start).
-EVERY_INTERPRETER = {"numabind.compat.bootstrap.sitecustomize"}
+EVERY_INTERPRETER = frozenset({"numabind.compat.bootstrap.sitecustomize"})
+#: The run path (STYLE.md "Speed where it pays", issue 43), listed: what ``numabind run``'s fast path, ``bind_current``
+#: with each backend and a child bound at birth load (``test_the_run_path_is_what_it_loads`` measures it), and
+#: :data:`EVERY_INTERPRETER`. These modules keep the start-up idioms; every other module is plain Python. The looks
+#: and ``numabind move`` are not the run path.
+RUN_PATH = frozenset({
+    "numabind", "numabind.cli", "numabind._version", "numabind._base", "numabind._numactl", "numabind.errors",
+    "numabind.cpulist", "numabind.plan", "numabind._native", "numabind.live", "numabind._fs", "numabind._cgroup",
+    "numabind._proc", "numabind.backends", "numabind.backends.base", "numabind.backends.native",
+    "numabind.backends.libnuma", "numabind.backends.syscall", "numabind.backends.numactl", "numabind.backends.none",
+    "numabind.bind", "numabind.records", "numabind.verify", "numabind.process", "numabind.process.commands",
+    "numabind.process.hooks", "numabind.process.payload", "numabind.process.pools", "numabind.process.reports",
+}) | EVERY_INTERPRETER
+
+
+def continuation_backslashes(module: str) -> list[str]:
+    """Where ``module`` continues a line with a backslash (PEP 8, issue 43: parentheses, never backslashes)."""
+    text = MODULES[module].read_text()
+    strings = {tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    inside = set()      # lines a string runs on past, and comments: a backslash there is not a continuation
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type in strings and tok.end[0] > tok.start[0]:
+            inside.update(range(tok.start[0], tok.end[0]))
+        elif tok.type == tokenize.COMMENT:
+            inside.add(tok.start[0])
+    return [f"{module}:{n} a backslash continues the line (use parentheses)"
+            for n, line in enumerate(text.splitlines(), 1) if line.endswith("\\") and n not in inside]
 
 
 def speed_idioms(module: str) -> list[str]:
     """Where ``module`` uses a start-up idiom: ``TYPE_CHECKING = False`` (instead of ``typing``'s) or a class
-    built on :class:`numabind._base.Value` (instead of a frozen dataclass)."""
+    built on :class:`numabind._base.Value` (instead of a frozen dataclass); and its backslash continuations."""
     tree = ast.parse(MODULES[module].read_text())
     value_names = {"Value"} if module == "numabind._base" else {
         alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
         and (node.module or "").rpartition(".")[2] == "_base" for alias in node.names if alias.name == "Value"}
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is False \
-                and any(isinstance(t, ast.Name) and t.id == "TYPE_CHECKING" for t in node.targets):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is False
+                and any(isinstance(t, ast.Name) and t.id == "TYPE_CHECKING" for t in node.targets)):
             found.append(f"{module}:{node.lineno} TYPE_CHECKING = False (use typing.TYPE_CHECKING)")
         elif isinstance(node, ast.ClassDef):
             for base in node.bases:
@@ -247,40 +275,46 @@ def speed_idioms(module: str) -> list[str]:
                 if named in value_names or (isinstance(base, ast.Attribute) and named == "Value"
                                             and isinstance(base.value, ast.Name) and base.value.id == "_base"):
                     found.append(f"{module}:{node.lineno} class {node.name}(Value) (use @dataclass(frozen=True))")
-    return found
+    return found + continuation_backslashes(module)
 
 
-@pytest.fixture(scope="module")
-def run_path(tmp_path_factory) -> set[str]:
-    from tests.run_path import (CPUSET_MODULES, RUN_PATH_MODULES, bind_current_modules, birth_modules,
-                                look_modules_everywhere, move_modules)
-
-    return (RUN_PATH_MODULES | CPUSET_MODULES | bind_current_modules() | birth_modules()
-            | look_modules_everywhere(tmp_path_factory.mktemp("look")) | move_modules() | EVERY_INTERPRETER)
+def off_the_run_path_with_speed_idioms(run_path: set[str] | frozenset[str]) -> list[str]:
+    """The start-up idioms of the modules off ``run_path``, and the backslash continuations of every module."""
+    return [line for module in sorted(MODULES)
+            for line in (speed_idioms(module) if module not in run_path else continuation_backslashes(module))]
 
 
-def off_the_run_path_with_speed_idioms(run_path: set[str]) -> list[str]:
-    return [line for module in sorted(MODULES) if module not in run_path for line in speed_idioms(module)]
+def test_speed_idioms_only_on_the_run_path():
+    """STYLE.md "Speed where it pays": the modules of :data:`RUN_PATH` keep ``typing`` and ``dataclasses`` off
+    their start; every other module is plain Python. And no module continues a line with a backslash."""
+    found = off_the_run_path_with_speed_idioms(RUN_PATH)
+    assert not found, "speed idioms off the run path, or backslash continuations:\n" + "\n".join(found)
 
 
 @pytest.mark.kernel
-def test_speed_idioms_only_on_the_run_path(run_path):
-    """STYLE.md "Speed where it pays": the modules ``numabind run``, ``bind_current``, a child bound at birth, the
-    look commands (``hardware``, ``topology``, a first ``discover()``; issue 34 §3) and ``numabind move`` (P8) load
-    keep ``typing`` and ``dataclasses`` off their start; every other module is plain Python."""
-    assert {"numabind.bind", "numabind.live", "numabind.plan"} <= run_path     # the measurement saw a bind
-    found = off_the_run_path_with_speed_idioms(run_path)
-    assert not found, "speed idioms off the run path:\n" + "\n".join(found)
+def test_the_run_path_is_what_it_loads():
+    """:data:`RUN_PATH` is what those paths load, measured in fresh interpreters (tests/run_path.py): a module listed
+    and not loaded, or loaded and not listed, fails. The cpuset's reader counts as loaded: the fast path reads it
+    when the affinity leaves out an online CPU."""
+    from tests.run_path import CPUSET_MODULES, bind_current_modules, birth_modules, run_modules
+
+    ours = set(MODULES) | {"numabind._native"}      # and the compiled core
+    loaded = ours & (run_modules() | CPUSET_MODULES | bind_current_modules() | birth_modules())
+    assert {"numabind.bind", "numabind.live", "numabind.plan"} <= loaded      # the measurement saw a bind
+    listed = RUN_PATH - EVERY_INTERPRETER
+    assert loaded == listed, (f"loaded, not listed in RUN_PATH: {sorted(loaded - listed)}; "
+                              f"listed, not loaded: {sorted(listed - loaded)}")
 
 
-def test_the_idiom_check_sees_both_idioms(tmp_path, monkeypatch):
+def test_the_idiom_check_sees_both_idioms_and_backslashes(tmp_path, monkeypatch):
     source = ("from ._base import Value as V\nfrom . import _base\nTYPE_CHECKING = False\n"
-              "class A(V):\n    pass\nclass B(_base.Value):\n    pass\nclass C:\n    TYPE_CHECKING = True\n")
+              "class A(V):\n    pass\nclass B(_base.Value):\n    pass\nclass C:\n    TYPE_CHECKING = True\n"
+              "x = 1 + \\\n    2\ny = '''a \\\nb'''  # c \\\n")
     monkeypatch.setitem(MODULES, "numabind.residency", tmp_path / "residency.py")
     (tmp_path / "residency.py").write_text(source)
     assert [line.split(" (")[0] for line in speed_idioms("numabind.residency")] == [
         "numabind.residency:3 TYPE_CHECKING = False", "numabind.residency:4 class A(Value)",
-        "numabind.residency:6 class B(Value)"]
+        "numabind.residency:6 class B(Value)", "numabind.residency:10 a backslash continues the line"]
     assert any(line.startswith("numabind.residency:") for line in off_the_run_path_with_speed_idioms(set()))
-    assert not any(line.startswith("numabind.residency:")
-                   for line in off_the_run_path_with_speed_idioms({"numabind.residency"}))
+    assert [line.split(" (")[0] for line in off_the_run_path_with_speed_idioms({"numabind.residency"})
+            if line.startswith("numabind.residency:")] == ["numabind.residency:10 a backslash continues the line"]

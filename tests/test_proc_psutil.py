@@ -6,11 +6,8 @@ psutil, imported inside the functions (never when the module is: a child bound a
 put back afterwards. The start time stays a read of ``/proc/PID/stat`` in clock ticks (what processes record
 of themselves), each thread's name and CPUs a read of its ``status``.
 
-What psutil needs of a replayed ``/proc`` (:func:`fake_procfs` writes it; a fake machine that wants other
-processes read must too): ``proc/stat`` with a ``btime`` line (``children()`` compares start times since the
-epoch), and per process ``proc/PID/stat`` with every field a kernel writes (52: psutil reads the 39th),
-``proc/PID/status`` (``Tgid``), ``proc/PID/task/TID/stat`` per thread (psutil lists threads from them; their
-``status`` gives the names and ``Cpus_allowed_list``) and ``proc/PID/environ``.
+What psutil needs of a replayed ``/proc`` is written by :func:`tests.fake.procfs.fake_procfs` (its module says
+what that is); a fake machine that wants other processes read must write it too.
 """
 
 from __future__ import annotations
@@ -25,42 +22,12 @@ import pytest
 
 from numabind import _proc, live
 from numabind._fs import FsReader
+from tests.fakesys import fake_procfs
 from tests.kernel import ROOT, child_env, run_json, wait_zombie
 from tests.run_path import loaded_by
 
+
 # ----------------------------------------------------------------------------- a replayed /proc
-BTIME = 1_700_000_000
-
-
-def stat_line(pid: int, name: str, ppid: int, start: int) -> str:
-    """``/proc/PID/stat`` as a kernel writes it: pid, ``(comm)`` and 50 more fields, the start time 22nd."""
-    fields = ["S", str(ppid)] + ["0"] * 48
-    fields[19] = str(start)
-    return f"{pid} ({name}) " + " ".join(fields) + "\n"
-
-
-def fake_procfs(root, pid: int, ppid: int, threads: dict[int, tuple[str, str]], environ: bytes | None = b"",
-                start: int = 1000) -> None:
-    """Process ``pid`` (child of ``ppid``) below ``root/proc``: per thread id its name and Cpus_allowed_list
-    (the first is the process's own), and its environment (None: no environ file)."""
-    proc = root / "proc"
-    proc.mkdir(exist_ok=True)
-    (proc / "stat").write_text(f"cpu  1 0 1 100 0 0 0 0 0 0\nbtime {BTIME}\n")
-    d = proc / str(pid)
-    for n, (tid, (name, cpus)) in enumerate(threads.items()):
-        status = (f"Name:\t{name}\nTgid:\t{pid}\nPid:\t{tid}\nPPid:\t{ppid}\nCpus_allowed_list:\t{cpus}\n"
-                  f"Mems_allowed_list:\t0\n")
-        task = d / "task" / str(tid)
-        task.mkdir(parents=True)
-        (task / "stat").write_text(stat_line(tid, name, ppid, start))
-        (task / "status").write_text(status)
-        if n == 0:
-            (d / "stat").write_text(stat_line(pid, name, ppid, start))
-            (d / "status").write_text(status)
-    if environ is not None:
-        (d / "environ").write_bytes(environ)
-
-
 @pytest.fixture
 def replayed(tmp_path, monkeypatch):
     """A replayed machine (the reader ``NUMABIND_FSROOT`` gives) with a process tree: 1 -> 4242 (two threads)

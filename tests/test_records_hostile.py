@@ -27,6 +27,7 @@ from numabind._base import printable
 from numabind.cli import main
 from numabind.cli.stat import cmd_stat
 from numabind.plan import Plan
+from tests.helpers import MOVE
 from tests.kernel import ROOT, child_env, numabind_cli
 
 CPU = min(os.sched_getaffinity(0))
@@ -182,12 +183,14 @@ def test_load_json_parses_what_nests_at_most_depth_and_refuses_the_rest(value, d
                                          max_size=300).map(str.encode),
        st.integers(1, 40000))
 def test_load_json_raises_only_value_error(data, repeat):
-    """Whatever the bytes (repeated to thousands of brackets), a value or ValueError: never RecursionError."""
+    """Whatever the bytes (repeated to thousands of brackets), a value or ValueError: never RecursionError. The
+    value is what :func:`json.loads` reads from the same text (the bounds refuse, they never change a value)."""
     for blob in (data, data[:4] * repeat):
         try:
-            records.load_json(blob, depth=4)
+            value = records.load_json(blob, depth=4)
         except ValueError:
-            pass
+            continue
+        assert value == json.loads(blob.decode("utf-8")), blob
 
 
 @pytest.mark.parametrize("text", ["NaN", "-Infinity", "Infinity", "1e999", "-1e400", "[1e999]", "9" * 30,
@@ -301,19 +304,6 @@ def test_stat_in_process_through_cmd_stat_with_watch(three, capsys, caplog):
     _check_text(out.split("numabind stat, every")[-1], three)
     said = _warnings(caplog)
     assert len(said) == 1 and printable(three.bad) in said[0], said
-
-
-MOVE = """
-import sys
-if sys.argv[1] == "logging":     # as numabind's other fast paths do (cli/look.py): a WARNING is printed, not lost
-    from numabind._base import warn_through
-    from numabind.cli import configure_logging
-
-    warn_through(configure_logging)
-from numabind.cli.move import main
-
-sys.exit(main(sys.argv[2:]))
-"""
 
 
 def _restore(pid: int, how: str) -> subprocess.CompletedProcess:

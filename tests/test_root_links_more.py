@@ -17,10 +17,11 @@ from numabind.cpulist import parse_cpulist, parse_mask
 from numabind.errors import NumabindError, PlanError
 from numabind.topology import discover
 
-from .fakegpu import BOX_ADDRS, add_nvidia_gpu, container, eight_gpu_box
-from .test_gpu_containers import gpus
+from .fakecompat import use
+from .fakegpu import BOX_ADDRS, add_nvidia_gpu, box_gpus, container, eight_gpu_box
 from .fakesys import one_node
-from .test_compat_vllm import clean_env, use  # noqa: F401 - clean_env: the compat cache reset around each test
+
+pytestmark = pytest.mark.usefixtures("fresh_compat")     # the compat cache reset around each test
 
 NODE0 = "sys/devices/system/node/node0/cpulist"
 QUOTED = 48   # numabind.cpulist.QUOTED: the most characters of a list its error quotes
@@ -92,7 +93,7 @@ def test_a_device_node_linking_out_of_the_root_is_judged_inside_it(tmp_path, how
     if how == "climbing":                                    # ../../outside/nvidia5: above the root
         os.remove(root / "dev/nvidia5")
         os.symlink(os.path.relpath(os.path.join(outside, "nvidia5"), root / "dev"), root / "dev/nvidia5")
-    assert [g.pci_address for g in gpus(str(root))] == list(BOX_ADDRS[:4])
+    assert [g.pci_address for g in box_gpus(str(root))] == list(BOX_ADDRS[:4])
 
 
 def test_a_device_node_linked_inside_the_root_still_counts(tmp_path):
@@ -103,7 +104,7 @@ def test_a_device_node_linked_inside_the_root_still_counts(tmp_path):
     (root / "dev/real/nvidia5").touch()
     os.chmod(root / "dev/real/nvidia5", 0o666)
     os.symlink("real/nvidia5", root / "dev/nvidia5")
-    assert [g.pci_address for g in gpus(str(root))] == [*BOX_ADDRS[:4], BOX_ADDRS[5]]
+    assert [g.pci_address for g in box_gpus(str(root))] == [*BOX_ADDRS[:4], BOX_ADDRS[5]]
 
 
 # ----------------------------------------------------------------------------- SGLang's node1

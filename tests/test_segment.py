@@ -26,7 +26,7 @@ from numabind.backends.segment import attach_sysv, ftok, segment_backend
 from numabind.cli.numactl import NumactlUsage, memsize, numactl_main, parse
 from numabind.errors import BindError
 from tests.kernel import CPU_A, MEM_NODE, ROOT, child_env
-from tests.test_show_oracle import oracle_or_skip
+from tests.numactl_oracle import oracle_or_skip
 
 NUMABIND = (sys.executable, "-m", "numabind")
 M = str(MEM_NODE)

@@ -34,53 +34,12 @@ import pytest
 
 from numabind import discover
 from tests.kernel import MEM_NODE, ROOT, child_env
+from tests.numactl_oracle import CACHED, ORACLE_ENV, REQUIRE_ENV, VERSION
 
 pytestmark = pytest.mark.kernel
 
-VERSION = "2.0.19"
-ORACLE_ENV = "NUMABIND_NUMACTL_ORACLE"
-REQUIRE_ENV = "NUMABIND_REQUIRE_ORACLE"
-CACHED = Path(ROOT) / "tests" / "_cache" / f"numactl-{VERSION}" / "numactl"
 WEIGHTS_DIR = Path("/sys/kernel/mm/mempolicy/weighted_interleave")
 NUMABIND = (sys.executable, "-m", "numabind")
-
-
-def oracle_required() -> bool:
-    return os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0", "no", "false")
-
-
-def find_oracle() -> tuple[str | None, str]:
-    """(path, "") of a numactl that says it is 2.0.19, else (None, why not)."""
-    given = os.environ.get(ORACLE_ENV, "").strip()
-    path = given or str(CACHED)
-    where = f"{ORACLE_ENV}={given}" if given else str(CACHED)
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        return None, f"no executable at {where}"
-    try:
-        cp = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-    except OSError as e:
-        return None, f"{where} does not run ({e})"
-    said = (cp.stdout + cp.stderr).strip()
-    if said != VERSION:
-        said = said.splitlines()[0] if said else said
-        return None, f"{where} says {said!r}, not {VERSION!r}"
-    return path, ""
-
-
-@pytest.fixture(scope="module")
-def oracle() -> str:
-    return oracle_or_skip()
-
-
-def oracle_or_skip() -> str:
-    """The oracle's path; a skip saying how to build it, or a failure under NUMABIND_REQUIRE_ORACLE=1."""
-    path, problem = find_oracle()
-    if path is None:
-        how = f"build it with `bash scripts/numactl_oracle.sh` (or set {ORACLE_ENV} to a numactl {VERSION})"
-        if oracle_required():
-            pytest.fail(f"numactl {VERSION} oracle: {problem}; {how} ({REQUIRE_ENV}=1)", pytrace=False)
-        pytest.skip(f"numactl {VERSION} oracle: {problem}; {how} (with {REQUIRE_ENV}=1 this fails)")
-    return path
 
 
 # --------------------------------------------------------------------------- the bindings
@@ -212,7 +171,7 @@ def test_run_binds_what_numactl_2_0_19_binds(oracle, opts, need):
 def test_without_the_oracle_the_tests_skip_or_fail(pytester, tmp_path):
     """No oracle: a skip that says how to build it; NUMABIND_REQUIRE_ORACLE=1: an error (the fixture fails)."""
     pytester.makepyfile(test_it=f"""
-        from tests.test_show_oracle import oracle  # noqa: F401
+        from tests.numactl_oracle import oracle  # noqa: F401
         def test_it(oracle):
             pass
     """)

@@ -23,9 +23,8 @@ from numabind._base import printable as _printable
 from numabind.plan import Plan
 from numabind.residency import SOURCE_EXEC, SOURCE_UNVERIFIED, BoundBy, Locality, ThreadPlacement, locality
 from numabind._proc import NodePages
-from tests.test_bounded_parsing import PER_CHAR, Budget
-from tests.test_cli_stat import blocks, stat
-from tests.test_residency import WORKER, Worker
+from tests.helpers import PER_CHAR, Budget
+from tests.workers import WORKER, Worker, blocks, stat
 
 #: A name with an escape sequence (clear the screen), BEL, a C1 CSI as UTF-8, DEL, a right-to-left
 #: override and a byte that is not UTF-8: 12 bytes, within the kernel's 15 for a task name.

@@ -19,7 +19,7 @@ sources list, package lists, archive folder and an empty dpkg status, ``APT::Arc
 one): the system's ``/etc/apt`` is never changed. ``$NUMABIND_VM_DEBIAN_MIRROR`` and
 ``$NUMABIND_VM_DEBIAN_KEYRING`` point it elsewhere.
 
-Importable (``tests/vm/harness.py`` loads it by path): :func:`fetch`, :func:`cached_manifest`,
+Importable (``tests/vm/image.py`` loads it by path): :func:`fetch`, :func:`cached_manifest`,
 :func:`private_apt`, and the pure helpers the tests check (:func:`versioned_dependency`,
 :func:`module_order`, :func:`modinfo_depends`, :func:`module_wanted`, :func:`extract_image`).
 """

@@ -1,6 +1,12 @@
 """The process's view of a fake machine: ``proc/self/status`` (its affinity and allowed nodes), its
 cpuset (cgroup v2, cgroup v1 with or without ``noprefix``, the legacy cpuset filesystem) with
-``proc/self/cgroup`` and ``proc/self/cpuset``, and ``proc/mounts``."""
+``proc/self/cgroup`` and ``proc/self/cpuset``, and ``proc/mounts``; and other processes below
+``proc/PID`` (:func:`fake_procfs`), as psutil and :mod:`numabind._proc` read them.
+
+What psutil needs of a replayed ``/proc``: ``proc/stat`` with a ``btime`` line (``children()`` compares start
+times since the epoch), and per process ``proc/PID/stat`` with every field a kernel writes (52: psutil reads the
+39th), ``proc/PID/status`` (``Tgid``), ``proc/PID/task/TID/stat`` per thread (psutil lists threads from them;
+their ``status`` gives the names and ``Cpus_allowed_list``) and ``proc/PID/environ``."""
 
 from __future__ import annotations
 
@@ -76,3 +82,47 @@ def process_files(m: FakeMachine, out: dict) -> None:
         out["proc/self/cgroup"] = "\n".join(cgroup_lines) + "\n"
     if m.quirks.proc_mounts:
         out["proc/mounts"] = "\n".join(mounts) + "\n"
+
+
+# ----------------------------------------------------------------------------- other processes
+BTIME = 1_700_000_000
+
+
+def stat_line(pid: int, name: str, ppid: int, start: int) -> str:
+    """``/proc/PID/stat`` as a kernel writes it: pid, ``(comm)`` and 50 more fields, the start time 22nd."""
+    fields = ["S", str(ppid)] + ["0"] * 48
+    fields[19] = str(start)
+    return f"{pid} ({name}) " + " ".join(fields) + "\n"
+
+
+def fake_procfs(root, pid: int, ppid: int, threads: dict[int, tuple[str, str]], environ: bytes | None = b"",
+                start: int = 1000) -> None:
+    """Process ``pid`` (child of ``ppid``) below ``root/proc``: per thread id its name and Cpus_allowed_list
+    (the first is the process's own), and its environment (None: no environ file)."""
+    proc = root / "proc"
+    proc.mkdir(exist_ok=True)
+    (proc / "stat").write_text(f"cpu  1 0 1 100 0 0 0 0 0 0\nbtime {BTIME}\n")
+    d = proc / str(pid)
+    for n, (tid, (name, cpus)) in enumerate(threads.items()):
+        status = (f"Name:\t{name}\nTgid:\t{pid}\nPid:\t{tid}\nPPid:\t{ppid}\nCpus_allowed_list:\t{cpus}\n"
+                  f"Mems_allowed_list:\t0\n")
+        task = d / "task" / str(tid)
+        task.mkdir(parents=True)
+        (task / "stat").write_text(stat_line(tid, name, ppid, start))
+        (task / "status").write_text(status)
+        if n == 0:
+            (d / "stat").write_text(stat_line(pid, name, ppid, start))
+            (d / "status").write_text(status)
+    if environ is not None:
+        (d / "environ").write_bytes(environ)
+
+
+def fake_numa_process(root, pid: int, numa_maps: str | None) -> None:
+    """A procfs/sysfs ``root`` with one process ``pid`` ("fake worker": two CPUs, one thread), its ``numa_maps``
+    (None: a kernel without them) and no NUMA directory."""
+    fake_procfs(root, pid, 1, {pid: ("fake worker", "0-1")}, environ=None, start=12345)
+    if numa_maps is not None:
+        (root / "proc" / str(pid) / "numa_maps").write_text(numa_maps)
+    cpu = root / "sys" / "devices" / "system" / "cpu"
+    cpu.mkdir(parents=True)
+    (cpu / "online").write_text("0-1\n")

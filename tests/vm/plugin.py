@@ -343,7 +343,7 @@ class VmHost:
                         if os.environ.get("NUMABIND_VM_SUITE") else {})},
             )
             sess.run = harness.run_guest(topology, script, run_dir=run_dir, kernel=kernel)
-            sess.results = GuestResults.parse(harness._read_text(results), self.config)
+            sess.results = GuestResults.parse(harness.read_text(results), self.config)
         except harness.HarnessError as exc:
             sess.error = str(exc)
         return sess

@@ -131,17 +131,17 @@ def measure(size: int) -> dict:
             "policy": maps["policy"], "line": maps["line"]}
 
 
-def process_node_pages(private_only: bool = False) -> dict[int, int]:
-    """Pages per node over every mapping of this process (the sum of its numa_maps lines).
+def process_node_pages(pid: int | str = "self", private_only: bool = False) -> dict[int, int]:
+    """Pages per node over every mapping of process ``pid`` (the sum of its numa_maps lines).
 
-    ``private_only``: only mappings without a backing file (heap, stack, anonymous), which no
-    other process shares; a file page mapped after a count may already sit in the page cache
-    on any node.
+    ``private_only``: only mappings without a backing file (heap, stack, anonymous; no huge
+    pages), which no other process shares; a file page mapped after a count may already sit in
+    the page cache on any node.
     """
     total: collections.Counter = collections.Counter()
-    with open("/proc/self/numa_maps") as f:
+    with open(f"/proc/{pid}/numa_maps") as f:
         for line in f:
-            if private_only and " file=" in line:
+            if private_only and (" file=" in line or " huge " in line):
                 continue
             for m in re.finditer(r"\bN(\d+)=(\d+)", line):
                 total[int(m[1])] += int(m[2])

@@ -9,16 +9,16 @@ the nodes, CPUs and distances QEMU was told to emulate (``test_vm_harness``), di
 syscall backends (``test_vm_placement``: every thread's affinity, the policy of a fresh mapping, and its
 pages counted on node 1 by ``move_pages(2)`` and ``numa_maps``).
 
-The guest's machine is ``mem-only``: nodes 0 (CPUs 0-1) and 1 (CPUs 2-3) with 512 MiB each and node 2 with
-256 MiB and no CPUs (as CXL memory, or Grace's GPU memory seen as a CPU-less node). Beyond the bind, the x86
-guest's memory-placement proofs run here as well, again unchanged where they can be (each is the x86 test
-function, called): preferred (with room, and falling back from a full node without OOM), interleave (pages
-per node from ``move_pages(2)`` and ``numa_maps``), migration (``migrate=True``, ``bind_memory(move=True)``
-and ``numabind move`` of a 32-thread process: pages touched on node 0 counted on node 1), birth binding of
-spawn, forkserver and fork children (each child's affinity and policy read back in the child), ``numabind
-run`` (a command bound, read back in it), ``numabind stat`` of bound processes, a bind to the memory-only
-node, and weighted interleave where the guest kernel has it (Debian's arm64 6.1 has not: the test says so
-from sysfs, and the plan's degradation to plain interleave is proven instead).
+The guest's machine is ``mem-only``: nodes 0 (CPUs 0-1) and 1 (CPUs 2-3) with 512 MiB each and node 2 with 256
+MiB and no CPUs (as CXL memory, or Grace's GPU memory seen as a CPU-less node). Beyond the bind, the x86 guest's
+memory-placement proofs run here as well, again unchanged where they can be (each is the x86 guest's check of
+tests/vm/cases, called): preferred (with room, and falling back from a full node without OOM), interleave (pages
+per node from ``move_pages(2)`` and ``numa_maps``), migration (``migrate=True``, ``bind_memory(move=True)`` and
+``numabind move`` of a 32-thread process: pages touched on node 0 counted on node 1), birth binding of spawn,
+forkserver and fork children (each child's affinity and policy read back in the child), ``numabind run`` (a
+command bound, read back in it), ``numabind stat`` of bound processes, a bind to the memory-only node, and
+weighted interleave where the guest kernel has it (Debian's arm64 6.1 has not: the test says so from sysfs, and
+the plan's degradation to plain interleave is proven instead).
 
 Marker ``arm64_vm`` selects them (``pytest -m arm64_vm``). All of them share one guest (one topology, one
 kernel: the harness boots one guest per pair), so the whole set costs one boot; it runs in CI with the rest of
@@ -37,16 +37,8 @@ import sys
 import pytest
 
 from . import harness, probe
-# the x86 guest's test modules, as modules: their test functions are called here, never collected twice
-from . import test_vm_memory as _memory
-from . import test_vm_move as _move
-from . import test_vm_placement as _placement
-from . import test_vm_process as _process
-from . import test_vm_stat as _stat
-from . import test_vm_weighted as _weighted
-from .test_vm_discovery import numactl_hardware
-from .test_vm_harness import test_guest_has_the_nodes_qemu_was_given as _nodes_as_qemu_was_told
-from .test_vm_placement import test_bind_current_to_node1_places_threads_and_pages as _bind_to_node1
+# the x86 guest's checks (tests/vm/cases/: each test_vm_* module runs its own the same way)
+from .cases import memory, move, nodes, placement, process, stat, weighted
 
 TOPOLOGY = "mem-only"
 pytestmark = [pytest.mark.numa_vm(topology=TOPOLOGY, kernel="arm64"), pytest.mark.arm64_vm]
@@ -79,7 +71,7 @@ def test_arm64_kernel_runs_the_arm64_core():
 
 
 def test_arm64_nodes_cpus_and_distances_are_what_qemu_was_given(vm_topology):
-    _nodes_as_qemu_was_told(TOPOLOGY, vm_topology)
+    nodes.guest_has_the_nodes_qemu_was_given(TOPOLOGY, vm_topology)
     assert vm_topology.memory_only_nodes == (2,)
 
 
@@ -87,7 +79,7 @@ def test_arm64_discover_matches_numactl_and_qemu(vm_topology):
     import numabind
 
     topo = numabind.discover()
-    numactl = numactl_hardware()
+    numactl = nodes.numactl_hardware()
     ids = list(range(len(vm_topology.nodes)))
     assert sorted(topo.nodes) == ids == sorted(numactl["cpus"])
     for i in ids:
@@ -104,12 +96,12 @@ def test_arm64_discover_matches_numactl_and_qemu(vm_topology):
 
 @pytest.mark.parametrize("backend", ["libnuma", "syscall"])
 def test_arm64_bind_to_node1_places_threads_and_pages(backend, vm_topology):
-    _bind_to_node1(backend, vm_topology)
+    placement.bind_current_to_node1_places_threads_and_pages(backend, vm_topology)
 
 
 # ----------------------------------------------------------------------------- preferred, interleave
 def test_arm64_preferred_with_room_puts_the_pages_on_the_node(vm_topology):
-    m = probe.in_child(_placement._preferred_measure, 1, 64 * probe.MIB)
+    m = probe.in_child(placement.preferred_measure, 1, 64 * probe.MIB)
     share = probe.shares(m["move_pages"]).get(1, 0.0)
     print(f"arm64 preferred 1, 64 MiB: move_pages {probe.fmt_shares(m['move_pages'])}; numa_maps "
           f"{probe.fmt_shares(m['numa_maps'])} ({m['policy']})")
@@ -118,55 +110,55 @@ def test_arm64_preferred_with_room_puts_the_pages_on_the_node(vm_topology):
 
 
 def test_arm64_preferred_to_a_full_node_falls_back_without_oom(vm_topology):
-    _placement.test_preferred_to_a_full_node_falls_back_without_oom(vm_topology)
+    placement.preferred_to_a_full_node_falls_back_without_oom(vm_topology)
 
 
 def test_arm64_interleave_spreads_pages_evenly(vm_topology):
-    _placement.test_interleave_spreads_pages_evenly(vm_topology)
+    placement.interleave_spreads_pages_evenly(vm_topology)
 
 
 def test_arm64_bind_memory_interleave_puts_pages_on_both_nodes(vm_topology):
-    _memory.test_interleave_over_nodes_0_and_1_puts_pages_on_both(vm_topology)
+    memory.interleave_over_nodes_0_and_1_puts_pages_on_both(vm_topology)
 
 
 # ----------------------------------------------------------------------------- weighted interleave
 def test_arm64_weighted_interleave_3_to_1_where_the_kernel_has_it(vm_topology):
-    if not os.path.isdir(_weighted.WEIGHTS_DIR):
+    if not os.path.isdir(weighted.WEIGHTS_DIR):
         pytest.skip(f"arm64 guest kernel {os.uname().release} has no weighted interleave (no "
-                    f"{_weighted.WEIGHTS_DIR}: MPOL_WEIGHTED_INTERLEAVE is Linux 6.9+)")
-    before = _weighted._weights()
+                    f"{weighted.WEIGHTS_DIR}: MPOL_WEIGHTED_INTERLEAVE is Linux 6.9+)")
+    before = weighted.system_weights()
     try:
-        m = probe.in_child(_weighted._bind_weighted_and_measure, {0: 3, 1: 1}, True, True)
+        m = probe.in_child(weighted.bind_weighted_and_measure, {0: 3, 1: 1}, True, True)
     finally:
-        _weighted._set_weights(before)
-    share = _weighted._share0(m["move_pages"])
+        weighted.write_weights(before)
+    share = weighted.share0(m["move_pages"])
     print(f"arm64 weighted interleave 3:1 over 64 MiB: move_pages {probe.fmt_shares(m['move_pages'])}")
-    assert m["warnings"] == [] and 70.0 <= share <= 80.0 and 70.0 <= _weighted._share0(m["numa_maps"]) <= 80.0
+    assert m["warnings"] == [] and 70.0 <= share <= 80.0 and 70.0 <= weighted.share0(m["numa_maps"]) <= 80.0
 
 
 def test_arm64_weighted_plan_degrades_to_interleave_where_the_kernel_lacks_it(vm_topology):
-    if os.path.isdir(_weighted.WEIGHTS_DIR):
-        pytest.skip(f"{os.uname().release} has weighted interleave ({_weighted.WEIGHTS_DIR})")
-    _weighted.test_a_kernel_without_weighted_interleave_degrades_to_interleave()
+    if os.path.isdir(weighted.WEIGHTS_DIR):
+        pytest.skip(f"{os.uname().release} has weighted interleave ({weighted.WEIGHTS_DIR})")
+    weighted.a_kernel_without_weighted_interleave_degrades_to_interleave()
 
 
 # ----------------------------------------------------------------------------- migration
 def test_arm64_bind_memory_move_moves_pages_from_node_0_to_node_1(vm_topology):
-    _memory.test_move_moves_pages_touched_before_from_node_0_to_node_1(vm_topology)
+    memory.move_moves_pages_touched_before_from_node_0_to_node_1(vm_topology)
 
 
 def test_arm64_migrate_reports_pages_moved_and_left(vm_topology):
-    _process.test_migrate_reports_pages_moved_and_left(vm_topology)
+    process.migrate_reports_pages_moved_and_left(vm_topology)
 
 
 def test_arm64_numabind_move_of_a_32_thread_process(vm_topology):
-    _move.test_move_a_32_thread_process_with_256_mib_from_node_0_to_node_1(vm_topology)
+    move.move_a_32_thread_process_with_256_mib_from_node_0_to_node_1(vm_topology)
 
 
 # ----------------------------------------------------------------------------- birth binding of children
 @pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
 def test_arm64_birth_binding_of_children(method, vm_topology):
-    _process.test_birth_time_binding_beats_late_cpu_only_binding(method, vm_topology)
+    process.birth_time_binding_beats_late_cpu_only_binding(method, vm_topology)
 
 
 # ----------------------------------------------------------------------------- numabind run, numabind stat
@@ -182,7 +174,7 @@ def test_arm64_numabind_run_binds_the_command(backend, vm_topology, tmp_path):
     (tmp_path / "numactl").chmod(0o755)
     env = dict(os.environ, NUMABIND_BACKEND=backend, PATH=f"{tmp_path}:{os.environ['PATH']}")
     argv = [sys.executable, "-m", "numabind", "run", f"--physcpubind={cpus[0]}-{cpus[-1]}", "--membind=1", "--",
-            sys.executable, "-c", _placement.CHILD_REPORT]
+            sys.executable, "-c", placement.CHILD_REPORT]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=harness.REPO_ROOT, timeout=480)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
@@ -204,11 +196,11 @@ def test_arm64_numabind_run_binds_the_command(backend, vm_topology, tmp_path):
 
 
 def test_arm64_numabind_stat_of_a_process_bound_to_node_1(vm_topology):
-    _stat.test_stat_of_a_worker_bound_to_node_1_is_local(vm_topology)
+    stat.stat_of_a_worker_bound_to_node_1_is_local(vm_topology)
 
 
 def test_arm64_numabind_stat_of_a_late_cpu_only_bound_process(vm_topology):
-    _stat.test_stat_of_a_late_cpu_only_bound_worker_shows_its_remote_share(vm_topology)
+    stat.stat_of_a_late_cpu_only_bound_worker_shows_its_remote_share(vm_topology)
 
 
 # ----------------------------------------------------------------------------- the memory-only node
@@ -217,7 +209,7 @@ def test_arm64_bind_to_the_memory_only_node_puts_the_pages_there(vm_topology):
     import numabind
 
     (mem_node,) = vm_topology.memory_only_nodes
-    m = probe.in_child(_placement._bind_memory_only, mem_node, 32 * probe.MIB)
+    m = probe.in_child(placement.bind_memory_only, mem_node, 32 * probe.MIB)
     share = probe.shares(m["move_pages"]).get(mem_node, 0.0)
     print(f"arm64 bind to memory-only node {mem_node}: 32 MiB {probe.fmt_shares(m['move_pages'])}; "
           f"numa_maps {probe.fmt_shares(m['numa_maps'])} ({m['policy']})")
@@ -233,4 +225,4 @@ def test_arm64_bind_to_the_memory_only_node_puts_the_pages_there(vm_topology):
 
 
 def test_arm64_bind_memory_to_the_memory_only_node(vm_topology):
-    _memory.test_bind_puts_the_pages_on_the_node(vm_topology, 2)
+    memory.bind_puts_the_pages_on_the_node(vm_topology, 2)

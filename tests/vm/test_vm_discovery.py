@@ -4,7 +4,6 @@ to emulate (nodes, CPUs, distances; memory within the kernel's reservations)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -12,24 +11,10 @@ from pathlib import Path
 import pytest
 
 from . import harness
+from .cases.nodes import numactl_hardware
 
 TOPOLOGY_PARAMS = [pytest.param(name, marks=pytest.mark.numa_vm(topology=name), id=name)
                    for name in harness.TOPOLOGIES]
-
-
-def numactl_hardware() -> dict:
-    """{"cpus": {node: set}, "mb": {node: int}, "distances": {node: [row]}} from numactl --hardware."""
-    text = subprocess.run(["numactl", "--hardware"], capture_output=True, text=True, check=True).stdout
-    out: dict = {"cpus": {}, "mb": {}, "distances": {}}
-    for m in re.finditer(r"^node (\d+) cpus:(.*)$", text, re.M):
-        out["cpus"][int(m[1])] = {int(c) for c in m[2].split()}
-    for m in re.finditer(r"^node (\d+) size: (\d+) MB$", text, re.M):
-        out["mb"][int(m[1])] = int(m[2])
-    table = text.split("node distances:", 1)[1].strip().splitlines()[1:]
-    for row in table:
-        head, _, values = row.partition(":")
-        out["distances"][int(head)] = [int(v) for v in values.split()]
-    return out
 
 
 def _mask_to_ids(mask: str) -> set[int]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from . import harness, plugin
+from . import arm64, guest, harness, image, plugin
+from .cases import nodes as cases_nodes
 
 TOPOLOGY_PARAMS = [pytest.param(name, marks=pytest.mark.numa_vm(topology=name), id=name)
                    for name in harness.TOPOLOGIES]
@@ -21,18 +22,7 @@ TOPOLOGY_PARAMS = [pytest.param(name, marks=pytest.mark.numa_vm(topology=name), 
 
 @pytest.mark.parametrize("name", TOPOLOGY_PARAMS)
 def test_guest_has_the_nodes_qemu_was_given(name, vm_topology):
-    assert vm_topology.name == name
-    assert os.path.isdir("/sys/devices/system/node/node1")
-    sysnode = Path("/sys/devices/system/node")
-    online = sorted(int(p.name[4:]) for p in sysnode.glob("node[0-9]*"))
-    assert online == list(range(len(vm_topology.nodes)))
-    for i, spec in enumerate(vm_topology.nodes):
-        cpulist = (sysnode / f"node{i}" / "cpulist").read_text().strip()
-        expected = ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in harness._ranges(spec.cpus))
-        assert cpulist == expected, f"node {i}"
-        distances = [int(v) for v in (sysnode / f"node{i}" / "distance").read_text().split()]
-        assert distances == vm_topology.distance_matrix()[i], f"node {i}"
-    print(f"{name}: {len(online)} nodes, distances {vm_topology.distance_matrix()}")
+    cases_nodes.guest_has_the_nodes_qemu_was_given(name, vm_topology)
 
 
 # ----------------------------------------------------------------------------- host: pure helpers
@@ -63,7 +53,7 @@ def test_guest_script_refuses_paths_the_guest_cannot_see():
 
 
 def test_a_checkout_under_tmp_is_bound_back_into_the_guest(monkeypatch):
-    monkeypatch.setattr(harness, "REPO_ROOT", harness.Path("/tmp/ci/clone"))
+    monkeypatch.setattr(guest, "REPO_ROOT", Path("/tmp/ci/clone"))
     assert "/tmp/ci/clone" in harness.paths_to_bind()
     assert harness.hidden_in_guest("/tmp/ci/clone/tests") is None
     assert harness.hidden_in_guest("/tmp/elsewhere") == "/tmp"
@@ -72,8 +62,8 @@ def test_a_checkout_under_tmp_is_bound_back_into_the_guest(monkeypatch):
 
 def test_a_stale_initramfs_is_rebuilt_without_network(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path))
-    monkeypatch.setattr(harness, "_busybox_bytes", lambda arch="amd64": b"busybox stand-in")
-    monkeypatch.setattr(harness, "qemu_binary", lambda arch="amd64": "/usr/bin/qemu-system-x86_64")
+    monkeypatch.setattr(image, "_busybox_bytes", lambda arch="amd64": b"busybox stand-in")
+    monkeypatch.setattr(image, "qemu_binary", lambda arch="amd64": "/usr/bin/qemu-system-x86_64")
     kdir = tmp_path / "kernel"
     (kdir / "modules").mkdir(parents=True)
     for mod in harness.MODULES:
@@ -132,7 +122,7 @@ def test_the_guest_does_not_load_the_kernel_tool():
 
 
 def test_cpio_newc_layout():
-    data = harness._cpio_newc([("init", 0o100755, b"#!/bin/sh\n"), ("bin", 0o040755, b"")])
+    data = image._cpio_newc([("init", 0o100755, b"#!/bin/sh\n"), ("bin", 0o040755, b"")])
     pos, names = 0, []
     while True:
         assert data[pos:pos + 6] == b"070701"
@@ -223,7 +213,7 @@ def inner(pytester, monkeypatch, tmp_path):
     monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PYTHONPATH", str(harness.REPO_ROOT))
     monkeypatch.delenv(plugin.REQUIRE_ENV, raising=False)
-    monkeypatch.setattr(harness, "hidden_in_guest", lambda path: None)  # the stand-in runs on the host
+    monkeypatch.setattr(guest, "hidden_in_guest", lambda path: None)  # the stand-in runs on the host
     return pytester
 
 
@@ -341,8 +331,8 @@ def test_real_guest_failure_and_hang_reach_the_host(tmp_path):
 def test_each_kernel_has_its_own_cache_folder_and_initramfs(tmp_path, monkeypatch):
     """The 6.12 guest (weighted interleave) is prepared next to the default 6.1 one, never instead of it."""
     monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path))
-    monkeypatch.setattr(harness, "_busybox_bytes", lambda arch="amd64": b"busybox stand-in")
-    monkeypatch.setattr(harness, "qemu_binary", lambda arch="amd64": "/usr/bin/qemu-system-x86_64")
+    monkeypatch.setattr(image, "_busybox_bytes", lambda arch="amd64": b"busybox stand-in")
+    monkeypatch.setattr(image, "qemu_binary", lambda arch="amd64": "/usr/bin/qemu-system-x86_64")
     spec = harness.kernel_spec("6.12")
     assert spec.suite == "bookworm-backports" and "virtio_pci" not in spec.modules   # built into that kernel
     kdir = tmp_path / "kernel-6.12"
@@ -401,7 +391,7 @@ def test_the_arm64_guest_is_a_virt_board_chrooted_into_the_arm64_userland(tmp_pa
     monkeypatch.setenv("NUMABIND_VM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("NUMABIND_VM_CPU_ARM64", raising=False)
     core = tmp_path / "cache" / "arm64" / "native" / "_native.abi3.so"
-    monkeypatch.setattr(harness, "arm64_binds", lambda: [("/work/x", "/work/x"),
+    monkeypatch.setattr(guest, "arm64_binds", lambda: [("/work/x", "/work/x"),
                                                          (str(core), "/work/x/src/numabind/_native.abi3.so")])
     arts = harness.Artifacts(tmp_path / "Image", tmp_path / "initramfs-arm64.cpio", "6.1.0-50-arm64", "test")
     run = harness.run_guest("mem-only", "true\n", artifacts=arts, boot_timeout=5, timeout=10, kernel="arm64")
@@ -426,9 +416,9 @@ def test_the_arm64_guest_runs_its_own_python_with_the_checkout_on_its_path():
     import _pytest
 
     assert str(Path(_pytest.__file__).parent.parent) in path       # pytest itself: pure Python, from the host
-    init = harness._init_script(("9p",), "arm64")
+    init = image._init_script(("9p",), "arm64")
     assert "for m in 9p; do insmod" in init and "chroot $r /bin/sh /tmp/numavm/run.sh" in init
-    assert harness._init_script(("9p",)) != init and "chroot /host " in harness._init_script(("9p",))
+    assert image._init_script(("9p",)) != init and "chroot /host " in image._init_script(("9p",))
 
 
 def test_the_arm64_c_core_is_rebuilt_when_its_sources_change(tmp_path, monkeypatch):
@@ -443,18 +433,18 @@ def test_the_arm64_c_core_is_rebuilt_when_its_sources_change(tmp_path, monkeypat
     monkeypatch.setenv("NUMABIND_VM_ARM64_CC", str(cc))
     source = tmp_path / "numabind.c"
     source.write_text("int a;\n")
-    monkeypatch.setattr(harness, "_native_sources", lambda: [source])
+    monkeypatch.setattr(arm64, "_native_sources", lambda: [source])
 
     class FakeBuilder:
         @staticmethod
         def emit_c_code(path):
             Path(path).write_text("/* cffi */\n")
 
-    monkeypatch.setattr(harness, "_load_build_ffi", lambda: type("M", (), {"ffibuilder": FakeBuilder}))
+    monkeypatch.setattr(arm64, "_load_build_ffi", lambda: type("M", (), {"ffibuilder": FakeBuilder}))
     assert harness.arm64_native() is None                          # not built yet, and not asked to
     out = harness.arm64_native(build=True)
     assert out.read_text() == "core\n" and len(log.read_text().splitlines()) == 1
-    assert f'-DNB_VERSION="{harness._read_version()}"' in log.read_text() and "-ldl" in log.read_text()
+    assert f'-DNB_VERSION="{arm64._read_version()}"' in log.read_text() and "-ldl" in log.read_text()
     assert harness.arm64_native(build=True) == out and len(log.read_text().splitlines()) == 1   # up to date
     source.write_text("int b;\n")
     assert harness.arm64_native() is None                          # stale

@@ -13,72 +13,27 @@ write them (root in the guest) and put them back.
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 from . import harness, probe
-
-MIB = probe.MIB
-SIZE = 64 * MIB
-WEIGHTS_DIR = "/sys/kernel/mm/mempolicy/weighted_interleave"
-MADV_NOHUGEPAGE = 15
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-
-
-def _weights() -> dict[int, int]:
-    return {n: int(open(f"{WEIGHTS_DIR}/node{n}").read()) for n in (0, 1)}
-
-
-def _set_weights(weights: dict[int, int]) -> None:
-    for n, w in weights.items():
-        with open(f"{WEIGHTS_DIR}/node{n}", "w") as f:
-            f.write(f"{w}\n")
-
-
-def _measure_small_pages(size: int) -> dict:
-    """Allocate ``size`` bytes without THP, touch them, count per node (move_pages and numa_maps)."""
-    with probe.Region(size) as r:
-        if _libc.madvise(r.addr, r.size, MADV_NOHUGEPAGE) != 0:
-            raise OSError(ctypes.get_errno(), "madvise(MADV_NOHUGEPAGE)")
-        r.touch()
-        maps = r.numa_maps()
-        return {"move_pages": dict(r.node_counts()), "numa_maps": maps["nodes"], "line": maps["line"]}
-
-
-def _bind_weighted_and_measure(weights: dict[int, int], set_weights: bool, strict) -> dict:
-    import numabind
-
-    plan = numabind.Plan(mem_policy="weighted-interleave", mem_nodes={0, 1}, weights=weights)
-    report = numabind.bind_current(plan, strict=strict, set_weights=set_weights)
-    out = _measure_small_pages(SIZE)
-    b = numabind.current_binding()
-    loc = numabind.locality()
-    out.update(warnings=list(report.warnings), notes=list(report.notes), applied=report.applied.to_text(),
-               binding_weights={str(k): v for k, v in b.weights.items()}, binding_policy=b.mem_policy,
-               policies=dict(loc.pages.policies) if loc.pages is not None else None)
-    return out
-
-
-def _share0(counts: dict) -> float:
-    return probe.shares({int(k): v for k, v in counts.items() if int(k) >= 0}).get(0, 0.0)
+from .cases import weighted
+from .cases.weighted import SIZE, bind_weighted_and_measure, measure_small_pages, share0, system_weights, write_weights
 
 
 # ----------------------------------------------------------------------------- Linux 6.12
 @pytest.mark.numa_vm(topology="hmat", kernel="6.12")
 def test_weights_3_to_1_put_three_quarters_of_the_pages_on_node_0():
-    before = _weights()
+    before = system_weights()
     try:
-        m = probe.in_child(_bind_weighted_and_measure, {0: 3, 1: 1}, True, True)
-        after_bind = _weights()
+        m = probe.in_child(bind_weighted_and_measure, {0: 3, 1: 1}, True, True)
+        after_bind = system_weights()
     finally:
-        _set_weights(before)
-    mp, maps = _share0(m["move_pages"]), _share0(m["numa_maps"])
+        write_weights(before)
+    mp, maps = share0(m["move_pages"]), share0(m["numa_maps"])
     print(f"weights 3:1 over nodes 0-1, 64 MiB without THP: move_pages {probe.fmt_shares(m['move_pages'])}; "
           f"numa_maps N0={maps:.2f}% ({m['line'][:80]}...)")
     assert after_bind == {0: 3, 1: 1}                 # set_weights wrote them (system-wide)
@@ -94,16 +49,16 @@ def test_weights_3_to_1_put_three_quarters_of_the_pages_on_node_0():
 
 @pytest.mark.numa_vm(topology="hmat", kernel="6.12")
 def test_weights_that_differ_from_the_system_warn_and_strict_refuses():
-    before = _weights()
-    _set_weights({0: 1, 1: 1})
+    before = system_weights()
+    write_weights({0: 1, 1: 1})
     try:
         with pytest.raises(probe.ChildFailed, match=r"PlanError: interleave weights 0:3 asked for"):
-            probe.in_child(_bind_weighted_and_measure, {0: 3, 1: 1}, False, True)
-        m = probe.in_child(_bind_weighted_and_measure, {0: 3, 1: 1}, False, False)
-        assert _weights() == {0: 1, 1: 1}             # never written without set_weights
+            probe.in_child(bind_weighted_and_measure, {0: 3, 1: 1}, False, True)
+        m = probe.in_child(bind_weighted_and_measure, {0: 3, 1: 1}, False, False)
+        assert system_weights() == {0: 1, 1: 1}             # never written without set_weights
     finally:
-        _set_weights(before)
-    share = _share0(m["numa_maps"])
+        write_weights(before)
+    share = share0(m["numa_maps"])
     print(f"weights 3:1 asked, system 1:1, not set: numa_maps N0={share:.2f}%")
     assert any("interleave weights 0:3 asked for" in w and "--set-weights" in w for w in m["warnings"])
     assert 45.0 <= share <= 55.0                      # the system's 1:1 applies, as the warning says
@@ -112,18 +67,18 @@ def test_weights_that_differ_from_the_system_warn_and_strict_refuses():
 @pytest.mark.numa_vm(topology="hmat", kernel="6.12")
 def test_numabind_run_weights_through_the_cli(tmp_path):
     """``numabind run -w 0,1 --weights 0:3,1:1 --set-weights`` (the fast path) on a fresh process."""
-    before = _weights()
-    code = ("import json, sys; sys.path.insert(0, '.'); from tests.vm import test_vm_weighted as t; "
+    before = system_weights()
+    code = ("import json, sys; sys.path.insert(0, '.'); from tests.vm.cases import weighted as t; "
             "print('RESULT ' + json.dumps(t._measure_small_pages(64 << 20)))")
     try:
         cp = subprocess.run([sys.executable, "-m", "numabind", "run", "-w", "0,1", "--weights", "0:3,1:1",
                              "--set-weights", "--", sys.executable, "-c", code],
                             capture_output=True, text=True, timeout=240, cwd=str(harness.REPO_ROOT))
     finally:
-        _set_weights(before)
+        write_weights(before)
     assert cp.returncode == 0, cp.stderr
     m = json.loads(next(x for x in cp.stdout.splitlines() if x.startswith("RESULT "))[7:])
-    share = _share0(m["numa_maps"])
+    share = share0(m["numa_maps"])
     print(f"numabind run -w 0,1 --weights 0:3,1:1 --set-weights: numa_maps N0={share:.2f}% "
           f"(move_pages {probe.fmt_shares(m['move_pages'])})")
     assert 70.0 <= share <= 80.0
@@ -137,26 +92,26 @@ def test_weights_from_the_firmware_bandwidth_figures():
     topo = numabind.discover()
     assert {n: topo.nodes[n].access.read_bandwidth for n in (0, 1)} == {0: 30000, 1: 10000}
     assert numabind.bandwidth_weights({0, 1}, topo) == {0: 3, 1: 1}
-    before = _weights()
-    code = ("import json, sys; sys.path.insert(0, '.'); from tests.vm import test_vm_weighted as t; "
+    before = system_weights()
+    code = ("import json, sys; sys.path.insert(0, '.'); from tests.vm.cases import weighted as t; "
             "print('RESULT ' + json.dumps(t._measure_small_pages(64 << 20)))")
     try:
         cp = subprocess.run([sys.executable, "-m", "numabind", "-v", "run", "-w", "0,1", "--weights", "bandwidth",
                              "--set-weights", "--", sys.executable, "-c", code],
                             capture_output=True, text=True, timeout=240, cwd=str(harness.REPO_ROOT))
-        written = _weights()
+        written = system_weights()
     finally:
-        _set_weights(before)
+        write_weights(before)
     assert cp.returncode == 0, cp.stderr
     assert written == {0: 3, 1: 1}
     m = json.loads(next(x for x in cp.stdout.splitlines() if x.startswith("RESULT "))[7:])
-    share = _share0(m["numa_maps"])
+    share = share0(m["numa_maps"])
     print(f"HMAT 30000/10000 MB/s -> weights {written}; numabind run --weights bandwidth: numa_maps N0={share:.2f}%")
     assert 70.0 <= share <= 80.0
 
 
 def _measure_into(q) -> None:
-    q.put(_measure_small_pages(SIZE))
+    q.put(measure_small_pages(SIZE))
 
 
 @pytest.mark.numa_vm(topology="hmat", kernel="6.12")
@@ -169,8 +124,8 @@ def test_a_child_born_with_weights_3_to_1(method):
     import numabind
     from numabind.process import configure_subprocess
 
-    before = _weights()
-    _set_weights({0: 3, 1: 1})
+    before = system_weights()
+    write_weights({0: 3, 1: 1})
     try:
         ctx = multiprocessing.get_context(method)
         q = ctx.Queue()
@@ -182,26 +137,15 @@ def test_a_child_born_with_weights_3_to_1(method):
         p.join(60)
         rep = births.report(p.pid, timeout=30)
     finally:
-        _set_weights(before)
-    share = _share0(m["numa_maps"])
+        write_weights(before)
+    share = share0(m["numa_maps"])
     print(f"{method} child born weighted 3:1: numa_maps N0={share:.2f}% (move_pages {probe.fmt_shares(m['move_pages'])})")
     assert p.exitcode == 0 and rep.error is None and list(rep.report.warnings) == []
     assert rep.report.applied.weights == {0: 3, 1: 1}
-    assert 70.0 <= share <= 80.0 and 70.0 <= _share0(m["move_pages"]) <= 80.0
+    assert 70.0 <= share <= 80.0 and 70.0 <= share0(m["move_pages"]) <= 80.0
 
 
 # ----------------------------------------------------------------------------- Linux 6.1
 @pytest.mark.numa_vm(topology="2n")
 def test_a_kernel_without_weighted_interleave_degrades_to_interleave():
-    assert not os.path.isdir(WEIGHTS_DIR), f"{os.uname().release} has {WEIGHTS_DIR}"
-    with pytest.raises(probe.ChildFailed, match=r"BindError: .*no MPOL_WEIGHTED_INTERLEAVE"):
-        probe.in_child(_bind_weighted_and_measure, {0: 3, 1: 1}, False, True)
-    m = probe.in_child(_bind_weighted_and_measure, {0: 3, 1: 1}, False, False)
-    share = _share0(m["numa_maps"])
-    print(f"Linux {os.uname().release}: weighted plan -> {m['applied']}; numa_maps N0={share:.2f}%; "
-          f"warnings: {m['warnings']}")
-    assert any("no MPOL_WEIGHTED_INTERLEAVE (Linux 6.9 and newer have it" in w for w in m["warnings"])
-    assert any("memory policy degraded to interleave 0-1 (the weights 0:3,1:1 do not apply to it)" in w
-               for w in m["warnings"])
-    assert m["applied"].endswith("mem=interleave:0-1;migrate=0")
-    assert 45.0 <= share <= 55.0
+    weighted.a_kernel_without_weighted_interleave_degrades_to_interleave()
