@@ -100,9 +100,14 @@ def _length_error(text: str, what: str) -> str:
             f"to {MAX_ID} written out one by one is shorter); check where the text came from")
 
 
-def _check_length(text: str, what: str) -> None:
+def _checked_body(text: str, what: str) -> str:
+    """``text`` stripped, after the checks every list parser makes first: a string, not longer than
+    :data:`MAX_LIST_TEXT`."""
+    if not isinstance(text, str):
+        raise PlanError(f"{what} must be a string, got {type(text).__name__}: {text!r}"[:300])
     if len(text) > MAX_LIST_TEXT:
         raise PlanError(_length_error(text, what))
+    return text.strip()
 
 
 def _group_count(lo: int, hi: int, used: int, size: int) -> int:
@@ -186,10 +191,7 @@ def parse_cpulist(text: str, *, what: str = "cpulist", strides: bool = True) -> 
     >>> parse_cpulist("  \\n")
     frozenset()
     """
-    if not isinstance(text, str):
-        raise PlanError(f"{what} must be a string, got {type(text).__name__}: {text!r}"[:300])
-    _check_length(text, what)
-    body = text.strip()
+    body = _checked_body(text, what)
     if not body:
         return frozenset()
     first, dash, last = body.partition("-")
@@ -297,10 +299,7 @@ def parse_mask(text: str, *, what: str = "mask") -> frozenset[int]:
     >>> sorted(parse_mask("00000000,0000000f"))
     [0, 1, 2, 3]
     """
-    if not isinstance(text, str):
-        raise PlanError(f"{what} must be a string, got {type(text).__name__}: {text!r}"[:300])
-    _check_length(text, what)
-    body = text.strip()
+    body = _checked_body(text, what)
     if not body:
         return frozenset()
     if not _is_mask(body):

@@ -137,8 +137,8 @@ def verify_current(plan: Plan, strict: Strictness | None = None, *, threads: "Th
         policy, nodes = None, frozenset()
         if plan.mem_policy is not None:
             notes.append(f"the memory policy could not be read ({e}); it was not verified")
-    mem_differs = plan.mem_policy is not None and policy is not None and \
-        (policy, nodes) != (plan.mem_policy, plan.mem_nodes or frozenset())
+    mem_differs = (plan.mem_policy is not None and policy is not None
+                   and (policy, nodes) != (plan.mem_policy, plan.mem_nodes or frozenset()))
     if mem_differs:
         warnings.append(f"the memory policy is {policy} {format_cpulist(nodes)}".rstrip() +
                         f", not {plan.mem_policy} {format_cpulist(plan.mem_nodes or ())}".rstrip())

@@ -80,8 +80,8 @@ class _SlotTable:
                 table = records.load_json(data or b"[]", depth=2)    # a list of [pid, start time]
             except ValueError as e:
                 raise NumabindError(f"pool slot table {self.path} is malformed: {e}") from None
-            if not isinstance(table, list) or len(table) < self.slots or \
-                    not all(isinstance(e, list) and len(e) == 2 for e in table):
+            if (not isinstance(table, list) or len(table) < self.slots
+                    or not all(isinstance(e, list) and len(e) == 2 for e in table)):
                 raise NumabindError(f"pool slot table {self.path} is malformed")
             free = [k for k, (pid, start) in enumerate(table) if not _alive(pid, start)]
             if free:

@@ -53,8 +53,8 @@ class ChildReport(Value):
         if not isinstance(rec, dict):
             raise ValueError("not an object")
         pid, method, error = rec.get("pid"), rec.get("start_method"), rec.get("error")
-        if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(method, str) or \
-                not (error is None or isinstance(error, str)):
+        if (not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(method, str)
+                or not (error is None or isinstance(error, str))):
             raise ValueError("pid, start_method or error malformed")
         report = BindReport.from_dict(rec["report"]) if "report" in rec else None
         return cls(pid=pid, start_method=method, report=report, error=error)
