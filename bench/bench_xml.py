@@ -8,14 +8,14 @@ bridges, with OS devices and infos; ``--shape``, :data:`SHAPES`) and read in a c
 one size's memory is not another's:
 
 * P10-time: seconds per MB of the reader, the file's bytes to the tree's files (``read_topology`` then
-  ``tree_files``, as discovery does before it writes them): the median of ``--reps`` reads;
+  ``tree_files``: the facts, and the device and node files the other readers read from memory): the median of ``--reps`` reads;
 * P10-memory: the reader's peak memory (tracemalloc, one more read) per MB of file; the child's ``ru_maxrss``
   is in the row's detail;
 * P10-linear: for each figure, the largest size's per-MB figure over the smallest size's: linear in the file's
   size is about 1 (the reader was quadratic: a 280 KiB file took 33 s and 1.5 GB).
 
-``--discover`` adds the whole of ``numabind.discover(root=FILE)`` per MB (the tree written to disk and read back:
-mostly the file system's cost of creating tens of thousands of small files).
+``--discover`` adds the whole of ``numabind.discover(root=FILE)`` per MB (nothing is written: the values are built
+from the file's facts, and the other readers are served from memory).
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from ._base import getLogger
 from .errors import NumabindError
 
-__all__ = ["MAX_DUMP_BYTES", "MAX_DUMP_MEMBERS", "dump_root", "is_tarball", "materialise_xml",
-           "unpack"]
+__all__ = ["MAX_DUMP_BYTES", "MAX_DUMP_MEMBERS", "dump_root", "is_tarball", "unpack"]
 
 log = getLogger(__name__)
 
@@ -84,34 +83,6 @@ def _inside(root: str, path: str) -> bool:
 def unpack(tarball: str) -> str:
     """Unpack ``tarball`` into a private temporary directory; returns that directory."""
     return _made_once(tarball, "numabind-dump-", _extract)
-
-
-def materialise_xml(path: str, load: Callable[[], bytes]) -> str:
-    """The files numabind's readers read of the hwloc XML topology ``path`` (:meth:`numabind._hwloc_xml.HwlocTopology.tree`),
-    written once into a private temporary directory (returned); ``load()`` gives the file's bytes (the bounded read of
-    :mod:`numabind._fs`). The whole file is read and checked first: a bad file raises NumabindError naming it and the
-    line, and leaves nothing behind. The bridge while :class:`numabind._fs.FsReader` does not serve the tree from
-    memory; the topology is built from the file, never from these files."""
-    from ._hwloc_xml import written, xml_root   # only an hwloc XML file needs its parser
-
-    topo = xml_root(path, load)
-    dest = _made_once(path, "numabind-xml-", lambda _source, dest: _write(topo.tree.files, topo.tree.links, dest))
-    written[dest] = topo
-    return dest
-
-
-def _write(files: dict[str, str], links: dict[str, str], dest: str) -> None:
-    made: set[str] = set()
-    for rel in (*files, *links):
-        parent = os.path.dirname(rel)
-        if parent not in made:
-            os.makedirs(os.path.join(dest, parent), mode=0o700, exist_ok=True)
-            made.add(parent)
-    for rel, text in files.items():
-        with open(os.path.join(dest, rel), "x", encoding="utf-8") as out:
-            out.write(text)
-    for rel, target in links.items():
-        os.symlink(target, os.path.join(dest, rel))
 
 
 def _made_once(source: str, prefix: str, make: Callable[[str, str], None]) -> str:

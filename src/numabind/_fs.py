@@ -40,6 +40,8 @@ TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Sequence
 
+    from ._hwloc_xml import HwlocTopology
+
 from ._base import excerpt, printable
 from .errors import NumabindError
 
@@ -118,29 +120,31 @@ def malformed(reader: "FsReader", rel: str, text: str, why: str) -> NumabindErro
 # -- roots -----------------------------------------------------------------------
 
 
-def _resolve(root: str | os.PathLike[str] | None) -> tuple[str, str]:
-    """(root directory to read, what the user gave: shown in messages)."""
+def _resolve(root: str | os.PathLike[str] | None) -> "tuple[str, str, HwlocTopology | None]":
+    """(root directory to read, what the user gave: shown in messages, the hwloc XML file it is or None)."""
     from_env = root is None
     if root is None:
         root = os.environ.get("NUMABIND_FSROOT") or "/"
     given = os.fspath(root)
     path = os.path.abspath(given)
     if path == "/":
-        return "/", "/"
+        return "/", "/", None
     where = f"$NUMABIND_FSROOT={given!r}" if from_env else repr(given)
-    from ._dump import dump_root, is_tarball, materialise_xml, unpack   # a replayed machine only
+    from ._dump import dump_root, is_tarball, unpack   # a replayed machine only
 
     if os.path.isdir(path):
-        return dump_root(path), path
+        return dump_root(path), path, None
     if os.path.isfile(path):
         if _is_hwloc_xml(path):
-            return materialise_xml(path, lambda: _hwloc_xml_bytes(path)), path
+            from ._hwloc_xml import xml_root   # read once, its files served from memory (HwlocTopology.tree)
+
+            return path, path, xml_root(path, lambda: _hwloc_xml_bytes(path))
         if not is_tarball(path):
             raise NumabindError(
                 f"discovery root {where} is a file but neither an hwloc XML topology nor a tar archive; give a "
                 f"directory holding sys/ and proc/, an hwloc-gather-topology .tar.bz2, or an hwloc XML file "
                 f"(lstopo FILE.xml)")
-        return dump_root(unpack(path)), path
+        return dump_root(unpack(path)), path, None
     if os.path.lexists(path) or os.path.exists(path):
         raise NumabindError(f"discovery root {where} is neither a directory nor a tarball")
     raise NumabindError(
@@ -498,10 +502,10 @@ class FsReader:
     directory actually read.
     """
 
-    __slots__ = ("root", "is_live", "origin", "_prefix", "_pre", "_dirs")
+    __slots__ = ("root", "is_live", "origin", "xml", "_prefix", "_pre", "_dirs")
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
-        self.root, self.origin = _resolve(root)
+        self.root, self.origin, self.xml = _resolve(root)   # xml: an hwloc XML root, its files in memory
         self.is_live = self.root == "/"
         self._prefix = self.root.rstrip("/") + "/"
         self._pre: "dict[str, Any] | None" = None
@@ -522,6 +526,8 @@ class FsReader:
         same opening flags, the same refusal of anything but a regular file), a larger one (or any,
         without the core) with raw ``os.read``, never the text-mode io stack.
         """
+        if self.xml is not None:
+            return self.xml.tree.read(rel, limit)
         pre = self._pre
         direct = self.is_live or self._link_free(rel)    # a replayed root: links only through the confined walk
         if not direct:
@@ -596,7 +602,7 @@ class FsReader:
         each file relative to it with ``O_NOFOLLOW``: what the walk reaches, without walking from the root
         for every file. A descriptor is the directory as it was when resolved, so discovery holds them for one
         discover() only. Calls nest; the live root holds nothing (it reads paths directly)."""
-        if self.is_live:
+        if self.is_live or self.xml is not None:
             return
         dirs = self._dirs
         if dirs is None:
@@ -668,7 +674,7 @@ class FsReader:
         Discovery prefetches the files of a core it is about to read (some it may then not need). What a
         prefetch left unread is dropped by the next prefetch and by :meth:`forget`, so a long-lived reader
         never answers with old text. Without the compiled core only the listing is made."""
-        core = _core or _load_core()
+        core = (_core or _load_core()) if self.xml is None else None
         if core and not self.is_live and not self._link_free(f"{base}/{sub}"):
             core = None       # a link on the way (or nothing there): listed and read through the confined walk
         inside = base.strip("/")
@@ -735,6 +741,8 @@ class FsReader:
         return ascii_int(text, signed=True)
 
     def listdir(self, rel: str) -> list[str]:
+        if self.xml is not None:
+            return self.xml.tree.listdir(rel)
         try:
             if self.is_live:
                 return sorted(os.listdir(self.path(rel)))
@@ -766,7 +774,7 @@ class FsReader:
         """Sorted ids N of the entries ``<prefix>N`` of directory ``rel`` (ASCII digits only), listed by the
         compiled core when there is one (no string is made of the names that do not match)."""
         path = self._prefix + rel.lstrip("/")
-        core = (_core or _load_core()) if self.is_live or self._link_free(rel) else None   # else: confined
+        core = (_core or _load_core()) if self.xml is None and (self.is_live or self._link_free(rel)) else None
         if core and "\0" not in path and "\0" not in prefix:
             ids = _id_bufs.pop() if _id_bufs else core[0](_INTS, 64)
             cap = len(ids)
@@ -780,7 +788,8 @@ class FsReader:
                 cap = n
                 ids = core[0](_INTS, cap)
         try:
-            names = os.listdir(path) if self.is_live else self._listdir_in_root(rel)
+            names = (os.listdir(path) if self.is_live else self.xml.tree.listdir(rel) if self.xml is not None
+                     else self._listdir_in_root(rel))
         except (OSError, ValueError):
             return []
         n = len(prefix)
@@ -798,6 +807,8 @@ class FsReader:
     def stat(self, rel: str) -> "os.stat_result | None":
         """``os.stat`` of ``rel`` (links followed, inside a replayed root only), or None when it cannot be
         reached."""
+        if self.xml is not None:
+            return self.xml.tree.stat(rel)
         try:
             if self.is_live:
                 return os.stat(self.path(rel))
@@ -815,6 +826,8 @@ class FsReader:
         """``os.lstat`` of ``rel``: a link as its last component is not followed (the link's own stat comes
         back); links before it are, inside a replayed root only (:func:`_walk`). None when it cannot be reached.
         For a file that must be a regular one, and no link, before something else opens its path."""
+        if self.xml is not None:
+            return self.xml.tree.stat(rel, follow=False)
         try:
             if self.is_live:
                 return os.lstat(self.path(rel))
@@ -851,6 +864,8 @@ class FsReader:
         """Resolve a sysfs symlink; the result is relative to the root (``/sys/devices/...``). In a replayed
         root, links resolve as a chroot at the root would resolve them (never out of it); None when the
         path cannot be resolved."""
+        if self.xml is not None:
+            return self.xml.tree.realpath(rel)
         if not self.is_live:
             try:
                 fd, name, names = _walk(self.root, rel, lexical_rest=True)

@@ -71,16 +71,9 @@ def xml_root(path: str, load: Callable[[], bytes]) -> HwlocTopology:
     return found
 
 
-#: The bridge while :class:`numabind._fs.FsReader` does not serve an XML root from memory: the directory
-#: :func:`numabind._dump.materialise_xml` wrote each file's :class:`Tree` to -> the file.
-written: dict[str, HwlocTopology] = {}
-
-
 def xml_of(reader: Any) -> HwlocTopology | None:
     """The hwloc XML file ``reader`` reads (an :class:`~numabind._fs.FsReader`), None for any other root."""
-    found = getattr(reader, "xml", None)
-    if found is None and not getattr(reader, "is_live", True):
-        found = written.get(reader.root)
+    found: HwlocTopology | None = getattr(reader, "xml", None)
     return found
 
 
