@@ -69,7 +69,7 @@ def test_numabind_run_weights_through_the_cli(tmp_path):
     """``numabind run -w 0,1 --weights 0:3,1:1 --set-weights`` (the fast path) on a fresh process."""
     before = system_weights()
     code = ("import json, sys; sys.path.insert(0, '.'); from tests.vm.cases import weighted as t; "
-            "print('RESULT ' + json.dumps(t._measure_small_pages(64 << 20)))")
+            "print('RESULT ' + json.dumps(t.measure_small_pages(64 << 20)))")
     try:
         cp = subprocess.run([sys.executable, "-m", "numabind", "run", "-w", "0,1", "--weights", "0:3,1:1",
                              "--set-weights", "--", sys.executable, "-c", code],
@@ -94,7 +94,7 @@ def test_weights_from_the_firmware_bandwidth_figures():
     assert numabind.bandwidth_weights({0, 1}, topo) == {0: 3, 1: 1}
     before = system_weights()
     code = ("import json, sys; sys.path.insert(0, '.'); from tests.vm.cases import weighted as t; "
-            "print('RESULT ' + json.dumps(t._measure_small_pages(64 << 20)))")
+            "print('RESULT ' + json.dumps(t.measure_small_pages(64 << 20)))")
     try:
         cp = subprocess.run([sys.executable, "-m", "numabind", "-v", "run", "-w", "0,1", "--weights", "bandwidth",
                              "--set-weights", "--", sys.executable, "-c", code],
