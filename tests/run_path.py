@@ -1,9 +1,9 @@
-"""The run path: the modules numabind's start-up idioms pay for, measured in a fresh interpreter.
+"""The start-up paths: the modules numabind's start-up idioms pay for, measured in a fresh interpreter.
 
-``numabind run``'s fast path and a bind keep ``dataclasses``, ``typing``, ``logging`` and ``re`` off their
-imports (STYLE.md "Speed where it pays"), so the modules they load keep the speed idioms: ``TYPE_CHECKING =
-False``, the hand-written :class:`numabind._base.Value`, objects built without ``__init__``. Every other
-module is plain Python (tests/test_layers.py lists the run path, ``RUN_PATH``, and checks both). The paths:
+``numabind run``'s fast path, a bind and the looks keep ``dataclasses``, ``typing``, ``logging`` and ``re`` off their
+imports (STYLE.md "Speed where it pays", issue 43), so the modules they load may keep the start-up idioms:
+``TYPE_CHECKING = False``, :class:`numabind._base.Value`, objects built without ``__init__``. Every other module is
+plain Python (tests/test_layers.py lists both paths, ``RUN_PATH`` and ``LOOK_PATH``, and checks both). The run path:
 
 * :data:`RUN_PATH_MODULES`: what ``numabind run -C CPU -m NODE -- cmd`` loads (:func:`run_modules`; tests/test_cli.py
   pins it); :data:`CPUSET_MODULES` too when the process's affinity leaves out an online CPU (the cpuset is read then);
@@ -11,9 +11,10 @@ module is plain Python (tests/test_layers.py lists the run path, ``RUN_PATH``, a
 * what a spawn child bound at birth in the child loads (``configure_subprocess(plan, spawn="in-child")``,
   :func:`birth_modules`): it binds while it unpickles its preparation data, before the program runs.
 
-The looks (issue 34 §3: ``numabind hardware``, ``numabind topology [--of xml]``, numactl's ``-H``, a first
-``numabind.discover()``: :func:`look_modules`) and ``numabind move`` (issue 28, P8: :func:`move_modules`) are not
-the run path: they are plain Python, and their tests measure what they load to keep heavy modules off them.
+The look path: what a first ``numabind.discover()`` and the looks' plain forms (``numabind hardware``, ``numabind
+topology [--of xml]``, numactl's ``-H``) load (:func:`look_modules`), start-up measured commands guarded at 2.0x
+``python -c pass`` (``python bench/bench_look.py``, P9). ``numabind move`` (issue 28, P8: :func:`move_modules`) is
+on neither: it is plain Python, and its tests measure what it loads to keep heavy modules off it.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def test_parts_run_alone(argv):
 
 
 def test_look_rows_give_the_median_of_pair_ratios_and_its_spread():
-    """P9 (issue 34 §3): the three start-up measures of a look, each with its goal, the median of the per-pair
+    """P9 (issue 43's guard of 2.0): the three start-up measures of a look, each with its goal, the median of the per-pair
     ratios and their spread, from the part alone and through the runner."""
     proc = subprocess.run([sys.executable, "bench/bench_look.py", "--reps", "3", "--json"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
@@ -59,7 +59,7 @@ def test_look_rows_give_the_median_of_pair_ratios_and_its_spread():
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("P9 ")]
     rows = json.loads(line[3:])
     goals = {r["id"]: r["target"] for r in rows if r["target"] is not None}
-    assert goals == {"P9-topology": 1.0, "P9-hardware": 1.3, "P9-discover": 1.3}, rows
+    assert goals == {"P9-topology": 2.0, "P9-hardware": 2.0, "P9-discover": 2.0}, rows
     # for scale, never a goal: as many empty modules as the look imports of numabind's own (more than a few)
     (floor,) = [r for r in rows if "empty modules" in r["what"]]
     assert floor["target"] is None and int(floor["what"].split('"import ')[1].split()[0]) >= 5, floor

@@ -2,7 +2,8 @@
 (issue 34 §3, issue 43).
 
 :class:`~numabind.iodevices.PciDevice`, :class:`~numabind.iodevices.PciPlace`, :class:`~numabind.iodevices.Nic`
-and :class:`~numabind.iodevices.NicChoice` are frozen dataclasses with slots (a look is not the run path):
+and :class:`~numabind.iodevices.NicChoice` are frozen values with slots (:class:`numabind._base.Value`, the looks'
+start-up idiom):
 positional and keyword construction, equality, hashing, pickling, ``repr``, the frozen error. Importing
 :mod:`numabind.iodevices` and :mod:`numabind.cli.tree`, and scanning a machine's PCI functions and printing its
 tree, loads no ``logging``.
@@ -43,7 +44,7 @@ def test_pci_device_is_a_frozen_value_whose_extra_is_not_compared():
                            (("driver", "mlx5_core"),))
     assert positional == dev and hash(positional) == hash(dev)
     assert PciDevice(NIC, None, None, None, None, frozenset()).nets == () and _device().blocks == ()
-    other = dataclasses.replace(dev, extra=())
+    other = dev.replace(extra=())
     assert other == dev and hash(other) == hash(dev) and other.extra == () and other == _device(extra=())
     assert _device(numa_node=1) != dev and _device(nets=()) != dev
     assert dev != dataclasses.make_dataclass("PciDevice", ["address"])(NIC)   # another class is never equal
@@ -64,11 +65,11 @@ def test_values_pickle_replace_and_keep_their_annotations(value):
     copy = pickle.loads(pickle.dumps(value))
     assert copy == value and repr(copy) == repr(value) and type(copy) is type(value)
     first = type(value).__slots__[0]
-    changed = dataclasses.replace(value, **{first: "0000:00:00.0"})
-    assert getattr(changed, first) == "0000:00:00.0" and changed != value and dataclasses.replace(value) == value
+    changed = value.replace(**{first: "0000:00:00.0"})
+    assert getattr(changed, first) == "0000:00:00.0" and changed != value and value.replace() == value
     assert all(getattr(changed, n) == getattr(value, n) for n in type(value).__slots__[1:])
     with pytest.raises(TypeError, match="colour"):
-        dataclasses.replace(value, colour="red")
+        value.replace(colour="red")
     # the attribute types stay in the class body for type checkers, one per attribute, in order
     assert tuple(type(value).__annotations__) == type(value).__slots__
     assert not hasattr(value, "__dict__")
@@ -83,7 +84,7 @@ def test_nic_and_choice_keep_their_properties():
     assert choice.env == {"NCCL_IB_HCA": "=mlx5_0:1"} and choice.to_dict()["rdma"] == ["mlx5_0"]
     assert hash(choice) == hash(pickle.loads(pickle.dumps(choice)))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        nic.place = dataclasses.replace(nic.place, numa_node=1)
+        nic.place = nic.place.replace(numa_node=1)
 
 
 def _machine(root) -> None:

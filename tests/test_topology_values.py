@@ -1,6 +1,6 @@
-"""The topology's value classes (Cpu, Cache, MemoryAccess, InterleaveWeights, Node, Topology): frozen
-dataclasses (issue 43: the topology is not the run path), equal, hashable, picklable; and what importing the
-topology leaves unloaded."""
+"""The topology's value classes (Cpu, Cache, MemoryAccess, InterleaveWeights, Node, Topology): frozen values
+(:class:`numabind._base.Value`, issue 43: the looks' start-up idiom, a frozen dataclass with slots without
+:mod:`dataclasses`), equal, hashable, picklable; and what importing the topology leaves unloaded."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import typing
 
 import pytest
 
+from numabind._base import Value
 from numabind._util import FrozenMap
 from numabind.cpulist import parse_cpulist
 from numabind.topology import Cache, Cpu, InterleaveWeights, MemoryAccess, Node, Topology, discover
@@ -33,11 +34,11 @@ def _no_fsroot_env(monkeypatch):
 
 
 def _fields(value) -> dict:
-    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return {name: getattr(value, name) for name in type(value)._fields()}
 
 
 def _names(cls) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
+    return cls._fields()
 
 
 def _node() -> Node:
@@ -67,7 +68,7 @@ def test_discovery_of_this_machine_loads_neither_the_xml_reader_nor_the_nic_scan
 # -- construction ------------------------------------------------------------------
 
 
-def test_positional_and_keyword_calls_and_defaults_are_the_dataclasses():
+def test_positional_and_keyword_calls_and_defaults_are_as_in_a_dataclass():
     node = Node(0, frozenset({0}), 1024)
     assert node == Node(id=0, cpus=frozenset({0}), memory_bytes=1024, distances=FrozenMap(), access=None)
     assert node.distances == {} and isinstance(node.distances, FrozenMap) and node.access is None
@@ -80,8 +81,15 @@ def test_positional_and_keyword_calls_and_defaults_are_the_dataclasses():
     t = Topology("/", FrozenMap(), FrozenMap(), *(frozenset(),) * 6)
     assert (t.caches, t.model_name, t.cppc_highest_perf, t.gpus, t.allowed_source, t.interleave_weights,
             t.affinity, t.kinds_source) == ((), None, None, (), "", None, None, "")
-    with pytest.raises(TypeError):
+    fields = r"Node\(\) takes the fields id, cpus, memory_bytes, distances, access once each, by position or name "
+    with pytest.raises(TypeError, match=fields + r"\(id, cpus, memory_bytes required\), not 2 by position and \[\]"):
         Node(0, frozenset({0}))                       # memory_bytes is required, as it was
+    with pytest.raises(TypeError, match=r"not 3 by position and \['colour'\] by name"):
+        Node(0, frozenset({0}), 1, colour="red")
+    with pytest.raises(TypeError, match=r"not 3 by position and \['id'\] by name"):
+        Node(0, frozenset({0}), 1, id=1)
+    with pytest.raises(TypeError, match=r"Cache\(\) takes the fields level, type, cpus, size_bytes .* not 5 by"):
+        Cache(1, "Data", frozenset({0}), 1, 2)
 
 
 def test_fields_are_in_the_dataclasses_order():
@@ -91,7 +99,7 @@ def test_fields_are_in_the_dataclasses_order():
     assert _names(Node) == ("id", "cpus", "memory_bytes", "distances", "access")
     assert _names(Topology)[:3] == ("root", "nodes", "cpus") and _names(Topology)[-1] == "kinds_source"
     assert len(_names(Topology)) == 17
-    assert all(dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen for cls in CLASSES)
+    assert all(issubclass(cls, Value) and cls.__slots__ == _names(cls) for cls in CLASSES)
 
 
 def test_annotations_name_every_field_and_evaluate():
@@ -166,7 +174,7 @@ def test_replace_builds_a_new_value():
     assert (narrowed.allowed_cpus, narrowed.allowed_source) == (L("0-1"), "cgroup")
     assert _fields(narrowed) == {**_fields(t), "allowed_cpus": L("0-1"), "allowed_source": "cgroup"}
     assert t.allowed_cpus == L("0-3")                 # the original is unchanged
-    cpu = dataclasses.replace(t.cpus[1], kind="performance")
+    cpu = t.cpus[1].replace(kind="performance")
     assert cpu.kind == "performance" and cpu == t.cpus[1]
     with pytest.raises(TypeError, match="not_a_field"):
         t.replace(not_a_field=1)

@@ -1,16 +1,6 @@
-"""The plumbing below every layer of numabind, in one module so that a bind loads it once.
-
-* :class:`Value`: the base of numabind's frozen value classes, without :mod:`dataclasses` or
-  :mod:`typing` at import.
-* numabind's own environment settings (``NUMABIND_STRICT``, :func:`environ_get`), parsed in one place
-  (pure apart from reading the environment).
-* :func:`getLogger`: ``logging.getLogger(__name__)`` without importing :mod:`logging` until a record
-  can be seen. Importing :mod:`logging` costs more than the rest of ``numabind run`` together (it
-  brings ``re``, ``traceback``, ``string`` and ``weakref`` along). A record can only reach a handler
-  once the program (or a test framework, or the CLI) has imported :mod:`logging` to configure one, so
-  until then a record is dropped, which is what logging itself would do with numabind's
-  ``NullHandler`` and no handler configured. From the moment :mod:`logging` is in ``sys.modules``
-  every call goes to the real ``logging.getLogger(name)``, unchanged.
+"""The plumbing below every layer of numabind, in one module so that a bind loads it once: :class:`Value` (frozen
+values without :mod:`dataclasses` or :mod:`typing`), numabind's environment settings, and :func:`getLogger`, which
+does not import :mod:`logging` until a record could reach a handler (until then it is dropped, as logging would).
 """
 
 import os
@@ -19,16 +9,19 @@ import sys
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
-    from typing import Any, TypeVar
+    from typing import Any, ClassVar, TypeVar
 
+    from typing_extensions import dataclass_transform
+
+    _T = TypeVar("_T")
     _V = TypeVar("_V", bound="Value")
 
 from .errors import NumabindError
 
-__all__ = ["BOUND_ENV", "DEBUG", "ERROR", "EXIT_NOT_APPLIED", "EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND", "EXIT_USAGE", "INFO", "WARNING",
-           "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
-           "TLLM_AFFINITY_ENV", "Value", "bind_settings", "environ_copy", "environ_get", "getLogger", "keep_binding_env",
-           "EXCERPT", "excerpt", "printable", "real_logger", "strict_from_env", "warn_through"]
+__all__ = ["BOUND_ENV", "DEBUG", "ERROR", "EXCERPT", "EXIT_NOT_APPLIED", "EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND",
+           "EXIT_USAGE", "INFO", "Logger", "STRICT_FALSE", "STRICT_PARTIAL", "STRICT_TRUE", "Strictness",
+           "TLLM_AFFINITY_ENV", "Value", "WARNING", "bind_settings", "environ_copy", "environ_get", "excerpt", "field",
+           "getLogger", "keep_binding_env", "printable", "real_logger", "strict_from_env", "warn_through"]
 
 #: Exit statuses of ``numabind run`` and of a command started bound (numactl's and a shell's): the binding
 #: could not be applied, a usage error, a command found but not executable, a command not found.
@@ -42,11 +35,7 @@ BOUND_ENV = "_NUMABIND_BOUND"
 def printable(text: str) -> str:
     """``text`` as ``ps`` shows another process's name: each non-printable character (C0 and C1 controls,
     DEL, format characters such as U+202E, lone surrogates, unassigned code points) and each U+FFFD (a
-    byte that was not UTF-8, as numabind's readers decode it) as ``?``.
-
-    The one rule for everything numabind prints that someone else controls: process names and command
-    lines, record fields, strings read from a replayed machine (an hwloc XML file's attributes, a dump's
-    files) and the kernel's own text about them."""
+    byte that was not UTF-8, as numabind's readers decode it) as ``?``: for every text someone else controls."""
     if text.isprintable() and "\ufffd" not in text:
         return text
     return "".join(c if c.isprintable() and c != "\ufffd" else "?" for c in text)
@@ -58,13 +47,9 @@ EXCERPT = 40
 
 
 def excerpt(text: str, width: int = EXCERPT, *, escape: bool = False) -> str:
-    """The start of ``text`` (whitespace trimmed) for an error message: at most ``width`` characters,
-    through :func:`printable`, quoted, and the length said when cut. The text may be another user's (a
-    replayed machine's file, a list a process wrote), so an error never carries more of it than that.
-
-    With ``escape`` the text is quoted as typed (not trimmed), each non-printable character as Python's
-    ``repr`` escapes it (``\\n``, ``\\x1b``, ``\\u202e``) instead of ``?``: for a value the user typed (a
-    cpulist), whose error should say which character is wrong. Neither form prints a control character."""
+    """The start of ``text`` (whitespace trimmed) for an error message: at most ``width`` characters, through
+    :func:`printable`, quoted, and the length said when cut. With ``escape`` (a value the user typed) it is not
+    trimmed and non-printable characters are escaped as ``repr`` does instead of ``?``."""
     body = text if escape else text.strip()
     cut = len(body) > width
     shown = body[:width] if cut else body
@@ -73,39 +58,89 @@ def excerpt(text: str, width: int = EXCERPT, *, escape: bool = False) -> str:
 
 
 # ----------------------------------------------------------------------------- frozen values
-class Value:
-    """Base of numabind's hand-written frozen value classes (no :mod:`dataclasses` on the import path).
+if not TYPE_CHECKING:
+    def dataclass_transform(**_: object) -> "Any":   # for type checkers: Value's subclasses read as dataclasses
+        return lambda cls: cls
 
-    A subclass lists its attributes in ``__slots__`` (also the order of ``repr`` and pickling) and the
-    ones that take part in equality and hashing in ``_compare`` (default: all). Its ``__init__`` sets
-    them with ``object.__setattr__``; afterwards they cannot be set or deleted (the error is
-    :class:`dataclasses.FrozenInstanceError`, as for a frozen dataclass). ``replace(**changes)``
-    (also ``copy.replace`` from Python 3.13) builds a new value through ``__init__``, so every
-    change is validated again.
-    """
 
-    __slots__: tuple[str, ...] = ()
-    _compare: tuple[str, ...] | None = None
+class _Field(tuple[object, bool]):   # (default, compare), as field() gives it to _Frozen
+    __slots__ = ()
+
+
+def field(*, default: "_T", compare: bool = True) -> "_T":
+    """A :class:`Value` field's default, and whether the field takes part in equality and hashing (as in
+    :func:`dataclasses.field`)."""
+    return _Field((default, compare))  # type: ignore[return-value]   # read once, by _Frozen
+
+
+class _Frozen(type):
+    """:class:`Value`'s metaclass: a subclass's annotated fields become its ``__slots__``, their defaults and
+    whether they compare kept aside. A subclass that lists ``__slots__`` itself writes its own ``__init__``."""
+
+    def __new__(mcls, name: str, bases: "tuple[type, ...]", ns: "dict[str, Any]") -> "Any":
+        parent = bases[0] if bases else object     # the fields of the class a value class extends come first
+        fields, compare = getattr(parent, "_names", ()), getattr(parent, "_compare", None)
+        uncompared = set() if compare is None else set(fields) - set(compare)
+        defaults = dict(getattr(parent, "_defaults", {}))
+        hand_written = "__slots__" in ns
+        if not hand_written:
+            ns["__slots__"] = tuple(ns.get("__annotations__", ()))
+            for n in ns["__slots__"]:
+                value = ns.pop(n, defaults)   # (defaults: no default)
+                if isinstance(value, _Field):
+                    value, compared = value
+                    uncompared.update(() if compared else (n,))
+                if value is not defaults:
+                    defaults[n] = value
+        cls: Any = super().__new__(mcls, name, bases, ns)
+        cls._names, cls._defaults = fields + tuple(ns["__slots__"]), defaults
+        if not hand_written:
+            cls._compare = tuple(n for n in cls._names if n not in uncompared) if uncompared else None
+        return cls
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+class Value(metaclass=_Frozen):
+    """A frozen dataclass with slots, without :mod:`dataclasses`: a subclass declares its fields as one does
+    (annotations in order, defaults, :func:`field`); ``__init__`` takes them by position or name, then calls
+    ``__post_init__``. A subclass may instead list ``__slots__``, write its ``__init__`` and name the fields that
+    compare in ``_compare``. Setting or deleting a field raises :class:`dataclasses.FrozenInstanceError`;
+    ``replace(**changes)`` (and ``copy.replace``) builds a new value through ``__init__``."""
+
+    __slots__ = ()
+    if TYPE_CHECKING:  # pragma: no cover
+        _compare: ClassVar[tuple[str, ...] | None] = None   # the fields of equality and hashing (None: all)
+        _names: ClassVar[tuple[str, ...]]                   # every field, in order
+        _defaults: ClassVar[dict[str, object]]
+    else:
+        _compare = None
 
     @classmethod
-    def _fields(cls) -> tuple[str, ...]:
-        out: list[str] = []
-        for klass in reversed(cls.__mro__):
-            out.extend(klass.__dict__.get("__slots__", ()))
-        return tuple(out)
+    def _fields(cls) -> "tuple[str, ...]":
+        return cls._names
 
-    def _key(self) -> tuple[object, ...]:
-        names = self._compare if self._compare is not None else self._fields()
-        return tuple(getattr(self, n) for n in names)
+    def __init__(self, *args: "Any", **kwargs: "Any") -> None:
+        names = self._names
+        values = {**self._defaults, **dict(zip(names, args)), **kwargs}
+        if (len(values) != len(names) or len(args) > len(names) or values.keys() != set(names)
+                or (args and kwargs and not kwargs.keys().isdisjoint(names[:len(args)]))):
+            required = ", ".join(n for n in names if n not in self._defaults)
+            raise TypeError(f"{type(self).__name__}() takes the fields {', '.join(names)} once each, by position or "
+                            f"name ({required} required), not {len(args)} by position and {list(kwargs)} by name")
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
+    def __post_init__(self) -> None:
+        """Checks or normalises the fields (with ``object.__setattr__``) after ``__init__``."""
+
+    def _key(self) -> "tuple[object, ...]":
+        return tuple(getattr(self, n) for n in (self._fields() if self._compare is None else self._compare))
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
         return self._key() == other._key()
-
-    def __ne__(self, other: object) -> bool:
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
         return hash((self.__class__.__name__, self._key()))
@@ -124,7 +159,7 @@ class Value:
         inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._fields())
         return f"{type(self).__name__}({inner})"
 
-    def __reduce__(self) -> tuple[object, ...]:
+    def __reduce__(self) -> "tuple[object, ...]":
         return (_rebuild, (type(self), tuple(getattr(self, n) for n in self._fields())))
 
     def replace(self: "_V", **changes: object) -> "_V":
@@ -133,21 +168,19 @@ class Value:
         unknown = set(changes) - set(names)
         if unknown:
             raise TypeError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
-        kwargs = {n: changes[n] if n in changes else getattr(self, n) for n in names}
-        return type(self)(**kwargs)
+        return type(self)(**{n: changes[n] if n in changes else getattr(self, n) for n in names})
 
     __replace__ = replace
 
 
-def _rebuild(cls: type, values: tuple[object, ...]) -> object:
+def _rebuild(cls: "type[Value]", values: "tuple[object, ...]") -> object:
     """Unpickle a :class:`Value` through its ``__init__`` (a pickle is checked like any new value)."""
-    return cls(**dict(zip(cls._fields(), values)))  # type: ignore[attr-defined]
+    return cls(**dict(zip(cls._fields(), values)))
 
 
 # ----------------------------------------------------------------------------- environment settings
-#: How a binding that cannot be applied in full is handled: ``True`` raises (and rolls back) on any
-#: weakening, ``False`` degrades with a warning per step, ``"partial"`` degrades like ``False`` but
-#: raises when in the end nothing of the plan is in force.
+#: How a binding that cannot be applied in full is handled: ``True`` raises (and rolls back), ``False`` degrades
+#: with a warning per step, ``"partial"`` degrades but raises when nothing of the plan is in force.
 if TYPE_CHECKING:  # pragma: no cover
     from .types import Strictness as Strictness   # defined once, in numabind.types
 else:
@@ -186,13 +219,9 @@ def _environ_bytes() -> "dict[bytes, bytes] | None":
 
 
 def environ_get(name: str) -> str | None:
-    """``os.environ.get(name)``, read straight from the mapping's own bytes.
-
-    ``bind_current`` reads two settings on every call, and ``os.environ.get`` (the Mapping machinery,
-    then encoding the key and decoding the value in Python) costs as much as a system call. The value
-    is the same: ``os.environ`` keeps its items encoded with the file-system encoding. When
-    ``os.environ`` was replaced by another mapping (or off POSIX), its own ``get`` answers.
-    """
+    """``os.environ.get(name)``, read straight from the mapping's own bytes (``os.environ.get``, through the
+    Mapping machinery, costs as much as a system call, and ``bind_current`` reads two settings on every call).
+    When ``os.environ`` was replaced by another mapping (or off POSIX), its own ``get`` answers."""
     data = _environ_bytes()
     if data is None:
         return os.environ.get(name)
@@ -204,14 +233,9 @@ def environ_get(name: str) -> str | None:
 
 
 def environ_copy() -> dict[str, str]:
-    """``dict(os.environ)``, decoded straight from the mapping's own bytes.
-
-    ``dict(os.environ)`` goes through the Mapping machinery for every variable (four Python calls
-    each); ``numabind run`` copies the environment once to exec with it, and that copy cost as much
-    as the bind. The result is the same: ``os.environ`` keeps its items encoded with the file-system
-    encoding and error handler, which :func:`os.fsdecode` undoes. When ``os.environ`` was replaced by
-    another mapping (or off POSIX), its own items are copied.
-    """
+    """``dict(os.environ)``, decoded straight from the mapping's own bytes (through the Mapping machinery, the
+    copy ``numabind run`` execs with cost as much as the bind). When ``os.environ`` was replaced by another
+    mapping (or off POSIX), its own items are copied."""
     data = _environ_bytes()
     if data is None:
         return dict(os.environ)
@@ -222,8 +246,7 @@ def environ_copy() -> dict[str, str]:
 def strict_from_env(env: "Mapping[str, str] | None" = None) -> "Strictness":
     """``NUMABIND_STRICT`` as True, False or ``"partial"``; any other value is an error listing the accepted ones.
 
-    A typo such as ``NUMABIND_STRICT=enabled`` must not silently mean lenient.
-    """
+    A typo such as ``NUMABIND_STRICT=enabled`` must not silently mean lenient."""
     raw = (environ_get("NUMABIND_STRICT") if env is None else env.get("NUMABIND_STRICT")) or ""
     if raw == "":
         return False
@@ -349,25 +372,17 @@ def getLogger(name: str) -> Logger:  # noqa: N802 - the name of the function it 
 
 
 # ----------------------------------------------------------------------------- what a bound command inherits
-#: TensorRT-LLM's switch for its workers' own CPU pinning (``configure_cpu_affinity``, once a worker runs):
-#: unset, a mask that someone else constrained is reset to all CPUs ("Removing CPU affinity constraints");
-#: ``1`` replaces it with NVML's choice for the worker's GPU; ``0`` (or any other value) keeps it.
+#: TensorRT-LLM's switch for its workers' CPU pinning: unset, a constrained mask is reset to all CPUs; ``1``
+#: replaces it with NVML's choice; ``0`` keeps it.
 TLLM_AFFINITY_ENV = "TLLM_NUMA_AWARE_WORKER_AFFINITY"
 _env_said: set[int] = set()    # the levels already logged in this process (a forked child inherits it)
 _env_log = Logger("numabind.bind")
 
 
 def keep_binding_env(env: "Any" = None, *, say: bool = True) -> "tuple[int, str] | None":
-    """Keep the binding numabind gives a command or a child from being undone by the program it runs.
-
-    The one rule, applied wherever numabind binds a command or a child (``numabind run``, ``wrap_command``,
-    ``popen_kwargs``, ``configure_subprocess``'s children, ``bound``, ``pool_plans``): in ``env`` (a mutable
-    mapping; default ``os.environ``, this process's own), :data:`TLLM_AFFINITY_ENV` is set to ``0`` unless
-    the user set it (an empty value counts as unset). Returns ``(level, note)`` for the report: INFO and
-    what was set, or WARNING when the user's value is ``1`` (TensorRT-LLM will replace numabind's CPUs);
-    None when the user's own value stands and keeps the binding. With ``say`` the note is logged (logger
-    ``numabind.bind``) once per process and level.
-    """
+    """Set :data:`TLLM_AFFINITY_ENV` to ``0`` in ``env`` (default ``os.environ``) unless the user set it, so the
+    program keeps numabind's binding. Returns ``(level, note)``: INFO and what was set, WARNING when the user's
+    value is ``1``; None when the user's value stands. With ``say`` the note is logged once per process and level."""
     target = os.environ if env is None else env
     value = target.get(TLLM_AFFINITY_ENV)
     if not value:

@@ -1,26 +1,24 @@
-"""What a reader found of a machine, in the kernel's terms: the one shape every discovery source gives.
-
-The sysfs reader (:mod:`numabind.topology.sysfs`) and the hwloc XML reader (:mod:`numabind._hwloc_xml`) each fill
-a :class:`Facts`; :func:`numabind.topology.build.build` makes the values of it, whatever the source
-(docs/discovery.rst).
+"""What a reader found of a machine, in the kernel's terms: the one shape every discovery source gives, which
+:func:`numabind.topology.build.build` makes the values of (docs/discovery.rst).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from ._base import Value
+from ._util import FrozenMap
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     from .plan import Allowed
 
 __all__ = ["Facts", "NodeFacts"]
 
 
-@dataclass(frozen=True)
-class NodeFacts:
-    """One NUMA node: its online CPUs, its MemTotal (bytes), its SLIT row ({node: distance}, empty when the kernel
-    gives none) and the firmware's HMAT figures (``access0/initiators``: {figure: value}, the initiator nodes), or
-    None."""
+class NodeFacts(Value):
+    """One NUMA node: its online CPUs, its MemTotal (bytes), its SLIT row ({node: distance}, empty when the kernel gives
+    none) and the firmware's HMAT figures (``access0/initiators``: {figure: value}, the initiator nodes), or None."""
 
     cpus: frozenset[int]
     memory_bytes: int
@@ -28,8 +26,7 @@ class NodeFacts:
     access: tuple[dict[str, int | None], frozenset[int]] | None = None
 
 
-@dataclass
-class Facts:
+class Facts(Value):
     """A machine as a reader found it. Ids the kernel does not give are -1; what it does not say is empty or None."""
 
     online_cpus: frozenset[int]
@@ -40,11 +37,11 @@ class Facts:
     cores: dict[int, tuple[int, int, frozenset[int]]]             # online CPU -> (package, core, the core's CPUs)
     allowed: Allowed                                              # the cpuset and the affinity beside it
     #: CPU -> (``cluster_id`` of a cluster larger than the core, else -1; the cluster's online CPUs)
-    clusters: dict[int, tuple[int, frozenset[int]]] = field(default_factory=dict)
-    capacities: dict[int, int] = field(default_factory=dict)      # CPU -> ``cpu_capacity``
+    clusters: Mapping[int, tuple[int, frozenset[int]]] = FrozenMap()
+    capacities: Mapping[int, int] = FrozenMap()                   # CPU -> ``cpu_capacity``
     hybrid_pmus: tuple[frozenset[int], frozenset[int]] | None = None   # ``cpu_core``'s and ``cpu_atom``'s CPUs
     #: (level, type, online CPUs) -> ``size`` in bytes (None: not given), each instance once
-    caches: dict[tuple[int, str, frozenset[int]], int | None] = field(default_factory=dict)
+    caches: Mapping[tuple[int, str, frozenset[int]], int | None] = FrozenMap()
     model_name: str | None = None
     cppc_highest_perf: int | None = None
     #: weighted interleave's system weights: ({node: weight}, ``auto``, the switch's file name), None without them

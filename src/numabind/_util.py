@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
+from _collections_abc import Iterator, Mapping   # collections.abc's own source, loaded by os: no collections import
 
-K = TypeVar("K")
-V = TypeVar("V")
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, TypeVar
+
+    K = TypeVar("K")
+    V = TypeVar("V")
+else:
+    K = V = object   # Mapping[K, V] is then Mapping[object, object]: the same base class
 
 __all__ = ["FrozenMap"]
 

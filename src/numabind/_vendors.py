@@ -1,10 +1,7 @@
 """The GPU and NPU vendors numabind knows: one table (issue 43, "one fact, one home").
 
-Each fact about a vendor lives here once, for every reader: sysfs discovery (:mod:`numabind.devices`), the
-hwloc XML reader and writer, ``numabind run --gpus``, the rank helpers, the compat modules and the docs
-(``docs/gpus.rst``). The table is stored by column (one dict per fact, keyed by vendor, in :data:`NAMES`'
-order) as plain dicts and tuples: run-path modules may import it, so it loads neither :mod:`typing` nor
-:mod:`dataclasses`.
+Stored by column (one dict per fact, keyed by vendor, in :data:`NAMES`' order) as plain dicts and tuples, so
+run-path modules may import it.
 """
 
 __all__ = ["ASCEND_NPUS", "BASE_CLASSES", "DISCOVERY_VARIABLES", "DRIVERS", "HWLOC_BACKENDS", "HWLOC_OSDEVS",
@@ -25,10 +22,8 @@ BASE_CLASSES = {"nvidia": (0x03, 0x12), "amd": (0x03, 0x12), "intel": (0x03,), "
 #: The kernel drivers through which its runtime drives them (empty: any driver but a passthrough one).
 DRIVERS: dict[str, tuple[str, ...]] = {"nvidia": ("nvidia",), "amd": ("amdgpu",), "intel": ("i915", "xe"),
                                        "ascend": ()}
-#: The variables that say which devices a process sees, in the order the runtime applies them: the ones
-#: ``numabind run --gpus`` sets. ROCm reads ``ROCR_VISIBLE_DEVICES`` first (the ROCr runtime enumerates only
-#: those agents, for HIP, OpenCL and OpenMP offload alike); ``HIP_VISIBLE_DEVICES`` (``CUDA_VISIBLE_DEVICES``
-#: when unset) then indexes into what ROCr left.
+#: The variables that say which devices a process sees, in the order the runtime applies them (ROCm:
+#: ``ROCR_VISIBLE_DEVICES`` first, then ``HIP_VISIBLE_DEVICES`` indexes into what it left).
 VISIBILITY_VARIABLES = {"nvidia": ("CUDA_VISIBLE_DEVICES",), "amd": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"),
                         "intel": ("ZE_AFFINITY_MASK",), "ascend": ("ASCEND_RT_VISIBLE_DEVICES",)}
 #: The other variables that change which devices the runtime numbers, or in which order: the order switches and
@@ -49,9 +44,8 @@ HWLOC_OSDEVS: dict[str, tuple[str, ...]] = {"nvidia": ("nvml", "cuda"), "amd": (
 HWLOC_BACKENDS = {"nvidia": ("NVML", "NVIDIAUUID"), "amd": ("RSMI", "AMDUUID"),
                   "intel": ("LevelZero", "LevelZeroUUID")}
 
-#: PCI device ids (vendor 0x19e5) of Huawei Ascend NPUs -> model, as Huawei's CANN log-collection script names
-#: them: the vendor's other accelerator-class functions (the Kunpeng SoC's crypto and compression engines) are
-#: not NPUs.
+#: PCI device ids (vendor 0x19e5) of Huawei Ascend NPUs -> model (the vendor's other accelerator functions are not
+#: NPUs).
 ASCEND_NPUS = {0xD100: "Ascend 310", 0xD500: "Ascend 310P", 0xD801: "Ascend 910", 0xD802: "Ascend 910B",
                0xD803: "Ascend 910_93"}
 #: Drivers that hand a device to a virtual machine: no runtime on this host can use it.

@@ -1,25 +1,24 @@
 """I/O devices and the NUMA nodes they sit on: PCI functions, network interfaces, block devices, and the nearest
 network devices of each GPU (what ``nvidia-smi topo -m`` prints, from sysfs alone).
 
-Read like :mod:`numabind.topology`, through one :class:`~numabind._fs.FsReader` under a root, so a replayed machine
-answers like the live one: :func:`scan_pci` (the PCI functions and their interfaces and disks),
-:class:`DeviceNodes` (the node of numactl's device specifiers ``pci:``, ``netdev:``, ``block:``, ``file:``),
-:func:`pci_place` and :func:`link_class` (a function's place in the PCI tree, the link between two),
-:func:`scan_nics`, :func:`nearest_nics`, :func:`choose_nics` and :func:`nic_env` (each GPU's nearest NICs and the
-variables a launcher sets for them). What each reads and how ties are split: docs/iodevices.rst.
+Read through one :class:`~numabind._fs.FsReader` under a root, so a replayed machine answers like the live one.
+What each function reads and how ties are split: docs/iodevices.rst.
 """
 
 from __future__ import annotations
 
 import os
 import stat   # already loaded by os: costs nothing
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
+from ._base import Value, field
 from ._fs import FsReader, ascii_int
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PlanError
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterable, Sequence
+    from typing import Any
 
 __all__ = ["LINK_CLASSES", "NIC_ENV_VARS", "DeviceNodes", "Nic", "NicChoice", "PciDevice", "PciPlace", "choose_nics",
            "gpu_nics", "gpu_places", "interface_functions", "link_class", "link_matrix", "nearest_nics", "nic_env",
@@ -52,8 +51,7 @@ def pci_class_name(pci_class: int | None) -> str:
     return _SUBCLASSES.get(pci_class >> 8) or _BASE_CLASSES.get(pci_class >> 16, f"class {pci_class >> 8:04x}")
 
 
-@dataclass(frozen=True, slots=True)
-class PciDevice:
+class PciDevice(Value):
     """One PCI function as sysfs lists it (``extra`` takes no part in equality and hashing)."""
 
     address: str                     # "0000:18:00.0"
@@ -298,8 +296,7 @@ def _is_host_bridge(name: str) -> bool:
     return len(name) == 10 and name.startswith("pci") and name[7] == ":" and set(name[3:7] + name[8:]) <= _HEX
 
 
-@dataclass(frozen=True, slots=True)
-class PciPlace:
+class PciPlace(Value):
     """A PCI function's place: ``path`` is ``(host bridge, bridge, ..., address)`` from the root down (just
     ``(address,)`` when sysfs shows no tree), ``numa_node`` None when neither it nor anything above it has one."""
 
@@ -358,8 +355,7 @@ def link_class(a: PciPlace, b: PciPlace) -> str:
     return "PIX" if len(above_a) - common <= 1 and len(above_b) - common <= 1 else "PXB"
 
 
-@dataclass(frozen=True, slots=True)
-class Nic:
+class Nic(Value):
     """A network device on a PCI function: an RDMA device (InfiniBand or RoCE) or a plain interface."""
 
     name: str
@@ -467,12 +463,8 @@ def _nearest(gpu: PciPlace, pool: Sequence[Nic]) -> list[Nic]:
 def nearest_nics(gpus: Sequence[PciPlace], nics: Iterable[Nic], *, kind: str | None = None,
                  need_ifname: bool = False) -> dict[str, tuple[Nic, ...]]:
     """GPU address -> its nearest NICs (of ``kind`` ``"ib"``/``"eth"``; any when None; with an interface when
-    ``need_ifname``).
-
-    Each GPU's candidates are the NICs of its nearest link class (a VF only when its physical function is not
-    one). The GPUs with the same candidates share them evenly in PCI order: two GPUs and two NICs behind one
-    switch get one each, one GPU and two NICs both, four GPUs and two NICs one each, alternating. A GPU
-    gets () when no NIC qualifies."""
+    ``need_ifname``): those of its nearest link class, shared evenly in PCI order among the GPUs with the same
+    candidates; () when none qualifies (docs/iodevices.rst)."""
     pool = [n for n in nics if (kind is None or n.kind == kind) and (not need_ifname or n.ifnames)]
     candidates = {gpu.address: tuple(sorted(_nearest(gpu, pool), key=lambda n: (n.address, n.name))) for gpu in gpus}
     groups: dict[tuple[Nic, ...], list[str]] = {}
@@ -495,8 +487,7 @@ def nearest_nics(gpus: Sequence[PciPlace], nics: Iterable[Nic], *, kind: str | N
 NIC_ENV_VARS = ("NCCL_IB_HCA", "UCX_NET_DEVICES", "NCCL_SOCKET_IFNAME")
 
 
-@dataclass(frozen=True, slots=True)
-class NicChoice:
+class NicChoice(Value):
     """The NICs of the rank that drives GPU ``gpu`` (a PCI address): ``rdma`` its nearest RDMA devices,
     ``sockets`` its nearest devices with an interface, ``env`` (pairs, in :data:`NIC_ENV_VARS` order) the
     variables a launcher sets for them, ``reasons`` one line per choice naming each NIC and its link class."""
@@ -528,9 +519,8 @@ def _shown_nics(gpu: PciPlace, chosen: Sequence[Nic], pool: Sequence[Nic], what:
 def choose_nics(gpu: PciPlace, gpus: Sequence[PciPlace], nics: Iterable[Nic], *, label: str | None = None,
                 sharers: str = "GPUs") -> NicChoice:
     """The nearest NICs of ``gpu`` (one of ``gpus``, the GPUs that share the NICs), the environment for them
-    (:func:`nic_env`) and the reasons; PlanError when ``gpu`` is not one of ``gpus``. ``label`` names ``gpu``
-    in the reasons (default ``GPU ADDRESS``), ``sharers`` what ``gpus`` are (a CPU rank's place is its node:
-    a :class:`PciPlace` with no tree, whose NICs are those of its node)."""
+    (:func:`nic_env`) and the reasons; PlanError when ``gpu`` is not one of ``gpus``. ``label`` and ``sharers`` name
+    ``gpu`` and ``gpus`` in the reasons (a CPU rank's place is a :class:`PciPlace` with no tree: its node's NICs)."""
     label = label or f"GPU {gpu.address}"
     if all(g.address != gpu.address for g in gpus):
         raise PlanError(f"GPU {gpu.address} is not among the GPUs whose NICs are shared "
@@ -560,18 +550,15 @@ def choose_nics(gpu: PciPlace, gpus: Sequence[PciPlace], nics: Iterable[Nic], *,
 
 
 def nic_env(gpu: PciPlace, gpus: Sequence[PciPlace], nics: Iterable[Nic]) -> dict[str, str]:
-    """The environment of the rank that drives ``gpu`` (one of ``gpus``, all the machine's GPUs that share the
-    NICs): ``NCCL_IB_HCA`` (``=mlx5_0:1``: exact names, each port) and ``UCX_NET_DEVICES`` (``mlx5_0:1``) from
-    its nearest RDMA devices, ``NCCL_SOCKET_IFNAME`` (``=bond0``: exact names) from its nearest interfaces.
-    A variable is left out when no device qualifies."""
+    """The environment of the rank that drives ``gpu`` (one of ``gpus``): ``NCCL_IB_HCA`` and ``UCX_NET_DEVICES``
+    from its nearest RDMA devices, ``NCCL_SOCKET_IFNAME`` from its nearest interfaces; left out when none qualifies."""
     return choose_nics(gpu, gpus, nics).env
 
 
 def gpu_nics(topology: Any, index: int, *, peers: Iterable[Any] | None = None) -> NicChoice:
-    """:func:`choose_nics` for visible GPU ``index`` of ``topology`` (``topology.gpus``, the NICs of
-    ``topology.nics`` or those under ``topology.root``); ``peers`` are the GPUs that share the NICs (anything
-    with ``pci_address``; default every visible GPU), the GPU itself included. PlanError when ``index`` is not
-    visible."""
+    """:func:`choose_nics` for visible GPU ``index`` of ``topology`` (``topology.gpus``, the NICs of ``topology.nics``
+    or those under ``topology.root``); ``peers`` are the GPUs that share the NICs (anything with ``pci_address``;
+    default every visible GPU), the GPU itself included. PlanError when ``index`` is not visible."""
     by_index = {g.index: g for g in topology.gpus}
     if index not in by_index:
         raise PlanError(f"GPU {index} is not visible (visible: {format_cpulist(by_index) or 'none'}); "

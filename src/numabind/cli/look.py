@@ -1,25 +1,19 @@
 """The looks: ``numabind hardware`` (numactl's ``--hardware``) and ``numabind topology``: their parsers, handlers
 and text, and their own path.
 
-A person or a script that looks at the machine pays the start-up every time (numactl's own test scripts call
-``numactl --hardware`` in loops), so the plain forms (``hardware``, ``topology [--of text|xml]``, numactl's ``-H``)
-are taken by :func:`fast_look` before the full command line is loaded: they discover, format and print without
-argparse, json, logging or the planning modules (issue 34 §3; ``python -m bench``, P9). Any other form, and any
-error, is the full command line's (:func:`add_hardware`, :func:`add_topology`, registered by
-:mod:`numabind.cli.commands`), which gives the usage, the messages and the exit statuses; a discovery warning
-configures logging as the full command line does (:func:`numabind.cli.configure_logging`) before it is printed.
-
-The text every look prints is made here, once: the first screen and ``plan`` use the same functions.
+The plain forms (``hardware``, ``topology [--of text|xml]``, numactl's ``-H``) are taken by :func:`fast_look`
+before the full command line is loaded (no argparse, json, logging or planning modules; P9); any other form, and
+any error, is the full command line's (:func:`add_hardware`, :func:`add_topology`).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 from .._base import printable
 from ..cpulist import format_cpulist
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
     from collections.abc import Iterable

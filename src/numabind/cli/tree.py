@@ -1,23 +1,17 @@
 """The machine as a tree of objects, as hwloc builds it: text like ``lstopo``'s and hwloc's XML.
 
-Objects nest by CPU sets: the machine, packages, caches (L3 down to L1i), the kernel's clusters of
-cores (``cluster_cpus_list``, where one holds more than a core and is not another object's CPUs:
-hwloc's ``Group0(Cluster)``), cores, PUs, and a Group wherever a NUMA node's CPUs are not those of
-one object (sub-NUMA clustering). Each NUMA node is a memory child of the highest object with
-exactly its CPUs; a node without CPUs (CXL, HBM, GPU memory) hangs from the machine in a Group of
-its own, as hwloc does. PCI devices hang from their node's object (the machine when the firmware
-gives them no node). The tree is pure (the caller discovers); its hwloc XML also reads, under the topology's
-root, what a replay of it needs (the PCI bridges, NICs, NVSwitches and GPU OS devices: :func:`_io`).
+Objects nest by CPU sets (machine, packages, caches, clusters, cores, PUs, and Groups where a NUMA node's CPUs are
+not one object's); each NUMA node is a memory child of the highest object with exactly its CPUs, a CPU-less node
+hangs from the machine in a Group of its own, as hwloc does. The tree is pure (the caller discovers).
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from .._base import printable
 from .._vendors import HWLOC_BACKENDS, HWLOC_OSDEVS, PCI_IDS, PCI_NAMES
 from ..cpulist import format_cpulist
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
     from typing import Any
@@ -34,9 +28,8 @@ _XML_ATTR = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"
 
 
 def quoteattr(value: str) -> str:
-    """``value`` as a double-quoted XML attribute value. Written here rather than taken from
-    ``xml.sax.saxutils``, whose import brings ``urllib.request`` (http, email, ssl): most of
-    ``numabind topology``'s start-up."""
+    """``value`` as a double-quoted XML attribute value. Written here rather than taken from ``xml.sax.saxutils``, whose
+    import brings ``urllib.request`` (http, email, ssl): most of ``numabind topology``'s start-up."""
     return '"' + value.translate(_XML_ATTR) + '"'
 
 
@@ -238,14 +231,10 @@ def _bus(address: str) -> int:
 
 
 def _io(topo: Topology, root: Obj) -> _Io:
-    """What a replay needs of the machine's I/O, read under ``topo.root``, as hwloc's backends write it: the
-    tree's devices (those the caller hung on it), NVIDIA NVSwitches, every GPU and network device, each under
-    the chain of bridges from its host bridge (``pciSSSS:BB``) that sysfs shows, the host bridge under the
-    object of its devices' node; per function its ``net`` and ``openfabrics`` (RDMA, with its ports) OS
-    devices, disks, and one GPU OS device per GPU named as hwloc's NVML/RSMI/LevelZero backends name them
-    (``nvml0``, ``rsmi0``, ``ze0``: the runtime's index, with the GPU's UUID and model). What hwloc has no word
-    for goes in infos of numabind's: ``NumabindPhysFn`` (an SR-IOV VF's physical function) and
-    ``NumabindNetUppers`` (the bonds and VLANs stacked on a function's interfaces)."""
+    """What a replay needs of the machine's I/O, read under ``topo.root``, as hwloc's backends write it: the tree's
+    devices, NVSwitches, every GPU and network device under its chain of bridges, their OS devices (``net``,
+    ``openfabrics``, disks, ``nvml0``/``rsmi0``/``ze0``), and numabind's infos ``NumabindPhysFn`` and
+    ``NumabindNetUppers``."""
     from .._fs import FsReader
     from ..iodevices import pci_place, scan_nics, scan_pci
 

@@ -1,22 +1,13 @@
 """Accelerator (GPU, NPU) discovery from sysfs, procfs, device files and optionally NVML.
 
-``topology.gpus`` is what a worker of one vendor's runtime sees, numbered as that runtime numbers it, each
-GPU saying whether numabind is sure which board its index is. What is found, how the device files and the
-visibility variables are read, MIG, containers and identity: ``docs/gpus.rst``.
-
-The package: :mod:`~numabind.devices.values` (:class:`Gpu`, :class:`PciGpu`), :mod:`~numabind.devices.sysfs`
-(the PCI scan, device files, NUMA placement), one module per vendor (:mod:`~numabind.devices.nvidia`,
-:mod:`~numabind.devices.amd`, :mod:`~numabind.devices.intel`, :mod:`~numabind.devices.ascend`),
-:mod:`~numabind.devices.visibility` (the visibility variables and ``numabind run --gpus``) and
-:mod:`~numabind.devices.nvml` (loaded only when NVML is asked). The vendors' facts are
-:mod:`numabind._vendors`' table.
+``topology.gpus`` is what a worker of one vendor's runtime sees, numbered as that runtime numbers it. The package:
+:mod:`~numabind.devices.values`, :mod:`~numabind.devices.sysfs`, one module per vendor,
+:mod:`~numabind.devices.visibility` and :mod:`~numabind.devices.nvml` (loaded only when asked). See ``docs/gpus.rst``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
 
 from .._base import getLogger
 from .._vendors import ASCEND_NPUS as ASCEND_NPUS
@@ -32,23 +23,16 @@ from .values import IDENTITIES, Gpu, PciGpu
 from .visibility import MAX_LISTED_GPUS as MAX_LISTED_GPUS
 from .visibility import gpu_list_entries, pick_gpus, select, select_visible, visibility_environ
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+    from typing import Any
+
 log = getLogger(__name__)
 
-__all__ = [
-    "Gpu",
-    "IDENTITIES",
-    "PciGpu",
-    "VENDORS",
-    "VISIBILITY_VARIABLES",
-    "discover_gpus",
-    "gpu_list_entries",
-    "parse_nvidia_information",
-    "pick_gpus",
-    "place_numa_node",
-    "scan_pci_gpus",
-    "select_visible",
-    "visibility_environ",
-]
+__all__ = ["Gpu", "IDENTITIES", "PciGpu", "VENDORS", "VISIBILITY_VARIABLES", "discover_gpus", "gpu_list_entries",
+           "parse_nvidia_information", "pick_gpus", "place_numa_node", "scan_pci_gpus", "select_visible",
+           "visibility_environ"]
 
 
 def _runtime_vendor(gpus: list[PciGpu], wanted: str | None) -> str | None:
@@ -69,15 +53,9 @@ def discover_gpus(reader: Any, nodes: Mapping[int, Any], env: Mapping[str, str] 
                   vendor: str | None = None, use_nvml: bool | None = None) -> tuple[Gpu, ...]:
     """Visible accelerators under ``reader``'s root, in visible-index order.
 
-    ``nodes`` is the discovered ``{id: Node}`` mapping (used to place GPUs whose
-    firmware reports ``numa_node = -1``); ``env`` defaults to ``os.environ``
-    (``NVIDIA_VISIBLE_DEVICES`` and ``ASCEND_VISIBLE_DEVICES``, which describe
-    the calling process's own container, are then read for the live root
-    only). ``vendor`` (default ``$NUMABIND_GPU_VENDOR``, else the first of
-    nvidia, amd, intel, ascend present)
-    picks whose runtime numbers the devices. ``use_nvml`` defaults to "only
-    for the live root".
-    """
+    ``nodes`` (``{id: Node}``) places GPUs whose firmware reports no node; ``env`` defaults to ``os.environ``;
+    ``vendor`` (default ``$NUMABIND_GPU_VENDOR``, else the first present) picks whose runtime numbers the devices;
+    ``use_nvml`` defaults to "only for the live root"."""
     live = bool(getattr(reader, "is_live", False))
     container_env = env is not None or live
     env = os.environ if env is None else env

@@ -1,20 +1,18 @@
-"""AMD GPUs: what the KFD topology says of them, and which of them ROCm numbers, in which order.
-
-ROCm numbers the GPU agents of the KFD topology this process can read, in KFD node order, and needs
-``/dev/kfd`` and each GPU's render node; without KFD the PCI order of the GPUs whose render node is
-accessible is used. The facts relied on are in ``docs/gpus.rst``.
+"""AMD GPUs: what the KFD topology says of them, and which of them ROCm numbers, in which order
+(``docs/gpus.rst``).
 """
 
 from __future__ import annotations
-
-import dataclasses
-from collections.abc import Sequence
-from typing import Any
 
 from .._base import excerpt, getLogger
 from .._fs import ascii_int
 from .sysfs import RENDER_NODE, accessible, addrs, device_nodes, drop_other_drivers, kept, names, node_verdicts, warn
 from .values import PciGpu, Runtime
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+    from typing import Any
 
 log = getLogger(__name__)
 
@@ -82,8 +80,7 @@ def with_kfd(gpus: list[PciGpu], kfd: Kfd | None) -> list[PciGpu]:
             nid, props, name = hit
             unique = props.get("unique_id")
             render = props.get("drm_render_minor")
-            g = dataclasses.replace(
-                g,
+            g = g.replace(
                 kfd_node=nid,
                 uuid=f"GPU-{unique:016x}" if unique else g.uuid,
                 name=name or g.name,

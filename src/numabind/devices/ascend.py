@@ -1,19 +1,16 @@
-"""Huawei Ascend NPUs: which of them CANN numbers, in which order.
-
-The accessible ``/dev/davinci<N>`` nodes decide (N: the chip's physical id), in ascending N; with none under
-the root, ``ASCEND_VISIBLE_DEVICES``; else every NPU in sysfs. Which PCI function ``davinci<N>`` is cannot be
-read from sysfs: numabind pairs the k-th physical id with the k-th NPU in PCI bus order and says when that
-guess decides a placement (``docs/gpus.rst``).
+"""Huawei Ascend NPUs: which of them CANN numbers, in which order (the accessible ``/dev/davinci<N>`` nodes, then
+``ASCEND_VISIBLE_DEVICES``, then sysfs; the pairing of physical ids with PCI functions is a guess: ``docs/gpus.rst``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .sysfs import accessible, addrs, device_nodes, drop_other_drivers, index, names, said, warn
 from .values import PciGpu, Runtime
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 __all__ = ["ascend_runtime"]
 
@@ -68,7 +65,7 @@ def ascend_runtime(reader: Any, gpus: Sequence[PciGpu], env: Mapping[str, str], 
             membership.append(warn(
                 f"ASCEND_VISIBLE_DEVICES={said(value or '')} names devices numabind cannot resolve without "
                 f"/dev/davinci* nodes; numabind counts all {len(host)} Ascend NPUs of sysfs"))
-    keep = [dataclasses.replace(host[k], minor=k) for k in ids]
+    keep = [host[k].replace(minor=k) for k in ids]
     placements = {(g.firmware_node, g.local_cpus) for g in host}
     if len(placements) > 1:
         order.append(warn(

@@ -1,18 +1,16 @@
-"""Intel GPUs: which of them Level Zero numbers, in which order.
-
-Level Zero opens the GPUs' render nodes; an inaccessible or missing node hides the GPU. Under
-``ZE_ENABLE_PCI_ID_DEVICE_ORDER=1`` the order is PCI bus order; without it numabind numbers discrete cards in
-PCI order and the integrated GPU last, and says so when both kinds are visible (``docs/gpus.rst``).
+"""Intel GPUs: which of them Level Zero numbers, in which order (``docs/gpus.rst``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from .._fs import ascii_int
 from .sysfs import RENDER_NODE, addrs, device_nodes, drop_other_drivers, node_verdicts, said, warn
 from .values import PciGpu, Runtime
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 __all__ = ["intel_runtime"]
 

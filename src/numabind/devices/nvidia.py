@@ -1,15 +1,8 @@
-"""NVIDIA GPUs: what the driver's procfs says of them, and which of them CUDA numbers, in which order.
-
-The device nodes ``/dev/nvidia<minor>`` this process can open decide; without them the driver's
-``/proc/driver/nvidia/gpus`` listing, then ``NVIDIA_VISIBLE_DEVICES``, then sysfs; NVML, when it answers,
-confirms or replaces that answer. The facts relied on are in ``docs/gpus.rst``.
+"""NVIDIA GPUs: what the driver's procfs says of them, and which of them CUDA numbers, in which order
+(``docs/gpus.rst``).
 """
 
 from __future__ import annotations
-
-import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from .._base import excerpt, getLogger, printable
 from .._fs import ascii_int, key_values
@@ -17,6 +10,11 @@ from .sysfs import (addrs, device_nodes, drop_other_drivers, index, kept, names,
                     warn)
 from .values import PciGpu, Runtime
 from .visibility import match_uuid
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping, Sequence
+    from typing import Any
 
 log = getLogger(__name__)
 
@@ -57,8 +55,7 @@ def with_procfs(reader: Any, gpus: list[PciGpu], listed: Mapping[str, str] | Non
                 minor = ascii_int(raw, max_digits=6) if raw else None
                 if raw and minor is None:
                     log.debug("GPU %s: unparsable Device Minor %s; ignored", g.pci_address, excerpt(raw))
-                g = dataclasses.replace(
-                    g,
+                g = g.replace(
                     uuid=kept(info.get("GPU UUID")) or g.uuid,
                     name=kept(info.get("Model")) or g.name,
                     minor=minor if minor is not None else g.minor,
@@ -67,7 +64,7 @@ def with_procfs(reader: Any, gpus: list[PciGpu], listed: Mapping[str, str] | Non
             slices = [n for n in reader.listdir(f"{_NV_CAPS}/gpu{g.minor}/mig")
                       if n.startswith("gi") and ascii_int(n[2:], max_digits=6) is not None]
             if slices:
-                g = dataclasses.replace(g, mig_slices=len(slices))
+                g = g.replace(mig_slices=len(slices))
         out.append(g)
     return out
 

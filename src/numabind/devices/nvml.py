@@ -1,15 +1,10 @@
-"""NVML, optional: the probe through nvidia-ml-py's ``pynvml`` module (imported lazily) and its merge into the
-GPUs sysfs lists.
-
-numabind never needs NVML: sysfs is the source of truth and NVML only adds what sysfs cannot tell (MIG
-instance UUIDs and their parents) and a second opinion on CPU and memory affinity. It is used for the live
-root only. Every failure (module missing, no driver, an unsupported call) degrades to "no information" with a
-DEBUG line.
+"""NVML, optional: the probe through ``pynvml`` (imported lazily) and its merge into the sysfs GPUs, for the live
+root only. NVML adds MIG instance UUIDs and a second opinion on affinity; every failure degrades to "no
+information" with a DEBUG line.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -149,8 +144,7 @@ def with_nvml(gpus: list[PciGpu], nvml_devices: Sequence[NvmlDevice]) -> list[Pc
                     "GPU %s: sysfs local_cpulist %s, NVML CPU affinity %s; using sysfs",
                     g.pci_address, format_cpulist(g.local_cpus), format_cpulist(d.cpu_affinity),
                 )
-            g = dataclasses.replace(
-                g,
+            g = g.replace(
                 uuid=kept(d.uuid) or g.uuid,
                 name=kept(d.name) or g.name,
                 minor=d.minor if d.minor is not None else g.minor,

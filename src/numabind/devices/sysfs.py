@@ -1,18 +1,12 @@
-"""What the root's files say about accelerators, whatever the vendor: the PCI scan, the device files a runtime
-opens, the NUMA placement, and the bounded parsers and message helpers the vendor modules share.
-
-Reads only through an :class:`numabind._fs.FsReader` under the discovery root: file contents through
-``reader.read``, device files only by ``reader.stat`` (links followed inside a replayed root only), never
-opened. Numbers are parsed as bounded ASCII decimals or hex (``²``, ``٣``, fullwidth digits and 5000-digit
-values are refused, never handed to ``int()``). See ``docs/gpus.rst``.
+"""What the root's files say about accelerators, whatever the vendor: the PCI scan, the device files, the NUMA
+placement, and the bounded parsers the vendor modules share. Device files are only stat'ed, never opened; numbers
+are parsed as bounded ASCII decimals or hex, never handed to ``int()``. See ``docs/gpus.rst``.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from .._base import excerpt, getLogger, printable
 from .._fs import ascii_int
@@ -20,6 +14,11 @@ from .._vendors import ASCEND_NPUS, BASE_CLASSES, DRIVERS, PASSTHROUGH_DRIVERS, 
 from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import PlanError
 from .values import PciGpu
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
 
 log = getLogger(__name__)
 
@@ -209,10 +208,7 @@ def place_numa_node(gpu: PciGpu, nodes: Mapping[int, Any]) -> tuple[int | None, 
 
 # ------------------------------------------------------------------------------------ device files
 def accessible(reader: Any, rel: str) -> bool:
-    """Whether the device file ``rel`` under the root could be opened read-write (``docs/gpus.rst``).
-
-    Its mode is read through ``reader.stat``: in a replayed root a link is followed inside the root only,
-    so a device node that links out of it never answers with a file of this machine."""
+    """Whether the device file ``rel`` under the root could be opened read-write (by its mode: ``reader.stat``)."""
     st = reader.stat(rel)
     if st is None:
         return False
@@ -235,12 +231,8 @@ def device_nodes(reader: Any, directory: str, prefix: str) -> dict[int, bool] | 
 
 def node_verdicts(gpus: Sequence[PciGpu], minor_of: Callable[[PciGpu], int | None],
                   nodes: Mapping[int, bool]) -> dict[str, bool | None]:
-    """Per GPU: can its device node be opened? None when that cannot be told.
-
-    A GPU of unknown minor is openable when there are at least as many
-    accessible device nodes no known GPU claims as GPUs of unknown minor,
-    not openable when there is no such node, else undecided.
-    """
+    """Per GPU: can its device node be opened? None when that cannot be told (GPUs of unknown minor: openable when
+    enough unclaimed accessible nodes remain for them, not when none does)."""
     claimed = {m for m in map(minor_of, gpus) if m is not None}
     spare = [m for m, ok in nodes.items() if ok and m not in claimed]
     unknown = [g for g in gpus if minor_of(g) is None]

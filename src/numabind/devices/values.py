@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any
-
+from .._base import Value
 from ..cpulist import format_cpulist
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 __all__ = ["IDENTITIES", "Gpu", "PciGpu", "Pick", "Runtime"]
 
@@ -18,24 +19,13 @@ _DICT_KEYS = ("index", "pci_address", "vendor", "numa_node", "numa_source", "num
               "minor", "integrated", "device_id", "physical_index", "mig_uuid", "identity", "identity_note")
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(Value):
     """One accelerator as a worker process sees it.
 
-    ``numa_source`` says how ``numa_node`` was found: ``"numa_node"`` (the PCI
-    device's own attribute), ``"local_cpulist"``, ``"single-node"``, ``"nvml"``
-    or ``"unknown"`` (then ``numa_node`` is None and ``numa_note`` says why).
-    ``physical_index`` is the device's number in its runtime with no
-    visibility variable set (inside a container: among the GPUs the container
-    can open); ``mig_uuid`` is set when the visible device is a MIG instance
-    of this physical GPU. ``identity`` is ``"certain"`` or ``"uncertain"``
-    (which board this index is); ``identity_note`` says why and how to fix it.
-    ``vendor`` is ``"nvidia"``, ``"amd"``, ``"intel"`` or ``"ascend"`` (a
-    Huawei Ascend NPU: ``minor`` is N of its ``/dev/davinci<N>``, the chip's
-    physical id; ``name`` the model its PCI device id names).
-
-    A frozen dataclass: ``gpu.replace(index=1)`` is a changed copy (as ``dataclasses.replace``).
-    """
+    ``numa_source`` says how ``numa_node`` was found (``"numa_node"``, ``"local_cpulist"``, ``"single-node"``,
+    ``"nvml"`` or ``"unknown"``, then ``numa_note`` says why). ``physical_index`` is its number in its runtime with no
+    visibility variable set; ``mig_uuid`` is set for a MIG instance; ``identity`` says whether numabind is sure which
+    board this index is (``identity_note``: why not, and the fix). ``gpu.replace(index=1)`` is a changed copy."""
 
     index: int                      # visible index (after CUDA_VISIBLE_DEVICES & co.)
     pci_address: str                # "0000:1b:00.0"
@@ -57,10 +47,6 @@ class Gpu:
     def __post_init__(self) -> None:
         object.__setattr__(self, "local_cpus", frozenset(self.local_cpus))
 
-    def replace(self, **changes: Any) -> Gpu:
-        """A copy with ``changes`` applied."""
-        return dataclasses.replace(self, **changes)
-
     @property
     def identity_certain(self) -> bool:
         return self.identity == "certain"
@@ -80,8 +66,7 @@ class Gpu:
         return out
 
 
-@dataclass(frozen=True)
-class PciGpu:
+class PciGpu(Value):
     """A GPU as sysfs lists it, before numbering (internal record, public for tests)."""
 
     pci_address: str

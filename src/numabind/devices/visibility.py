@@ -1,17 +1,17 @@
 """The visibility variables: how each runtime reads them (:func:`select_visible`), the GPU lists of ``numabind
-run --gpus`` (:func:`gpu_list_entries`, :func:`pick_gpus`) and the variables a command gets so that it sees
-exactly its GPUs (:func:`visibility_environ`). The grammar of each variable is in ``docs/gpus.rst``; the
-variables themselves are :data:`numabind._vendors.VISIBILITY_VARIABLES`.
+run --gpus`` and the variables a command gets so that it sees exactly its GPUs. Grammar: ``docs/gpus.rst``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Collection, Mapping, Sequence
 
 from .._vendors import VISIBILITY_VARIABLES
 from ..errors import PlanError
 from .sysfs import INDEX_DIGITS, bdf, index, normal_bdf, said, warn
 from .values import Gpu, PciGpu, Pick
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Collection, Mapping, Sequence
 
 __all__ = ["MAX_LISTED_GPUS", "gpu_list_entries", "match_uuid", "pick_gpus", "select", "select_visible",
            "visibility_environ"]
@@ -141,8 +141,7 @@ def select_visible(vendor: str, devices: Sequence[PciGpu], env: Mapping[str, str
                    ) -> tuple[list[tuple[int, str | None]], list[str]]:
     """Positions (into ``devices``, the runtime's order) the visibility variables keep, in visible order.
 
-    Returns ``([(position, mig_uuid_or_None), ...], notes)``.
-    """
+    Returns ``([(position, mig_uuid_or_None), ...], notes)``."""
     picks, notes, _doubts = select(vendor, devices, env)
     return [(pos, mig_uuid) for pos, mig_uuid, _named in picks], notes
 
@@ -244,16 +243,9 @@ def visibility_environ(chosen: Sequence[Gpu], env: Mapping[str, str], named: Col
     """The variables that make a command see exactly ``chosen`` (visible GPUs of one vendor, as discovered under
     ``env``), composed with what ``env`` already says.
 
-    * NVIDIA: ``CUDA_VISIBLE_DEVICES``. Set in ``env``: the entry it has for each GPU (under ``8,9,10,11``,
-      visible GPUs 1 and 2 are ``9,10``; UUID and MIG entries stay UUIDs); unset: the GPU's index (its UUID
-      when the list named it by UUID). In the list's order: the command's GPU 0 is the first listed.
-    * AMD: ``ROCR_VISIBLE_DEVICES``, which ROCm reads first (entries of the one ``env`` has, else indices or
-      UUIDs as for NVIDIA), in the list's order; when ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``,
-      HIP's fallback) is set, its indices would index into the new list, so ``HIP_VISIBLE_DEVICES`` becomes
-      ``0,1,...``.
-    * Intel: ``ZE_AFFINITY_MASK``: the entries of the one ``env`` has for those devices (``N.sub`` entries
-      kept), else the device numbers; Level Zero never reorders, so the command's order is device order.
-    * Ascend: ``ASCEND_RT_VISIBLE_DEVICES``: the logical ids, ascending (CANN reads ascending lists only).
+    NVIDIA ``CUDA_VISIBLE_DEVICES`` and AMD ``ROCR_VISIBLE_DEVICES`` (``HIP_VISIBLE_DEVICES`` then ``0,1,...``) in
+    the list's order, Intel ``ZE_AFFINITY_MASK`` in device order, Ascend ``ASCEND_RT_VISIBLE_DEVICES`` ascending;
+    each GPU as ``env``'s entry for it, else its index (its UUID when named by UUID). Details: docs/gpus.rst.
 
     Raises :class:`PlanError` for GPUs of several vendors."""
     vendors = sorted({g.vendor for g in chosen})

@@ -1,19 +1,14 @@
 """Topology value objects and discovery (reads files under a root only).
 
-:func:`discover` reads a root into the one shape of facts (:class:`numabind._facts.Facts`) and builds the values
-of it (:func:`numabind.topology.build.build`), whatever the root: the live system and a dump of ``sys/`` and
-``proc/`` (a directory, or an ``hwloc-gather-topology`` tarball) through :mod:`numabind.topology.sysfs`, an hwloc
-XML file through :mod:`numabind._hwloc_xml`, from the file itself. What is read, and where numabind follows the
-kernel rather than hwloc: docs/discovery.rst.
-
-A root that holds no sysfs (no ``sys/devices/system/cpu`` nor ``.../node``) is an error, never an empty machine.
+:func:`discover` reads a root (the live system, a dump, an ``hwloc-gather-topology`` tarball or an hwloc XML file)
+into :class:`numabind._facts.Facts` and builds the values of it; a root that holds no sysfs is an error. What is
+read, and where numabind follows the kernel rather than hwloc: docs/discovery.rst.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
 
 from .._base import getLogger
 from .._fs import FsReader
@@ -22,6 +17,10 @@ from ..devices import discover_gpus
 from .build import build, interleave_weights
 from .sysfs import ARM_CPU_PARTS, LOCAL_DISTANCE, arm_cpu_name, read_facts, read_weights
 from .values import Cache, Cpu, InterleaveWeights, MemoryAccess, Node, Topology
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
 
 __all__ = ["ARM_CPU_PARTS", "LOCAL_DISTANCE", "Cache", "Cpu", "InterleaveWeights", "MemoryAccess", "Node", "Topology",
            "arm_cpu_name", "discover", "discover_from", "read_interleave_weights"]
@@ -32,20 +31,18 @@ log = getLogger(__name__)
 def discover(root: str | os.PathLike[str] | None = None) -> Topology:
     """Discover the machine under ``root`` (else ``$NUMABIND_FSROOT``, else ``/``).
 
-    ``root`` may be a directory holding ``sys/`` and ``proc/``, an ``hwloc-gather-topology`` tarball or an hwloc
-    XML file. On the live system (root ``/``) ``allowed_cpus`` is this process's cpuset and ``affinity`` its real
-    affinity, ``os.sched_getaffinity(0)``. A root that does not exist or holds no sysfs raises NumabindError.
-    """
+    ``root`` may be a directory holding ``sys/`` and ``proc/``, an ``hwloc-gather-topology`` tarball or an hwloc XML
+    file. On the live system (root ``/``) ``allowed_cpus`` is this process's cpuset and ``affinity`` its real affinity,
+    ``os.sched_getaffinity(0)``. A root that does not exist or holds no sysfs raises NumabindError."""
     return discover_from(FsReader(root))
 
 
 def discover_from(reader: FsReader, env: Mapping[str, str] | None = None) -> Topology:
     """Discovery through an existing reader (tools that record or replay reads).
 
-    ``env`` is passed to GPU discovery (``CUDA_VISIBLE_DEVICES`` & co.);
-    it defaults to ``os.environ``. A replayed root's directories are resolved once each while it runs
-    (:meth:`FsReader.hold_dirs <numabind._fs.FsReader.hold_dirs>`).
-    """
+    ``env`` is passed to GPU discovery (``CUDA_VISIBLE_DEVICES`` & co.); it defaults to ``os.environ``. A replayed
+    root's directories are resolved once each while it runs (:meth:`FsReader.hold_dirs
+    <numabind._fs.FsReader.hold_dirs>`)."""
     start = time.perf_counter()
     reader.hold_dirs()
     try:

@@ -3,8 +3,6 @@ procfs, a dump, an hwloc XML file), becomes a :class:`~numabind.topology.values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-
 from .._base import getLogger
 from .._facts import Facts
 from .._util import FrozenMap
@@ -12,6 +10,10 @@ from ..cpulist import format_cpulist
 from ..devices import Gpu
 from ..plan import Allowed
 from .values import Cache, Cpu, InterleaveWeights, MemoryAccess, Node, Topology
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Iterable
 
 __all__ = ["EFFICIENCY", "PERFORMANCE", "build", "interleave_weights"]
 
@@ -64,10 +66,8 @@ def interleave_weights(found: tuple[dict[int, int], bool | None, str | None] | N
 
 
 def _kinds(facts: Facts) -> tuple[dict[int, str], str]:
-    """The kind of each CPU of a hybrid CPU and where the kinds came from ("" when the cores are all of one kind,
-    or the kernel does not say): the hybrid PMUs' lists first (Intel since Alder Lake: ``cpu_core`` the
-    performance cores, ``cpu_atom`` the efficiency cores; both must list online CPUs), else the capacities
-    (``cpu_capacity``: the highest is performance, every lower one efficiency)."""
+    """The kind of each CPU of a hybrid CPU and where the kinds came from ("" when all of one kind): the hybrid
+    PMUs' lists (``cpu_core``, ``cpu_atom``) first, else the highest ``cpu_capacity`` is performance."""
     online = facts.online_cpus
     kind_of: dict[int, str] = {}
     source = ""

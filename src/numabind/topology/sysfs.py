@@ -1,15 +1,11 @@
-"""Reading the kernel's view of the machine under a root (sysfs and procfs, live or a dump) into the
-:class:`~numabind._facts.Facts` the topology's builder takes (what is read, and where hwloc differs:
-docs/discovery.rst, "sysfs and procfs").
-
-A file that is missing is not an error (most of them are optional on some kernel); a file that is present but
-cannot be parsed raises :class:`~numabind.errors.NumabindError` naming the file and its text.
+"""Reading the kernel's view of the machine under a root (sysfs and procfs, live or a dump) into
+:class:`~numabind._facts.Facts` (docs/discovery.rst). A missing file is not an error; a file that cannot be parsed
+raises :class:`~numabind.errors.NumabindError` naming the file and its text.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
 
 from .._base import getLogger
 from .._cgroup import read_allowed
@@ -18,6 +14,10 @@ from .._fs import WEIGHTS_AUTO_NAMES, WEIGHTS_DIR, FsReader, ascii_int, key_valu
 from ..cpulist import format_cpulist, parse_cpulist, parse_mask
 from ..errors import NumabindError, PlanError
 from ..plan import Allowed
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable, Iterable, Mapping
 
 __all__ = ["ARM_CPU_PARTS", "arm_cpu_name", "read_facts", "read_weights"]
 
@@ -365,28 +365,11 @@ def _read_cpu_details(
     reader: FsReader, sets: _Sets, online_cpus: frozenset[int], *, clusters: bool = True, capacities: bool = True,
 ) -> tuple[dict[int, tuple[int, int, frozenset[int]]], dict[int, tuple[int, frozenset[int]]], dict[int, int],
            dict[tuple[int, str, frozenset[int]], int | None]]:
-    """Each CPU's (package, core, threads), cluster and capacity, and the distinct caches, reading each instance
-    once.
+    """Each CPU's (package, core, threads), cluster and capacity, and the distinct caches, reading each instance once.
 
-    Hyperthread siblings share package and core, so one CPU's topology files
-    describe its whole sibling set; the CPUs of one package mask
-    (``core_siblings``) share its ``physical_package_id``, read once per package.
-    A cache at ``indexK`` of one CPU is the ``indexK`` cache of every CPU in its
-    shared set (the kernel builds the sharing per index), so those CPUs'
-    ``indexK`` directories are skipped; siblings of one core have the same cache
-    indexes, so a CPU whose sibling's indexes all cover it is not even listed.
-    With ``clusters``, the cluster files are read, like the package's, for one CPU
-    of each cluster, and not at all once one CPU has none (kernels before 5.16).
-    With ``capacities``, ``cpu_capacity`` is read once per core (its threads share it), and not at all once
-    a core has none (the kernel writes it for every CPU or for none).
-
-    ``level`` and ``type`` of ``indexK`` are read once per package and list of
-    cache indexes: the kernel numbers a CPU's caches in a fixed order (CPUID
-    leaf 4 on x86, level by level elsewhere). They are read again for any
-    instance that does not fit what was read (private where the first was shared
-    or the reverse, or overlapping another instance of that level and type
-    without being it), so a package mixing kinds of cores is still read as it is.
-    """
+    Sibling sets, packages, clusters and the CPUs sharing a cache are read through one member each; ``level`` and
+    ``type`` of ``indexK`` once per package and index list, again for an instance that does not fit what was read
+    (so a package mixing kinds of cores is read as it is). Clusters and capacities stop once a CPU has none."""
     known: dict[int, tuple[int, int, frozenset[int]]] = {}
     package_of: dict[int, int] = {}
     covered: dict[int, set[int]] = {}
@@ -572,10 +555,9 @@ def _is_x86(cpuinfo: Mapping[str, str] | None) -> bool:
 
 
 def _model_name(reader: FsReader, found: Mapping[str, str] | None) -> str | None:
-    """The first CPU's model from its cpuinfo block ``found``: ``model name`` (x86, ia64, newer 32-bit
-    ARM), else ``Processor`` (old ARM), ``cpu model`` (MIPS) or ``cpu`` (POWER, SPARC); arm64 kernels
-    print none of them, so there the core is named from ``CPU implementer`` and ``CPU part``
-    (:func:`arm_cpu_name`)."""
+    """The first CPU's model from its cpuinfo block ``found``: ``model name`` (x86, ia64, newer 32-bit ARM), else
+    ``Processor`` (old ARM), ``cpu model`` (MIPS) or ``cpu`` (POWER, SPARC); arm64 kernels print none of them, so there
+    the core is named from ``CPU implementer`` and ``CPU part`` (:func:`arm_cpu_name`)."""
     if found is None:
         return None
     named = next((found[k] for k in _MODEL_KEYS if found.get(k)), None)

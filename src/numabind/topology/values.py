@@ -1,19 +1,19 @@
 """The topology's values: what discovery found under one root (:class:`Topology`), its CPUs, caches, NUMA nodes,
-their memory performance and the weights of weighted interleave. Frozen dataclasses: hashable, comparable,
-picklable."""
+their memory performance and the weights of weighted interleave. Frozen values (:class:`numabind._base.Value`, a
+frozen dataclass without :mod:`dataclasses` at import): hashable, comparable, picklable."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
+from .._base import Value, field
 from .._util import FrozenMap
 from ..cpulist import format_cpulist
 from ..devices import Gpu
 from ..plan import Allowed
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
     from ..iodevices import Nic
 
 __all__ = ["Cache", "Cpu", "InterleaveWeights", "MemoryAccess", "Node", "Topology"]
@@ -21,19 +21,13 @@ __all__ = ["Cache", "Cpu", "InterleaveWeights", "MemoryAccess", "Node", "Topolog
 _NO_DISTANCES: FrozenMap[int, int] = FrozenMap()   # Node's default distances (immutable: one for all)
 
 
-@dataclass(frozen=True)
-class Cpu:
+class Cpu(Value):
     """One online logical CPU.
 
-    ``cluster_cpus`` is the kernel's ``cluster_cpus_list`` (Linux 5.16+: the cores of a cluster, as the
-    firmware's PPTT describes them on arm64), empty where the kernel writes none and on x86, where it is
-    not read (x86 kernels make it the CPUs of the core's L2, which :attr:`Topology.caches` holds).
-    ``cluster`` is the ``cluster_id`` of a cluster larger than the core, -1 where the cluster is the core
-    itself (its id is not read) or unknown. ``kind`` is ``"performance"`` or ``"efficiency"`` on a hybrid
-    CPU (see :attr:`Topology.performance_cpus`), None elsewhere; ``capacity`` the kernel's ``cpu_capacity``
-    (arm64, RISC-V: 1024 for the fastest core), None where the kernel writes none (x86). Like a cache's size
-    they do not take part in equality, so a Cpu written with the first five fields equals the discovered one.
-    """
+    ``cluster_cpus`` is the kernel's ``cluster_cpus_list`` (empty where none is written, and on x86, where it is not
+    read); ``cluster`` the ``cluster_id`` of a cluster larger than the core, else -1. ``kind`` is ``"performance"`` or
+    ``"efficiency"`` on a hybrid CPU, else None; ``capacity`` the kernel's ``cpu_capacity`` (None on x86). These do
+    not take part in equality, so a Cpu written with the first five fields equals the discovered one."""
 
     id: int
     node: int | None                 # NUMA node holding this CPU (None if no node lists it)
@@ -46,13 +40,8 @@ class Cpu:
     kind: str | None = field(default=None, compare=False)         # "performance" | "efficiency" | None
 
 
-@dataclass(frozen=True)
-class Cache:
-    """One cache instance shared by a group of CPUs.
-
-    ``size_bytes`` is the instance's ``size`` file (None when the kernel does not
-    write one); it does not take part in equality.
-    """
+class Cache(Value):
+    """One cache instance shared by a group of CPUs; ``size_bytes`` (None: no ``size`` file) is not in equality."""
 
     level: int
     type: str                        # "Unified" | "Data" | "Instruction"
@@ -64,8 +53,7 @@ class Cache:
                 "size_bytes": self.size_bytes}
 
 
-@dataclass(frozen=True)
-class MemoryAccess:
+class MemoryAccess(Value):
     """How fast a node's memory is from its best initiators, as the firmware's HMAT table says
     (``nodeN/access0/initiators``): bandwidths in MB/s, latencies in ns (None: not given)."""
 
@@ -81,14 +69,9 @@ class MemoryAccess:
                 "initiators": format_cpulist(self.initiators)}
 
 
-@dataclass(frozen=True)
-class InterleaveWeights:
-    """The system-wide weights of weighted interleave (``sys/kernel/mm/mempolicy/weighted_interleave``).
-
-    ``weights`` maps each node with a weight file to its weight (1-255); ``auto`` is the kernel's
-    auto mode (Linux 6.16+: weights derived from the HMAT bandwidths), None when the kernel has no
-    such switch; ``auto_name`` the switch's file name.
-    """
+class InterleaveWeights(Value):
+    """The system-wide weights of weighted interleave: ``weights`` node -> weight (1-255); ``auto`` the kernel's auto
+    mode (Linux 6.16+), None without such a switch; ``auto_name`` the switch's file name."""
 
     weights: FrozenMap[int, int]
     auto: bool | None = None
@@ -98,13 +81,8 @@ class InterleaveWeights:
         return {"weights": {str(n): w for n, w in self.weights.items()}, "auto": self.auto}
 
 
-@dataclass(frozen=True)
-class Node:
-    """One NUMA node as the kernel lists it (memory-only and CPU-only too).
-
-    ``access`` holds the firmware's memory performance figures for the node (HMAT), None on the
-    many machines without them.
-    """
+class Node(Value):
+    """One NUMA node as the kernel lists it (memory-only and CPU-only too); ``access``: its HMAT figures, or None."""
 
     id: int
     cpus: frozenset[int]             # online CPUs of the node; empty for memory-only nodes
@@ -130,8 +108,7 @@ class Node:
         }
 
 
-@dataclass(frozen=True)
-class Topology:
+class Topology(Value):
     """What discovery found under one root. Frozen, hashable, picklable; ``replace(**changes)`` is a changed copy."""
 
     root: str
@@ -152,10 +129,6 @@ class Topology:
     affinity: frozenset[int] | None = None   # the affinity inherited (live) or dumped (Cpus_allowed), beside
                                              # the limit, never one; None where unknown
     kinds_source: str = ""           # where the core kinds came from ("" when the CPU is not hybrid)
-
-    def replace(self, **changes: Any) -> Topology:
-        """A copy with ``changes`` applied."""
-        return dataclasses.replace(self, **changes)
 
     # -- queries -------------------------------------------------------------
 
@@ -192,12 +165,8 @@ class Topology:
     @property
     def performance_cpus(self) -> frozenset[int]:
         """The online CPUs of the performance cores of a hybrid CPU (Intel's P-cores, Arm's big cores); empty
-        when the cores are all of one kind (or the kernel does not say).
-
-        Read from the hybrid PMUs' lists ``sys/devices/cpu_core/cpus`` (performance) and
-        ``sys/devices/cpu_atom/cpus`` (efficiency) on x86, else from each CPU's ``cpu_capacity``: the CPUs of
-        the highest capacity are the performance ones, all others efficiency (a big/middle/little CPU has
-        one performance kind). :attr:`kinds_source` says which."""
+        when the cores are all of one kind (or the kernel does not say). :attr:`kinds_source` says where the kinds
+        were read (docs/discovery.rst)."""
         return frozenset(c.id for c in self.cpus.values() if c.kind == "performance")
 
     @property
@@ -224,11 +193,7 @@ class Topology:
         return {pkg: frozenset(cpus) for pkg, cpus in sorted(out.items())}
 
     def package_nodes(self) -> dict[int, frozenset[int]]:
-        """Package id -> ids of the nodes with CPUs in that package.
-
-        Memory-only nodes belong to no package. CPUs whose package is unknown
-        are collected under -1.
-        """
+        """Package id -> ids of the nodes with CPUs in that package (-1: unknown package; memory-only nodes: none)."""
         out: dict[int, set[int]] = {}
         for cpu in self.cpus.values():
             if cpu.node is not None:
@@ -236,11 +201,8 @@ class Topology:
         return {pkg: frozenset(nodes) for pkg, nodes in sorted(out.items())}
 
     def llc_groups(self) -> tuple[frozenset[int], ...]:
-        """CPU sets of the distinct last-level caches, ordered by lowest CPU.
-
-        The last level is the highest level among Unified and Data caches;
-        () when the kernel exposed no cache information.
-        """
+        """CPU sets of the distinct last-level (highest Unified or Data) caches, ordered by lowest CPU; () without
+        cache information."""
         candidates = [c for c in self.caches if c.type in ("Unified", "Data")]
         if not candidates:
             return ()
@@ -249,13 +211,9 @@ class Topology:
         return tuple(sorted(groups, key=min))
 
     def cluster_groups(self) -> tuple[frozenset[int], ...]:
-        """CPU sets of the clusters that hold more than one core (each CPU's ``cluster_cpus``), ordered
-        by lowest CPU.
+        """CPU sets of the clusters that hold more than one core (each CPU's ``cluster_cpus``), ordered by lowest CPU.
 
-        () where the kernel describes no cluster larger than a core: before Linux 5.16, on arm64
-        firmware without a cluster level, and on x86, where the files are not read (a cluster is the
-        CPUs of one L2 there: see :meth:`llc_groups` and :attr:`caches`).
-        """
+        () where the kernel describes none (before Linux 5.16, and on x86, where the files are not read)."""
         groups = set()
         for cpu in self.cpus.values():
             cluster = cpu.cluster_cpus
