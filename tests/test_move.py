@@ -150,7 +150,7 @@ def test_threads_started_between_the_listing_and_the_walk_are_found_by_listing_a
     mv = importlib.import_module("numabind.relocate")
     cpus = cpuset()
     cpu = one_cpu()
-    real = mv._tids
+    real = mv._proc.task_ids
     with Target() as t:
         for tid in tids(t.pid):
             os.sched_setaffinity(tid, cpus)
@@ -163,7 +163,7 @@ def test_threads_started_between_the_listing_and_the_walk_are_found_by_listing_a
                 assert t.say("spawn 5") == "spawned"
             return out
 
-        monkeypatch.setattr(mv, "_tids", listed_then_spawn)
+        monkeypatch.setattr(mv._proc, "task_ids", listed_then_spawn)
         report = move(t.pid, numabind.Plan(cpus={cpu}), strict=True)
         now = affinities(t.pid)
         assert len(now) == 13 and calls[0] == 8

@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from numabind import _proc
+from numabind import _proc, live
 from numabind.cli import main
 from numabind._base import printable as _printable
 from numabind.plan import Plan
@@ -61,8 +62,8 @@ def test_text_output_escapes_everything_the_process_controls(monkeypatch, capsys
 
     cpu = min(os.sched_getaffinity(0))
     loc = _hostile_locality(4242, cpu)
-    monkeypatch.setattr(stat_cli, "_snapshot", lambda pids: [loc for _ in pids])
-    monkeypatch.setattr(stat_cli, "_nodes", lambda: [0])
+    monkeypatch.setattr(stat_cli, "_locality", lambda pid: loc)
+    monkeypatch.setattr(live, "machine", lambda: SimpleNamespace(nodes={0: None}))    # the nodes the table shows
     assert main(["stat", "4242"]) == 0
     out = capsys.readouterr().out
     assert _terminal_safe(out), ascii(out)

@@ -1,18 +1,5 @@
-"""The cpuset a process lives in, and what it may use (a reader: files under a root only).
-
-:func:`read_cpuset` finds the process's cpuset in every hierarchy mounted according to ``proc/mounts``:
-cgroup v2 (``cpuset.cpus.effective``; a cgroup without the cpuset controller is limited by its nearest
-ancestor's), cgroup v1 (``cpuset.effective_cpus``, else ``cpuset.cpus``; without the prefix when mounted
-``noprefix``) and the legacy cpuset filesystem (``mount -t cpuset``: ``cpus``/``mems``, the path from
-``proc/self/cpuset``). :func:`read_allowed` turns it, with ``proc/self/status``, into the one answer to
-"what may this process use", :class:`numabind.plan.Allowed`: discovery (:mod:`numabind.topology`) and the
-live process (:func:`numabind.live.limits`) both call it.
-
-The rule: the limit is the cpuset (what ``sched_setaffinity`` accepts), online CPUs without one. The
-affinity a parent left behind (``sched_getaffinity`` on the live system, ``Cpus_allowed`` in a dump's
-``proc/self/status``) is reported beside it, never a limit.
-
-On the run path of ``numabind run``: no ``re``, ``dataclasses`` or ``logging`` at import.
+"""The cpuset a process lives in (cgroup v2, cgroup v1, the legacy cpuset filesystem: ``docs/discovery.rst``), and
+:func:`read_allowed`, the one answer to what it may use (:class:`numabind.plan.Allowed`). On the run path.
 """
 
 import posixpath
@@ -63,8 +50,8 @@ def _read_list(reader: "FsReader", rel: str, what: str) -> "frozenset[int] | Non
 
 
 def status_set(reader: "FsReader", fields: "dict[str, str]", name: str) -> "frozenset[int] | None":
-    """``name`` (``Cpus_allowed``, ``Mems_allowed``) of ``proc/self/status``'s ``fields``: its ``_list`` form,
-    else its hex mask; None when neither is there. A malformed one raises NumabindError naming the file."""
+    """``name`` (``Cpus_allowed``, ``Mems_allowed``) of ``proc/self/status``'s ``fields`` (its ``_list`` form, else
+    its mask), or None; a malformed one raises NumabindError naming the file."""
     rel = "proc/self/status"
     try:
         if f"{name}_list" in fields:
@@ -89,8 +76,7 @@ def _cgroup_lines(reader: "FsReader") -> "list[tuple[str, str, str]]":
 
 
 def _clean_cgroup_path(path: str) -> str:
-    # posixpath.normpath clamps "/.." at "/", so the path never leaves the mount.
-    # A leading "//" would survive normpath (POSIX keeps it), hence the lstrip.
+    # normpath clamps "/.." at "/" (the path never leaves the mount); lstrip: normpath keeps a leading "//"
     path = path.strip()
     if path.endswith(" (deleted)"):           # a cgroup removed while the process is in it
         path = path[:-len(" (deleted)")]
@@ -114,9 +100,7 @@ def _unescape(field: str) -> str:
 
 
 def _hierarchies(reader: "FsReader", lines: "list[tuple[str, str, str]]") -> "list[tuple[str, str, str]]":
-    """(kind, mount relative to the root, file prefix) of every cpuset-bearing mount: from proc/mounts, else
-    the usual mount points. kind: "cgroup2" | "cgroup1" | "cpuset"; prefix: "cpuset." or "" (legacy cpuset
-    filesystem, cgroup v1 -o noprefix)."""
+    """(kind, mount, file prefix) of every cpuset-bearing mount of proc/mounts, else of the usual ones."""
     found: "list[tuple[str, str, str]]" = []
     text = reader.read("proc/mounts")
     for line in (text or "").splitlines():
@@ -148,15 +132,8 @@ def _nearest(reader: "FsReader", mount: str, path: str, names: "tuple[tuple[str,
     current = path
     while True:
         d = mount + ("" if current == "/" else current)
-        cpus = mems = None
-        for name in names[0]:
-            cpus = _read_list(reader, f"{d}/{name}", "cpulist")
-            if cpus is not None:
-                break
-        for name in names[1]:
-            mems = _read_list(reader, f"{d}/{name}", "nodelist")
-            if mems is not None:
-                break
+        cpus = next((s for s in (_read_list(reader, f"{d}/{n}", "cpulist") for n in names[0]) if s is not None), None)
+        mems = next((s for s in (_read_list(reader, f"{d}/{n}", "nodelist") for n in names[1]) if s is not None), None)
         if cpus is not None or mems is not None:
             return current, cpus, mems
         if current == "/":
@@ -165,8 +142,7 @@ def _nearest(reader: "FsReader", mount: str, path: str, names: "tuple[tuple[str,
 
 
 def cpusets(reader: "FsReader") -> "list[Cpuset]":
-    """The process's cpuset in each kind of hierarchy found (cgroup v2, cgroup v1, legacy cpuset filesystem,
-    in that order), the first mount of each kind that holds it."""
+    """The process's cpuset in each kind of hierarchy found (cgroup v2, cgroup v1, legacy cpuset), in that order."""
     lines = _cgroup_lines(reader)
     v2_path = next((p for h, c, p in lines if h == "0" and c == ""), None)
     v1_path = next((p for _h, c, p in lines if "cpuset" in c.split(",")), None)
@@ -191,20 +167,16 @@ def cpusets(reader: "FsReader") -> "list[Cpuset]":
 
 
 def read_cpuset(reader: "FsReader") -> "Cpuset | None":
-    """The nearest cpuset of the process under ``reader``'s root (the first of cgroup v2, cgroup v1 and the
-    legacy cpuset filesystem), or None."""
+    """The first of :func:`cpusets`, or None."""
     found = cpusets(reader)
     return found[0] if found else None
 
 
 def read_allowed(reader: "FsReader", online_cpus: "frozenset[int]", nodes: "frozenset[int]",
                  memory_nodes: "frozenset[int]", affinity: "frozenset[int] | None" = None) -> Allowed:
-    """What the process under ``reader``'s root may use (:class:`~numabind.plan.Allowed`).
-
-    CPUs: the online CPUs in every cpuset found (``cpus_source`` names them), every online CPU without one.
-    Nodes: ``Mems_allowed`` of ``proc/self/status`` and the cpusets' mems, among ``nodes``; ``nodes`` without
-    either. ``affinity`` is the inherited affinity when the caller knows it (the live process:
-    ``sched_getaffinity``); otherwise ``Cpus_allowed`` of ``proc/self/status`` (a dump), or None.
+    """What the process under ``reader``'s root may use: the online CPUs of every cpuset found (all online CPUs
+    without one), the nodes of ``Mems_allowed`` and the cpusets' mems. ``affinity``: the inherited one when the
+    caller knows it, else ``Cpus_allowed`` of ``proc/self/status``.
     """
     from ._fs import key_values
 

@@ -1,11 +1,6 @@
-"""A dump of a machine as a discovery root (see :mod:`numabind._fs`).
-
-A dump written by ``hwloc-gather-topology`` (or ``tools/capture_machine.py``) is a directory that
-holds ``sys/`` and ``proc/``, or holds one directory that does; or the ``.tar.bz2`` itself, which is
-unpacked safely (no path outside the dump, no link leading out of it, no device or FIFO, caps on
-size and member count) into a private temporary directory that is removed when the process exits.
-Only a replayed root loads this module (and tarfile, tempfile, shutil and atexit when a dump is
-first unpacked): reading the live system never needs it.
+"""A dump of a machine as a discovery root: a directory holding ``sys/`` and ``proc/`` (or one directory that
+does), or an ``hwloc-gather-topology`` tarball, unpacked safely (no path or link out of the dump, no device or
+FIFO, caps on size and members) into a private temporary directory removed at exit.
 """
 
 from __future__ import annotations
@@ -13,7 +8,6 @@ from __future__ import annotations
 import os
 import posixpath
 import _thread
-from collections.abc import Callable
 
 from ._base import getLogger
 from .errors import NumabindError
@@ -45,9 +39,7 @@ def _remove_unpacked() -> None:
 
 
 def dump_root(path: str) -> str:
-    """The directory of a dump that holds ``sys``/``proc``: ``path`` itself, or its
-    only subdirectory (an unpacked hwloc-gather-topology tarball holds one
-    directory named after the dump)."""
+    """The directory of a dump that holds ``sys``/``proc``: ``path`` itself, or its only subdirectory."""
     names = _names(path)
     if "sys" in names or "proc" in names:
         return path
@@ -81,33 +73,28 @@ def _inside(root: str, path: str) -> bool:
 
 
 def unpack(tarball: str) -> str:
-    """Unpack ``tarball`` into a private temporary directory; returns that directory."""
-    return _made_once(tarball, "numabind-dump-", _extract)
-
-
-def _made_once(source: str, prefix: str, make: Callable[[str, str], None]) -> str:
-    """The directory ``make(source, dest)`` filled, made once per (file, size, mtime) and removed at exit."""
+    """Unpack ``tarball`` into a private temporary directory, once per (file, size, mtime); returns it."""
     import atexit
     import shutil
     import tempfile
 
-    st = os.stat(source)
-    key = (os.path.realpath(source), st.st_size, st.st_mtime_ns)
+    st = os.stat(tarball)
+    key = (os.path.realpath(tarball), st.st_size, st.st_mtime_ns)
     with _lock:
         found = _unpacked.get(key)
         if found is not None and os.path.isdir(found):
             return found
-        dest = tempfile.mkdtemp(prefix=prefix)
+        dest = tempfile.mkdtemp(prefix="numabind-dump-")
         if not _cleanup:
             atexit.register(_remove_unpacked)
         _cleanup.append(dest)
         try:
-            make(source, dest)
+            _extract(tarball, dest)
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
         _unpacked[key] = dest
-        log.debug("made %s from %s", dest, source)
+        log.debug("made %s from %s", dest, tarball)
         return dest
 
 

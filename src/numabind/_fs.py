@@ -1,34 +1,9 @@
-"""The one place that reads sysfs and procfs files, relative to a root.
+"""The one place that reads sysfs and procfs files, relative to a root (the live ``/``, a dump's directory or
+tarball, an hwloc XML file; ``docs/discovery.rst``).
 
-A whole machine can be replayed from a directory by pointing the root at it
-(like hwloc's ``HWLOC_FSROOT``): discovery code never opens an absolute path.
-The root may also be a dump written by ``hwloc-gather-topology``: its
-directory, or the ``.tar.bz2`` itself, which :mod:`numabind._dump` unpacks (safely: no path
-outside the dump, no link leading out of it, no device or FIFO, a size cap)
-into a private temporary directory that is removed when the process exits.
-
-A directory root other than ``/`` is read as a chroot would see it, never through a link that leaves it:
-every path is walked one component at a time from a descriptor of the root (:func:`_walk`, each
-directory opened with ``O_NOFOLLOW``), a symbolic link is followed only by its text, a relative one
-from where it stands, an absolute one from the root, and ``..`` that would climb above the root is
-refused. sysfs's own relative links (``sys/bus/pci/devices/X -> ../../../devices/...``) resolve inside
-the tree as they do on the machine; ``sys -> /`` or ``status -> /etc/shadow`` in a dump lead to the
-dump's own ``/etc/shadow`` (missing), not the host's. The live root ``/`` reads paths directly.
-While :func:`~numabind.topology.discover` runs (:meth:`FsReader.hold_dirs`), each directory is resolved
-once, from its parent's descriptor, and each file is opened relative to its directory's descriptor with
-``O_NOFOLLOW``: the same confinement, without a walk from the root for every file.
-
-Every read is bounded and cannot hang: files are opened non-blocking, anything
-that is not a regular file (a FIFO, a device such as a link to ``/dev/zero``)
-is refused with a :class:`~numabind.errors.NumabindError`, and a file larger
-than :data:`MAX_READ` bytes is an error too. Text ends at the first NUL byte
-(some dump tools pad files with NULs after the kernel's newline).
-
-:func:`read_bounded` is that read, written once: :class:`FsReader` (for a file
-larger than one small read of the compiled core, or without the core),
-``/proc/PID/environ`` (:mod:`numabind._proc`) and the records and birth reports
-in shared directories (:mod:`numabind.records`: relative to a directory
-descriptor, no symbolic link followed, the owner checked) all read through it.
+A directory root other than ``/`` is read as a chroot at it would see it (:func:`_walk`): no link leads out of
+it. Every read is bounded and non-blocking (:func:`read_bounded`, the one such read in numabind): anything but a
+regular file is refused, and text ends at the first NUL byte.
 """
 
 import os
@@ -48,9 +23,7 @@ from .errors import NumabindError
 __all__ = ["FsReader", "RefusedFile", "malformed", "read_bounded", "read_in_root", "resolve_root", "ascii_int", "key_values", "MAX_READ",
            "WEIGHTS_AUTO_NAMES", "WEIGHTS_DIR"]
 
-#: Largest file (bytes) a read without an explicit limit accepts. Kernel sysfs
-#: attributes are at most one page; the largest procfs files discovery reads
-#: (mounts, cpuinfo of thousands of CPUs) stay far below this.
+#: Largest file (bytes) a read without an explicit limit accepts.
 MAX_READ = 8 << 20
 
 #: The system-wide weights of MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+): one file ``nodeN`` per node holding
@@ -73,12 +46,8 @@ _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
 
 
 def ascii_int(text: str, *, signed: bool = False, max_digits: int = 20) -> int | None:
-    """``text`` (whitespace trimmed) as a decimal integer of ASCII digits, else None.
-
-    Unlike ``int()``, non-ASCII digits (``"²"``, ``"١٢"``), underscores, a ``+``
-    sign and numbers longer than ``max_digits`` digits are refused, so a hostile
-    file can neither be misread nor hit Python's int-conversion limit.
-    """
+    """``text`` (whitespace trimmed) as a decimal integer of ASCII digits, else None. Unlike ``int()``, non-ASCII
+    digits, underscores, ``+`` and more than ``max_digits`` digits are refused."""
     body = text.strip()
     negative = signed and body.startswith("-")
     if negative:
@@ -90,14 +59,8 @@ def ascii_int(text: str, *, signed: bool = False, max_digits: int = 20) -> int |
 
 
 def key_values(text: str, *, first_block: bool = False) -> dict[str, str]:
-    """The ``key: value`` lines of ``text`` as a dict, both sides trimmed of whitespace.
-
-    The one parser of the colon-separated files numabind reads: ``/proc/PID/status``,
-    ``/proc/cpuinfo``, ``numactl --show`` and NVIDIA's ``information`` files. A line is split at
-    its first colon (a value may hold more); a line without one is skipped; of a key given
-    twice the first is kept. With ``first_block`` the text ends at the first blank line that
-    follows a field (``/proc/cpuinfo`` lists one block per CPU; the first is wanted).
-    """
+    """The ``key: value`` lines of ``text`` as a dict, both sides trimmed, split at the first colon; of a key
+    given twice the first is kept. ``first_block``: stop at the first blank line after a field (``cpuinfo``)."""
     out: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
@@ -112,8 +75,7 @@ def key_values(text: str, *, first_block: bool = False) -> dict[str, str]:
 
 
 def malformed(reader: "FsReader", rel: str, text: str, why: str) -> NumabindError:
-    """The error for a file of ``reader`` that does not parse: its path, why, and an excerpt of the text
-    (:func:`numabind._base.excerpt`: at most 40 printable characters)."""
+    """The error for a file of ``reader`` that does not parse: its path, why, and an excerpt of the text."""
     return NumabindError(f"malformed {printable(reader.path(rel))}: {why} (content: {excerpt(text)})")
 
 
@@ -174,12 +136,7 @@ def _hwloc_xml_bytes(path: str) -> bytes:
 
 
 def resolve_root(root: str | os.PathLike[str] | None = None) -> str:
-    """The discovery root: the argument, else ``$NUMABIND_FSROOT``, else ``/``.
-
-    A directory is used as it is (or its only subdirectory, for an unpacked
-    hwloc-gather-topology dump); a tarball is unpacked to a private temporary
-    directory, returned. A root that does not exist is a NumabindError.
-    """
+    """The discovery root (the argument, ``$NUMABIND_FSROOT`` or ``/``; a tarball unpacked)."""
     return _resolve(root)[0]
 
 
@@ -201,19 +158,10 @@ def _kind_of(mode: int) -> str:
 
 def read_bounded(path: str, cap: int, *, dir_fd: int | None = None, nofollow: bool = False,
                  uid: int | None = None, prefix: bool = False) -> bytes:
-    """The bytes of the regular file ``path`` (relative to ``dir_fd`` when given): the one read of a
-    file numabind does not trust to be small, regular or still the same (sysfs, procfs, a dump, a
-    record in a shared directory).
-
-    It never blocks: the file is opened non-blocking (a FIFO without a writer opens at once, a
-    terminal does not become the controlling one) and anything but a regular file is refused before
-    a byte is read. With ``nofollow`` a symbolic link as the last component is refused by the kernel
-    (OSError ELOOP); with ``uid`` a file of another owner is refused. At most ``cap`` bytes are read:
-    a file holding more is refused, unless ``prefix`` asks for its first ``cap`` bytes.
-
-    Errors: OSError as the kernel gives it (missing, permission, ELOOP), ValueError for a path
-    holding a NUL, :class:`RefusedFile` for a file refused.
-    """
+    """The bytes of the regular file ``path`` (relative to ``dir_fd``), opened non-blocking: anything but a regular
+    file is refused before a byte is read. ``nofollow``: a link as the last component is ELOOP; ``uid``: another
+    owner's file is refused; more than ``cap`` bytes is refused, unless ``prefix`` asks for the first ``cap``.
+    Raises OSError as the kernel gives it, ValueError for a path holding a NUL, :class:`RefusedFile`."""
     fd = os.open(path, _NOFOLLOW_FLAGS if nofollow else _OPEN_FLAGS, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
@@ -233,9 +181,7 @@ def read_bounded(path: str, cap: int, *, dir_fd: int | None = None, nofollow: bo
                 break
             chunks.append(chunk)
             size += len(chunk)
-            # A short read is the end of a file on disk and of a sysfs attribute (both have a
-            # size); procfs and cgroup files (size 0, seq_file) can return less than asked
-            # before their end, so they are read until read() returns nothing.
+            # a short read ends a file with a size; procfs and cgroup files (size 0) are read until read() is empty
             if len(chunk) < want and st.st_size > 0:
                 break
     finally:
@@ -249,20 +195,12 @@ def read_bounded(path: str, cap: int, *, dir_fd: int | None = None, nofollow: bo
 
 
 def _walk(root: str, rel: str, *, lexical_rest: bool = False) -> "tuple[int, str, list[str]]":
-    """``rel`` below the directory ``root``, resolved as a chroot at ``root`` would resolve it:
-    ``(descriptor of the directory holding the last component, the last component's name, the names of
-    the whole resolved path)``. The name is ``""`` when ``rel`` is a directory reached by ``..`` or the
-    root itself; otherwise it is not a symbolic link (when this looked) or does not exist. The caller
-    closes the descriptor and opens the name relative to it with ``O_NOFOLLOW``.
-
-    Each directory is opened relative to the one before with ``O_NOFOLLOW``; a link is followed by its
-    text only, relative to the directory holding it, or to ``root`` when absolute, so no path leaves
-    the tree, however its links point. Errors are OSError: the kernel's (missing, not a directory,
-    permission), ELOOP after :data:`MAX_LINKS` links, EXDEV for ``..`` above the root.
-
-    ``lexical_rest``: past a link, from a directory that does not exist on, the rest of the path is taken as
-    written (nothing there can be a link), as ``os.path.realpath`` resolves a link to a missing target; the
-    name is then ``""`` and the names are the whole path (``..`` still never above the root)."""
+    """``rel`` below ``root`` resolved as a chroot at ``root`` would: ``(descriptor of the directory holding the
+    last component, its name, the names of the whole resolved path)``; the name is ``""`` for a directory reached
+    by ``..`` or the root. A link is followed by its text only (an absolute one from ``root``), each directory
+    opened ``O_NOFOLLOW``. The caller closes the descriptor. Raises OSError: the kernel's, ELOOP after
+    :data:`MAX_LINKS` links, EXDEV for ``..`` above the root. ``lexical_rest``: past a link, from a missing
+    directory on, the rest is taken as written (as ``os.path.realpath`` does); the name is then ``""``."""
     import errno   # a directory root only: off numabind run's path
 
     todo = [p for p in reversed(rel.split("/")) if p and p != "."]   # the next component last
@@ -318,8 +256,7 @@ def _walk(root: str, rel: str, *, lexical_rest: bool = False) -> "tuple[int, str
 
 
 def read_in_root(root: str, rel: str, cap: int, *, prefix: bool = False) -> bytes:
-    """:func:`read_bounded` of ``rel`` below the directory ``root``, through the confined walk (:func:`_walk`):
-    no link leads out of ``root``. Errors as :func:`read_bounded`'s (a directory is a RefusedFile)."""
+    """:func:`read_bounded` of ``rel`` below ``root`` through the confined walk (a directory is a RefusedFile)."""
     fd, name, _ = _walk(root, rel)
     try:
         if not name:
@@ -339,14 +276,11 @@ def _stat_in_root(root: str, rel: str) -> "os.stat_result":
 
 
 # -- the reader ------------------------------------------------------------------
-#: Files up to this size (bytes, less one) are read in one call of the compiled core: a sysfs attribute
-#: is at most a page.
+#: Files up to this size (bytes, less one) are read in one call of the compiled core.
 SMALL_READ = 4097
-#: The core's codes for "not a regular file" and "read it alone" (csrc/numabind.h's NB_NOT_REGULAR, NB_RETRY),
-#: read from the compiled core by :func:`_load_core` (codes that only the core returns).
+#: The core's NB_NOT_REGULAR and NB_RETRY, read by :func:`_load_core`.
 NOT_REGULAR = RETRY = 0
-#: Room (bytes) of one :meth:`FsReader.prefetch_numbered`, and the most files and ids it takes: the files of
-#: one core are a few hundred bytes, a dozen files, four or five cache indexes.
+#: Room (bytes) of one :meth:`FsReader.prefetch_numbered`, and the most files and ids it takes.
 BATCH_READ = 16384
 BATCH_FILES = 64
 BATCH_IDS = 64
@@ -354,8 +288,7 @@ _CHARS = "char[]"
 _INTS = "int[]"
 _LONGS = "long[]"
 _MISS = object()
-#: Buffers handed back after a read, for the next one (a list's pop and append are atomic: each thread
-#: takes its own): one file's bytes; a prefetch's bytes and spans; a listing's ids.
+#: Buffers handed back after a read, for the next one (a list's pop and append are atomic).
 _small_bufs: "list[Any]" = []
 _batch_bufs: "list[Any]" = []
 _id_bufs: "list[Any]" = []
@@ -365,8 +298,7 @@ _core_tried = False
 
 
 def _load_core() -> "tuple[Any, ...] | None":
-    """(ffi.new, nb_read_file, ffi.string, nb_list_numbered, nb_read_tree, ffi.buffer, ffi.unpack) of the
-    compiled core, or None without one (then os.read and os.listdir are used)."""
+    """The compiled core's functions :class:`FsReader` calls, or None without one."""
     global _core, _core_tried, NOT_REGULAR, RETRY
     if not _core_tried:
         try:
@@ -392,9 +324,7 @@ _names_seen: "dict[tuple[Any, ...], tuple[Any, ...] | None]" = {}
 
 def _encoded_names(new: "Any", names: "Sequence[str]", sub: str, prefix: str,
                    each: "Sequence[str]") -> "tuple[Any, ...] | None":
-    """The ``struct nb_tree`` of a :meth:`FsReader.prefetch_numbered` (each list's names ended by NULs) and the
-    arrays it points to, made by ``new`` (ffi.new), or None when a name holds a NUL; kept for the tuples
-    discovery passes on every call."""
+    """The ``struct nb_tree`` of a prefetch and its arrays (kept), or None when a name holds a NUL."""
     key = (tuple(names), sub, prefix, tuple(each))
     if key in _names_seen:
         return _names_seen[key]
@@ -410,24 +340,19 @@ def _encoded_names(new: "Any", names: "Sequence[str]", sub: str, prefix: str,
 
 
 def _batch_room(new: "Any") -> "tuple[Any, ...]":
-    """The buffers of one :meth:`FsReader.prefetch_numbered` (bytes, spans, ids) and the ``struct nb_tree_room``
-    that points to them, made by ``new`` (ffi.new)."""
+    """The buffers of one :meth:`FsReader.prefetch_numbered` (bytes, spans, ids) and their ``struct nb_tree_room``."""
     data, spans, ids = new(_CHARS, BATCH_READ), new(_LONGS, 2 * BATCH_FILES + 1), new(_INTS, BATCH_IDS)
     return data, spans, ids, new("struct nb_tree_room *", {
         "ids": ids, "idcap": BATCH_IDS, "buf": data, "cap": BATCH_READ, "slot": SMALL_READ, "out": spans,
         "files": BATCH_FILES})
 
 
-#: The most directory descriptors a reader holds (:meth:`FsReader.hold_dirs`): discovery reads one CPU's
-#: directories, then the next one's, so the few last ones and their parents are what is read again.
+#: The most directory descriptors a reader holds (:meth:`FsReader.hold_dirs`).
 DIR_FDS = 64
 
 
 class _DirFds(dict[str, int]):
-    """The directories of a replayed root that one thread's reads resolved, by their path relative to it:
-    descriptors (``O_PATH``) reached as :func:`_walk` reaches them, the oldest closed first beyond
-    :data:`DIR_FDS`. Owned by the thread that holds them: another thread walks (never a descriptor that the
-    owner may close)."""
+    """One thread's held directories of a replayed root (``O_PATH`` descriptors by path)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -436,9 +361,7 @@ class _DirFds(dict[str, int]):
         self.free: set[str] = set()   # those reached without a link: their path reads what the descriptor does
 
     def resolve(self, root: str, rel: str) -> int:
-        """The descriptor of directory ``rel`` (a plain path: no ``.``, ``..`` or empty component; ``""`` is the
-        root), resolved from its parent's: one ``O_NOFOLLOW`` opening, or the confined walk where a link is on
-        the way. Errors are the walk's (OSError)."""
+        """The descriptor of the plain directory path ``rel`` (``""``: the root); OSError as the walk's."""
         fd = self.get(rel)
         if fd is not None:
             return fd
@@ -479,8 +402,7 @@ class _DirFds(dict[str, int]):
 
 
 def _plain(body: str) -> bool:
-    """Whether the relative path ``body`` has no empty, ``.`` or ``..`` component (nor any other starting with a
-    dot): each of its directories is then its parent's entry of that name."""
+    """Whether the relative path ``body`` has no empty component nor one starting with a dot."""
     return "//" not in body and "/." not in "/" + body
 
 
@@ -496,11 +418,7 @@ def _walk_dir(root: str, rel: str) -> int:
 
 
 class FsReader:
-    """Reads files below ``root``; missing or unreadable files read as ``None``.
-
-    ``origin`` is what was asked for (a directory or a tarball), ``root`` the
-    directory actually read.
-    """
+    """Reads files below ``root`` (``origin``: what was asked for); missing files read as ``None``."""
 
     __slots__ = ("root", "is_live", "origin", "xml", "_prefix", "_pre", "_dirs")
 
@@ -515,17 +433,9 @@ class FsReader:
         return self._prefix + rel.lstrip("/")
 
     def read(self, rel: str, limit: int | None = None) -> str | None:
-        """The file's text up to its first NUL byte, or None when it cannot be opened.
-
-        With ``limit``, only the first ``limit`` bytes are read (a prefix is
-        wanted); without it, a file over :data:`MAX_READ` bytes is an error.
-        A path that is not a regular file raises NumabindError.
-
-        Discovery reads thousands of small sysfs files, where Python's own calls cost more than the
-        reads: a file of up to :data:`SMALL_READ` bytes is read by the compiled core in one call (the
-        same opening flags, the same refusal of anything but a regular file), a larger one (or any,
-        without the core) with raw ``os.read``, never the text-mode io stack.
-        """
+        """The file's text up to its first NUL byte, or None when it cannot be opened; NumabindError for anything
+        but a regular file, or over :data:`MAX_READ` bytes without ``limit`` (then the first ``limit`` bytes).
+        A small file is read by the compiled core in one call."""
         if self.xml is not None:
             return self.xml.tree.read(rel, limit)
         pre = self._pre
@@ -570,11 +480,7 @@ class FsReader:
         return data.decode("utf-8", errors="replace")
 
     def _link_free(self, rel: str) -> "bool | None":
-        """Whether ``rel`` of a replayed root leads to its file without a link or ``..`` (then reading the path
-        reads what the confined walk reaches); None when the walk cannot reach it (missing, refused).
-
-        While directories are held (:meth:`hold_dirs`) the directory holding the last component comes from
-        them and the last component is looked at alone (``fstatat`` without following it)."""
+        """Whether ``rel`` of a replayed root reaches its file without a link or ``..``; None when it cannot."""
         body = rel.strip("/")
         dirs = self._held()
         if dirs is None or not _plain(body):
@@ -597,11 +503,8 @@ class FsReader:
     # -- a replayed root: each directory resolved once while held -------------------------------------
 
     def hold_dirs(self) -> None:
-        """Until :meth:`release_dirs`, this thread's reads of a replayed root resolve each directory once through
-        the confined walk and keep its descriptor (at most :data:`DIR_FDS`, the oldest closed first), reading
-        each file relative to it with ``O_NOFOLLOW``: what the walk reaches, without walking from the root
-        for every file. A descriptor is the directory as it was when resolved, so discovery holds them for one
-        discover() only. Calls nest; the live root holds nothing (it reads paths directly)."""
+        """Until :meth:`release_dirs`, this thread's reads of a replayed root resolve each directory once and keep
+        its descriptor, instead of walking from the root for every file (one discover() long). Calls nest."""
         if self.is_live or self.xml is not None:
             return
         dirs = self._dirs
@@ -625,9 +528,7 @@ class FsReader:
         return dirs if dirs is not None and dirs.owner == _get_ident() else None
 
     def _at(self, rel: str) -> "tuple[int, str, bool]":
-        """``(descriptor of the directory holding the last component of rel, its name, whether the caller
-        closes the descriptor)``, as :func:`_walk` gives them: from the held directories when ``rel`` is a plain
-        path (no ``.`` or ``..`` component), else from a walk of its own. The name is ``""`` for the root."""
+        """``(directory descriptor, last component of rel, whether the caller closes it)``, held or walked."""
         body = rel.strip("/")
         dirs = self._held()
         if dirs is None or not _plain(body):
@@ -656,24 +557,17 @@ class FsReader:
 
     @staticmethod
     def _failed(path: str, code: int) -> None:
-        """What a read that the core answered with ``code`` (< 0) gives: NumabindError for anything but a
-        regular file, else None (missing, unreadable)."""
+        """A core's read that failed with ``code``: NumabindError for anything but a regular file, else None."""
         if code <= NOT_REGULAR:
             raise _not_regular(path, (NOT_REGULAR - code) << 12)
         return None
 
     def prefetch_numbered(self, base: str, names: "Sequence[str]", sub: str, prefix: str,
                           each: "Sequence[str]", skip: int = 0) -> list[int]:
-        """:meth:`numbered` of ``base/sub``, reading on the way, in one call of the compiled core (one opening
-        of ``base``), the files ``base/NAME`` of ``names`` and, for each id N listed whose bit in ``skip`` is
-        clear (N < 64), the files ``base/sub/<prefix>N/NAME`` of ``each``. The next :meth:`read` of each of
-        those files, and only that one, answers with what was read here: the same text, None or
-        NumabindError (nothing is read from a file that is not a regular one). A file larger than one small
-        read is left to :meth:`read`.
-
-        Discovery prefetches the files of a core it is about to read (some it may then not need). What a
-        prefetch left unread is dropped by the next prefetch and by :meth:`forget`, so a long-lived reader
-        never answers with old text. Without the compiled core only the listing is made."""
+        """:meth:`numbered` of ``base/sub``, reading on the way, in one call of the compiled core, the files
+        ``base/NAME`` of ``names`` and ``base/sub/<prefix>N/NAME`` of ``each`` for each id N listed whose bit in
+        ``skip`` is clear. The next :meth:`read` of each of those files, and only that one, answers with what was
+        read here; the next prefetch and :meth:`forget` drop the rest."""
         core = (_core or _load_core()) if self.xml is None else None
         if core and not self.is_live and not self._link_free(f"{base}/{sub}"):
             core = None       # a link on the way (or nothing there): listed and read through the confined walk
@@ -771,8 +665,7 @@ class FsReader:
             os.close(fd)
 
     def numbered(self, rel: str, prefix: str) -> list[int]:
-        """Sorted ids N of the entries ``<prefix>N`` of directory ``rel`` (ASCII digits only), listed by the
-        compiled core when there is one (no string is made of the names that do not match)."""
+        """Sorted ids N of the entries ``<prefix>N`` of directory ``rel`` (ASCII digits only)."""
         path = self._prefix + rel.lstrip("/")
         core = (_core or _load_core()) if self.xml is None and (self.is_live or self._link_free(rel)) else None
         if core and "\0" not in path and "\0" not in prefix:
@@ -805,8 +698,7 @@ class FsReader:
         return out
 
     def stat(self, rel: str) -> "os.stat_result | None":
-        """``os.stat`` of ``rel`` (links followed, inside a replayed root only), or None when it cannot be
-        reached."""
+        """``os.stat`` of ``rel`` (links followed inside a replayed root), or None when it cannot be reached."""
         if self.xml is not None:
             return self.xml.tree.stat(rel)
         try:
@@ -823,9 +715,7 @@ class FsReader:
             return None
 
     def lstat(self, rel: str) -> "os.stat_result | None":
-        """``os.lstat`` of ``rel``: a link as its last component is not followed (the link's own stat comes
-        back); links before it are, inside a replayed root only (:func:`_walk`). None when it cannot be reached.
-        For a file that must be a regular one, and no link, before something else opens its path."""
+        """``os.lstat`` of ``rel`` (links before the last component followed inside a replayed root), or None."""
         if self.xml is not None:
             return self.xml.tree.stat(rel, follow=False)
         try:
@@ -861,9 +751,7 @@ class FsReader:
         return st is not None and stat.S_ISDIR(st.st_mode)
 
     def realpath(self, rel: str) -> str | None:
-        """Resolve a sysfs symlink; the result is relative to the root (``/sys/devices/...``). In a replayed
-        root, links resolve as a chroot at the root would resolve them (never out of it); None when the
-        path cannot be resolved."""
+        """A sysfs symlink resolved inside the root, relative to it (``/sys/devices/...``), or None."""
         if self.xml is not None:
             return self.xml.tree.realpath(rel)
         if not self.is_live:

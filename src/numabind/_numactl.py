@@ -1,11 +1,6 @@
 """numactl's vocabulary, one table: its options (long name, short letter, whether it takes a value, what it sets),
-the memory policy each policy option names, and the words numactl and the kernel print for each policy.
-
-:meth:`numabind.plan.Plan.from_numactl_args`, numactl's own command line (:mod:`numabind.cli.numactl`), the
-parsers of ``numabind run`` and ``numabind move``, the dry-run printer and docs/numactl.rst read it here. A
-policy is named as :data:`numabind.plan.MEM_POLICIES` names it (the kernel's mode ``MPOL_<NAME>``, its number
-read from :mod:`numabind._native`, never written here). On the run path (``plan`` imports it): plain tuples and
-dicts, nothing imported.
+the memory policy each policy option names (as :data:`numabind.plan.MEM_POLICIES` names it), and the words
+numactl and the kernel print for each policy. On the run path: plain tuples and dicts, nothing imported.
 """
 
 __all__ = ["ALIASES", "BINDING", "CPU", "LOOK", "MODIFIER", "OPTIONS", "OWN", "POLICIES", "POLICY", "POLICY_OPTION",
@@ -60,16 +55,14 @@ def policy_of(option: str) -> str:
 
 
 def expand(name: str) -> list[str]:
-    """The long options ``--name`` may mean as getopt_long reads it: itself, else those it abbreviates (numactl's
-    options only: numabind's own are spelled in full)."""
+    """The long options ``--name`` may mean as getopt_long reads it: itself, else those it abbreviates."""
     if name in OPTIONS:
         return [name]
     return [option for option in OPTIONS if option.startswith(name)] if name else []
 
 
 def spellings(name: str) -> tuple[str, ...]:
-    """numabind's option strings for option ``name`` (argparse's): its short letter, itself, its aliases
-    (``-N``, ``--cpunodebind``, ``--cpubind``)."""
+    """numabind's option strings for option ``name``: its short letter, itself, its aliases."""
     short = (OPTIONS.get(name) or OWN[name])[0]
     aliases = tuple(f"--{alias}" for alias, of in ALIASES.items() if of == name)
     return ((f"-{short}",) if short else ()) + (f"--{name}", *aliases)

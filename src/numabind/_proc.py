@@ -1,26 +1,6 @@
-"""Processes by pid, read from ``/proc`` of the live system: whether one exists, its start time,
-status, threads with their CPUs, children and environment, and where its pages are
-(``/proc/PID/numa_maps``, per node).
-
-What ``numabind stat`` (:mod:`numabind.residency`), the bound-process records and page migration
-read about a process; none of it is on the path of a bind. What psutil knows of another process is
-read through psutil (DESIGN.md, "the machine"): whether it exists, its threads, its children and its
-environment (:func:`process_exists`, :func:`process_tasks`, :func:`process_children`,
-:func:`process_tree`, :func:`environ_value`). psutil is imported inside those functions, never when this
-module is (a child bound at birth loads it), and reads ``/proc`` below the root of
-:func:`numabind.live.reader`: ``psutil.PROCFS_PATH`` is set to ``<root>/proc`` for the length of each
-call, under a lock, and put back after it. The rest goes through that reader (the live system's
-:class:`~numabind._fs.FsReader`): the start time in clock ticks (psutil gives it only in seconds),
-``/proc/PID/status`` (psutil has no whole-file view of it), each thread's name and allowed CPUs (psutil
-reads a thread's CPUs with ``sched_getaffinity``, which a replayed machine cannot answer) and numa_maps.
-
-Whose ``/proc`` it is: a procfs mounted from another PID namespace (``unshare --pid`` without
-``--mount-proc``, a host's /proc in a container) numbers processes as that namespace does, so process N in
-it is not the process N that this process's kernel calls reach. :func:`procfs_mismatch` is the one check
-(``/proc/self`` names the caller by the number this process has); every reader here goes through it: on
-the live system with such a procfs, another process reads as unreadable (never as the process of the same
-number there), and this process is read through ``/proc/self``. :func:`check_procfs` is the error every
-command that takes process ids raises first (``numabind move``, :func:`numabind.residency.locality`).
+"""Processes by pid, from ``/proc`` below :func:`numabind.live.reader`'s root: what psutil knows through psutil,
+the rest (start time, status, numa_maps) through the reader. A ``/proc`` of another PID namespace numbers processes
+as that namespace does: :func:`procfs_mismatch` is the one check, and every reader here goes through it.
 """
 
 from __future__ import annotations
@@ -55,15 +35,8 @@ FOREIGN_PROCFS_FIX = ("run numabind in the PID namespace this /proc belongs to, 
 
 
 def procfs_mismatch() -> str | None:
-    """Why ``/proc`` below :func:`numabind.live.reader`'s root does not show this process's PID namespace, or
-    None when it does (or the root is a replayed machine's: its processes are read as the machine they are).
-
-    ``/proc/self`` names the caller by the number that procfs's namespace gives it: the number this process
-    has (``getpid``) when the procfs is its namespace's, another number (an ancestor namespace's procfs) or
-    none (a procfs of a namespace the caller is not in) when not. The same fact :func:`numabind.live.thread_ids`
-    checks for the caller's own threads (``/proc/self/task`` without the calling thread). Read at every call
-    (a readlink): a fork or a new mount changes the answer.
-    """
+    """Why the live ``/proc`` does not show this process's PID namespace (``/proc/self`` is not ``getpid()``), or
+    None when it does or the root is a replayed machine's. Read at every call: a fork or a mount changes it."""
     fs = live.reader()
     if not fs.is_live:
         return None
@@ -80,9 +53,8 @@ def procfs_mismatch() -> str | None:
 
 
 def check_procfs(who: str, *, acting: bool = False) -> None:
-    """Raise :class:`~numabind.errors.NumabindError` (``who: why; fix``) unless the process ids read from
-    ``/proc`` are those this process's kernel calls reach (:func:`procfs_mismatch`). ``acting``: the caller acts
-    on the processes it reads (moves them), so a replayed machine's ``/proc`` is refused too."""
+    """Raise :class:`~numabind.errors.NumabindError` (``who: why; fix``) unless the pids of ``/proc`` are those
+    this kernel's calls reach; ``acting`` (the caller moves them) refuses a replayed machine's too."""
     fs = live.reader()
     if acting and not fs.is_live:
         raise NumabindError(f"{who}: the processes below {printable(fs.path('proc'))} are a replayed machine's, "
@@ -94,8 +66,7 @@ def check_procfs(who: str, *, acting: bool = False) -> None:
 
 
 def _where(pid: int | str) -> str | None:
-    """``proc/PID`` for reading ``pid`` (``proc/self`` for this process on the live system), or None when it
-    may not be read: not a pid, or another process's number in a /proc of another PID namespace."""
+    """``proc/PID`` for reading ``pid`` (``proc/self`` for this process), or None when it may not be read."""
     if not _pid_ok(pid):
         return None
     if pid == "self":
@@ -110,17 +81,9 @@ def _where(pid: int | str) -> str | None:
 
 # ----------------------------------------------------------------------------- pages per node
 class NodePages(Value):
-    """Resident pages of a process per NUMA node (in base pages), from ``/proc/PID/numa_maps``.
-
-    ``total`` counts every mapping; ``anon``, ``file`` and ``huge`` split the same pages by the kind
-    of mapping they are in (as ``numastat -p`` does): ``huge`` for hugetlbfs mappings (the ``huge``
-    flag, or pages larger than the base page), ``file`` for the other mappings of a file (their
-    copied-on-write private pages included: numa_maps counts per mapping), ``anon`` for the rest
-    (heap, stack, anonymous mappings). Transparent huge pages sit in anonymous mappings and count
-    as ``anon``. ``shared`` counts the pages of file-backed mappings and of mappings several
-    processes map (``mapmax`` > 1). ``policies`` maps each memory policy numa_maps shows (``bind:1``,
-    ``weighted interleave:0-1``, ``default``...) to the pages of the mappings under it.
-    """
+    """Resident pages of a process per NUMA node (in base pages), from ``/proc/PID/numa_maps``: ``total``, split by
+    mapping into ``anon``, ``file`` and ``huge`` (as ``numastat -p``); ``shared`` (file-backed, or mapped by several
+    processes); ``policies``: pages per memory policy as numa_maps prints it."""
 
     __slots__ = ("total", "shared", "anon", "file", "huge", "policies")
     total: dict[int, int]
@@ -133,12 +96,9 @@ class NodePages(Value):
     def __init__(self, total: dict[int, int], shared: dict[int, int], anon: dict[int, int] | None = None,
                  file: dict[int, int] | None = None, huge: dict[int, int] | None = None,
                  policies: dict[str, int] | None = None) -> None:
-        object.__setattr__(self, "total", dict(total))
-        object.__setattr__(self, "shared", dict(shared))
-        object.__setattr__(self, "anon", dict(anon or {}))
-        object.__setattr__(self, "file", dict(file or {}))
-        object.__setattr__(self, "huge", dict(huge or {}))
-        object.__setattr__(self, "policies", dict(policies or {}))
+        for name, value in (("total", total), ("shared", shared), ("anon", anon), ("file", file), ("huge", huge),
+                            ("policies", policies)):
+            object.__setattr__(self, name, dict(value or {}))
 
     def __hash__(self) -> int:  # holds dicts, like the dataclass it replaces: not hashable
         raise TypeError("unhashable type: 'NodePages'")
@@ -159,9 +119,8 @@ class NodePages(Value):
 NUMA_MAPS_MAX = 64 << 20
 
 
-#: The fields numa_maps prints after a mapping's policy (``key=value`` or a bare flag); anything before
-#: the first of them (and the ``N<node>=`` counts) is the policy, which may hold a space
-#: (``weighted interleave:0-1``, ``prefer (many):0-1``) or an ``=`` (``bind=static:0``).
+#: The fields numa_maps prints after a mapping's policy; what comes before the first of them (or an ``N<node>=``
+#: count) is the policy, which may hold a space or an ``=``.
 _MAP_FIELDS = frozenset(("file", "heap", "stack", "huge", "anon", "dirty", "mapped", "mapmax", "swapcache",
                          "active", "writeback", "kernelpagesize_kB", "unevictable"))
 
@@ -181,9 +140,7 @@ def _add(into: dict[Any, int], key: Any, n: int) -> None:
 
 
 def parse_numa_maps(text: str, page_size: int | None = None) -> NodePages:
-    """Count the ``N<node>=<pages>`` fields of numa_maps text, scaled to base pages (huge pages count
-    as many): per node in all, in anonymous, file-backed and hugetlbfs mappings apart, in shared or
-    file-backed mappings, and per memory policy (see :class:`NodePages`)."""
+    """The ``N<node>=<pages>`` fields of numa_maps text as :class:`NodePages`, in base pages."""
     page = page_size or os.sysconf("SC_PAGE_SIZE")
     total: dict[int, int] = {}
     shared: dict[int, int] = {}
@@ -236,13 +193,19 @@ def _pid_ok(pid: object) -> bool:
             or (isinstance(pid, str) and pid.isascii() and pid.isdigit()))
 
 
-def numa_maps_text(pid: int | str = "self", tid: int | None = None) -> str | None:
-    """The whole ``/proc/PID/numa_maps`` (of thread ``tid``: ``/proc/PID/task/TID/numa_maps``), or None when
-    it cannot be read (no such process, no permission, a kernel without NUMA) or is too large."""
+def _file(pid: int | str, name: str, tid: int | None = None) -> str | None:
+    """``proc/PID/NAME`` (``proc/PID/task/TID/NAME`` of thread ``tid``), or None when it may not be read."""
     where = _where(pid)
     if where is None or (tid is not None and not _pid_ok(tid)):
         return None
-    rel = f"{where}/numa_maps" if tid is None else f"{where}/task/{int(tid)}/numa_maps"
+    return f"{where}/{name}" if tid is None else f"{where}/task/{int(tid)}/{name}"
+
+
+def numa_maps_text(pid: int | str = "self", tid: int | None = None) -> str | None:
+    """The whole ``/proc/PID/numa_maps`` (of thread ``tid``), or None when it cannot be read or is too large."""
+    rel = _file(pid, "numa_maps", tid)
+    if rel is None:
+        return None
     try:
         text = live.reader().read(rel, limit=NUMA_MAPS_MAX + 1)
     except NumabindError:   # not a regular file: not counted (a read error is None already)
@@ -277,17 +240,8 @@ def _pid_number(pid: int | str) -> int:
 
 
 def _through_psutil(read: Callable[[Any], _T], default: _T) -> _T:
-    """``read(psutil)`` with ``psutil.PROCFS_PATH`` at ``/proc`` below :func:`numabind.live.reader`'s root
-    (a replayed machine's too), put back as it was afterwards; ``default`` where psutil raises (the
-    process is gone, a zombie where psutil says so, not this process's to read) or the files do not parse
-    (a replayed root's, cut short).
-
-    psutil's module-level setting is the only way to point it elsewhere, so the calls of this module are
-    serialised by a lock; another thread of the program using psutil meanwhile sees the same setting
-    (only under ``NUMABIND_FSROOT`` or a replayed reader does it differ from ``/proc``).
-    """
-    # imported here, not at the top: a child bound at birth loads this module, and numabind run's path and
-    # bind_current never need psutil (tests/run_path.py)
+    """``read(psutil)`` with ``psutil.PROCFS_PATH`` at the reader's ``/proc``, or ``default`` on failure."""
+    # imported here: a child bound at birth loads this module, and never needs psutil (tests/run_path.py)
     import psutil  # type: ignore[import-untyped]   # psutil ships no type information
 
     if live.reader().is_live and procfs_mismatch() is not None:
@@ -306,26 +260,15 @@ def _through_psutil(read: Callable[[Any], _T], default: _T) -> _T:
 
 def start_time(pid: int) -> int:
     """Process start time in clock ticks (field 22 of /proc/PID/stat), 0 if gone; guards against pid reuse.
-
-    Read here, not through psutil: the value is compared with start times processes recorded of
-    themselves in clock ticks (the records' names, the exec marker, ``bind``'s own read of
-    ``/proc/self/stat``), and psutil gives it only in seconds (since boot through a private method, or
-    since the epoch by adding a boot time that moves with the wall clock), which cannot be turned back
-    into those ticks reliably.
-    """
-    where = _where(pid)
-    return 0 if where is None else _start_of(live.reader().read(f"{where}/stat"))
+    Not psutil's: it gives seconds, which cannot be turned back into the ticks records compare."""
+    return thread_start_time(pid, None)
 
 
-def thread_start_time(pid: int, tid: int) -> int:
-    """Start time of thread ``tid`` of process ``pid`` in clock ticks (``/proc/PID/task/TID/stat``), 0 when it is
-    not a thread of ``pid`` (any more). A thread id is reused like a pid: the same id under the same process's
-    ``task`` directory with the same start time is the same thread; another process's thread with that id never
-    appears there."""
-    where = _where(pid)
-    if where is None or not _pid_ok(tid):
-        return 0
-    return _start_of(live.reader().read(f"{where}/task/{int(tid)}/stat"))
+def thread_start_time(pid: int, tid: int | None) -> int:
+    """Start time of thread ``tid`` of process ``pid`` in clock ticks, 0 when it is not a thread of ``pid`` (any
+    more): a thread id reused by another process never appears under ``pid``'s ``task``."""
+    rel = _file(pid, "stat", tid)
+    return 0 if rel is None else _start_of(live.reader().read(rel))
 
 
 def _start_of(text: str | None) -> int:
@@ -342,8 +285,7 @@ def _start_of(text: str | None) -> int:
 
 
 def process_exists(pid: int) -> bool:
-    """Whether process (or thread) ``pid`` is there, as psutil sees it (a zombie counts: it has not been
-    reaped; one that may not be read counts too)."""
+    """Whether process (or thread) ``pid`` is there, as psutil sees it (a zombie, or one we may not read, counts)."""
     if not _pid_ok(pid):
         return False
     if live.reader().is_live and _pid_number(pid) == os.getpid() and procfs_mismatch() is not None:
@@ -367,13 +309,9 @@ def has_numa_maps(pid: int | str = "self") -> bool:
 
 def status_fields(pid: int | str = "self", tid: int | None = None) -> dict[str, str] | None:
     """``/proc/PID/status`` (of thread ``tid``) as name -> value, or None when it cannot be read."""
-    where = _where(pid)
-    if where is None or (tid is not None and not _pid_ok(tid)):
-        return None
-    text = live.reader().read(f"{where}/status" if tid is None else f"{where}/task/{int(tid)}/status")
-    if text is None:
-        return None
-    return key_values(text)
+    rel = _file(pid, "status", tid)
+    text = None if rel is None else live.reader().read(rel)
+    return None if text is None else key_values(text)
 
 
 def task_ids(pid: int) -> list[int]:
@@ -389,25 +327,20 @@ def task_ids(pid: int) -> list[int]:
 
 
 def thread_name(pid: int, tid: int) -> str:
-    """The ``comm`` of thread ``tid`` of ``pid`` as the kernel has it (the process sets it: print it through
-    :func:`numabind._base.printable`), or ``'?'`` when it is gone."""
-    where = _where(pid)
-    if where is None or not _pid_ok(tid):
-        return "?"
-    return live.reader().read_strip(f"{where}/task/{int(tid)}/comm") or "?"
+    """The ``comm`` of thread ``tid`` of ``pid`` (its own text: print it escaped), or ``'?'``."""
+    rel = _file(pid, "comm", tid)
+    return "?" if rel is None else live.reader().read_strip(rel) or "?"
 
 
 def thread_owner(tid: int) -> int | None:
-    """The process (``Tgid``) that thread id ``tid`` belongs to now (``/proc/TID/status``: the kernel answers for
-    every thread id, listed or not), or None when no thread has it."""
+    """The process (``Tgid`` of ``/proc/TID/status``) that thread id ``tid`` belongs to now, or None."""
     fields = status_fields(tid)
     tgid = None if fields is None else fields.get("Tgid", "")
     return int(tgid) if tgid and tgid.isascii() and tgid.isdigit() else None
 
 
 class ProcessTasks(Value):
-    """The threads of a process as ``/proc/PID/task`` shows them: per thread its name and the CPUs it
-    may run on (``Cpus_allowed_list``). Threads that exit while being read are left out."""
+    """The threads of a process: each one's name and allowed CPUs (those that exited left out)."""
 
     __slots__ = ("pid", "names", "cpus")
     pid: int
@@ -424,13 +357,8 @@ class ProcessTasks(Value):
 
 
 def process_tasks(pid: int) -> ProcessTasks | None:
-    """Every thread of ``pid`` with its name and allowed CPUs; None when its threads cannot be listed.
-
-    The threads are psutil's (``Process.threads()``); each one's name and ``Cpus_allowed_list`` come from
-    ``/proc/PID/task/TID/status``: psutil names a thread only as a process of its own (``/proc/TID``, which
-    a replayed machine does not have), and reads its CPUs with ``sched_getaffinity``, which would ask this
-    kernel, not a replayed machine's files.
-    """
+    """Every thread of ``pid`` (psutil's) with its name and ``Cpus_allowed_list`` (from its ``status``: psutil's
+    would ask this kernel, not a replayed machine); None when its threads cannot be listed."""
     if not _pid_ok(pid):
         return None
     tids: list[int] = _through_psutil(lambda psutil: sorted(t.id for t in psutil.Process(_pid_number(pid)).threads()),
@@ -453,33 +381,24 @@ def process_tasks(pid: int) -> ProcessTasks | None:
 
 
 def process_children(pid: int) -> list[int]:
-    """The children of ``pid`` (psutil's ``Process.children()``: every process whose parent it is, none
-    older than it), sorted; [] when it is gone or cannot be read."""
+    """The children of ``pid`` (psutil's ``Process.children()``), sorted; [] when it cannot be read."""
     if not _pid_ok(pid):
         return []
     return sorted(_through_psutil(lambda psutil: [c.pid for c in psutil.Process(_pid_number(pid)).children()], []))
 
 
 def process_tree(root: int) -> list[int]:
-    """``root`` and every descendant (psutil's ``Process.children(recursive=True)``, which lists a process
-    after its parent), parents before children; ``[root]`` alone when it is gone or cannot be read."""
+    """``root`` and every descendant, parents before children; ``[root]`` alone when it cannot be read."""
     found: list[int] = []
     if _pid_ok(root):
         found = _through_psutil(
             lambda psutil: [c.pid for c in psutil.Process(_pid_number(root)).children(recursive=True)], [])
-    out, seen = [root], {root}
-    for pid in found:
-        if pid not in seen:
-            seen.add(pid)
-            out.append(pid)
-    return out
+    return list(dict.fromkeys([root, *found]))
 
 
 def processes_matching(pattern: str) -> list[tuple[int, str]]:
-    """``(pid, name)`` of every process whose name (``comm``) or command line (its words joined by spaces) holds
-    ``pattern``, as ``numastat -p PATTERN`` finds processes, this process left out; sorted by pid, [] when none
-    does (or ``pattern`` is empty). Through psutil's ``process_iter``; names and command lines are their
-    owners': print them through :func:`numabind._base.printable`."""
+    """``(pid, name)`` of every other process whose name or command line holds ``pattern``, by pid (names are their
+    owners' text: print them through :func:`numabind._base.printable`)."""
     if not pattern:
         return []
     me = os.getpid()
@@ -495,24 +414,15 @@ def processes_matching(pattern: str) -> list[tuple[int, str]]:
     return _through_psutil(read, [])
 
 
-#: Largest environment looked in (Linux caps a process's arguments and environment at a quarter of its
-#: stack limit; beyond this the variable is not looked for, and a replayed machine's file is not read).
+#: Largest environment looked in (bytes).
 ENVIRON_MAX = 4 << 20
 
 
 def environ_value(pid: int, name: str) -> str | None:
-    """The value of variable ``name`` in the environment ``pid`` was exec'd with (psutil's
-    ``Process.environ()``, from ``/proc/PID/environ``), or None when it is not there or cannot be read
-    (another user's process, a kernel thread, a zombie) or the environment is over :data:`ENVIRON_MAX`
-    bytes. Bytes that are not UTF-8 read as U+FFFD; a name given twice has psutil's answer (the last).
-
-    The live kernel bounds its file (an exec's environment fits in a quarter of the stack limit); a
-    replayed machine's (a directory under
-    ``NUMABIND_FSROOT``) is read only when it is a regular file, not a symbolic link, of at most
-    :data:`ENVIRON_MAX` bytes (a FIFO there would block psutil's read), found inside the root
-    (:meth:`numabind._fs.FsReader.lstat`), and the same file psutil's path reaches (a link on the way, such as
-    ``proc/PID`` to this host's ``/proc/self``, would take psutil out of the root).
-    """
+    """The value of variable ``name`` in the environment ``pid`` was exec'd with (psutil's), or None when it is not
+    there, cannot be read or is over :data:`ENVIRON_MAX` bytes; bytes that are not UTF-8 read as U+FFFD.
+    A replayed machine's file is read only when it is a regular file inside the root, the one psutil's path
+    reaches."""
     if not _pid_ok(pid) or not name or "=" in name or "\0" in name:
         return None
     fs = live.reader()

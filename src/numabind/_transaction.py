@@ -1,10 +1,6 @@
-"""What :func:`numabind.bind.bind_current` does when the one-call path was not clean: the transaction.
-
-A :class:`Transaction` keeps the undo log of one bind, explains every refusal or difference from the
-kernel's limits (read only here), degrades step by step (hard bind, preferred, CPU only, nothing)
-with a WARNING per step, or rolls back and raises under ``strict=True``, and migrates pages last.
-A bind that the kernel applied exactly as asked never imports this module (``numabind run`` and a
-clean ``bind_current`` stay off it).
+"""What :func:`numabind.bind.bind_current` does when the one-call path was not clean: a :class:`Transaction` keeps
+the undo log, explains every refusal, degrades step by step with a WARNING each (or rolls back and raises under
+``strict=True``), and migrates pages last. A clean bind never imports this module.
 """
 
 from __future__ import annotations
@@ -66,12 +62,14 @@ class Transaction:
         self.warnings.append(message)
         log.warning("%s", message)
 
-    def fail(self, exc: NumabindError) -> None:
-        """In strict mode roll back and raise; otherwise the caller degrades."""
+    def fail(self, exc: NumabindError, warning: str | None = None) -> None:
+        """In strict mode roll back and raise; otherwise keep ``exc`` and warn ``warning``: the caller degrades."""
         if self.strict is True:
             note_not_undone(exc, self.rollback())
             raise exc
         self.failures.append(exc)
+        if warning is not None:
+            self.warn(warning)
 
     def check_partial(self) -> None:
         """``strict="partial"``: roll back and raise when neither the CPUs nor any memory step is in force."""
@@ -132,28 +130,26 @@ class Transaction:
             write_weights(self.be, change, old)
         except BindError as e:
             self.fail(BindError(e.errno, e.syscall, f"{e.detail}; setting the system-wide interleave weights "
-                                                    f"needs root (CAP_SYS_ADMIN)"))
-            self.warn(f"{e}; the interleave weights stay {format_weights(old)}")
+                                                    f"needs root (CAP_SYS_ADMIN)"),
+                      f"{e}; the interleave weights stay {format_weights(old)}")
             return
-        be, auto = self.be, system.auto
-        if auto and system.auto_name:
+        be = self.be
+        if system.auto and system.auto_name:
             # undone last (the undo log runs backwards): writing the old weights switches auto off again
             name = system.auto_name
             self.undo.append((f"the kernel's automatic interleave weights ({WEIGHTS_DIR}/{name} true)",
                               lambda: be.set_interleave_auto(name, True)))
-        self.undo.append((f"the interleave weights {format_weights(old)}", lambda: write_weights(be, old, change)))
-        if auto and system.auto_name:
             self.notes.append(f"writing the interleave weights switched the kernel's automatic weights off "
                               f"(/sys/kernel/mm/mempolicy/weighted_interleave/{name} is now false; write true "
                               f"there to get the weights from the firmware's bandwidth figures back)")
+        self.undo.append((f"the interleave weights {format_weights(old)}", lambda: write_weights(be, old, change)))
         log.info("interleave weights set to %s (were %s; system-wide)", format_weights(change), format_weights(old))
         self.notes.append(f"set the system-wide interleave weights {format_weights(change)} "
                           f"(were {format_weights(old)}); they apply to every process that interleaves by weight")
         self.system_weights(again=True)
 
     def check_weights(self, policy: str | None, nodes: frozenset[int]) -> Any:
-        """Under weighted interleave: the system's weights of the plan's weighted nodes, for the report; a
-        plan whose weights differ from the system's is a degradation."""
+        """Under weighted interleave: the system's weights of the plan's nodes (differing ones warned)."""
         if policy != "weighted-interleave":
             return None
         system = self.system_weights()
@@ -173,8 +169,7 @@ class Transaction:
                        f"(weights are system-wide, in /sys/kernel/mm/mempolicy/weighted_interleave; numabind "
                        f"writes them only when asked: set_weights=True, numabind run --set-weights, as root); "
                        f"pages are interleaved by the system's weights")
-            self.fail(PlanError(message))
-            self.warn(message)
+            self.fail(PlanError(message), message)
         return FrozenMap({n: w for n, w in got.items() if w is not None})
 
     # -- memory -------------------------------------------------------------
@@ -189,8 +184,7 @@ class Transaction:
             try:
                 be.set_mempolicy(policy, nodes)
             except BindError as e:  # the backend's own explanation of why it cannot
-                self.fail(e)
-                self.warn(f"{e}; memory policy left unchanged")
+                self.fail(e, f"{e}; memory policy left unchanged")
             return
         if swap is None:
             swap = be.swap_mempolicy(policy, nodes, need_old=self.strict is True)
@@ -255,9 +249,8 @@ class Transaction:
                     e = BindError(e.errno, e.syscall, f"{e.detail}: this kernel has no MPOL_WEIGHTED_INTERLEAVE "
                                                       f"(Linux 6.9 and newer have it; /sys/kernel/mm/mempolicy/"
                                                       f"weighted_interleave is absent)")
-                self.fail(e)
-                self.warn(f"{e.brief if e.fix in said else e}; memory policy {step} {format_cpulist(step_nodes)} "
-                          f"not applied")
+                self.fail(e, f"{e.brief if e.fix in said else e}; memory policy {step} "
+                             f"{format_cpulist(step_nodes)} not applied")
                 said.add(e.fix)
                 continue
             self._set(old, step, step_nodes)
@@ -270,22 +263,18 @@ class Transaction:
 
     # -- CPUs -----------------------------------------------------------------
     def take(self, one: BindCall, threads: ThreadMode) -> AffinityWalk:
-        """Go on from what :meth:`Backend.apply_all` did in one call: record it for the undo log and
-        explain every refusal or difference, exactly as the steps one by one would."""
+        """Go on from what :meth:`Backend.apply_all` did: the undo log, and every refusal explained."""
         swap = one.swap()
         if swap is not None:
             self.apply_memory(swap)
         else:
             self.mem_now = one.now()
         if one.walk is None:      # stopped before the walk: the memory ladder ran, now the CPUs
-            walk = self.apply_cpus(threads)
-        else:
-            walk = self.apply_cpus(threads, one.walk, one.settle())
-        return walk
+            return self.apply_cpus(threads)
+        return self.apply_cpus(threads, one.walk, one.settle())
 
     def unlisted(self, err: BindError) -> None:
-        """The threads cannot be listed (``err``): strict raises (nothing was changed yet); otherwise only the
-        calling thread is bound, with a warning."""
+        """The threads cannot be listed: strict raises; otherwise only the calling thread is bound."""
         self.fail(BindError(err.errno, err.syscall, f"{err.detail}; nothing was changed (threads='current' binds "
                                                     f"the calling thread alone)"))
         self.warn(f"{err}; only the calling thread was bound (threads started from it inherit its binding; the "
@@ -293,8 +282,7 @@ class Transaction:
 
     def apply_cpus(self, threads: ThreadMode, walk: AffinityWalk | None = None,
                    settled: list[int] | BindError | None = None) -> AffinityWalk:
-        """Set the plan's CPUs on the threads (``walk``: what :meth:`Backend.apply_all` did already, ``settled``
-        how its listing again after the walk ended, :meth:`BindCall.settle`; None: it did not, list here)."""
+        """Set the plan's CPUs on the threads, going on from ``walk`` and ``settled`` when the one call made them."""
         plan, be = self.plan, self.be
         cpus = plan.cpus
         flags = WALK_FLAGS[threads, self.strict is True]
@@ -328,13 +316,11 @@ class Transaction:
         if got != cpus:
             kept, why = narrow_cpus(cpus, self.limits())
             if why and got == kept:
-                self.fail(PlanError(why))
-                self.warn(f"{why}; CPU binding narrowed to {format_cpulist(kept)}")
+                self.fail(PlanError(why), f"{why}; CPU binding narrowed to {format_cpulist(kept)}")
                 self.cpu_target = kept
             else:
                 message = f"the kernel applied CPUs {format_cpulist(got)} instead of {format_cpulist(cpus)}"
-                self.fail(BindError(_errno.EINVAL, "sched_setaffinity", message))
-                self.warn(message)
+                self.fail(BindError(_errno.EINVAL, "sched_setaffinity", message), message)
                 self.cpu_target = got
         statuses = list(walk.status[0:walk.processed])
         if min(statuses) < 0 or WALK_LEFT_ALONE in statuses or WALK_DIFFERS in statuses:
@@ -344,8 +330,8 @@ class Transaction:
     def _relist_failed(self, e: BindError) -> None:
         """Listing the threads again after the walk failed (``e``)."""
         self.fail(BindError(e.errno, e.syscall, f"{e.detail}, read again after the walk to find the "
-                                                f"threads started meanwhile"))
-        self.warn(f"{e}; threads started during the bind may keep their old CPUs")
+                                                f"threads started meanwhile"),
+                  f"{e}; threads started during the bind may keep their old CPUs")
 
     def _unsettled(self, new: list[int]) -> None:
         """After :data:`SETTLE_ROUNDS` more listings, the threads ``new`` still appeared."""
@@ -353,8 +339,7 @@ class Transaction:
         message = (f"threads kept starting threads during the bind: after {SETTLE_ROUNDS} more listings of "
                    f"/proc/self/task, {len(new)} new thread(s) still appeared ({shown}); they and the "
                    f"threads they start may keep their old CPUs")
-        self.fail(BindError(_errno.EAGAIN, "sched_setaffinity", message))
-        self.warn(message)
+        self.fail(BindError(_errno.EAGAIN, "sched_setaffinity", message), message)
 
     def _caller_refused(self, walk: AffinityWalk, err: BindError) -> AffinityWalk:
         """The calling thread's sched_setaffinity was refused (no other thread was touched)."""
@@ -364,11 +349,9 @@ class Transaction:
             if kept:
                 why = None   # some CPUs fit: the kernel refused for another reason
         if why:
-            self.fail(PlanError(why))
-            self.warn(f"{why}; CPU binding not applied")
+            self.fail(PlanError(why), f"{why}; CPU binding not applied")
         else:
-            self.fail(err)
-            self.warn(f"{err}; CPU binding not applied")
+            self.fail(err, f"{err}; CPU binding not applied")
         self.cpu_target = None
         self.undo.pop()
         try:
@@ -383,13 +366,11 @@ class Transaction:
             tid = walk.tids[i]
             if st < 0:
                 e = refused_error(-st, "sched_setaffinity", f"thread {tid}")
-                self.fail(e)
-                self.warn(f"{e}; thread {tid} ({live.thread_name(tid)}) keeps CPUs {format_cpulist(walk.before(i))}")
+                self.fail(e, f"{e}; thread {tid} ({live.thread_name(tid)}) keeps CPUs {format_cpulist(walk.before(i))}")
             elif st == WALK_DIFFERS:
                 message = (f"thread {tid} ({live.thread_name(tid)}) was given CPUs {format_cpulist(self.cpu_target or ())}"
                            f" but the kernel holds {format_cpulist(walk.after(i))} for it")
-                self.fail(BindError(_errno.EINVAL, "sched_setaffinity", message))
-                self.warn(message)
+                self.fail(BindError(_errno.EINVAL, "sched_setaffinity", message), message)
             elif st == WALK_LEFT_ALONE:
                 left.append(i)
         if left:
@@ -419,8 +400,8 @@ class Transaction:
                 # set, but unverifiable: strict cannot vouch for it (rolled back, raised); lenient warns
                 self.fail(BindError(e.errno, "get_mempolicy",
                                     f"the memory policy {target[0]} {format_cpulist(target[1])} was set but "
-                                    f"cannot be read back to verify it ({e.detail or e})".replace("  ", " ")))
-                self.warn(f"cannot verify the memory policy: {e}")
+                                    f"cannot be read back to verify it ({e.detail or e})".replace("  ", " ")),
+                          f"cannot verify the memory policy: {e}")
             return read_back_plan(cpus, None, None)
         plannable = plannable_policy(policy)
         if plannable is None:
@@ -431,28 +412,21 @@ class Transaction:
             want_policy, want_nodes = target
             kept, why = narrow_nodes(want_nodes, self.limits(), want_policy) if want_nodes else (want_nodes, None)
             if why and policy == want_policy and nodes == kept and kept:
-                self.fail(PlanError(f"memory policy {want_policy} {format_cpulist(want_nodes)}: {why}"))
-                self.warn(f"memory nodes narrowed from {format_cpulist(want_nodes)} to {format_cpulist(kept)}: {why}")
+                self.fail(PlanError(f"memory policy {want_policy} {format_cpulist(want_nodes)}: {why}"),
+                          f"memory nodes narrowed from {format_cpulist(want_nodes)} to {format_cpulist(kept)}: {why}")
                 self.mem_target = (want_policy, kept)
             else:
                 want = f"{want_policy} {format_cpulist(want_nodes)}".strip()
                 message = f"the kernel reports memory policy {policy} {format_cpulist(nodes)} instead of {want}"
-                self.fail(BindError(_errno.EINVAL, "set_mempolicy", message))
-                self.warn(message)
+                self.fail(BindError(_errno.EINVAL, "set_mempolicy", message), message)
         weights = self.check_weights(policy, nodes) if self.mem_target is not None else None
         return read_back_plan(cpus, plannable, (nodes or None) if plannable else None, weights)
 
     # -- migration --------------------------------------------------------------
     def migrate(self) -> int | None:
-        """Move the pages the process already has onto the plan's nodes (``migrate_pages``).
-
-        Pages are counted per node in ``/proc/self/numa_maps`` before and after:
-        ``self.pages_migrated`` is what left the other nodes, the return value what
-        stayed there. Pages in shared or file-backed mappings (used by other
-        processes too) cannot move without CAP_SYS_NICE and are a note; private
-        pages that stayed (pinned, locked, busy) and a refused call (EPERM) are
-        warnings. Counts are approximate while other threads allocate.
-        """
+        """Move the pages the process already has onto the plan's nodes (``migrate_pages``): returns the pages that
+        stayed on the other nodes (``self.pages_migrated``: those that left), counted in ``numa_maps``. Private
+        pages that stayed and a refused call are warnings; shared or file-backed ones a note."""
         self.pages_migrated = None
         if not self.plan.migrate:
             return None
@@ -476,8 +450,8 @@ class Transaction:
             # the last step: in strict mode the binding is rolled back, and pages the call moved before
             # failing cannot be put back (the kernel says only that it failed); the error says so
             self.fail(BindError(e.errno, e.syscall, f"{e.detail}; the binding was rolled back, but pages "
-                                                    f"moved before the error stay on nodes {format_cpulist(target)}"))
-            self.warn(f"{e}; pages already allocated stay where they are")
+                                                    f"moved before the error stay on nodes {format_cpulist(target)}"),
+                      f"{e}; pages already allocated stay where they are")
             return None
         after = _proc.node_pages()
         if after is not None:
@@ -509,8 +483,7 @@ _TAKEN = "the CPUs of the threads were not put back: another bind set them since
 
 
 def undo_walk(be: Backend, walk: AffinityWalk) -> list[str]:
-    """Put back the CPUs of every thread the walk changed (the calling thread last); returns what stayed (a
-    thread that exited meanwhile has nothing to put back)."""
+    """Put back the CPUs of every thread the walk changed (the caller last); returns what stayed."""
     stayed = []
     for i in range(walk.processed - 1, -1, -1):
         if walk.status[i] in (WALK_BOUND, WALK_DIFFERS):
@@ -524,8 +497,7 @@ def undo_walk(be: Backend, walk: AffinityWalk) -> list[str]:
 
 
 def undo_call(be: Backend, call: BindCall, cpus: bool = True) -> list[str]:
-    """Undo what one :meth:`Backend.apply_all` did (its CPUs, unless ``cpus`` is False: another bind set them
-    since, then the memory policy); returns what stayed."""
+    """Undo one :meth:`Backend.apply_all` (its CPUs unless ``cpus`` is False); returns what stayed."""
     stayed = []
     walk = call.walk
     if walk is not None:
@@ -549,7 +521,7 @@ def note_not_undone(exc: BaseException, stayed: list[str]) -> None:
     if not stayed:
         return
     try:
-        exc.not_undone = (*getattr(exc, "not_undone", ()), *stayed)   # type: ignore[attr-defined]
+        exc.not_undone = (*done, *stayed)   # type: ignore[attr-defined]
     except AttributeError:    # an exception type with slots and no __dict__
         pass
     add = getattr(exc, "add_note", None)

@@ -1,8 +1,5 @@
-"""Should numabind bind GPU workers on its own? The automatic-binding gate.
-
-The conditions are pure (:func:`numabind.strategies.auto_gate`); this module
-adds the one thing they need from the live machine: the process's current
-affinity and memory policy, read through :mod:`numabind.bind`.
+"""Should numabind bind GPU workers on its own? The automatic-binding gate: :func:`numabind.strategies.auto_gate`,
+with the live process's current affinity and memory policy.
 """
 
 from __future__ import annotations
@@ -36,21 +33,10 @@ def _live_binding() -> Any:
 def auto_plan_available(topology: Topology | None = None, *, affinity: Iterable[int] | None = None,
                         mem_policy: MemPolicy | None = None, gpus: Iterable[int] | None = None,
                         mode: Mode = "node", unbound_cpus: Iterable[int] | None = None) -> tuple[bool, str]:
-    """Whether automatic binding should be attempted, and why (never raises).
-
-    Conditions, checked in this order:
-
-    * more than one NUMA node has CPUs;
-    * at least one GPU is visible (or listed in ``gpus``);
-    * the process is not already bound by its launcher: its CPU affinity
-      covers ``unbound_cpus`` (default: every online CPU; in a container
-      pinned by a cpuset, pass the cpuset's CPUs);
-    * the memory policy is still ``default``;
-    * every GPU (``gpus``, default every visible one) gets a plan in ``mode``.
-
-    ``affinity`` and ``mem_policy`` default, for the live machine (root
-    ``/``), to what :func:`numabind.current_binding` reads from the kernel;
-    for a dump, to the dump's allowed CPUs and ``default``.
+    """Whether automatic binding should be attempted, and why (never raises): more than one NUMA node has CPUs,
+    a GPU is visible (or listed in ``gpus``), the CPU affinity covers ``unbound_cpus`` (default every online
+    CPU: the launcher did not bind it), the memory policy is ``default``, and every GPU gets a plan in ``mode``.
+    ``affinity`` and ``mem_policy`` default to the live binding (for a dump: its allowed CPUs and ``default``).
     """
     try:
         topology = topology_or_discover(topology)

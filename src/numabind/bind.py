@@ -1,11 +1,8 @@
 """Apply a :class:`~numabind.plan.Plan` to the running process, and report what the kernel then holds.
 
-:func:`bind_current` makes one call of the backend (:meth:`~numabind.backends.Backend.apply_all`: the memory
-policy, every thread's CPUs, their read-back); when the kernel holds exactly what was asked, the report is built at
-once. Otherwise :mod:`numabind._transaction` explains, degrades or rolls back. :func:`bind_thread` binds the calling
-thread for a ``with`` block; the system-wide weights of weighted interleave are written only when asked
-(:func:`set_interleave_weights`). Reading back without changing anything is :mod:`numabind.verify`. What a bind
-guarantees, degradation and strictness included: docs/guide.rst, "Binding, in depth".
+:func:`bind_current` makes one backend call; when the kernel holds exactly what was asked, the report is built at
+once, otherwise :mod:`numabind._transaction` explains, degrades or rolls back. See docs/guide.rst, "Binding, in
+depth".
 """
 
 import os
@@ -35,10 +32,7 @@ STRICT_VALUES = (True, False, "partial")
 
 
 def strict_default(strict: Strictness | None) -> Strictness:
-    """``strict`` if given (True, False or ``"partial"``), else ``NUMABIND_STRICT`` from the environment.
-
-    See :mod:`numabind._base` for the accepted spellings; any other value is a PlanError.
-    """
+    """``strict`` if given (True, False or ``"partial"``), else ``NUMABIND_STRICT``; any other value is a PlanError."""
     if strict is None:
         return strict_from_env()
     if strict == "partial":
@@ -53,9 +47,8 @@ def strict_label(strict: Strictness) -> str:
     return "partial" if strict == "partial" else "strict" if strict else "lenient"
 
 
-#: Caps of what :meth:`BindReport.from_dict` accepts (reports are read from files that children wrote): thread
-#: records, entries of a list of strings (warnings, notes), characters of a long string (a plan's text, a
-#: warning, a cpulist) and of a short one (a thread's name, a status, the backend's name).
+#: Caps of what :meth:`BindReport.from_dict` accepts (children write the files): thread records, list entries,
+#: characters of a long string and of a short one (a name, a status).
 MAX_REPORT_THREADS = 1 << 16
 MAX_REPORT_LINES = 4096
 MAX_REPORT_TEXT = 1 << 16
@@ -145,14 +138,9 @@ def _thread_results(walk: AffinityWalk) -> tuple[ThreadResult, ...]:
 
 
 class BindReport(Value):
-    """The outcome of :func:`bind_current` (frozen; ``threads`` is built on first access).
-
-    ``applied`` is read back from the kernel after binding. ``threads`` has one
-    :class:`ThreadResult` per thread, the calling thread first; thread names are read on the
-    first access of ``threads``, so a thread that exited meanwhile shows the name ``'?'``.
-    After ``migrate=True``, ``locality`` (a :class:`numabind.residency.Locality`) says where the
-    process's pages are once they were moved, and how many are remote to its CPUs.
-    """
+    """The outcome of :func:`bind_current` (frozen). ``applied`` is read back from the kernel after binding;
+    ``threads`` has one :class:`ThreadResult` per thread, the caller first (names are read on first access: a
+    thread gone meanwhile is ``'?'``). After ``migrate=True``, ``locality`` says where the pages are."""
 
     __slots__ = ("requested", "applied", "backend", "backend_reason", "_threads", "warnings", "notes",
                  "pages_not_migrated", "pages_migrated", "_walk", "locality")
@@ -317,11 +305,9 @@ def interleave_weights() -> dict[int, int] | None:
 
 def set_interleave_weights(weights: "Any", *, backend: "BackendName | None" = None) -> dict[int, int]:
     """Write the system-wide weights of the nodes in ``weights`` (a mapping or ``"0:3,1:1"``); returns the
-    weights those nodes had before. They apply to every process on the machine that uses weighted
-    interleave (allocations made afterwards); writing needs root. On Linux 6.16 and newer a write switches
-    the kernel's auto mode (weights from the firmware's bandwidth figures) off. Raises :class:`BindError`
-    naming the file (weights written before the refusal are put back), :class:`PlanError` for bad weights
-    or a kernel without weighted interleave.
+    weights those nodes had before. System-wide, needs root; on Linux 6.16+ a write switches the kernel's auto mode
+    off. Raises :class:`BindError` naming the file (earlier writes put back), :class:`PlanError` for bad weights or
+    a kernel without weighted interleave.
     """
     from .plan import parse_weights
 
@@ -351,14 +337,10 @@ def set_interleave_weights(weights: "Any", *, backend: "BackendName | None" = No
 
 
 def bound_environ(report: BindReport, environ: "Any" = None) -> dict[str, str]:
-    """The environment to exec a command with after binding this process: ``environ`` (default
-    ``os.environ``) plus ``_NUMABIND_BOUND=<pid>:<start time>|<requested plan>|<applied plan>``, so
-    that ``numabind stat`` (:func:`numabind.locality`) recognises the process as bound by numabind. It
-    reads ``/proc/PID/environ`` (the environment of the exec) and trusts the variable only when the pid
-    and the start time (field 22 of ``/proc/PID/stat``, in clock ticks) are that process's own: exec
-    keeps both, while a child, which inherits the variable, has another pid, and a process that later
-    gets the same pid another start time. The start time is this process's, read once here (0 when
-    ``/proc`` cannot be read: such a marker is never trusted)."""
+    """The environment to exec a command with after binding this process: ``environ`` (default ``os.environ``)
+    plus ``_NUMABIND_BOUND=<pid>:<start time>|<requested plan>|<applied plan>``, which ``numabind stat`` trusts
+    only when the pid and start time are the process's own (a child has another pid; 0 when ``/proc`` cannot be
+    read: never trusted)."""
     env = environ_copy() if environ is None else dict(environ)
     # /proc/self/stat as numabind._proc.start_time reads it; _proc is not imported on numabind run's path
     stat = live.reader().read("proc/self/stat") or ""
@@ -536,15 +518,10 @@ def bind_thread(plan: Plan, strict: Strictness | None = None, *,
                 backend: "BackendName | None" = None) -> "_ThreadBinding":
     """Bind only the calling thread to ``plan`` for the ``with`` block, then put it back as it was.
 
-    ``with numabind.bind_thread(plan) as report: ...``. CPU affinity and memory policy are per
-    thread, and a child inherits them from the thread that forks it and keeps them across exec: a
-    process started in the block is bound from its first instruction, while the other threads never
-    see a change. ``migrate`` is ignored (a new process has no pages to move; the caller's would be
-    moved). Strict failures raise on entry, already rolled back. When the thread's memory policy
-    cannot be read it could not be put back, so it is not changed: strict raises, otherwise the CPUs
-    are bound and the report's warnings say why the memory part is missing. On exit the thread's
-    CPUs and its whole memory policy (flags and node mask included) are restored; a failure to
-    restore is a WARNING.
+    ``with numabind.bind_thread(plan) as report: ...``: a process started in the block is bound from its first
+    instruction, the other threads never see a change. ``migrate`` is ignored. Strict failures raise on entry,
+    rolled back; a memory policy that cannot be read is not changed (strict raises). On exit the thread's CPUs and
+    whole memory policy are restored; a failure to restore is a WARNING.
     """
     check_plan(plan, "bind_thread")
     live.check_present(plan, "bind_thread")

@@ -48,9 +48,8 @@ _FIXES = {
 
 
 def refusal_fix(err: int, syscall: str, cpuset: "str | None" = None) -> str:
-    """The likely cause of a refused binding call and its fix, in one line ("" when none is known): a missing
-    CAP_SYS_NICE, a seccomp profile that forbids the call, a cpuset that excludes the CPUs (``cpuset``: the
-    CPUs it allows, when known), and ``--lenient``. The one place these hints are written."""
+    """The likely cause of a refused binding call and its fix, in one line ("" when none is known); ``cpuset``:
+    the CPUs the thread's cpuset allows, when known."""
     import errno   # only when an error is made
 
     kind = "memory" if syscall in MEMORY_CALLS else "cpus" if syscall == "sched_setaffinity" else None
@@ -63,14 +62,9 @@ def refusal_fix(err: int, syscall: str, cpuset: "str | None" = None) -> str:
 class BindError(NumabindError, OSError):
     """The kernel (or a helper binary) refused a binding.
 
-    ``errno`` is the error number, ``syscall`` the call that failed
-    (``"set_mempolicy"``, ``"sched_setaffinity"``, ...), ``detail`` what was
-    being attempted, ``fix`` the likely cause and its fix, which the message
-    ends with, once: :func:`refusal_fix`'s unless given (``""``: none; a caller
-    that knows better, such as ``numabind move`` on another user's process,
-    gives its own). ``cpuset``: the CPUs the thread's cpuset allows, named in
-    the fix of an EINVAL from ``sched_setaffinity``. ``brief``: the message
-    without the fix (for a second line about the same refusal).
+    ``errno`` and ``syscall`` name the refusal, ``detail`` what was being attempted, ``fix`` the likely cause
+    and its fix, which the message ends with (:func:`refusal_fix`'s unless given; ``""``: none). ``cpuset``: the
+    CPUs the thread's cpuset allows. ``brief``: the message without the fix.
     """
 
     errno: int     # always set (OSError's may be None)
@@ -108,29 +102,17 @@ class BirthBindError(NumabindError):
 
 
 class BindWarning(RuntimeWarning):
-    """A binding was degraded (``strict=False``, or ``"partial"`` with part of it in force): what the kernel or
-    the cpuset refused, and what is in force instead. :func:`warn_degraded` issues it."""
+    """A binding was degraded: what the kernel or the cpuset refused, and what is in force instead."""
 
 
-#: The warnings registry of :class:`BindWarning`: the causes said in this process (Python's default action shows
-#: each message once per registry; changing the filters clears it, as for any module's).
+#: The warnings registry of :class:`BindWarning`: the causes said in this process.
 _SAID: "dict[str | tuple[str, type[Warning], int], int]" = {}
 
 
 def warn_degraded(text: str, logger: str = "numabind.bind") -> None:
-    """Say a degraded binding on stderr, once per distinct cause (``text``), where logging would not show it.
-
-    numabind logs every degradation at WARNING (``logger``), but a program that configured no logging never
-    sees a record (numabind's ``NullHandler``), and a lenient bind must not be silent. So the one channel is:
-    logging, when a handler other than a ``NullHandler`` would get ``logger``'s record or when logging was told
-    to drop it (a level above WARNING, ``logging.disable``): the program chose there, and nothing is said twice;
-    otherwise a :class:`BindWarning` of module ``numabind``, which Python's default filter prints once per
-    message, on one line (``numabind.bind:0: BindWarning: <cause>``). ``warnings.filterwarnings("ignore",
-    category=numabind.BindWarning)``, ``-W ignore:::numabind`` and ``-W ignore::numabind.BindWarning`` silence it
-    (the last only where numabind is importable before ``site`` runs, e.g. through ``PYTHONPATH``: Python reads
-    ``-W`` before site-packages is on ``sys.path``), ``error`` instead of ``ignore`` turns it into an exception,
-    and ``logging.captureWarnings(True)`` routes it to logging. Call it after the record was logged (the command
-    line's fast paths configure logging at the first record, :func:`numabind._base.warn_through`).
+    """Say a degraded binding once per distinct cause (``text``) as a :class:`BindWarning`, unless logging
+    decides (a handler other than a ``NullHandler`` gets ``logger``'s WARNING, or logging drops it): a lenient
+    bind is never silent, and never said twice. Call it after the record was logged (``docs/guide.rst``).
     """
     logging = sys.modules.get("logging")
     if logging is not None and _logging_decides(logging, logging.getLogger(logger)):
@@ -173,5 +155,4 @@ class NoSuchProcess(_ProcessError):
 
 
 class AccessDenied(_ProcessError):
-    """This process may not read that one (another user's: reading its pages needs the right to trace it;
-    psutil's ``AccessDenied``)."""
+    """This process may not read that one (another user's; psutil's ``AccessDenied``)."""

@@ -1,12 +1,7 @@
 """The running process and the live machine: limits, threads, mask sizes, the machine's nodes.
 
-Every read goes through :class:`numabind._fs.FsReader` at ``/`` (:func:`reader`: the live kernel; a
-replayed root never applies to the process that runs). Other processes, looked up by pid, and pages
-per node are :mod:`numabind._proc`. The thread list comes from the native core (one
-``getdents64`` pass) when it is installed, else from ``os.listdir``. None of this is on the
-success path of :func:`numabind.bind_current` except the thread list and the mask sizes (read
-once): limits are read only to explain a refusal or a difference between what was asked and what
-the kernel applied.
+Every read goes through :class:`numabind._fs.FsReader` at ``/`` (:func:`reader`). Only the thread list and the mask
+sizes are on the success path of :func:`numabind.bind_current`; limits are read only to explain a refusal.
 """
 
 import os
@@ -152,13 +147,7 @@ def check_present(plan: Plan, what: str) -> None:
     """Raise :class:`~numabind.errors.PlanError` when ``plan`` names CPUs this machine does not have online
     (absent or offline) or NUMA nodes that do not exist (a memory-only node exists), before anything is
     applied: no strictness mode binds what the machine lacks (``what`` names the entry point in the message).
-    CPUs or nodes that exist but lie outside the cpuset, and nodes without memory, stay the kernel's refusals
-    at apply time, which strictness handles.
-
-    The one check of every entry point that binds (``bind_current``, ``bind_thread``, birth-time binding in the
-    parent, ``pin_threads``, ``bind_memory``'s nodes, ``move``). Cheap where a plan fits: CPUs inside the calling
-    thread's affinity are online (the kernel reports only active CPUs in it), and the node ids are read once and
-    again only when a plan names one not among them (a node brought up since); the files are read to explain."""
+    CPUs or nodes outside the cpuset, and nodes without memory, stay the kernel's refusals at apply time."""
     cpus, nodes, seen = plan.cpus, plan.mem_nodes, _node_ids_seen
     if (cpus is None or cpus <= os.sched_getaffinity(0)) and (not nodes or (seen and nodes <= seen[0])):
         return      # the usual case, spelled out for speed: it runs on every bind
@@ -241,12 +230,9 @@ _tid_buffer: "list[Any]" = []
 
 
 def thread_ids(first: int = 0) -> list[int]:
-    """Thread ids of this process (threads may exit at any moment), the calling thread first: ``first`` is its
-    id (0: looked up here).
-
-    Raises :class:`~numabind.errors.BindError` when ``/proc/self/task`` cannot be listed (a seccomp filter on
-    ``getdents64``, no procfs) or lists ids without the caller's (a ``/proc`` of another PID namespace, or an
-    empty directory over it): then no id in it names a thread of this process."""
+    """Thread ids of this process, the calling thread (``first``; 0: looked up here) first. Raises
+    :class:`~numabind.errors.BindError` when ``/proc/self/task`` cannot be listed or lacks the caller's id (a
+    ``/proc`` of another PID namespace)."""
     first = first or gettid()
     native = _native()
     if native is not None:
@@ -360,12 +346,8 @@ class LiveMachine(Value):
 def machine(*, cpuset_if_narrowed: bool = False) -> LiveMachine:
     """The live machine's nodes (CPUs, memory), online CPUs, and what this process may use.
 
-    ``cpuset_if_narrowed=True`` (``numabind run``'s fast path) reads the cpuset only when the affinity leaves
-    out an online CPU. The kernel keeps a thread's affinity inside its cpuset, so an affinity that holds every
-    online CPU means the cpuset holds them all too: ``allowed_cpus`` is every online CPU (its source says
-    why) and ``allowed_nodes`` is ``Mems_allowed``, which the kernel keeps inside the cpuset's mems. The same
-    answer, without the cgroup files (about 0.6 ms of a ~20 ms ``numabind run``).
-    """
+    ``cpuset_if_narrowed=True`` reads the cpuset only when the affinity leaves out an online CPU (the kernel keeps
+    the affinity inside the cpuset, so the answer is the same, without the cgroup files)."""
     online = _online()
     listed = _ids("sys/devices/system/node/online")
     node_ids, memory = _node_ids(listed)

@@ -1,14 +1,5 @@
-"""The memory policy of one range of memory: :func:`bind_memory`, and where a range's pages are now:
-:func:`page_placement`.
-
-``bind_memory`` is ``mbind(2)`` on a buffer (anything with the buffer protocol: ``bytearray``, ``mmap``,
-``memoryview``, a numpy array, ``array.array``), on an object with ``data_ptr()`` and ``nbytes`` (a CPU torch
-tensor or its ``untyped_storage()``), or on an ``(address, length)`` pair; the policy comes from a
-:class:`~numabind.plan.Plan` (its memory policy and nodes) or from ``mode=`` and ``nodes=``. It then reads the
-range back twice: the policy the kernel holds for it (``get_mempolicy(MPOL_F_ADDR)``), and the node of every
-page (``move_pages(2)`` with no target nodes), and returns a frozen :class:`MemoryReport`.
-
-The kernel calls themselves are :mod:`numabind.backends.range`.
+"""The memory policy of one range of memory (:func:`bind_memory`) and where its pages are now
+(:func:`page_placement`); the kernel calls are :mod:`numabind.backends.range`.
 """
 
 from __future__ import annotations
@@ -40,18 +31,14 @@ log = logging.getLogger(__name__)
 
 #: The largest address (exclusive) of a range: user space of a 64-bit kernel fits well below it.
 _ADDRESS_END = 1 << 64
-#: Statuses of move_pages(2) that mean "no page there yet": ENOENT (none in the page tables), EFAULT (kernels
-#: that report an untouched anonymous page, or the shared zero page, so).
+#: Statuses of move_pages(2) that mean "no page there yet" (EFAULT: some kernels' untouched or zero page).
 _NOT_FAULTED = (-errno.ENOENT, -errno.EFAULT)
 
 
 @dataclass(frozen=True)
 class PagePlacement:
-    """Where the pages of one range are, by ``move_pages(2)`` in query mode.
-
-    ``pages``: pages in the range; ``by_node``: node -> pages there; ``not_faulted``: pages with nothing behind
-    them yet (never touched: the policy decides where they go when they are); ``errors``: errno -> pages whose
-    node the kernel would not say for another reason (``EACCES``, ...).
+    """Where the pages of one range are, by ``move_pages(2)`` in query mode: ``pages`` in the range, ``by_node``
+    (node -> pages), ``not_faulted`` (never touched yet), ``errors`` (errno -> pages the kernel would not place).
     """
 
     pages: int
@@ -89,14 +76,9 @@ class PagePlacement:
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """What :func:`bind_memory` did to one range, and where its pages are afterwards.
-
-    ``address``/``length``: the page-aligned range the policy was set on (every page the buffer touches);
-    ``mode``/``nodes``: the policy asked for; ``move``: whether pages already there were asked to move
-    (``MPOL_MF_MOVE``); ``backend``: the backend that made the calls; ``applied``: the kernel took the policy;
-    ``error``: its refusal otherwise; ``read_back``: ``(mode, nodes)`` the kernel holds for the range's first
-    page (None when it could not be read); ``placement``: a :class:`PagePlacement` (None when not counted,
-    ``verify=False``); ``warnings``: every degradation, with the reason.
+    """What :func:`bind_memory` did to one page-aligned range, and where its pages are afterwards: ``applied``
+    (else ``error``), ``read_back`` (``(mode, nodes)`` the kernel holds for the first page; None: unread),
+    ``placement`` (None with ``verify=False``) and ``warnings`` (every degradation, with the reason).
     """
 
     address: int
@@ -127,8 +109,7 @@ class MemoryReport:
 
     @property
     def off_nodes(self) -> int:
-        """Pages on a node outside ``nodes`` (0 for ``default``/``local``, which name no nodes, and when the
-        pages were not counted)."""
+        """Pages on a node outside ``nodes`` (0 for a policy without nodes, or when not counted)."""
         if self.placement is None or not self.nodes:
             return 0
         return self.placement.outside(self.nodes)
@@ -158,8 +139,7 @@ class MemoryReport:
 
 # ----------------------------------------------------------------------------- the range of a buffer
 def _range_of(buf: object, length: int | None) -> tuple[int, int, Any]:
-    """``(address, bytes, keep)`` of what ``bind_memory`` was given, before rounding to pages; ``keep`` holds a
-    buffer until :func:`~numabind.backends.range.release`."""
+    """``(address, bytes, keep)`` of what ``bind_memory`` was given; ``keep`` holds a buffer till released."""
     if isinstance(buf, tuple):
         if len(buf) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in buf):
             raise PlanError(f"bind_memory takes an (address, length) pair of two ints, got {buf!r}"[:300])
@@ -275,9 +255,8 @@ def _check_nodes(policy: str, nodes: frozenset[int]) -> None:
 
 # ----------------------------------------------------------------------------- the public functions
 def page_placement(buf: object, *, length: int | None = None, backend: BackendName | None = None) -> PagePlacement:
-    """Where the pages of ``buf`` (as :func:`bind_memory` takes it) are now: per node, and how many are not
-    faulted in yet, by ``move_pages(2)`` in query mode over every page the buffer touches. Raises PlanError on
-    bad input and BindError when the kernel (or the backend) cannot say."""
+    """Where the pages of ``buf`` (as :func:`bind_memory` takes it) are now, by ``move_pages(2)`` in query mode.
+    Raises PlanError on bad input and BindError when the kernel (or the backend) cannot say."""
     address, size, keep = _range_of(buf, length)
     try:
         start, span = _pages(address, size)
@@ -308,33 +287,15 @@ def bind_memory(buf: object, plan: Plan | MemPolicy | None = None, *, mode: MemP
                 backend: BackendName | None = None) -> MemoryReport:
     """Set the NUMA memory policy of one range of memory (``mbind(2)``) and say where its pages are.
 
-    ``buf``: an object with the buffer protocol (``bytearray``, ``mmap``, ``memoryview``, numpy array; a
-    read-only one too: the kernel sets a range's policy whatever its protection), an object with ``data_ptr()``
-    and ``nbytes`` (a CPU torch tensor, or its ``untyped_storage()``), or an ``(address, length)`` pair.
-    ``length`` takes only the first ``length`` bytes. **The policy covers whole pages**: every page the range
-    touches, from the page of its first byte to the page of its last, so memory that shares those pages with
-    it (a small ``bytearray`` lives among other objects) gets the policy too; give page-aligned memory
-    (``mmap``) to bind exactly.
+    ``buf``: an object with the buffer protocol (read-only too), an object with ``data_ptr()`` and ``nbytes`` (a
+    CPU torch tensor or its ``untyped_storage()``), or an ``(address, length)`` pair; ``length`` takes its first
+    bytes. **The policy covers whole pages**: memory sharing the range's first and last pages gets it too. The
+    policy: a :class:`~numabind.plan.Plan`'s, or its name as ``plan`` or ``mode=`` with ``nodes=``.
+    ``move=True`` (or the plan's ``migrate``) also moves the pages already there (``MPOL_MF_MOVE``).
 
-    The policy: a :class:`~numabind.plan.Plan` (its ``mem_policy`` and ``mem_nodes``; its CPUs are not used,
-    ``migrate=True`` means ``move=True``), or its name as ``plan`` or ``mode=`` with ``nodes=``: ``bind``,
-    ``preferred``, ``preferred-many``, ``interleave``, ``weighted-interleave`` (Linux 6.9+; the weights are the
-    system's, see :func:`numabind.set_interleave_weights`), ``local``, ``default`` (the range follows the
-    thread's policy again).
-
-    The policy decides where pages go when they are first touched. ``move=True`` also moves the pages already
-    there (``MPOL_MF_MOVE``, plus ``MPOL_MF_STRICT`` under ``strict=True``: the kernel fails with EIO when it
-    cannot move them all); pages shared with another process stay. Anonymous and shared memory (``/dev/shm``,
-    ``memfd``, SysV shm: the policy is the shared object's, for every process) follow the policy; the page
-    cache of a regular file mapped shared does not.
-
-    Returns a frozen :class:`MemoryReport`: the policy read back for the range, and (``verify=True``) the
-    node of every page by ``move_pages(2)``. ``strict`` (default: ``$NUMABIND_STRICT``): ``True`` raises
-    BindError when the kernel refused or pages are on other nodes after the call; ``"partial"`` raises only
-    when the kernel refused; ``False`` reports either in ``warnings`` and logs a WARNING (said on stderr once
-    per distinct cause where logging shows nothing, :func:`numabind.errors.warn_degraded`). Bad input (a length
-    past the buffer, an empty range, an unknown node, a node without memory or outside the cpuset, a Plan with
-    no memory policy) raises PlanError.
+    Returns a frozen :class:`MemoryReport`. ``strict`` (default ``$NUMABIND_STRICT``): ``True`` raises BindError
+    when the kernel refused or pages are on other nodes after the call, ``"partial"`` only when it refused;
+    ``False`` reports either in ``warnings`` with a WARNING. Bad input raises PlanError.
     """
     strict = strict_default(strict)
     if not isinstance(move, bool):

@@ -1,22 +1,7 @@
-"""The whole machine's memory per NUMA node, and the kernel's allocation counters: ``numabind stat --system``.
-
-What ``numastat -m -n`` shows, read through the discovery root (:class:`numabind._fs.FsReader`: ``--root`` /
-``NUMABIND_FSROOT``, a directory, a dump or a live ``/``) with its bounded reads:
-
-* ``sys/devices/system/node/nodeN/meminfo``: each ``Node N Key: value [kB]`` line, in the file's order. A
-  value in kB is kept in bytes; ``HugePages_Total``, ``HugePages_Free`` and ``HugePages_Surp`` count huge
-  pages, so they are turned into bytes as numastat does: the node's ``hugepages/hugepages-<size>kB/``
-  counters (``nr_hugepages``, ``free_hugepages``, ``surplus_hugepages``) summed over the sizes, else the
-  count times ``Hugepagesize`` of ``proc/meminfo``. A kernel without NUMA (no node directory) has one node,
-  0, whose meminfo is ``proc/meminfo``.
-* ``sys/devices/system/node/nodeN/numastat``: ``numa_hit``, ``numa_miss``, ``numa_foreign``,
-  ``interleave_hit``, ``local_node``, ``other_node`` (and any other counter the kernel adds), in pages;
-  a replayed root without the file (a dump of ``hwloc-gather-topology``, an hwloc XML) has no counters.
-  numastat shows them in MiB, as pages of this host's page size (:attr:`SystemMemory.page_size`; a
-  replayed root from a machine of another page size is shown with this host's).
-
-A file that cannot be read (missing, unreadable, not a regular file, a value that is not a number) leaves
-its figures out and is named in the node's ``errors``; the other nodes are still read.
+"""Each NUMA node's memory and allocation counters under a discovery root (``numabind stat --system``, as
+``numastat -m -n``). ``HugePages_*`` rows count huge pages: turned into bytes as numastat does (the node's
+``hugepages-<size>kB`` counters, else ``Hugepagesize``). A kernel without NUMA has one node, 0, from
+``proc/meminfo``. A file that cannot be read is named in its node's ``errors``; the other nodes are still read.
 """
 
 from __future__ import annotations
@@ -26,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._base import excerpt, printable
-from ._fs import FsReader, ascii_int
+from ._fs import FsReader, ascii_int, key_values
 from .errors import NumabindError
 
 __all__ = ["HUGE_COUNTS", "NUMASTAT_COUNTERS", "NodeMemory", "SystemMemory", "system_memory"]
@@ -42,8 +27,7 @@ _MAX_ROWS = 256          # a meminfo has about 40 rows; more is not a kernel's f
 
 @dataclass(frozen=True)
 class NodeMemory:
-    """One node: ``memory`` (meminfo rows in bytes, in the file's order), ``numastat`` (the kernel's counters,
-    in pages) and ``errors`` (what could not be read, and why)."""
+    """One node: ``memory`` (meminfo rows, bytes), ``numastat`` (counters, pages) and ``errors``."""
 
     node: int
     memory: dict[str, int] = field(default_factory=dict)
@@ -82,8 +66,7 @@ class SystemMemory:
 
 
 def _meminfo(text: str, node: int | None, what: str) -> tuple[dict[str, tuple[int, bool]], list[str]]:
-    """(row -> (value, in kB), problems) of a node's meminfo (``Node N Key: V kB``) or, with ``node`` None,
-    of ``proc/meminfo`` (``Key: V kB``)."""
+    """(row -> (value, in kB), problems) of a node's meminfo, or of ``proc/meminfo`` with ``node`` None."""
     rows: dict[str, tuple[int, bool]] = {}
     bad: list[str] = []
     for line in text.splitlines():
@@ -107,18 +90,12 @@ def _meminfo(text: str, node: int | None, what: str) -> tuple[dict[str, tuple[in
 
 
 def _huge_page_kb(reader: FsReader) -> int | None:
-    text = reader.read("proc/meminfo") or ""
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        if key.strip() == "Hugepagesize":
-            words = rest.split()
-            return ascii_int(words[0]) if words else None
-    return None
+    words = key_values(reader.read("proc/meminfo") or "").get("Hugepagesize", "").split()
+    return ascii_int(words[0]) if words else None
 
 
 def _huge_bytes(reader: FsReader, node: int, counter: str) -> int | None:
-    """The bytes of ``counter`` (nr/free/surplus_hugepages) over the huge page sizes of ``node``'s sysfs
-    directory, or None when it lists no size."""
+    """The bytes of ``counter`` summed over ``node``'s huge page sizes, or None when it lists no size."""
     base = f"{_NODE_DIR}/node{node}/hugepages"
     total, found = 0, False
     for name in reader.listdir(base):
@@ -186,11 +163,9 @@ def _node(reader: FsReader, node: int, numa: bool, huge_kb: int | None) -> NodeM
 
 def system_memory(root: str | os.PathLike[str] | FsReader | None = None, *,
                   page_size: int | None = None) -> SystemMemory:
-    """Every NUMA node's memory and allocation counters (see the module docstring), read under ``root`` (a
-    discovery root, or an :class:`~numabind._fs.FsReader`; default ``$NUMABIND_FSROOT``, else ``/``).
-    ``page_size`` (bytes, default this host's) turns the counters into bytes: give the replayed machine's
-    when it differs. A root that does not exist is a NumabindError; a file that cannot be read is an entry
-    of its node's ``errors``."""
+    """Every NUMA node's memory and allocation counters, read under ``root`` (a discovery root or an
+    :class:`~numabind._fs.FsReader`). ``page_size`` (default this host's) turns counters into bytes. A root
+    that does not exist is a NumabindError."""
     reader = root if isinstance(root, FsReader) else FsReader(root)
     nodes = reader.numbered(_NODE_DIR, "node")
     numa = bool(nodes)

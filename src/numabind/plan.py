@@ -1,11 +1,6 @@
-"""The frozen :class:`Plan`: which CPUs and which memory policy a process gets, and :class:`Allowed`: what a
-process may use (the one answer, which discovery and :func:`numabind.live.limits` both fill through
-:func:`numabind._cgroup.read_allowed`).
-
-Pure: nothing here reads a file or calls the kernel; checks that need the machine take a
-:class:`~numabind.topology.Topology`. :func:`narrow_cpus` and :func:`narrow_nodes` are the one place that says
-which CPUs and nodes of a request fit, and why the others do not (:meth:`Plan.validate`, the placement strategies
-and :func:`numabind.bind_current` use them). The long forms: ``docs/plans.rst``.
+"""The frozen :class:`Plan` (which CPUs and memory policy a process gets) and :class:`Allowed` (what a process may
+use). Pure: no file, no kernel. :func:`narrow_cpus` and :func:`narrow_nodes` are the one place that says which CPUs
+and nodes of a request fit, and why the others do not. The long forms: ``docs/plans.rst``.
 """
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
@@ -44,8 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
         def cpus(self) -> Mapping[int, CpuView]: ...
 
     class MachineView(Protocol):
-        """What a plan reads of a machine: a :class:`~numabind.topology.Topology` (planning, any root) or the
-        live process's :class:`~numabind.live.LiveMachine` (both a floor above: plan names neither)."""
+        """What a plan reads of a machine: a Topology or a :class:`~numabind.live.LiveMachine`."""
 
         @property
         def nodes(self) -> Mapping[int, NodeView]: ...
@@ -61,20 +55,17 @@ __all__ = ["Allowed", "DEVICE_SPECIFIERS", "Limits", "MAX_WEIGHT", "MEM_POLICIES
            "format_weights", "narrow_cpus", "narrow_nodes", "nodes_not_there", "parse_weights", "plannable_policy",
            "read_back_plan"]
 
-#: Memory policies a plan may carry (``None`` means "leave as is"). ``weighted-interleave`` is
-#: ``MPOL_WEIGHTED_INTERLEAVE`` (Linux 6.9 and newer).
+#: Memory policies a plan may carry (``None`` means "leave as is").
 MEM_POLICIES: "tuple[MemPolicy, ...]" = ("bind", "preferred", "preferred-many", "interleave", "weighted-interleave",
                                          "local", "default")
 #: The policies that take nodes (what a placement strategy or ``numabind plan --policy`` may choose).
 NODE_POLICIES: "tuple[NodePolicy, ...]" = ("bind", "preferred", "preferred-many", "interleave")
 _NODELESS = ("local", "default")
-#: numactl's option for each memory policy that takes nodes, and its memory options (in the order they are checked)
-#: with the policy each one means: from numactl's vocabulary (:mod:`numabind._numactl`).
+#: numactl's option for each memory policy that takes nodes, and the policy each memory option means.
 _NUMACTL_MEM_FLAG = {policy: f"--{option}" for policy, option in POLICY_OPTION.items() if policy != "local"}
 _NUMACTL_MEM_OPTION: "dict[str, MemPolicy]" = {   # the table holds MEM_POLICIES names only (tests/test_plan.py)
     o: policy_of(o) for o in BINDING if policy_of(o)}   # type: ignore[misc]
-#: The range of one node's weighted-interleave weight, as the kernel accepts it in
-#: ``/sys/kernel/mm/mempolicy/weighted_interleave/nodeN``.
+#: The range of one node's weighted-interleave weight, as the kernel accepts it.
 MIN_WEIGHT, MAX_WEIGHT = 1, 255
 _TEXT_VERSION = "v1"
 _TEXT_MAX = 65536
@@ -82,18 +73,9 @@ _TEXT_MAX = 65536
 
 # ----------------------------------------------------------------------------- what a process may use
 class Allowed(Value):
-    """What a process may use: the one answer, read by discovery, planning and the live process alike.
-
-    The limit is the **cpuset**, what ``sched_setaffinity`` accepts: ``allowed_cpus`` is the online CPUs in
-    the process's cpuset (cgroup ``cpuset.cpus.effective``, or the dump's), every online CPU without one.
-    The affinity the process inherited from its parent (``affinity``; ``None`` where unknown) is reported
-    beside it and is never a silent limit: a plan may bind CPUs outside it, as ``numactl -N`` does. Only
-    numactl's own ``-C`` without ``-a`` is checked against it (libnuma reads ``Cpus_allowed``), and
-    planning narrows to it when asked (``within_affinity=True``, :meth:`within_affinity`).
-
-    ``online_cpus``: CPUs the kernel has online; ``cpus_source``: where ``allowed_cpus`` came from;
-    ``nodes``: the NUMA nodes that exist; ``memory_nodes``: those with memory; ``allowed_nodes``: the memory
-    nodes the process may allocate from (``Mems_allowed`` / ``cpuset.mems``), from ``nodes_source``.
+    """What a process may use, the one answer: ``allowed_cpus``, the online CPUs of its cpuset (from
+    ``cpus_source``); ``allowed_nodes``, the memory nodes of ``Mems_allowed`` (from ``nodes_source``); ``nodes``
+    that exist, ``memory_nodes`` with memory. The inherited ``affinity`` (None: unknown) is never a silent limit.
     """
 
     __slots__ = ("online_cpus", "allowed_cpus", "cpus_source", "nodes", "memory_nodes", "allowed_nodes",
@@ -120,8 +102,7 @@ class Allowed(Value):
 
     @classmethod
     def of(cls, machine: "MachineView | Allowed") -> "Allowed":
-        """The :class:`Allowed` of a :class:`~numabind.topology.Topology`, the live machine, or any object with
-        ``nodes``, ``online_cpus``, ``allowed_cpus`` and ``allowed_nodes`` (its ``affinity`` when it has one)."""
+        """The :class:`Allowed` of a :class:`~numabind.topology.Topology` or the live machine."""
         if isinstance(machine, Allowed):
             return machine
         own = getattr(machine, "allowed", None)
@@ -134,16 +115,13 @@ class Allowed(Value):
                    allowed_nodes=machine.allowed_nodes, nodes_source=source or "Mems_allowed",
                    affinity=getattr(machine, "affinity", None))
 
-    from_topology = of
-
     @property
     def inherited(self) -> bool:
         """Whether the affinity is known and narrower than the cpuset (a parent or launcher bound the process)."""
         return self.affinity is not None and not self.allowed_cpus <= self.affinity
 
     def within_affinity(self) -> "Allowed":
-        """The same limits narrowed to the inherited affinity (the explicit ``within_affinity=True``): a
-        :class:`PlanError` when the affinity is unknown or shares no CPU with the cpuset."""
+        """These limits narrowed to the inherited affinity; a :class:`PlanError` when unknown or disjoint."""
         if self.affinity is None:
             raise PlanError("within_affinity: this machine's affinity is unknown (a dump without "
                             "Cpus_allowed in proc/self/status); plan without within_affinity")
@@ -160,8 +138,7 @@ Limits = Allowed
 
 
 def narrow_cpus(cpus: frozenset[int], limits: Allowed) -> tuple[frozenset[int], str | None]:
-    """``(the CPUs of cpus the process may use, None)`` or, when some do not fit, the kept ones and why: the
-    set that refuses them is named (CPUs not online, or outside the cpuset) with the fix for it."""
+    """``(the CPUs of cpus the process may use, None)``, or the kept ones and why the others do not fit."""
     kept = cpus & limits.allowed_cpus
     outside = cpus - kept
     if not outside:
@@ -185,9 +162,7 @@ def narrow_cpus(cpus: frozenset[int], limits: Allowed) -> tuple[frozenset[int], 
 
 
 def cpus_not_online(cpus: frozenset[int], online: frozenset[int], present: "frozenset[int] | None" = None) -> str:
-    """Why ``cpus`` (none of them online) cannot be bound, and the fix: the one wording of "this machine has
-    no such CPU online". ``present`` (``cpu/present``, when known) tells the absent (no such CPU) from the
-    offline (there, but taken offline)."""
+    """Why ``cpus`` (none online) cannot be bound; ``present`` tells the absent from the offline."""
     text = f"CPUs {format_cpulist(cpus)} are not online on this machine (online: {format_cpulist(online)})"
     if present is None:
         return text + "; pick online CPUs"
@@ -201,9 +176,7 @@ def cpus_not_online(cpus: frozenset[int], online: frozenset[int], present: "froz
 
 
 def nodes_not_there(nodes: frozenset[int], existing: frozenset[int], possible: "frozenset[int] | None" = None) -> str:
-    """Why ``nodes`` (none of them among the NUMA nodes that exist, ``node/online``) cannot be used: the one
-    wording of "this machine has no such node". A memory-only node exists. ``possible`` (``node/possible``,
-    when known) tells the offline (possible, none of its memory or CPUs brought up) from the absent."""
+    """Why ``nodes`` (none ``existing``) cannot be used; ``possible`` tells the offline from the absent."""
     text = f"NUMA nodes {format_cpulist(nodes)} do not exist (nodes: {format_cpulist(existing)})"
     offline = nodes & possible if possible is not None else frozenset()
     if offline:
@@ -215,10 +188,8 @@ def nodes_not_there(nodes: frozenset[int], existing: frozenset[int], possible: "
 def absent_from_machine(cpus: "frozenset[int] | None", nodes: "frozenset[int] | None", online_cpus: frozenset[int],
                         node_ids: frozenset[int], present_cpus: "frozenset[int] | None" = None,
                         possible_nodes: "frozenset[int] | None" = None) -> "str | None":
-    """Why a plan's ``cpus`` and ``nodes`` are not this machine's (CPUs not online, absent or offline; NUMA
-    nodes that do not exist), or None when the machine has them all. Only the machine counts here: CPUs or
-    nodes outside the cpuset, and nodes without memory, are the kernel's refusals at apply time (strictness
-    decides), not this. :func:`numabind.live.check_present` asks it about the live machine."""
+    """Why a plan's ``cpus`` and ``nodes`` are not this machine's (CPUs not online, nodes that do not exist), or
+    None. The cpuset and memory-less nodes are not checked here (the kernel refuses them at apply time)."""
     why = []
     gone = cpus - online_cpus if cpus else frozenset()
     if gone:
@@ -265,13 +236,8 @@ def narrow_nodes(nodes: frozenset[int], limits: Allowed, policy: str | None = No
 
 # ----------------------------------------------------------------------------- plans
 def _as_ids(value: "Any", what: str) -> frozenset[int] | None:
-    """``value`` (a cpulist string or an iterable of ints) as a frozenset of ids.
-
-    Refused: a bare int (as psutil's ``cpu_affinity(3)`` refuses it: "CPU 3" or "3 CPUs"?), bytes (``b"1"`` would
-    be the id 49), floats and bools. Nothing larger than the caps is built: a ``range`` is checked by its bounds,
-    any other iterator is consumed only until an id above :data:`~numabind.cpulist.MAX_ID` or more than
-    :data:`~numabind.cpulist.MAX_LISTED` items are seen.
-    """
+    """``value`` (a cpulist string or an iterable of ints) as a frozenset of ids. A bare int, bytes, floats and
+    bools are refused; nothing larger than the caps is built (an iterator is consumed only up to them)."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -324,8 +290,7 @@ def _too_many(what: str, n: int) -> str:
 
 
 def _consume(value: "Any", what: str) -> list[int]:
-    """The items of an iterator or other iterable, each checked as it comes, stopping at the first
-    that is not an id or when more than MAX_LISTED have come (a generator may never end)."""
+    """The items of an iterable, each checked as it comes, up to MAX_LISTED (a generator may never end)."""
     try:
         items = iter(value)
     except TypeError:
@@ -341,8 +306,7 @@ def _consume(value: "Any", what: str) -> list[int]:
 
 
 def _small_int(digits: str, cap: int) -> int | None:
-    """ASCII ``digits`` as an int when not above ``cap`` (leading zeros allowed), else None: the length is
-    checked before ``int()``, so thousands of digits cost nothing."""
+    """ASCII ``digits`` as an int when not above ``cap``, else None (checked before ``int()``)."""
     significant = digits.lstrip("0") or "0"
     if len(significant) > len(str(cap)):
         return None
@@ -351,11 +315,8 @@ def _small_int(digits: str, cap: int) -> int | None:
 
 
 def parse_weights(text: str, what: str = "weights") -> dict[int, int]:
-    """``"0:3,1:1"`` (node:weight pairs) as ``{0: 3, 1: 1}``; anything else is a :class:`PlanError`.
-
-    Bounded like a cpulist: at most :data:`~numabind.cpulist.MAX_LIST_TEXT` characters, node ids up to
-    :data:`~numabind.cpulist.MAX_ID`, weights up to :data:`MAX_WEIGHT` (checked before ``int()``).
-    """
+    """``"0:3,1:1"`` (node:weight pairs) as ``{0: 3, 1: 1}``; anything else, or over the caps of a cpulist and
+    :data:`MAX_WEIGHT`, is a :class:`PlanError`."""
     if not isinstance(text, str):
         raise PlanError(f"{what} must be a string like '0:3,1:1', got {type(text).__name__}")
     shown = f"{what} {excerpt(text, escape=True)}"     # its start, escaped as typed: never the whole text
@@ -421,12 +382,8 @@ PROC_BINDS = ("close", "spread")
 
 
 def core_groups(cpus: "Iterable[int]", machine: "CoresView | None" = None) -> "list[tuple[int | None, frozenset[int]]]":
-    """``cpus`` as whole cores: ``(node, the core's CPUs among cpus)`` for each physical core, hyperthread
-    siblings together, ordered by node (unknown last) and then by lowest CPU.
-
-    The cores and nodes are ``machine``'s (a :class:`~numabind.topology.Topology`: each CPU's ``siblings``
-    and ``node``); without one, or for a CPU it does not list, each CPU is a core of its own on an unknown
-    node (None)."""
+    """``cpus`` as whole cores: ``(node, the core's CPUs among cpus)`` per physical core, ordered by node (unknown,
+    None, last) then lowest CPU. A CPU ``machine`` does not list is a core of its own on an unknown node."""
     known = {} if machine is None else machine.cpus
     seen: dict[int, tuple[int | None, frozenset[int]]] = {}
     wanted = frozenset(cpus)
@@ -443,9 +400,8 @@ def core_groups(cpus: "Iterable[int]", machine: "CoresView | None" = None) -> "l
 
 
 def _place_parts(sizes: "list[int]", cores: "list[tuple[int | None, frozenset[int]]]") -> "list[list[frozenset[int]]]":
-    """Each part's cores: in the order of ``sizes``, a part takes the lowest free cores of the node with the
-    fewest free cores that still holds it whole (the lowest node id on a tie), else of the nodes with the
-    most free cores first (then lowest id). Cores of an unknown node form one node of their own."""
+    """Each part's cores, in the order of ``sizes``: the lowest free cores of the node with the fewest free cores
+    that holds the part whole, else of the nodes with the most free cores first (ties: lowest node)."""
     free: dict[int | None, list[frozenset[int]]] = {}
     for node, core in cores:
         free.setdefault(node, []).append(core)
@@ -477,19 +433,11 @@ def check_plan(value: object, what: str) -> None:
 class Plan(Value):
     """A binding to apply: CPU affinity and/or a NUMA memory policy.
 
-    ``cpus=None`` leaves the affinity as it is; ``mem_policy=None`` leaves the
-    memory policy as it is. ``migrate=True`` also moves the pages the process
-    already has onto ``mem_nodes``. ``reason`` is free text explaining where
-    the plan came from; it does not take part in equality. Plans are frozen,
-    hashable and picklable; ``plan.replace(**changes)`` (``copy.replace`` on
-    Python 3.13) is a checked copy.
-
-    ``weights`` (only with ``mem_policy="weighted-interleave"``) maps some or all of
-    ``mem_nodes`` to a weight from 1 to 255 (a mapping, or ``"0:3,1:1"``): for every 3 pages
-    on node 0, 1 on node 1. The kernel keeps one weight per node for the whole system
-    (``/sys/kernel/mm/mempolicy/weighted_interleave``), so a plan's weights hold only when the
-    system's are the same; binding sets them only when asked (``set_weights=True``). ``None``:
-    the system's weights, whatever they are.
+    ``cpus=None`` and ``mem_policy=None`` leave each as it is. ``migrate=True`` also moves the pages the process
+    already has onto ``mem_nodes``. ``reason`` says where the plan came from (not part of equality). ``weights``
+    (weighted interleave only) maps nodes to a weight from 1 to 255 (or ``"0:3,1:1"``); the kernel's are
+    system-wide (``docs/plans.rst``). Plans are frozen, hashable and picklable; ``plan.replace(**changes)`` is a
+    checked copy.
     """
 
     __slots__ = ("cpus", "mem_policy", "mem_nodes", "migrate", "reason", "weights")
@@ -507,17 +455,13 @@ class Plan(Value):
         nodes = _as_ids(mem_nodes, "mem_nodes")
         policy = mem_policy
         if policy is not None and policy not in MEM_POLICIES:
-            raise PlanError(
-                f"mem_policy {policy!r} is not one of {', '.join(MEM_POLICIES)} (or None to leave it)"
-            )
+            raise PlanError(f"mem_policy {policy!r} is not one of {', '.join(MEM_POLICIES)} (or None to leave it)")
         if cpus is not None and not cpus:
             raise PlanError("cpus is empty: a process needs at least one CPU (use cpus=None to leave the affinity)")
         if policy is None:
             if nodes:
-                raise PlanError(
-                    f"mem_nodes {format_cpulist(nodes)!r} given without a mem_policy; "
-                    f"say how to use them, e.g. mem_policy='bind'"
-                )
+                raise PlanError(f"mem_nodes {format_cpulist(nodes)!r} given without a mem_policy; "
+                                f"say how to use them, e.g. mem_policy='bind'")
             nodes = None
         elif policy in _NODELESS:
             if nodes:
@@ -526,10 +470,8 @@ class Plan(Value):
         elif not nodes:
             raise PlanError(f"mem_policy {policy!r} needs at least one node in mem_nodes")
         elif policy == "preferred" and len(nodes) != 1:
-            raise PlanError(
-                f"mem_policy 'preferred' takes exactly one node, got {format_cpulist(nodes)!r}; "
-                f"use 'preferred-many' for several"
-            )
+            raise PlanError(f"mem_policy 'preferred' takes exactly one node, got {format_cpulist(nodes)!r}; "
+                            f"use 'preferred-many' for several")
         if not isinstance(migrate, bool):
             raise PlanError(f"migrate must be True or False, got {migrate!r}")
         if migrate and policy in (None, "default", "local"):
@@ -548,10 +490,7 @@ class Plan(Value):
 
     # ------------------------------------------------------------------ checks
     def validate(self, topology: "MachineView | Allowed", *, within_affinity: bool = False) -> "Plan":
-        """Raise :class:`PlanError` unless this plan fits ``topology`` (or :class:`Allowed`); return self.
-
-        The limit is the cpuset (``allowed_cpus``), not the affinity the process inherited;
-        ``within_affinity=True`` checks against the affinity too (the explicit narrowing)."""
+        """Raise :class:`PlanError` unless this plan fits ``topology`` (``within_affinity``: and its affinity)."""
         limits = Allowed.of(topology)
         if within_affinity:
             limits = limits.within_affinity()
@@ -567,9 +506,8 @@ class Plan(Value):
 
     # ------------------------------------------------------- threads and parts
     def thread_env(self, topology: "CoresView | None" = None, *, proc_bind: str = "close") -> dict[str, str]:
-        """``OMP_NUM_THREADS``, ``OMP_PLACES`` (one place per core of the plan) and ``OMP_PROC_BIND``
-        (``proc_bind``) for a child's OpenMP runtime, so that its thread binding agrees with this plan and never
-        widens it; ``{}`` for ``cpus=None``. See ``docs/plans.rst``, "Threads that agree with a plan"."""
+        """``OMP_NUM_THREADS``, ``OMP_PLACES`` (one place per core) and ``OMP_PROC_BIND`` that agree with this plan;
+        ``{}`` for ``cpus=None``. See ``docs/plans.rst``, "Threads that agree with a plan"."""
         if proc_bind not in PROC_BINDS:
             raise PlanError(f"proc_bind {proc_bind!r} is not one of {', '.join(PROC_BINDS)}")
         if self.cpus is None:
@@ -633,11 +571,8 @@ class Plan(Value):
 
     # ---------------------------------------------------------- numactl flags
     def to_numactl_argv(self) -> list[str]:
-        """numactl options that apply this plan (``migrate`` has no numactl flag).
-
-        A ``default`` memory policy raises :class:`PlanError`: numactl cannot express it; so do
-        ``weights`` (numactl's ``--weighted-interleave`` uses the system's weights).
-        """
+        """numactl options that apply this plan (``migrate`` has none); a :class:`PlanError` for the ``default``
+        policy and for ``weights``, which numactl cannot express."""
         argv: list[str] = []
         if self.weights:
             raise PlanError(
@@ -647,10 +582,9 @@ class Plan(Value):
         if self.cpus is not None:
             argv.append(f"--physcpubind={format_cpulist(self.cpus)}")
         if self.mem_policy == "default":
-            raise PlanError(
-                "numactl has no option for the default memory policy (a command started by numactl "
-                "inherits the caller's policy); apply this plan in-process with bind_current or numabind run"
-            )
+            raise PlanError("numactl has no option for the default memory policy (a command started by numactl "
+                            "inherits the caller's policy); apply this plan in-process with bind_current or "
+                            "numabind run")
         if self.mem_policy == "local":
             argv.append("--localalloc")
         elif self.mem_policy in _NUMACTL_MEM_FLAG:
@@ -667,11 +601,9 @@ class Plan(Value):
         device_node: "Callable[[str], int] | None" = None, reason: str | None = None,
         within_affinity: bool = False,
     ) -> "Plan":
-        """Build a plan from numactl options (``-C``, ``-N``, ``-m``, ``-p``, ``-P``, ``-i``, ``-w``, ``-l``, ``-a``,
-        numabind's ``--weights``), with numactl's lists (``all``, ``!list``, ``+list``, a device) read in libnuma's
-        sets; the cpuset is the CPUs' limit, ``within_affinity=True`` narrows to the inherited affinity.
-        ``device_node`` finds a device's node (``numabind run`` passes ``DeviceNodes(root).node_of``). The whole
-        story: ``docs/plans.rst``, "From numactl's options"."""
+        """Build a plan from numactl options (``-C -N -m -p -P -i -w -l -a``, numabind's ``--weights``), lists read
+        as libnuma reads them; ``device_node`` finds a device's node. See ``docs/plans.rst``, "From numactl's
+        options"."""
         if isinstance(args, str):
             import shlex
 
@@ -710,9 +642,8 @@ class Plan(Value):
                 if n not in topo.nodes:
                     raise PlanError(f"--cpunodebind: node {n} does not exist (nodes: {format_cpulist(topo.nodes)})")
                 if not topo.nodes[n].cpus and not derived:
-                    raise PlanError(
-                        f"--cpunodebind: node {n} has no CPUs (a memory-only node); it can only be a memory target"
-                    )
+                    raise PlanError(f"--cpunodebind: node {n} has no CPUs (a memory-only node); "
+                                    f"it can only be a memory target")
                 spanned |= topo.nodes[n].cpus
             if not spanned:
                 raise PlanError(f"--cpunodebind={excerpt(value, escape=True)}: nodes {format_cpulist(nodes)} have no "
@@ -720,11 +651,9 @@ class Plan(Value):
             # numactl sets every CPU of the nodes and the kernel keeps those of the cpuset: so does the plan
             allowed = frozenset(spanned) & lim.allowed_cpus
             if not allowed:
-                raise PlanError(
-                    f"--cpunodebind={format_cpulist(nodes)}: the nodes' CPUs {format_cpulist(spanned)} are all "
-                    f"outside the CPUs this process may use ({format_cpulist(lim.allowed_cpus)}, from "
-                    f"{lim.cpus_source}); pick another node or widen the cpuset"
-                )
+                raise PlanError(f"--cpunodebind={format_cpulist(nodes)}: the nodes' CPUs {format_cpulist(spanned)} "
+                                f"are all outside the CPUs this process may use ({format_cpulist(lim.allowed_cpus)}, "
+                                f"from {lim.cpus_source}); pick another node or widen the cpuset")
             cpus = allowed
             said = f"node{'s' if len(nodes) > 1 else ''} {format_cpulist(nodes)}'s CPUs {format_cpulist(cpus)}"
         if cpus is not None and limits is not None and limits.inherited and not cpus <= (limits.affinity or cpus):
@@ -754,13 +683,9 @@ class Plan(Value):
 
     # ------------------------------------------------------------ text form
     def to_text(self) -> str:
-        """Compact text form for the environment: ``v1;cpus=0-3;mem=bind:0;migrate=0``
-        (``;weights=0:3,1:1`` after it when the plan has weights)."""
+        """Compact text form for the environment: ``v1;cpus=0-3;mem=bind:0;migrate=0[;weights=0:3,1:1]``."""
         cpus = format_cpulist(self.cpus) if self.cpus is not None else "-"
-        if self.mem_policy is None:
-            mem = "-"
-        else:
-            mem = f"{self.mem_policy}:{format_cpulist(self.mem_nodes or ())}"
+        mem = "-" if self.mem_policy is None else f"{self.mem_policy}:{format_cpulist(self.mem_nodes or ())}"
         text = f"{_TEXT_VERSION};cpus={cpus};mem={mem};migrate={int(self.migrate)}"
         return text + f";weights={format_weights(self.weights)}" if self.weights else text
 
@@ -771,10 +696,8 @@ class Plan(Value):
             raise PlanError("plan text must be a string of at most 64 KiB")
         m = _text_re().fullmatch(text)
         if m is None:
-            raise PlanError(
-                f"plan text {excerpt(text, escape=True)} is not of the form "
-                f"'v1;cpus=LIST|-;mem=POLICY:LIST|-;migrate=0|1[;weights=NODE:WEIGHT,...]'"
-            )
+            raise PlanError(f"plan text {excerpt(text, escape=True)} is not of the form "
+                            f"'v1;cpus=LIST|-;mem=POLICY:LIST|-;migrate=0|1[;weights=NODE:WEIGHT,...]'")
         cpus = None if m["cpus"] == "-" else parse_cpulist(m["cpus"], what="plan cpus")
         if m["mem"] == "-":
             policy = nodes = None
@@ -850,10 +773,7 @@ def _parse_numactl_argv(argv: list[str]) -> dict[str, str]:
 
 def plannable_policy(policy: str | None) -> "MemPolicy | None":
     """``policy`` if a Plan can carry it (kernels newer than numabind have more modes), else None."""
-    for known in MEM_POLICIES:
-        if policy == known:
-            return known
-    return None
+    return next((known for known in MEM_POLICIES if known == policy), None)
 
 
 def read_back_plan(cpus: frozenset[int] | None, policy: str | None, nodes: frozenset[int] | None,
@@ -900,11 +820,8 @@ def _device(value: str, flag: str, kind: str, device_node: "Callable[[str], int]
 def _resolve_ids(value: str, flag: str, topology: "MachineView | None", kind: str, whole: bool = False,
                  device_node: "Callable[[str], int] | None" = None,
                  limits: "Allowed | None" = None) -> frozenset[int]:
-    """Resolve a numactl list value ('all', '!list', '+list', a plain list or a device specifier; no strides).
-
-    ``whole`` (``--all``): "allowed" is the whole machine, not this process's sets. Without it the sets are
-    libnuma's: CPUs from the inherited affinity within the cpuset, nodes (``--cpunodebind`` too) from
-    ``Mems_allowed``. A CPU list ``all``/``!``/``+`` takes under ``--all`` keeps the cpuset's CPUs."""
+    """Resolve a numactl list value ('all', '!list', '+list', a plain list or a device specifier) in libnuma's
+    sets: the affinity within the cpuset, ``Mems_allowed``; the whole machine with ``whole`` (``--all``)."""
     shown = value
     negate = value.startswith("!")
     if negate:

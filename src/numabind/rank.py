@@ -1,36 +1,13 @@
 """Ranks started by a launcher (torchrun, Slurm, MPI, PALS): local rank, local world size, the rank's GPU, its plan.
 
-A launcher starts one process per GPU on every machine and tells each its
-*local rank* (its number among the processes on this machine) through the
-environment. :func:`local_rank` reads it, in this order, the first variable
-that is set winning:
-
-======================  =============================  ==========================================
-launcher                local rank                     local world size
-======================  =============================  ==========================================
-torchrun                ``LOCAL_RANK``                 ``LOCAL_WORLD_SIZE``
-Slurm (srun)            ``SLURM_LOCALID``              ``SLURM_STEP_TASKS_PER_NODE``, ``SLURM_TASKS_PER_NODE``
-                                                       (this node's entry, by ``SLURM_NODEID``),
-                                                       ``SLURM_NTASKS_PER_NODE``
-Open MPI                ``OMPI_COMM_WORLD_LOCAL_RANK`` ``OMPI_COMM_WORLD_LOCAL_SIZE``
-MPICH / Intel MPI       ``MPI_LOCALRANKID``            ``MPI_LOCALNRANKS``
-(Hydra)
-Cray PMI                ``PMI_LOCAL_RANK``             ``PMI_LOCAL_SIZE``
-HPE PALS                ``PALS_LOCAL_RANKID``          ``PALS_LOCAL_SIZE``
-======================  =============================  ==========================================
-
-``NUMABIND_LOCAL_RANK`` / ``NUMABIND_LOCAL_WORLD_SIZE`` override them. The
-local world size is read from the same launcher as the rank (torchrun started
-by srun has torchrun's ``LOCAL_WORLD_SIZE``, not Slurm's one task per node).
-A rank that is missing or malformed is an error, never rank 0.
-
-The rank's GPU (:func:`rank_gpu`) is the visible GPU whose index is the local
-rank, or, when the launcher gave each rank exactly one visible device (Slurm
-``--gpus-per-task=1``, Ray), that device. A rank with no visible GPU (or
-``device="cpu"``) gets its share of the machine. :func:`place_rank` hands the
-rank's GPU, or its share, to :mod:`numabind.strategies.ranks`, which plans it
-(the limit, the split of a node among ranks, a CPU rank's share, the NICs of
-``nics=True``); the rules in words are in ``docs/howto/ranks.rst``.
+:func:`local_rank` reads the first set of ``LOCAL_RANK`` (torchrun), ``SLURM_LOCALID``,
+``OMPI_COMM_WORLD_LOCAL_RANK`` (Open MPI), ``MPI_LOCALRANKID`` (MPICH/Hydra), ``PMI_LOCAL_RANK`` (Cray PMI) and
+``PALS_LOCAL_RANKID`` (HPE PALS); :func:`local_world_size` the same launcher's ``LOCAL_WORLD_SIZE``;
+``SLURM_STEP_TASKS_PER_NODE``, ``SLURM_TASKS_PER_NODE`` (this node's entry, by ``SLURM_NODEID``),
+``SLURM_NTASKS_PER_NODE``; ``OMPI_COMM_WORLD_LOCAL_SIZE``; ``MPI_LOCALNRANKS``; ``PMI_LOCAL_SIZE``;
+``PALS_LOCAL_SIZE``. ``NUMABIND_LOCAL_RANK`` / ``NUMABIND_LOCAL_WORLD_SIZE`` override them. A rank that is missing
+or malformed is an error, never rank 0. :func:`place_rank` hands the rank's GPU (:func:`rank_gpu`), or its share
+of a machine without one, to :mod:`numabind.strategies.ranks`. The rules in words: ``docs/howto/ranks.rst``.
 """
 
 from __future__ import annotations
@@ -116,29 +93,20 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
 
 def _launcher(env: Mapping[str, str]) -> Launcher | None:
     """The first launcher whose rank variable is set."""
-    for launcher in LAUNCHERS:
-        if launcher.rank_var in env:
-            return launcher
-    return None
+    return next((launcher for launcher in LAUNCHERS if launcher.rank_var in env), None)
 
 
 def local_rank(env: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """``(local rank, the variable it came from)``; NumabindError when no launcher set one or it is malformed.
-
-    ``NUMABIND_LOCAL_RANK`` wins over the launchers' variables, which are read
-    in the order of :data:`LAUNCHERS`. A set but malformed variable is an error
-    even when a later one would parse: it is never skipped.
-    """
+    """``(local rank, the variable it came from)``; NumabindError when no launcher set one or it is malformed
+    (a malformed variable is never skipped for a later one)."""
     env = _env(env)
     if RANK_OVERRIDE in env:
         return _number(RANK_OVERRIDE, env[RANK_OVERRIDE], "local rank"), RANK_OVERRIDE
     launcher = _launcher(env)
     if launcher is None:
         names = ", ".join(lch.rank_var for lch in LAUNCHERS)
-        raise NumabindError(
-            f"no local rank in the environment: none of {names} is set. Start the command through its "
-            f"launcher (torchrun, srun, mpirun, mpiexec) or set {RANK_OVERRIDE}=N"
-        )
+        raise NumabindError(f"no local rank in the environment: none of {names} is set. Start the command through its "
+                            f"launcher (torchrun, srun, mpirun, mpiexec) or set {RANK_OVERRIDE}=N")
     return _number(launcher.rank_var, env[launcher.rank_var], "local rank"), launcher.rank_var
 
 
@@ -166,11 +134,8 @@ def _slurm_tasks_on_node(var: str, value: str, env: Mapping[str, str]) -> tuple[
 
 
 def local_world_size(env: Mapping[str, str] | None = None) -> tuple[int | None, str]:
-    """``(ranks on this machine, where that came from)``; ``(None, why)`` when the launcher did not say.
-
-    Read from ``NUMABIND_LOCAL_WORLD_SIZE``, else from the launcher that gave
-    the local rank (see :data:`LAUNCHERS`). Zero or a malformed value is an error.
-    """
+    """``(ranks on this machine, where that came from)`` from the launcher that gave the local rank;
+    ``(None, why)`` when it did not say. Zero or a malformed value is an error."""
     env = _env(env)
     if SIZE_OVERRIDE in env:
         size, source = _number(SIZE_OVERRIDE, env[SIZE_OVERRIDE], "local world size"), SIZE_OVERRIDE
@@ -197,26 +162,18 @@ def local_world_size(env: Mapping[str, str] | None = None) -> tuple[int | None, 
 
 # ------------------------------------------------------------------ the rank's GPU
 def rank_gpu(topology: Any, rank: int, source: str = "the local rank") -> tuple[int, str]:
-    """``(visible GPU index, the rule that chose it)`` for local rank ``rank``.
-
-    One visible GPU: it is the rank's (the launcher gave each rank its own
-    device). Several: the one whose visible index is the rank. Raises
-    :class:`PlanError` when no GPU is visible or the rank has none.
-    """
+    """``(visible GPU index, the rule that chose it)`` for local rank ``rank``: the only visible GPU, else the one
+    whose index is the rank. :class:`PlanError` when no GPU is visible or the rank has none."""
     gpus = sorted(g.index for g in topology.gpus)
     if not gpus:
-        raise PlanError(
-            f"local rank {rank} (from {source}): no GPU is visible (check CUDA_VISIBLE_DEVICES / "
-            f"HIP_VISIBLE_DEVICES and that the driver is loaded); bind with explicit options instead"
-        )
+        raise PlanError(f"local rank {rank} (from {source}): no GPU is visible (check CUDA_VISIBLE_DEVICES / "
+                        f"HIP_VISIBLE_DEVICES and that the driver is loaded); bind with explicit options instead")
     if len(gpus) == 1:
         return gpus[0], "the launcher gave this rank one visible GPU"
     if rank not in gpus:
-        raise PlanError(
-            f"local rank {rank} (from {source}) has no GPU: {len(gpus)} GPUs are visible "
-            f"({format_cpulist(gpus)}); start at most {len(gpus)} ranks per machine, or give each rank "
-            f"its own device (e.g. srun --gpus-per-task=1)"
-        )
+        raise PlanError(f"local rank {rank} (from {source}) has no GPU: {len(gpus)} GPUs are visible "
+                        f"({format_cpulist(gpus)}); start at most {len(gpus)} ranks per machine, or give each rank "
+                        f"its own device (e.g. srun --gpus-per-task=1)")
     return rank, f"local rank {rank} indexes the {len(gpus)} visible GPUs"
 
 
@@ -248,8 +205,7 @@ class RankPlan:
     cpu_rule: str = ""                  # which rule applied, in words (also among the reasons)
 
     def describe(self) -> str:
-        """One line: ``local rank 1 (SLURM_LOCALID) -> GPU 1 on node 1: cpus 8-15, memory bind 1``
-        (``-> CPU rank on nodes 0-1: ...`` for a rank without a GPU)."""
+        """One line: ``local rank 1 (SLURM_LOCALID) -> GPU 1 on node 1: cpus 8-15, memory bind 1``."""
         if self.device == "cpu":
             shown = format_cpulist(self.cpu_nodes)
             where = f"CPU rank on node{'s' if len(self.cpu_nodes) > 1 else ''} {shown}"
@@ -278,16 +234,13 @@ def discover_for_env(env: Mapping[str, str]) -> Any:
 
 
 def _unfiltered(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without the variables that narrow the GPUs a process sees: every GPU of the machine is listed
-    under it, numbered as if no visibility variable were set."""
+    """``env`` without the variables that narrow the GPUs a process sees."""
     return {k: v for k, v in env.items() if k not in _DEVICE_FILTERS}
 
 
 def plan_owned_gpus(topology: Any, indices: Iterable[int], *, env: Mapping[str, str] | None = None,
                     **options: Any) -> Plan:
-    """The plan of a process that drives the visible GPUs ``indices`` (a rank, a Ray worker), whose environment
-    is ``env`` (default ``os.environ``): :func:`numabind.strategies.plan_gpu_share` (``options`` are its own),
-    where the machine's GPUs are those ``env`` shows without its visibility variables."""
+    """:func:`numabind.strategies.plan_gpu_share` under ``env`` (default ``os.environ``)."""
     return plan_gpu_share(topology, indices, unfiltered_env=_unfiltered(_env(env)), **options)
 
 
@@ -297,20 +250,11 @@ def place_rank(mode: Mode = "node", policy: NodePolicy | None = "bind", topology
                nics: bool = False, within_affinity: bool = False) -> RankPlan:
     """Plan this process as the local rank its launcher started: rank, GPU, plan and every reason.
 
-    ``mode`` and ``policy`` are those of :func:`numabind.plan_for_gpu`; ``env`` defaults to ``os.environ``
-    (the rank variables, ``NUMABIND_STRICT``, and, with ``topology=None``, ``NUMABIND_FSROOT`` and the
-    visibility variables for discovery). ``within`` is the affinity the launcher gave the process (default:
-    ``topology.affinity``), where it starts: the cpuset is the limit and the plan replaces it, as numactl
-    does, unless ``within_affinity=True`` (``--within-affinity``) keeps the plan inside it (narrowed with a
-    warning; ``strict``, default ``NUMABIND_STRICT``, refuses a plan outside it: ``"partial"`` only when
-    nothing of the plan is left). See :func:`numabind.strategies.rank_limit`. A GPU with no NUMA node is an
-    error in strict mode, else the rank is left unbound with a warning. Warnings are in ``warnings``, logged.
-
-    ``device``: ``"gpu"`` plans the rank's GPU (no visible GPU is a PlanError), ``"cpu"`` a rank without one
-    (its share of the machine by the local world size, :func:`numabind.strategies.plan_cpu_rank`; ``mode``
-    does not apply), None (the default) a GPU rank when a GPU is visible, else a CPU rank. ``nics=True`` also
-    chooses the rank's nearest NICs: ``RankPlan.env`` holds ``NCCL_IB_HCA``, ``UCX_NET_DEVICES`` and
-    ``NCCL_SOCKET_IFNAME`` for them, less those ``env`` already sets.
+    ``mode`` and ``policy`` as :func:`numabind.plan_for_gpu`; ``env`` defaults to ``os.environ``. ``within``, the
+    launcher's affinity, limits the plan only with ``within_affinity=True`` (:func:`numabind.strategies.rank_limit`);
+    ``strict`` (default ``NUMABIND_STRICT``) refuses what lenient mode narrows with a warning (logged).
+    ``device``: ``"gpu"``, ``"cpu"`` (a share of the machine) or None (a GPU rank when a GPU is visible).
+    ``nics=True`` puts the nearest NICs' NCCL/UCX variables in ``RankPlan.env``, less those ``env`` sets.
     """
     if device is not None and device not in DEVICES:
         raise PlanError(f"device {device!r} is not one of {', '.join(DEVICES)} (or None: a GPU when one is visible)")
@@ -360,11 +304,8 @@ def plan_for_rank(mode: Mode = "node", policy: NodePolicy | None = "bind", topol
                   env: Mapping[str, str] | None = None, within: Iterable[int] | None = None,
                   strict: Strictness | None = None, migrate: bool = False, device: str | None = None,
                   within_affinity: bool = False) -> Plan:
-    """The :class:`~numabind.Plan` of this process's local rank (see :func:`place_rank`; ``device="cpu"``
-    plans a rank without a GPU: its share of the machine's nodes or cores).
-
-    ``numabind.bind_current(numabind.plan_for_rank())`` binds a script that a
-    launcher started, when its launch line cannot change.
+    """The :class:`~numabind.Plan` of this process's local rank (see :func:`place_rank`):
+    ``numabind.bind_current(numabind.plan_for_rank())`` binds a script whose launch line cannot change.
     """
     return place_rank(mode, policy, topology, env=env, within=within, strict=strict, migrate=migrate,
                       device=device, within_affinity=within_affinity).plan

@@ -1,49 +1,8 @@
 """Runtime records of processes numabind bound at birth, for ``numabind stat`` in other processes.
 
-A child that numabind binds when it is born (``configure_subprocess``'s spawn, forkserver and fork
-children, :func:`numabind.bound` calls, :func:`numabind.pool_plans` workers) keeps what it was bound
-to in memory (:func:`numabind.birth_report`), where no other process can see it. So the binding also
-writes a small record, ``<runtime dir>/<pid>.<start time>.json``, that :func:`numabind.locality` of
-that pid reads from any process of the same user (or root):
-
-* the runtime dir is the first of these that is safe (a real directory owned by the user, not
-  writable by its group or others: :func:`open_private_dir`), each created with mode 0700 when missing:
-
-  1. ``$XDG_RUNTIME_DIR/numabind``, when ``XDG_RUNTIME_DIR`` names a directory this process may write;
-  2. ``/run/user/<uid>/numabind``, when ``/run/user/<uid>`` exists and is the user's (only the system
-     makes it, so no other user can have put anything there);
-  3. ``/dev/shm/numabind-<uid>``, then ``/tmp/numabind-<uid>``: shared, world-writable places where
-     another local user can squat the name first (a directory, a symlink or a FIFO of theirs). A
-     squatted name is refused, never followed or written into, and the next place is used (a WARNING
-     once per process);
-  4. ``<home>/.cache/numabind/run``, the home from the password database: no other user can create
-     a name there, so records survive a neighbour who squats both shared names.
-
-  Readers (:func:`read_record`) look in the same chain for the process's user (with the process's own
-  ``XDG_RUNTIME_DIR`` when they may read its environment), and accept a directory and a file only
-  when they belong to that user: a squatter's forged records are never read. A predictable name is
-  kept on purpose (rather than an unpredictable mkdtemp one): readers in other processes must find it;
-* the same verified directory holds the private directories of :class:`numabind.ChildBindings`
-  (``births-<pid>.<start>.<random>``), where children write their birth reports;
-* every file is created relative to a directory descriptor verified as above, with
-  ``O_EXCL|O_NOFOLLOW`` and an unpredictable temporary name, and read with ``O_NOFOLLOW|O_NONBLOCK``
-  (:func:`numabind._fs.read_bounded`),
-  only when it is a regular file of the user, up to a size cap (:func:`write_private_file`,
-  :func:`read_private_file`): a planted symlink is never followed, a FIFO never blocks a reader;
-* the start time (``/proc/PID/stat``, :func:`numabind._proc.start_time`) in the name means a reused pid
-  never matches a dead process's record; records whose process is gone are ignored, and each write
-  removes a bounded number of them;
-* a record is written atomically (a temporary file in the same directory, then ``os.replace``);
-* a record is its user's input, and root's ``numabind stat`` and ``numabind move --restore`` read every
-  user's: :func:`read_record` reads at most 64 KiB, refuses nesting deeper than a flat object before
-  parsing (:func:`load_json`), and checks the type of every field it hands on. A bad record is skipped
-  with one WARNING naming its path and why (as ``ps`` shows text: :func:`numabind._base.printable`),
-  and never stops a reader;
-* it is never needed: a failure to write one only logs (DEBUG) and leaves a note in the child's
-  report, and ``NUMABIND_NO_RECORD=1`` turns records off.
-
-A plain :func:`numabind.bind_current` in a process's own code writes nothing (its success path does no
-I/O); only the birth bindings above do.
+A child bound at birth writes ``<runtime dir>/<pid>.<start time>.json`` (the first safe one of
+:func:`record_dirs`), which :func:`numabind.locality` reads from any process of the same user (or root); only the
+user's own regular files, never through a link. The whole story: ``docs/guide.rst``.
 """
 
 from __future__ import annotations
@@ -102,8 +61,7 @@ def _own_xdg() -> str | None:
 
 
 def _home(uid: int) -> str | None:
-    """The home directory of ``uid`` in the password database (not ``$HOME``: readers of another
-    process must find the same place), or None."""
+    """The home directory of ``uid`` in the password database (not ``$HOME``: other processes must find it)."""
     import pwd   # only when the chain gets this far
 
     try:
@@ -123,8 +81,9 @@ def _run_user_is(uid: int) -> bool:
 
 
 def record_dirs(uid: int | None = None, xdg: str | None = None) -> list[str]:
-    """Every place records of user ``uid`` (default: this process's) may be, in the order a writer
-    tries them (see the module docstring); ``xdg``: that process's ``XDG_RUNTIME_DIR``."""
+    """Every place records of user ``uid`` (default: this process's) may be, in the order a writer tries them:
+    ``$XDG_RUNTIME_DIR/numabind`` (``xdg``), ``/run/user/<uid>/numabind``, ``/dev/shm/numabind-<uid>``,
+    ``/tmp/numabind-<uid>``, ``<home>/.cache/numabind/run``."""
     if uid is None:
         uid = os.geteuid()
     out: list[str] = []
@@ -139,23 +98,20 @@ def record_dirs(uid: int | None = None, xdg: str | None = None) -> list[str]:
 
 
 def _write_candidates() -> list[str]:
-    """record_dirs of this process, less the places it may not create: an XDG_RUNTIME_DIR it cannot
-    write, a /run/user/<uid> that is missing or not its own."""
+    """record_dirs of this process, less an XDG_RUNTIME_DIR it cannot write and a /run/user/<uid> not its own."""
     uid = os.geteuid()
     skip = "" if _run_user_is(uid) else f"{_RUN_USER}/{uid}/numabind"
     return [p for p in record_dirs(uid, _own_xdg()) if p != skip]
 
 
 def record_dir() -> str:
-    """The first place this process would write its records to (see the module docstring); where it
-    does write them is the first of :func:`record_dirs` that is safe (:func:`open_runtime_dir`)."""
+    """The first place this process would write its records to (:func:`open_runtime_dir` finds the safe one)."""
     return _write_candidates()[0]
 
 
 def open_private_dir(path: str, uid: int, dir_fd: int | None = None) -> int:
-    """A descriptor of directory ``path`` (relative to ``dir_fd`` when given) when it is safe: a real
-    directory (not a symlink, which is never followed) owned by ``uid``, not writable by its group or
-    others. OSError otherwise (UnsafeDirError when something else stands in its place)."""
+    """A descriptor of directory ``path`` (relative to ``dir_fd``) when it is a real directory of ``uid`` not
+    writable by its group or others; OSError otherwise (UnsafeDirError when something else stands there)."""
     try:
         fd = os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError as e:
@@ -180,8 +136,7 @@ def open_private_dir(path: str, uid: int, dir_fd: int | None = None) -> int:
 
 
 def _make_dir(path: str, parents: bool) -> None:
-    """mkdir ``path`` with mode 0700 (its missing parents too when ``parents``); one that exists is
-    left for open_private_dir to judge."""
+    """mkdir ``path`` with mode 0700 (its missing parents too when ``parents``); one that exists is left."""
     try:
         if parents:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -191,9 +146,8 @@ def _make_dir(path: str, parents: bool) -> None:
 
 
 def open_runtime_dir() -> tuple[str, int]:
-    """(path, descriptor) of this process's runtime directory: the first of :func:`record_dirs` that
-    is safe, created when missing. A candidate that is not safe (another user squatted its name) is
-    skipped for the next, with a WARNING once per process; UnsafeDirError when none is left."""
+    """(path, descriptor) of the first safe one of :func:`record_dirs`, made when missing (one that is not is
+    skipped with a WARNING once per process); UnsafeDirError when none is left."""
     uid = os.geteuid()
     home = _home(uid)
     home_dir = os.path.join(home, ".cache", "numabind", "run") if home else None
@@ -213,8 +167,7 @@ def open_runtime_dir() -> tuple[str, int]:
 
 
 def write_private_file(dir_fd: int, name: str, data: bytes, stem: str) -> None:
-    """Write ``name`` in the directory ``dir_fd`` atomically: a new file ``.<stem>.<random>.tmp``
-    (``O_EXCL|O_NOFOLLOW``, mode 0600: nothing planted under that name is opened), then ``os.replace``."""
+    """Write ``name`` in ``dir_fd`` atomically: a new ``O_EXCL|O_NOFOLLOW`` file, then ``os.replace``."""
     tmp = f".{stem}.{os.urandom(6).hex()}.tmp"
     out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
@@ -234,10 +187,8 @@ def write_private_file(dir_fd: int, name: str, data: bytes, stem: str) -> None:
 
 
 def read_private_file(dir_fd: int, name: str, uid: int, limit: int) -> bytes | None:
-    """The bytes of file ``name`` in the directory ``dir_fd``, or None when there is none. Read by
-    :func:`numabind._fs.read_bounded` with ``nofollow`` and ``uid`` (a symlink is refused, a FIFO never
-    blocks); UnsafeFileError unless it is a regular file of ``uid`` of at most ``limit`` bytes; other
-    OSErrors as they come."""
+    """The bytes of file ``name`` in the directory ``dir_fd``, or None when there is none; UnsafeFileError unless
+    it is a regular file (not a link) of ``uid`` of at most ``limit`` bytes; other OSErrors as they come."""
     try:
         return read_bounded(name, limit, dir_fd=dir_fd, nofollow=True, uid=uid)
     except FileNotFoundError:
@@ -254,8 +205,7 @@ _own_birth: tuple[str, Plan, Plan] | None = None
 
 
 def keep_own_birth(start_method: str, requested: Plan, applied: Plan) -> None:
-    """Keep what this process was bound to at birth (how it started, the plan asked for, the plan applied):
-    :mod:`numabind.process` hands it down here, and :mod:`numabind.residency` reads it (:func:`own_birth`)."""
+    """Keep what this process was bound to at birth (start method, plan asked for, plan applied)."""
     global _own_birth
     _own_birth = (start_method, requested, applied)
 
@@ -270,11 +220,7 @@ def _name(pid: int, start: int) -> str:
 
 
 def write_record(pid: int, start_method: str, requested: str, applied: str | None) -> str | None:
-    """Record that ``pid`` was bound at birth (plan texts, :meth:`numabind.Plan.to_text`).
-
-    Returns None when the record was written (or records are off), else why it was not, for a note in
-    the report; it never raises (a bind does not fail because of its record).
-    """
+    """Record that ``pid`` was bound at birth; never raises: None when written, else why not."""
     if records_disabled():
         return None
     try:
@@ -313,8 +259,7 @@ def _parse_name(name: str) -> tuple[int, int] | None:
 
 
 def _prune(fd: int, keep: tuple[int, int]) -> int:
-    """Remove up to _PRUNE_MAX records (and left-over temporary files) of processes that are gone,
-    looking at _PRUNE_LOOK names from a random place; returns how many were removed."""
+    """Remove up to _PRUNE_MAX records of processes that are gone; returns how many."""
     try:
         names = os.listdir(fd)
     except OSError:
@@ -339,8 +284,7 @@ def _prune(fd: int, keep: tuple[int, int]) -> int:
 
 
 def _read_dirs(pid: int, uid: int) -> list[str]:
-    """Where the records of a process of user ``uid`` may be, most likely first: the chain of
-    :func:`record_dirs`, with this process's own XDG_RUNTIME_DIR and the process's."""
+    """Where the records of a process of user ``uid`` may be, most likely first."""
     out: list[str] = []
     if uid == os.geteuid():
         out += _write_candidates()
@@ -350,15 +294,11 @@ def _read_dirs(pid: int, uid: int) -> list[str]:
 
 
 def read_record(pid: int, start: int) -> dict[str, object] | None:
-    """The record of process ``pid`` started at ``start`` (clock ticks), or None: none written, the
-    process's user unknown, a directory that is not safe, or a bad record.
+    """The record of process ``pid`` started at ``start`` (clock ticks), or None; never raises.
 
-    A record is its user's input, and root's ``numabind stat`` and ``numabind move --restore`` read every
-    user's: a bad one (not a regular file of the user, over the size cap, nested deeper than a flat
-    object, not JSON, a field of the wrong type, another process's) is skipped with one WARNING naming
-    its path and why (once per path and reason in this process), and the next place is looked at. It
-    never raises. The dict returned holds exactly the fields checked: ``numabind_record``, ``pid``,
-    ``start_time``, ``start_method`` (a name), ``requested`` (a plan text) and ``applied`` (one or None).
+    A bad record (not the user's regular file, over 64 KiB, nested, not JSON, a field of the wrong type) is
+    skipped with one WARNING. The dict holds exactly the fields checked: ``numabind_record``, ``pid``,
+    ``start_time``, ``start_method``, ``requested`` (a plan text) and ``applied`` (one or None).
     """
     status = _proc.status_fields(pid) or {}
     uids = status.get("Uid", "").split()
@@ -383,9 +323,7 @@ def read_record(pid: int, start: int) -> dict[str, object] | None:
 
 
 def _skip(path: str, why: str) -> None:
-    """One WARNING for a bad record (``path``, ``why``), once per process: ``numabind stat --watch`` reads
-    it again each round. Both are printed as ``ps`` shows text (:func:`numabind._base.printable`): the
-    path holds the process's own XDG_RUNTIME_DIR, which its user chose."""
+    """One WARNING per process for a bad record (``numabind stat --watch`` reads it each round), printable."""
     if (path, why) in _bad_said:
         return
     if len(_bad_said) >= _SAID_MAX:
@@ -396,8 +334,7 @@ def _skip(path: str, why: str) -> None:
 
 
 def _read_file(dir_fd: int, name: str, uid: int, pid: int, start: int) -> tuple[dict[str, object] | None, str | None]:
-    """(the record of ``pid`` started at ``start`` in file ``name`` of the directory ``dir_fd``, None) when
-    it is good, (None, None) when there is no such file, (None, why) when it is bad."""
+    """(the record in file ``name`` of ``dir_fd``, None) when good, (None, None) when missing, (None, why)."""
     try:
         data = read_private_file(dir_fd, name, uid, _RECORD_MAX)
     except OSError as e:
@@ -413,8 +350,7 @@ def _read_file(dir_fd: int, name: str, uid: int, pid: int, start: int) -> tuple[
 
 
 def _checked(rec: object, pid: int, start: int) -> tuple[dict[str, object] | None, str | None]:
-    """(the fields of ``rec`` a reader uses, None) when each has the type and value it must have for the
-    record of ``pid`` started at ``start``; (None, why) otherwise."""
+    """(the fields of ``rec`` a reader uses, None) when each is right for ``pid`` and ``start``; (None, why)."""
     if not isinstance(rec, dict):
         return None, "its top level is not a JSON object"
     version = rec.get("numabind_record")
@@ -448,13 +384,8 @@ def _checked(rec: object, pid: int, start: int) -> tuple[dict[str, object] | Non
 
 
 def load_json(data: bytes, *, depth: int) -> object:
-    """``data`` (JSON that another process wrote, maybe another user's) parsed with its work bounded, or
-    ValueError saying why not.
-
-    The caller has bounded the size (it read at most a cap). Here: the bytes must be UTF-8 (not one of
-    the UTF-16/32 forms :func:`json.loads` would guess), arrays and objects may nest at most ``depth``
-    deep, checked before parsing (the parser recurses once per level: 60,000 ``[`` raise RecursionError,
-    not ValueError), numbers have at most 24 characters and are finite (no NaN, no Infinity, no 1e999)."""
+    """``data`` (JSON another process wrote) parsed with its work bounded, or ValueError saying why not: UTF-8
+    only, nesting at most ``depth`` (checked before parsing), finite numbers of at most 24 characters."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -467,8 +398,7 @@ def load_json(data: bytes, *, depth: int) -> object:
 
 
 def _too_deep(text: str, depth: int) -> bool:
-    """Whether arrays and objects nest deeper than ``depth`` in the JSON ``text`` (a bracket inside a string
-    does not count): one pass, linear in the text, without recursion."""
+    """Whether arrays and objects nest deeper than ``depth`` in the JSON ``text`` (strings skipped), in one pass."""
     if text.count("[") + text.count("{") <= depth:
         return False        # a flat record: nothing to scan
     import re   # json imports re anyway

@@ -1,9 +1,5 @@
-"""Where a process's memory really is: :func:`locality` and the :class:`Locality` it returns.
-
-Read from the live system (:mod:`numabind.live`, :mod:`numabind._proc`) for any process this one may inspect: its
-pages per node (``/proc/PID/numa_maps``), where its threads may run, ``Mems_allowed``, the policies its mappings
-show, and whether numabind bound it (:attr:`Locality.bound`: the exec marker, a birth report or a runtime record,
-and when each is trusted). What is read, and what a process that cannot be read raises: docs/move.rst.
+"""Where a process's memory really is: :func:`locality` and the :class:`Locality` it returns (its pages per node,
+where its threads may run, and whether numabind bound it). What is read, and what is raised: docs/move.rst.
 """
 
 from __future__ import annotations
@@ -46,12 +42,9 @@ class ThreadPlacement:
 
 @dataclass(frozen=True, slots=True)
 class BoundBy:
-    """How numabind bound a process: ``source`` says where this was read (the exec marker, the numactl
-    wrapper's marker, this process's birth report or a runtime record), ``requested`` is the plan asked
-    for and ``applied`` what the kernel held right after binding (None when not recorded: through
-    numactl, which applies the plan after the marker is set). ``verified`` is False for an older
-    numabind's exec marker without a start time (:data:`SOURCE_UNVERIFIED`): what it says may be
-    another process's, one that had the pid before."""
+    """How numabind bound a process: ``source`` says where this was read (an exec marker, a birth report, a
+    runtime record), ``requested`` the plan asked for, ``applied`` what the kernel held right after binding
+    (None when not recorded, as through numactl)."""
 
     source: str
     requested: Plan
@@ -65,16 +58,10 @@ class BoundBy:
 
 @dataclass(frozen=True, slots=True)
 class Locality:
-    """Where the pages of process ``pid`` are, next to where its threads may run (frozen; not hashable: it holds
-    dicts).
+    """Where the pages of process ``pid`` are, next to where its threads may run (frozen; not hashable).
 
-    ``pages`` is None when ``numa_maps`` could not be read (then ``error`` says why: a kernel without
-    ``numa_maps``; a process that is gone or may not be read raises instead, see :func:`locality`). Shares are
-    fractions from 0 to 1; a page is *local* when it is on one of ``cpu_nodes``, the nodes of the CPUs
-    any of the process's threads may run on, and *remote* otherwise (memory-only nodes, such as CXL
-    memory, are remote to every CPU). ``page_size`` 0 is this machine's; ``mem_policy`` is read for this
-    process's calling thread only (``get_mempolicy``).
-    """
+    ``pages`` is None when ``numa_maps`` could not be read (``error`` says why). A page is *local* on one of
+    ``cpu_nodes`` (the nodes of its threads' CPUs), else *remote*. ``mem_policy``: this process's only."""
 
     pid: int
     name: str = "?"
@@ -141,10 +128,7 @@ class Locality:
         return None if share is None else 1.0 - share
 
     def remote_share_by_kind(self, kind: str) -> float | None:
-        """The remote share of the pages in ``kind`` of mapping: ``"anon"`` (the process's own memory:
-        heap, stack, anonymous mappings, transparent huge pages), ``"file"`` (mapped files: page-cache
-        pages that other processes may have brought in on any node) or ``"huge"`` (hugetlbfs); None when
-        there is no such page or numa_maps was not read."""
+        """The remote share of ``kind`` (anon, file, huge) of mapping; None without such pages."""
         if kind not in _KINDS:
             raise NumabindError(f"remote_share_by_kind: kind {kind!r} is not one of {', '.join(_KINDS)}")
         if self.pages is None:
@@ -284,9 +268,8 @@ _NUMACTL_APPLIED = "numactl"      # the applied field of the numactl wrapper's m
 
 
 def _from_marker(marker: str, pid: int, started: int) -> BoundBy | None:
-    """The binding an exec marker records for process ``pid`` started at ``started``; None when the marker
-    is another process's (a parent's, inherited; or one that had the pid before) or does not parse. A
-    marker without a start time gives an unverified BoundBy (see the module docstring)."""
+    """The binding an exec marker records for process ``pid`` started at ``started``; None when the marker is
+    another process's or does not parse; unverified without a start time."""
     owner, _, rest = marker.partition("|")
     owner_pid, timed, start = owner.partition(":")
     if owner_pid != str(pid):      # inherited from a parent that numabind bound: not this process's binding
@@ -307,8 +290,7 @@ def _from_marker(marker: str, pid: int, started: int) -> BoundBy | None:
 
 
 def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
-    """What numabind recorded about binding ``pid``: this process's birth report, else the exec marker,
-    else the runtime record of a child bound at birth (:mod:`numabind.records`)."""
+    """What numabind recorded about binding ``pid``: the birth report, else the exec marker, else a runtime record."""
     from . import records   # records loads json: kept off numabind move's start (only a migration reads them)
 
     birth = records.own_birth() if me else None   # handed down by numabind.process when this process was born
@@ -336,8 +318,7 @@ def _bound_by(pid: int, me: bool, started: int) -> BoundBy | None:
 
 
 def mems_allowed(pid: int, status: dict[str, str]) -> frozenset[int] | None:
-    """The memory nodes of process ``pid``'s cpuset: ``Mems_allowed_list`` of its ``/proc/PID/status`` (read as
-    ``status``); None when the field is missing or malformed."""
+    """``Mems_allowed_list`` of ``pid``'s ``status`` (read already), or None when missing or malformed."""
     try:
         return parse_cpulist(status["Mems_allowed_list"], what=f"/proc/{pid}/status Mems_allowed_list")
     except (KeyError, ValueError):
@@ -357,11 +338,9 @@ def _own_policy() -> str | None:
 def locality(pid: int | None = None, *, pages: NodePages | None = None) -> Locality:
     """Where the pages of process ``pid`` (default: this one) are, next to where its threads may run.
 
-    :class:`~numabind.errors.NoSuchProcess` when the process does not exist, is a zombie or exits while
-    being read; :class:`~numabind.errors.AccessDenied` when its pages may not be read (another user's).
-    What the kernel cannot say gives a :class:`Locality` whose ``error`` says what is missing (see the
-    module docstring). ``pages`` (this process only) uses counts already read instead of reading
-    ``numa_maps`` again.
+    Raises :class:`~numabind.errors.NoSuchProcess` when it does not exist, is a zombie or exits while read,
+    :class:`~numabind.errors.AccessDenied` when its pages may not be read. What the kernel cannot say is the
+    :class:`Locality`'s ``error``. ``pages`` (this process only): counts already read.
     """
     if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
         raise NumabindError(f"locality needs a process id (a positive int) or None for this process, got {pid!r}")

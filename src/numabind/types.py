@@ -1,16 +1,6 @@
-"""The words numabind's public functions take, as :data:`typing.Literal` types, each defined here once.
-
-Users' code and numabind's own signatures name them, so that a type checker catches a misspelt word
-(``mode="nodes"``) before it runs::
-
-    from numabind.types import Mode, MemPolicy
-
-    def plan_for(gpu: int, mode: Mode = "node", policy: MemPolicy = "bind") -> numabind.Plan: ...
-
-The tuples that the code checks at run time (:data:`numabind.MODES`, :data:`numabind.MEM_POLICIES`,
-``numabind.plan.NODE_POLICIES``, ``numabind.backends.BACKEND_NAMES``, ``numabind.backends.THREAD_MODES``)
-hold the same words (``tests/test_types.py`` checks it). Modules on ``numabind run``'s path name these
-types under ``TYPE_CHECKING`` only: this module imports :mod:`typing`, which that path never loads.
+"""The words numabind's public functions take, as :data:`typing.Literal` types, each defined here once, so that a
+type checker catches a misspelt word (``mode="nodes"``). The tuples checked at run time (:data:`numabind.MODES`,
+:data:`numabind.MEM_POLICIES`, ...) hold the same words (``tests/test_types.py``).
 """
 
 from typing import Literal, Union

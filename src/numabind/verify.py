@@ -1,11 +1,5 @@
-"""Verify: read back what the kernel holds for this process, and compare it with a plan.
-
-:func:`current_binding` reads what the kernel says now (like ``numactl --show``): the calling thread's
-CPUs and memory policy, every thread's CPUs, the cpuset's memory nodes and, under weighted
-interleave, the system's weights. :func:`verify_current` compares that with a :class:`Plan` without
-changing anything (e.g. after ``numactl`` bound the process at exec) and reports every difference the
-way :func:`numabind.bind_current` reports what it applied. Both read through one backend, like the
-rest of numabind; applying is :mod:`numabind.bind`.
+"""Verify: :func:`current_binding` reads what the kernel holds for this process (like ``numactl --show``), and
+:func:`verify_current` compares it with a :class:`Plan` without changing anything.
 """
 
 TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the import path)
@@ -26,11 +20,8 @@ log = getLogger(__name__)
 
 
 class Binding(Value):
-    """What the kernel says now (like ``numactl --show``).
-
-    ``weights``: under weighted interleave, the system-wide weight of each of ``mem_nodes``
-    (empty otherwise, or when the kernel has no weights to read).
-    """
+    """What the kernel says now (like ``numactl --show``); ``weights``: under weighted interleave, the system-wide
+    weight of each of ``mem_nodes`` (else empty)."""
 
     __slots__ = ("cpus", "mem_policy", "mem_nodes", "mems_allowed", "backend", "threads", "weights")
     _compare = ("cpus", "mem_policy", "mem_nodes", "mems_allowed", "backend", "weights")
@@ -56,8 +47,7 @@ class Binding(Value):
 
     @property
     def plan(self) -> Plan:
-        """The binding as a Plan (a policy a Plan cannot express shows as None; weighted interleave
-        carries the system's weights of its nodes)."""
+        """The binding as a Plan (a policy a Plan cannot express shows as None)."""
         policy = plannable_policy(self.mem_policy)
         return Plan(cpus=self.cpus, mem_policy=policy, mem_nodes=self.mem_nodes if policy else None,
                     weights=self.weights if policy == "weighted-interleave" and self.weights else None)
@@ -77,8 +67,6 @@ class Binding(Value):
                          ", ".join(f"{tid}:{format_cpulist(c)}" for tid, c in sorted(others.items())))
         lines.append(f"backend:      {self.backend}")
         return "\n".join(lines)
-
-
 
 
 def current_binding(backend: "BackendName | None" = None) -> Binding:
@@ -103,16 +91,11 @@ def current_binding(backend: "BackendName | None" = None) -> Binding:
                    backend=be.name, threads=threads, weights=weights)
 
 
-
-
 def verify_current(plan: Plan, strict: Strictness | None = None, *, threads: "ThreadMode" = "matching",
                    backend: "BackendName | None" = None) -> BindReport:
-    """Whether the kernel holds ``plan`` now, without changing anything (e.g. after ``numactl`` bound the
-    process at exec): a :class:`BindReport` whose warnings name every difference.
-
-    The calling thread's CPUs and memory policy are compared with the plan; with ``threads="matching"``
-    or ``"all"`` every other thread's CPUs too. ``strict=True`` raises :class:`NumabindError` on any
-    difference; ``"partial"`` only when neither the CPUs nor the memory policy match.
+    """Whether the kernel holds ``plan`` now, without changing anything: a :class:`BindReport` whose warnings name
+    every difference (the other threads' CPUs too, unless ``threads="current"``). ``strict=True`` raises
+    :class:`NumabindError` on any difference; ``"partial"`` only when neither the CPUs nor the memory policy match.
     """
     check_plan(plan, "verify_current")
     check_threads(threads)

@@ -1,10 +1,6 @@
-"""An hwloc XML topology as a discovery root (``lstopo t.xml``; the manual: docs/discovery.rst, "hwloc XML").
-
-:func:`read_topology` reads a file (format v1 of hwloc 1.x, v2 of 2.x, v3 of 3.x) into an :class:`HwlocTopology`:
-its machine as the same :class:`~numabind._facts.Facts` the sysfs reader gives, which the topology's one builder
-makes values of, and its PCI functions, whose files (:meth:`HwlocTopology.tree`) numabind's other readers (GPUs,
-I/O devices, node memory) read from memory. :func:`xml_root` reads a file once; :func:`xml_of` is the one a reader
-reads.
+"""An hwloc XML topology (formats v1 to v3) as a discovery root (docs/discovery.rst, "hwloc XML"):
+:func:`read_topology` gives its machine as :class:`~numabind._facts.Facts` and its PCI functions, whose files
+(:meth:`HwlocTopology.tree`) the other readers read from memory.
 """
 
 from __future__ import annotations
@@ -36,10 +32,6 @@ class HwlocTopology:
     pci: dict[str, Function]
     gpu_notes: dict[str, str]
 
-    @property
-    def gpu_note(self) -> str:
-        return "; ".join(self.gpu_notes.values())
-
     @cached_property
     def tree(self) -> Tree:
         """The files a kernel would show of the machine to the readers other than the topology's (made once)."""
@@ -48,7 +40,7 @@ class HwlocTopology:
 
 def read_topology(path: str, data: bytes) -> HwlocTopology:
     """The machine the hwloc XML file ``path`` describes, from its bytes ``data``; NumabindError (file and line)
-    for anything it cannot read. The whole file is read and checked before anything is made of it."""
+    for anything it cannot read."""
     r = parse(path, data)
     facts, numa = read_machine(path, r)
     root = r.objects[0]
@@ -61,8 +53,7 @@ _read: dict[tuple[str, int, int], HwlocTopology] = {}     # (realpath, size, mti
 
 
 def xml_root(path: str, load: Callable[[], bytes]) -> HwlocTopology:
-    """The hwloc XML file ``path`` read once per (file, size, mtime); ``load()`` gives its bytes (the bounded
-    read of :mod:`numabind._fs`)."""
+    """The hwloc XML file ``path`` read once per (file, size, mtime); ``load()`` gives its bytes."""
     st = os.stat(path)
     key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
     found = _read.get(key)
@@ -78,10 +69,9 @@ def xml_of(reader: Any) -> HwlocTopology | None:
 
 
 def gpu_order_note(reader: Any, vendor: str | None = None) -> str:
-    """What an XML root says about its GPUs' order (for their identity note): of the GPUs of ``vendor``
-    (``"nvidia"``, ``"amd"``, ``"intel"``, ``"ascend"``), or of every vendor; "" for another root and where the
-    file's OS devices number the GPUs as numabind does."""
+    """What an XML root says about the order of the GPUs of ``vendor`` (None: every vendor); "" where there is
+    nothing to say."""
     topo = xml_of(reader)
     if topo is None:
         return ""
-    return (topo.gpu_note if vendor is None else topo.gpu_notes.get(vendor, "")).strip()
+    return ("; ".join(topo.gpu_notes.values()) if vendor is None else topo.gpu_notes.get(vendor, "")).strip()

@@ -49,16 +49,12 @@ def read_pci(path: str, objs: list[Obj], facts: Facts, numa: bool, version: str)
     places: dict[int, tuple[frozenset[int], int]] = {}     # locality position -> (local PUs, node)
     out: dict[str, Function] = {}
     for obj in objs:
-        if obj.type == "Bridge" and "pci_busid" in obj.attrs:
-            bus = bus_id(obj.attrs["pci_busid"])
-            kind = _pci_type(obj.attrs.get("pci_type", ""))
-            if bus is None or kind is None:
-                continue            # a bridge numabind cannot name is a directory of the tree, nothing more
-        elif obj.type != "PCIDev":
+        if obj.type != "PCIDev" and (obj.type != "Bridge" or "pci_busid" not in obj.attrs):
             continue
-        else:
-            bus = bus_id(obj.attrs.get("pci_busid", ""))
-            kind = _pci_type(obj.attrs.get("pci_type", ""))
+        bus = bus_id(obj.attrs.get("pci_busid", ""))
+        kind = _pci_type(obj.attrs.get("pci_type", ""))
+        if (bus is None or kind is None) and obj.type == "Bridge":
+            continue            # a bridge numabind cannot name is a directory of the tree, nothing more
         if bus is None or kind is None:
             raise fail(path, obj.line, f"a PCIDev with pci_busid={shown(obj.attrs.get('pci_busid', ''))} "
                        f"pci_type={shown(obj.attrs.get('pci_type', ''))}, not a bus id and class [vendor:device]",
@@ -132,8 +128,7 @@ def _host_bridge(obj: Obj) -> str | None:
 
 def _sysfs_path(objs: list[Obj], obj: Obj, bus: str) -> tuple[str, ...] | None:
     """Where the kernel puts PCI function ``bus`` under ``sys/devices``: its host bridge, the bridges down to it
-    and itself (hwloc's Bridge objects above it); None when no host bridge holds it (hwloc's bridges filtered out,
-    or a file that does not say): the function is then a directory of ``sys/bus/pci/devices`` alone."""
+    and itself; None when no host bridge holds it."""
     chain = [bus]
     up = obj.parent
     while up >= 0 and objs[up].type in _IO_TYPES:
@@ -172,8 +167,8 @@ def runtime_index(name: str, prefixes: tuple[str, ...]) -> tuple[int, int] | Non
 
 
 def gpu_notes(path: str, pci: dict[str, Function], carried: dict[str, str]) -> dict[str, str]:
-    """How the GPUs of each vendor are ordered, said for their identity note ({vendor: note}, none where the
-    file's OS devices number them as numabind does); ``carried``: the notes numabind's own export wrote."""
+    """{vendor: note} on how the file's GPUs are ordered where numabind's order may differ; ``carried``: the notes
+    numabind's own export wrote."""
     name = printable(os.path.basename(path))
     out: dict[str, str] = {}
     for vendor in NAMES:

@@ -53,15 +53,13 @@ def read_machine(path: str, r: Reader) -> tuple[Facts, bool]:
     complete = obj_bitmap(path, root, "complete_cpuset")
     pu_at = {pos: cpu for cpu, pos in pus.items()}
 
-    # Every set below is made once (per object, or per bitmap text) and shared by all that hold it: a set per
-    # PU of its package's or its cache's PUs made reading quadratic in the file's size, in time and in memory.
+    # every set below is made once (per object, or per bitmap text) and shared: else reading is quadratic
     of_text: dict[str, frozenset[int]] = {}         # cpuset text -> its PUs
     held: dict[int, frozenset[int]] = {}            # object position -> below(it)
     under: dict[int, frozenset[int]] = {}           # object position -> the PU objects in its subtree
 
     def pus_under(pos: int) -> frozenset[int]:
-        """The PU objects in the subtree of ``pos``: one post-order pass, a child's set reused where it is the
-        only one."""
+        """The PU objects in the subtree of ``pos`` (one post-order pass)."""
         if pos in under:
             return under[pos]
         order: list[int] = []
@@ -128,9 +126,8 @@ def read_machine(path: str, r: Reader) -> tuple[Facts, bool]:
 def _cores_and_caches(path: str, objs: list[Obj], pus: Mapping[int, int], below: Callable[[int], frozenset[int]]
                       ) -> tuple[dict[int, tuple[int, int, frozenset[int]]],
                                  dict[tuple[int, str, frozenset[int]], int | None]]:
-    """Each PU's (package, core, the core's PUs) and the distinct caches, by each PU's ancestors: first what each PU
-    is under (every attribute checked in the order of the PUs), then one set per object, its cpuset and the PUs
-    below it that the cpuset misses."""
+    """Each PU's (package, core, the core's PUs) and the distinct caches, by each PU's ancestors (an object's PUs:
+    its cpuset and the PUs below it that the cpuset misses)."""
     ids: dict[int, int | None] = {}                                 # core/package position -> os_index
     cache_of: dict[int, tuple[int, str, int | None]] = {}            # cache position -> (level, type, size)
     missed: dict[int, list[int]] = {}                               # position -> PUs below it, not in its cpuset
@@ -240,9 +237,8 @@ def _is_tier(obj: Obj) -> bool:
 
 def _allowed(online: frozenset[int], cpus: frozenset[int], nodes: Mapping[int, tuple[frozenset[int], int]],
              mems: frozenset[int]) -> Allowed:
-    """What the exported process could use, as the kernel shows it: ``Cpus_allowed`` and ``Mems_allowed`` in its
-    status ("status"); where those are not the whole machine (an XML exported inside a cpuset) a cgroup v2 cpuset
-    at the root ("cgroup2:/"), the limit."""
+    """What the exported process could use: its status's, and a root cgroup v2 cpuset where that is not the whole
+    machine (an XML exported inside a cpuset)."""
     ids = frozenset(nodes)
     cpus_source, nodes_source = "online", "status"
     if cpus != online or mems != ids:
@@ -255,8 +251,7 @@ def _allowed(online: frozenset[int], cpus: frozenset[int], nodes: Mapping[int, t
 
 
 def _cpu_info(objs: list[Obj], pus: Mapping[int, int]) -> dict[str, str]:
-    """The CPU's vendor, family and model as proc/cpuinfo has them: the infos of the first PU's package, over the
-    root's."""
+    """The CPU's vendor, family and model: the infos of the first PU's package, over the root's."""
     up = objs[min(pus.values())].parent
     while up >= 0 and objs[up].type not in ("Package", "Socket"):
         up = objs[up].parent
@@ -366,23 +361,17 @@ def _memory_access(path: str, r: Reader, nodes: Mapping[int, tuple[frozenset[int
                 raise fail(path, line, f"{attr.attrs['name']} value={shown(text)} is not a non-negative "
                            f"integer", REEXPORT)
             value = int(text)
-            key: str | int
-            if "initiator_cpuset" in values:
-                key = values["initiator_cpuset"]
-                initiators = nodes_of.get(key)
-                if initiators is None:
-                    cpus = bitmap(path, line, "initiator_cpuset", key).within(online)
-            else:
-                ini_pos = gp_of.get(values.get("initiator_obj_gp_index", ""))
-                if ini_pos is None:
+            key: str | int | None = values.get("initiator_cpuset")
+            if key is None:
+                key = gp_of.get(values.get("initiator_obj_gp_index", ""))
+                if key is None:
                     log.debug("hwloc XML %s, line %d: a %s value without an initiator the file holds; ignored",
                               path, line, attr.attrs["name"])
                     continue
-                key = ini_pos
-                initiators = nodes_of.get(key)
-                if initiators is None:
-                    cpus = below(ini_pos)
+            initiators = nodes_of.get(key)
             if initiators is None:
+                cpus = (below(key) if isinstance(key, int)
+                        else bitmap(path, line, "initiator_cpuset", key).within(online))
                 initiators = nodes_of[key] = sorted({home[c] for c in cpus if c in home})
             if not value or not initiators:
                 continue                # the kernel shows no 0, and only nodes as initiators

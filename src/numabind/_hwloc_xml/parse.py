@@ -4,14 +4,14 @@ hwloc's bitmaps (docs/discovery.rst, "Safety" and "Cost")."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._base import excerpt, printable
 from ..cpulist import MAX_ID
 from ..errors import NumabindError
 
-#: Largest hwloc XML file read (bytes). The corpus' largest (384 PUs with I/O) is 335 KB; a machine of 8192
-#: CPUs with every cache and I/O device stays far below.
+#: Largest hwloc XML file read (bytes); the corpus' largest (384 PUs with I/O) is 335 KB.
 MAX_XML_BYTES = 64 << 20
 #: Deepest element nesting accepted (hwloc's deepest trees, with PCI bridges, are a few dozen levels).
 MAX_XML_DEPTH = 256
@@ -47,29 +47,25 @@ class Obj:
         self.children: list[int] = []
 
 
+@dataclass(slots=True)
 class Matrix:
     """A distance matrix as the file gives it (v2 ``distances2`` or v1 ``distances``)."""
 
-    __slots__ = ("attrs", "line", "indexes", "values", "latencies")
-
-    def __init__(self, attrs: dict[str, str], line: int) -> None:
-        self.attrs = attrs
-        self.line = line
-        self.indexes: list[str] = []
-        self.values: list[str] = []
-        self.latencies: list[tuple[str, int]] = []
+    attrs: dict[str, str]
+    line: int
+    indexes: list[str] = field(default_factory=list)
+    values: list[str] = field(default_factory=list)
+    latencies: list[tuple[str, int]] = field(default_factory=list)
 
 
+@dataclass(slots=True)
 class Extra:
     """A ``<memattr>`` (its values) or a ``<cpukind>`` (its infos): attributes and the line of the start tag."""
 
-    __slots__ = ("attrs", "line", "values", "infos")
-
-    def __init__(self, attrs: dict[str, str], line: int) -> None:
-        self.attrs = attrs
-        self.line = line
-        self.values: list[tuple[dict[str, str], int]] = []     # memattr_value attributes, line
-        self.infos: dict[str, str] = {}
+    attrs: dict[str, str]
+    line: int
+    values: list[tuple[dict[str, str], int]] = field(default_factory=list)     # memattr_value attributes, line
+    infos: dict[str, str] = field(default_factory=dict)
 
 
 #: The stack's mark of a ``<memattr>`` or ``<cpukind>`` that was kept (one under the root): only its children
@@ -147,8 +143,7 @@ class Reader:
             if parent_obj < 0:
                 self.roots += 1
                 if self.roots > 1:
-                    raise fail(self.path, line, "a second root object; an hwloc topology has one",
-                               REEXPORT)
+                    raise fail(self.path, line, "a second root object; an hwloc topology has one", REEXPORT)
             if len(self.objects) >= MAX_XML_OBJECTS:
                 raise fail(self.path, line, f"more than {MAX_XML_OBJECTS} objects; no machine has that many")
             pos = len(self.objects)
@@ -194,14 +189,12 @@ class Reader:
 
 
 def looks_like_hwloc_xml(name: str, head: bytes) -> bool:
-    """Whether a file is to be read as hwloc XML: its ``name`` ends in ``.xml``, or its first bytes ``head``
-    start (after blanks) with ``<?xml``, ``<!DOCTYPE topology`` or ``<topology``."""
+    """Whether a file is hwloc XML: its ``name`` ends in ``.xml``, or its first bytes ``head`` say so."""
     return name.lower().endswith(".xml") or head.lstrip().startswith((b"<?xml", b"<!DOCTYPE topology", b"<topology"))
 
 
 def read_error(path: str, exc: Exception) -> NumabindError:
-    """The error for an hwloc XML file ``path`` that the bounded read (:func:`numabind._fs.read_bounded`, capped
-    at :data:`MAX_XML_BYTES`) refused or could not read: ``exc`` is its RefusedFile or OSError."""
+    """The error for an hwloc XML file ``path`` the bounded read refused (``exc``: RefusedFile) or could not read."""
     why = getattr(exc, "why", None)
     if why == "size":
         return fail(path, None, f"is more than numabind's cap of {MAX_XML_BYTES >> 20} MiB for an hwloc XML "
@@ -237,26 +230,21 @@ def parse(path: str, data: bytes) -> Reader:
         raise fail(path, None, "holds no <object>: an hwloc topology has a root object", REEXPORT)
     return reader
 
+
 # ----------------------------------------------------------------------------- bitmaps
-
-
+@dataclass(slots=True)
 class Bitmap:
-    """An hwloc bitmap: the ids set (an int's bits: a few bytes per word, where a set of ints takes hundreds), and
-    whether every id from ``tail`` on is set (``0xf...f``)."""
+    """An hwloc bitmap: the ids set (an int's bits), and every id from ``tail`` on when set (``0xf...f``)."""
 
-    __slots__ = ("bits", "tail")
-
-    def __init__(self, bits: int, tail: int | None) -> None:
-        self.bits = bits
-        self.tail = tail
+    bits: int
+    tail: int | None
 
     @property
     def ids(self) -> frozenset[int]:
         return frozenset(_bit_ids(self.bits))
 
     def within(self, universe: Iterable[int]) -> frozenset[int]:
-        """The ids of ``universe`` (a set or a mapping's keys) that are set: linear in the bitmap's words and,
-        for a ``0xf...f`` one, in the universe."""
+        """The ids of ``universe`` (a set or a mapping's keys) that are set."""
         inside = universe if isinstance(universe, (frozenset, set, dict)) else frozenset(universe)
         if self.tail is None:
             return frozenset(i for i in _bit_ids(self.bits) if i in inside)
@@ -283,7 +271,7 @@ _MAX_WORDS = (MAX_ID + 1) // 32
 
 def bitmap(path: str, obj_line: int, name: str, text: str) -> Bitmap:
     """hwloc's bitmap text: 32-bit hex words, most significant first, separated by commas; an empty word is zero;
-    a leading ``0xf...f`` sets every higher bit. Linear in the text: the words become one int, never a set."""
+    a leading ``0xf...f`` sets every higher bit. The words become one int, never a set (linear in the text)."""
     body = text.strip()
     tail_all = body.startswith("0xf...f")
     if tail_all:
@@ -311,8 +299,6 @@ def bitmap(path: str, obj_line: int, name: str, text: str) -> Bitmap:
         digits_of.append(digits.rjust(8, "0"))
     bits = int("".join(reversed(digits_of)), 16) if digits_of else 0
     return Bitmap(bits, 32 * len(words) if tail_all else None)
-
-
 
 
 def obj_bitmap(path: str, obj: Obj, name: str = "cpuset") -> Bitmap | None:

@@ -1,6 +1,5 @@
-"""What a kernel would show of an hwloc XML file's machine to numabind's readers other than the topology's (GPUs,
-I/O devices, node memory): the files of its NUMA nodes' memory and of its PCI functions, held in memory
-(:class:`Tree`; docs/discovery.rst, "hwloc XML")."""
+"""The files a kernel would show of an hwloc XML file's nodes' memory and PCI functions, held in memory
+(:class:`Tree`) for the readers other than the topology's."""
 
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ MAX_LINKS = 40
 
 
 class Tree:
-    """Files and symbolic links by their path relative to the root: the answers of :class:`numabind._fs.FsReader`'s
-    reads of a root served from memory (links resolve as in a chroot at the root)."""
+    """Files and symbolic links by their path relative to the root, served to :class:`numabind._fs.FsReader`
+    (links resolve as in a chroot at the root)."""
 
     def __init__(self, files: dict[str, str], links: dict[str, str]) -> None:
         self.files = {rel: text if text.endswith("\n") else text + "\n" for rel, text in files.items()}
@@ -97,8 +96,9 @@ def tree_files(topo: HwlocTopology) -> tuple[dict[str, str], dict[str, str]]:
     files: dict[str, str] = {}
     total = 0
     for nid, node in topo.facts.nodes.items():
-        files[f"sys/devices/system/node/node{nid}/meminfo"] = f"Node {nid} MemTotal:       {node.memory_bytes >> 10} kB\n"
-        total += node.memory_bytes >> 10
+        kb = node.memory_bytes >> 10
+        files[f"sys/devices/system/node/node{nid}/meminfo"] = f"Node {nid} MemTotal:       {kb} kB\n"
+        total += kb
     files["proc/meminfo"] = f"MemTotal:       {total} kB\n"
     links: dict[str, str] = {}
     _pci_files(topo, files, links)
@@ -134,10 +134,8 @@ def _safe_name(name: str) -> bool:
 
 
 def _pci_bases(topo: HwlocTopology, links: dict[str, str]) -> dict[str, str]:
-    """Each function's directory: under ``sys/devices`` below its host bridge and bridges, with its link in
-    ``sys/bus/pci/devices`` (as the kernel lays them out, so that a PCI function's path, its link class to
-    another and a NIC's interfaces read as on the machine); a plain directory of ``sys/bus/pci/devices`` where
-    the file gives no host bridge."""
+    """Each function's directory, as the kernel lays them out: under ``sys/devices`` below its bridges, linked
+    from ``sys/bus/pci/devices`` (a plain directory there where the file gives no host bridge)."""
     bases: dict[str, str] = {}
     for bus in sorted(topo.pci):
         chain = topo.pci[bus].place
@@ -150,9 +148,8 @@ def _pci_bases(topo: HwlocTopology, links: dict[str, str]) -> dict[str, str]:
 
 
 def _osdev_files(topo: HwlocTopology, bases: dict[str, str], files: dict[str, str], links: dict[str, str]) -> None:
-    """The network interfaces, RDMA devices (with their ports) and disks of each function, in their classes;
-    an SR-IOV VF's ``physfn``, and the bonds and VLANs numabind's own export says are stacked on a function's
-    interfaces (infos ``NumabindPhysFn``, ``NumabindNetUppers``)."""
+    """The network interfaces, RDMA devices and disks of each function, in their classes; an SR-IOV VF's
+    ``physfn`` and the bonds and VLANs numabind's own export wrote (``NumabindPhysFn``, ``NumabindNetUppers``)."""
     for bus, f in sorted(topo.pci.items()):
         base = bases[bus]
         for name, kind, infos in f.osdevs:
@@ -197,7 +194,7 @@ def _osdev_files(topo: HwlocTopology, bases: dict[str, str], files: dict[str, st
 
 def _pci_files(topo: HwlocTopology, files: dict[str, str], links: dict[str, str]) -> None:
     """Each function's ``class``, ids, node and local CPUs; a GPU's render node, an NVIDIA GPU's ``information``
-    file and the KFD topology of AMD GPUs with ``rsmi`` OS devices (in that order)."""
+    and the KFD topology of AMD GPUs with ``rsmi`` OS devices."""
     amd_rank: dict[str, tuple[int, int]] = {}
     bases = _pci_bases(topo, links)
     for bus, f in sorted(topo.pci.items()):

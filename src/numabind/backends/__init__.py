@@ -1,12 +1,6 @@
 """The backends, and the choice of one, in the spirit of pyzmq's backend chooser.
 
-Every backend offers the same small surface (:class:`~numabind.backends.base.Backend`); :mod:`numabind.bind` never
-knows which one it got. One module per mechanism: :mod:`~numabind.backends.libnuma` and
-:mod:`~numabind.backends.syscall` over the compiled core (their shared mechanics in
-:mod:`~numabind.backends.native`), :mod:`~numabind.backends.numactl` and :mod:`~numabind.backends.none`.
-
-Default order: ``libnuma`` (dlopen'd libnuma.so.1) → ``syscall`` (raw system calls) → ``numactl`` (birth-time
-binding through the numactl binary) → ``none`` (CPU affinity only). ``NUMABIND_BACKEND`` forces one by name; a
+Default order: ``libnuma`` → ``syscall`` → ``numactl`` → ``none``. ``NUMABIND_BACKEND`` forces one by name; a
 forced backend that cannot load is an error, never a silent substitute. This module re-exports the names the
 rest of the package takes from ``numabind.backends``.
 """
@@ -154,12 +148,8 @@ def _native_state() -> tuple[bool, str]:
 
 
 def backend_info() -> "dict[str, Any]":
-    """Which backends can be used here and why the others cannot.
-
-    ``native`` says what the compiled core is: ``"numabind._native 0.1.0 loaded from /.../_native.abi3.so"``
-    when it loads (``native_ok`` True), else one line saying it is missing and how to get it (``native_ok``
-    False).
-    """
+    """Which backends can be used here and why the others cannot; ``native`` says where the compiled core was
+    loaded from, or why it is missing and how to get it (``native_ok``)."""
     available = {n: _load(n) is not None for n in BACKEND_NAMES}
     try:
         be, why = get_backend()

@@ -22,12 +22,9 @@ LIBNUMA_SONAME = "libnuma.so.1"
 
 
 def _libnuma_to_load(name: str) -> tuple[str | None, str]:
-    """What ``_NUMABIND_LIBNUMA=name`` makes numabind load: (the name or path for dlopen, "") or (None,
-    why it is refused). Accepted are libnuma's own names (``libnuma.so`` with optional ``.<digits>``
-    parts, found by the dynamic loader) and an absolute path whose real path (symlinks resolved; that
-    path is the one loaded), like every directory above it, belongs to root or to this user and is not
-    writable by its group or others, so that no other user can put a library there; a file that does
-    not exist yet is not refused here (loading it fails)."""
+    """What ``_NUMABIND_LIBNUMA=name`` makes numabind load: (the name or path for dlopen, "") or (None, why it is
+    refused). Accepted: libnuma's own names, or an absolute path whose real path and every directory above it
+    belong to root or this user and are writable by no one else."""
     stem, dot_so, version = name.partition(".so")
     if stem == "libnuma" and dot_so and (version == "" or (
             version.startswith(".") and all(p.isascii() and p.isdigit() for p in version[1:].split(".")))):

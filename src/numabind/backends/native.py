@@ -1,10 +1,6 @@
-"""The native mechanics of the ``libnuma`` and ``syscall`` backends: the compiled core (:func:`load_native`,
-checked once), the one call of a whole bind (``nb_*_bind``: its request kept per plan, its buffer, its facts and
-the verdict on them) and :class:`NativeBackend`, which calls ``<prefix>set_mempolicy`` and friends of
-:mod:`numabind._native`. The two backends differ only in that prefix: ``nb_sys_`` (raw ``syscall()``) or
-``nb_numa_`` (the same calls inside libnuma.so.1, opened at run time with dlopen()). Masks are sized from the
-kernel's possible CPUs and nodes (:mod:`numabind.live`) and kept per id set, so binding the same plan again
-allocates nothing.
+"""The native mechanics of the ``libnuma`` and ``syscall`` backends: the compiled core (:func:`load_native`),
+the one call of a whole bind (``nb_*_bind``) and :class:`NativeBackend`. The two backends differ only in the
+prefix of the calls: ``nb_sys_`` (raw ``syscall()``) or ``nb_numa_`` (libnuma.so.1, dlopen'd).
 """
 
 import sys
@@ -66,9 +62,8 @@ _NOW_MODE = _ERRS = _FACTS = _PROCESSED = _EXITED = _LINKS = _HELD = _SETTLED = 
 _NO_ROOM = _SETTLE_SHIFT = _NEED_OLD = _COUNT_LINKS = _COUNTED = _WALKED = _ROUNDS = 0
 _POLICY_FACTS = _CPU_FACTS = _NOW_READ = 0   # the facts of a policy, and of CPUs, set and read back as asked
 _ffi: "Any" = None
-#: NB_COUNT_LINKS once this process saw the /proc/self/task directory's link count agree with a listing of one
-#: thread (0 until then): procfs counts a task directory's links as 2 + its threads, and a bind of a lone thread
-#: then lists nothing. Trusted once it agreed (the decision is Python's; the core only reads the count).
+#: NB_COUNT_LINKS once /proc/self/task's link count (2 + threads) agreed with a listing of one thread, else 0: a
+#: bind of a lone thread then lists nothing.
 _count_links = 0
 
 
@@ -120,11 +115,9 @@ def _swap_of(ints: "Any", at: int, masks: "Any", words: int, policy: str, nodes:
 
 
 class _Request:
-    """What nb_*_bind sets for one (policy, nodes, CPUs), kept per plan: its ``struct nb_bind_request`` and the
-    masks it points to, the buffer's size in ints (``size`` + ``per_thread`` * thread capacity), the facts of a
-    bind done exactly as asked (``want``; ``want1`` for a lone thread, -1 when that needs more than the facts),
-    the statuses other threads may end with in such a bind, and the last call, whose buffer the next bind uses
-    again when nothing else holds it."""
+    """What nb_*_bind sets for one (policy, nodes, CPUs), kept per plan: its request and masks, the buffer's size,
+    the facts of a bind done exactly as asked (``want``; ``want1`` for a lone thread, -1 when the facts cannot
+    tell) and the last call, whose buffer the next bind reuses when nothing else holds it."""
 
     __slots__ = ("struct", "keep", "policy", "nodes", "cpus", "nw", "cw", "size", "per_thread", "want", "want1",
                  "others", "spare")

@@ -50,11 +50,7 @@ class NumactlBackend(AffinityOnlyBackend):
             raise NumabindError(f"{WRAPPER} must be executable and not world-writable (mode {st.st_mode:o})")
 
     def get_mempolicy(self) -> tuple[str, frozenset[int]]:
-        """The calling thread's policy, as a child started from it reports it.
-
-        Memory policy is inherited through fork and kept across exec, so
-        ``numactl --show`` run from this thread shows this thread's policy.
-        """
+        """The calling thread's policy, as ``numactl --show`` started from it reports it (a child inherits it)."""
         try:
             out = subprocess.run([self.numactl, "--show"], capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.SubprocessError) as e:
@@ -74,12 +70,8 @@ class NumactlBackend(AffinityOnlyBackend):
         return 0
 
     def command_prefix(self, plan: Plan) -> list[str]:
-        """The wrapper's argv: the numactl binary checked here, the plan's text for the command's
-        ``_NUMABIND_BOUND`` marker (``numabind stat``), the plan as numactl options, ``--``.
-
-        numactl checks ``--physcpubind`` against the caller's affinity; numabind's limit is the cpuset
-        (the plan was checked against it), so a plan whose CPUs leave the affinity gets numactl's
-        ``--all`` first, which leaves the check to the kernel (the cpuset)."""
+        """The wrapper's argv: the numactl binary, the plan's text (the ``_NUMABIND_BOUND`` marker), the plan as
+        numactl options, ``--``; ``--all`` first when the plan's CPUs leave the affinity (the cpuset is the limit)."""
         whole = ["--all"] if plan.cpus is not None and not plan.cpus <= os.sched_getaffinity(0) else []
         return [WRAPPER, f"--numactl={self.numactl}", f"--mark={plan.to_text()}", *whole, *plan.to_numactl_argv(),
                 "--"]

@@ -1,10 +1,6 @@
-"""The kernel calls for one range of memory: ``mbind(2)``, ``get_mempolicy(2)`` with ``MPOL_F_ADDR``, and
-``move_pages(2)`` in query mode, through the compiled core of the ``libnuma`` or ``syscall`` backend.
-
-Only calls live here; what to ask and what the answers mean is :mod:`numabind.memory`. A buffer is turned
-into an address with cffi's ``from_buffer`` (any object with the buffer protocol, read-only ones too: the
-kernel sets a range's policy whatever its protection). Every refusal is a :class:`~numabind.errors.BindError`
-naming the call, the range and the errno.
+"""The kernel calls for one range of memory: ``mbind(2)``, ``get_mempolicy(2)`` with ``MPOL_F_ADDR`` and
+``move_pages(2)`` in query mode, through the compiled core. What to ask is :mod:`numabind.memory`; every refusal
+is a :class:`~numabind.errors.BindError` naming the call, the range and the errno.
 """
 
 from __future__ import annotations

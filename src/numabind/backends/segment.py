@@ -1,12 +1,7 @@
 """Shared-memory segments mapped into this process so that a memory policy can be set on them: a System V
-segment keyed by a file (``ftok``, ``shmget``, ``shmat``) or a file of a tmpfs or hugetlbfs mapped shared, and
-the page-by-page reads of such a range (its policy, the node of each page) and the touch that faults it in.
-
-This is the kernel door of numactl's ``--shm``/``--file`` options (:mod:`numabind.cli.numactl`): only calls
-live here, through the compiled core (System V calls, the touch) and ``os``/``mmap`` (files); which call to
-make when, and numactl's rules about lengths and offsets, are the caller's. A policy set on a shared segment is
-the segment's own (the kernel's shared policy): it outlives this process and every process that maps the
-segment sees it. Every refusal is a :class:`~numabind.errors.BindError` naming the call and what was asked.
+segment keyed by a file or a tmpfs/hugetlbfs file mapped shared, the page-by-page reads of such a range and the
+touch that faults it in. Only calls live here (numactl's ``--shm``/``--file`` rules are the caller's); every
+refusal is a :class:`~numabind.errors.BindError` naming the call and what was asked.
 """
 
 from __future__ import annotations
@@ -84,11 +79,9 @@ def ftok(path: str, proj_id: int) -> int:
 
 def attach_sysv(name: str, *, length: int, offset: int, mode: int, shmid: int, huge: bool,
                 say: Callable[[str], None], need_length: Callable[[], None]) -> Segment:
-    """Attach the System V segment keyed by the file ``name`` (created, mode ``mode``, when missing) and id
-    ``shmid``; create the segment (``length + offset`` bytes, mode ``mode``, huge pages with ``huge``) when
-    there is none, after calling ``need_length`` when ``length`` is 0 (it raises). ``say`` is given each notice
-    (a key file or a segment created). The range is ``length`` bytes (the whole segment when 0) from
-    ``offset``. Raises BindError."""
+    """Attach the System V segment keyed by the file ``name`` and id ``shmid``, creating the file and the segment
+    (``length + offset`` bytes, ``mode``, ``huge`` pages; ``need_length`` raises when ``length`` is 0) when missing;
+    ``say`` gets each notice. The range is ``length`` bytes (0: the whole segment) from ``offset``. Raises BindError."""
     lib, ffi = load_native().lib, load_native().ffi
     key = ftok(name, shmid)
     if key < 0:

@@ -1,7 +1,5 @@
-"""What every subcommand's argparse parser shares, one home for ``numabind`` (:mod:`numabind.cli.commands`) and
-``numabind move`` (:mod:`numabind.cli.move`, which builds its own parser to start without the rest of the CLI): the
-parser class, the action that refuses an option given twice, the global options a subcommand takes again, the
-errors a subcommand reports with an exit status, and ``--json``'s printer."""
+"""What every subcommand's argparse parser shares (``numabind`` and ``numabind move``'s own parser): the parser
+class, :class:`Once`, the global options, the CLI's errors and ``--json``'s printer."""
 
 from __future__ import annotations
 
@@ -16,19 +14,12 @@ __all__ = ["ArgumentParser", "CliError", "GLOBAL_DESTS", "Once", "ROOT_HELP", "U
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser, but an option's value ``--`` (``--physcpubind=--``) is that value, checked like any other.
-
-    argparse (Python 3.11's, and later ones until CPython changed it) drops a ``--`` from an option's values and
-    then stores ``[]`` for it without calling its ``type`` or checking its ``choices``: ``--backend=--`` was
-    silently ignored, ``--physcpubind=--`` (numactl's ``-C --`` hands it on) and ``--root=--`` ended in a
-    traceback. Subcommands' parsers are of this class too (``add_subparsers`` makes them of the parent's).
-
-    ``raw_epilog``: text printed as written below the help (tables, examples), where argparse's ``epilog``
-    would be wrapped and ``RawDescriptionHelpFormatter`` would stop wrapping the description too."""
+    """argparse's parser, but an option's value ``--`` (``--physcpubind=--``) is that value, checked like any other
+    (argparse up to 3.11 stores ``[]`` for it unchecked). ``raw_epilog``: text printed unwrapped below the help."""
 
     def __init__(self, *args: Any, raw_epilog: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.raw_epilog = raw_epilog    # printed as written below the help (the description is wrapped as usual)
+        self.raw_epilog = raw_epilog
 
     def format_help(self) -> str:
         text = super().format_help()
@@ -75,8 +66,7 @@ VERBOSE_HELP = "log INFO (-v) or DEBUG (-vv)"
 
 
 def global_options() -> list[ArgumentParser]:
-    """The global options, also taken after the subcommand (defaults suppressed: those given before stay): a
-    subcommand's ``parents``."""
+    """The global options as a subcommand's ``parents`` (defaults suppressed: those given before stay)."""
     c = ArgumentParser(add_help=False)
     c.add_argument("--root", default=argparse.SUPPRESS, help=ROOT_HELP)
     c.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
@@ -89,9 +79,8 @@ GLOBAL_DESTS = ("json", "root", "verbose")
 
 
 def keep_global_options(sub: Any) -> None:
-    """A subcommand's copy of a global option must not reset what was given before the subcommand (argparse
-    fills a subparser's defaults over the top-level namespace): ``numabind --json stat PID`` prints JSON as
-    ``numabind stat --json PID`` does. Every subcommand, its own parser or not, is checked here, in one place."""
+    """Suppress the defaults of every subcommand's copy of a global option, so that it does not reset what was
+    given before the subcommand (``numabind --json stat PID``)."""
     for parser in sub.choices.values():
         for action in parser._actions:
             if action.dest in GLOBAL_DESTS:
@@ -107,6 +96,6 @@ def pid_arg(text: str) -> int:
 
 def print_json(value: Any) -> None:
     """``--json``'s output: ``value`` indented, keys sorted, on stdout."""
-    import json   # kept off numabind move's start (it loads this module; its --json imports json itself)
+    import json   # off numabind move's start
 
     print(json.dumps(value, indent=2, sort_keys=True))

@@ -1,7 +1,5 @@
-"""``numabind completion bash|zsh``: the shell completion script, written by shtab (an optional dependency, the
-``completion`` extra) from :func:`numabind.cli.commands.build_parser`, so every subcommand and option the parser
-knows is completed and none is written by hand. Also runs as ``python -m numabind.cli.completion bash``. How to
-install the script: docs/install.rst, "The manual page and tab completion"."""
+"""``numabind completion bash|zsh``: the shell completion script, written by shtab (the ``completion`` extra)
+from :func:`numabind.cli.commands.build_parser` (docs/install.rst)."""
 
 from __future__ import annotations
 
@@ -29,9 +27,7 @@ def script(shell: str, parser: argparse.ArgumentParser | None = None) -> str:
         raise CompletionError(f"completion: unknown shell {printable(shell)!r}; fix: name one of "
                               f"{', '.join(COMPLETION_SHELLS)} (numabind completion bash)", USAGE)
     try:
-        # an optional dependency (the completion extra), imported by name: only this command needs it, and the
-        # package type-checks without it installed
-        shtab = importlib.import_module("shtab")
+        shtab = importlib.import_module("shtab")   # by name: the package type-checks without it
     except ImportError:
         raise CompletionError("completion: the shtab package is not installed; fix: pip install shtab (the "
                               "completion extra) in numabind's environment", NOT_APPLIED) from None
@@ -40,8 +36,7 @@ def script(shell: str, parser: argparse.ArgumentParser | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``numabind completion SHELL`` (``argv``: the words after ``completion``), read by ``completion``'s parser
-    under ``numabind``; prints the script."""
+    """``numabind completion SHELL`` (``argv``: the words after ``completion``): prints the script."""
     parser = build_parser()
     args = subcommand(parser, "completion").parse_args(sys.argv[1:] if argv is None else argv)
     try:

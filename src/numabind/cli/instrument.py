@@ -1,19 +1,7 @@
-"""``numabind instrument [--] COMMAND [ARGS...]``: run a program with numabind in charge of its NUMA module.
-
-The convention of ``opentelemetry-instrument`` and ``ddtrace-run``, with no edit to the program: the
-command runs (exec'd, its exit status is numabind's) with numabind's bootstrap directory
-(:mod:`numabind.compat.bootstrap`) first on ``PYTHONPATH``. Every Python process of the program
-(the command itself when it is Python, and each spawn or forkserver child, which inherits the
-environment; a forked child inherits the finder) then imports numabind's drop-ins in place of
-``vllm.utils.numa_utils`` and ``sglang.srt.utils.numa_utils``
-(:mod:`numabind.compat.bootstrap.sitecustomize`). Binding still happens only where the host's own
-options ask for it (vLLM's ``--numa-bind``, SGLang's ``--numa-node`` and ``SGLANG_NUMA_BIND_V2``).
-
-Nothing is written: the directory is numabind's installed package data. It is refused (exit 1,
-nothing run) when another user could change it or the ``numabind`` package (a directory on the way
-that is not root's or the user's, or is writable by group or others: the message names the fix);
-each Python process checks again before routing anything. Exit statuses: 2 for a usage error, 126 /
-127 when the command cannot be executed or is not found, else the command's own.
+"""``numabind instrument [--] COMMAND [ARGS...]``: exec the command with numabind's bootstrap directory
+(:mod:`numabind.compat.bootstrap`) first on ``PYTHONPATH``, so that its Python processes import numabind's
+drop-ins for vLLM's and SGLang's ``numa_utils`` (docs/howto/vllm.rst). Exit 1 when another user could change the
+bootstrap, 2 usage, 126/127 when the command cannot run, else the command's status.
 """
 
 from __future__ import annotations
@@ -48,10 +36,8 @@ def _same(entry: str, directory: str) -> bool:
 
 
 def instrumented_environ(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """A copy of ``environ`` (default ``os.environ``) whose ``PYTHONPATH`` starts with
-    :func:`bootstrap_dir`; the other entries are kept in order (an earlier copy of the directory moves
-    to the front). Raises :class:`PermissionError` naming the path and the fix when another user could
-    change the bootstrap or the ``numabind`` package."""
+    """A copy of ``environ`` (default ``os.environ``) whose ``PYTHONPATH`` starts with :func:`bootstrap_dir`.
+    Raises PermissionError naming the path when another user could change the bootstrap or the package."""
     from ..compat.bootstrap.sitecustomize import package_problem, path_problem
 
     here = bootstrap_dir()
@@ -96,9 +82,8 @@ HOSTS = ("vllm", "sglang")
 
 
 def _no_host(env: dict[str, str]) -> str | None:
-    """One line when neither vLLM nor SGLang can be imported with the command's ``PYTHONPATH`` by this Python
-    (numabind's): nothing will be replaced, unless the command runs another Python that has them. Found by
-    name only: nothing of theirs is imported here."""
+    """A note when this Python cannot import vLLM or SGLang with the command's ``PYTHONPATH`` (found by name,
+    not imported); else None."""
     import importlib.util
 
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]

@@ -1,12 +1,5 @@
-"""``numabind run --gpus`` (bind for some GPUs and show the command only them) and ``--dry-run`` (say what
-``numabind run`` or ``numabind move`` would do, as shell lines, and do nothing).
-
-``--gpus LIST`` plans the union of the listed GPUs' plans (:func:`numabind.strategies.plan_for_gpus`) and sets
-the vendor's visibility variable (:func:`numabind.devices.visibility_environ`), composed with the one already
-set. A dry run prints the plan as a comment, each variable as an ``export NAME=value`` line and the equivalent
-command line: ``numactl`` for ``run`` (``taskset`` where numactl cannot say it), ``taskset -a -p`` and
-``migratepages`` for ``move``; every line is a line of shell, shell-quoted. ``--json`` prints the same as one
-object.
+"""``numabind run --gpus`` (bind for some GPUs, the command sees only them) and ``--dry-run`` of ``run`` and
+``move``: the plan as a comment, ``export`` lines and the equivalent shell commands (``--json``: one object).
 """
 
 from __future__ import annotations
@@ -41,9 +34,8 @@ class GpuLaunch(NamedTuple):
 
 
 def gpu_launch(args: argparse.Namespace, topo: Topology) -> GpuLaunch:
-    """The plan and visibility of ``--gpus LIST`` on ``topo`` (the environment is this process's, which
-    discovery read). Raises :class:`PlanError` for a list that names no visible GPU, mixes vendors, or a GPU
-    that cannot be placed (a :class:`numabind.errors.PlanError`)."""
+    """The plan and visibility of ``--gpus LIST`` on ``topo``; a PlanError for a list that names no visible GPU,
+    mixes vendors, or a GPU that cannot be placed."""
     from .._fs import FsReader
     from ..devices import pick_gpus, scan_pci_gpus, visibility_environ
     from ..strategies import plan_for_gpus
@@ -70,15 +62,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
 
 def run_lines(plan: Plan, command: Sequence[str], *, live: bool = True, affinity: frozenset[int] | None = None,
               balancing: bool = False, set_weights: bool = False) -> list[list[str]]:
-    """The commands that do what ``numabind run`` does with ``plan`` (the last one runs ``command``).
-
-    ``numactl`` with the plan's options; ``--all`` first when the CPUs leave the affinity numactl would check
-    ``--physcpubind`` against (numabind checks the cpuset, as its numactl backend does): this process's when the
-    plan is for this machine (``live``), else ``affinity``, the replayed machine's own ``Cpus_allowed``
-    (:attr:`numabind.topology.Topology.affinity`; None when the replayed tree has none); ``--balancing`` before
-    the memory option (numactl applies it there). Weights numactl cannot say: with ``set_weights`` they are
-    written first (``tee`` into :data:`WEIGHTS_DIR`), else numactl's ``-w`` uses the system's, which numabind
-    checks. A plan whose memory policy numactl cannot set (``default``) is ``taskset -c CPUS``."""
+    """The commands that do what ``numabind run`` does with ``plan`` (the last one runs ``command``): numactl,
+    with ``--all`` when the CPUs leave the affinity (this process's when ``live``, else ``affinity``); weights
+    written first with ``set_weights``; ``taskset -c`` for the ``default`` policy."""
     pre: list[list[str]] = []
     if plan.weights:
         if set_weights:
@@ -97,8 +83,7 @@ def run_lines(plan: Plan, command: Sequence[str], *, live: bool = True, affinity
 
 
 def move_lines(plan: Plan, pid: int, memory_nodes: frozenset[int]) -> list[list[str]]:
-    """The commands that move ``pid`` as ``numabind move`` does: every thread's CPUs (``taskset -a -p -c``),
-    then its pages from every other memory node onto the plan's (``migratepages``)."""
+    """``taskset -a -p -c`` and ``migratepages`` lines that move ``pid`` as ``numabind move`` does."""
     out: list[list[str]] = []
     if plan.cpus is not None:
         out.append(["taskset", "-a", "-p", "-c", format_cpulist(plan.cpus), str(pid)])
@@ -137,10 +122,8 @@ def weights_note(plan: Plan, set_weights: bool) -> list[str]:
 
 
 def run_dry(args: argparse.Namespace, plan: Plan, command: Sequence[str], launch: GpuLaunch | None) -> int:
-    """``numabind run --dry-run``: print what the run would do (text, or ``--json``), run nothing, exit 0. The
-    variables are those numabind would add or change in the command's environment (the GPUs' visibility,
-    :func:`numabind._base.keep_binding_env`'s); the numactl line is for this machine unless the root is a
-    replayed one: then its ``--all`` comes from the replayed machine's own affinity, never this process's."""
+    """``numabind run --dry-run``: print what the run would do, the variables it would add or change; on a
+    replayed root, ``--all`` follows that machine's affinity. Exit 0."""
     from .._base import keep_binding_env
 
     root = getattr(args, "root", None) or os.environ.get("NUMABIND_FSROOT") or "/"

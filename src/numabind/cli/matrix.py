@@ -1,11 +1,5 @@
-"""``numabind topology --matrix``: GPU x NIC link classes and nodes, like ``nvidia-smi topo -m``.
-
-One row per GPU (``GPU0``... by visible index), one column per network device (its RDMA name, else its
-interface), then the GPU's NUMA node; each cell is the PCI link class from
-:func:`numabind.iodevices.link_class` (``PIX`` ``PXB`` ``PHB`` ``NODE`` ``SYS``). Below the grid, each
-NIC's node, PCI address and interfaces, each GPU's nearest NICs and the environment its rank would get
-(:func:`numabind.iodevices.nic_env`), and the legend. ``as_json`` gives the same as one JSON object.
-Pure but for :func:`topology_matrix`, which reads the PCI tree under the topology's root.
+"""``numabind topology --matrix``: GPU x NIC PCI link classes and nodes, like ``nvidia-smi topo -m``; below the
+grid each NIC, each GPU's nearest NICs and their environment (:func:`numabind.iodevices.nic_env`), the legend.
 """
 
 from __future__ import annotations

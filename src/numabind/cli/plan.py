@@ -76,8 +76,7 @@ def node_plans(topo: Topology, policy: NodePolicy = "bind") -> list[tuple[int, P
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
-    """A plan as the CLI's JSON says it (``plan --json``, ``run --json``'s ``requested_plan``/``applied_plan``):
-    lists in cpulist form; ``numactl`` None for a plan numactl's options cannot say (a read-back default policy)."""
+    """A plan as ``plan --json`` and ``run --json`` say it; ``numactl`` None when numactl's options cannot."""
     try:
         numactl: str | None = plan.to_numactl_args()
     except PlanError:
@@ -150,9 +149,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def place_rank(args: argparse.Namespace, within: frozenset[int] | None = None) -> RankPlan:
-    """--gpu-from-rank (``plan`` and ``run``): this process's local rank planned on the discovery root
-    (numabind.rank), every limit from that root (``within`` None: its own affinity), by
-    numabind.rank.rank_limit's rule."""
+    """--gpu-from-rank: this process's local rank planned on the discovery root (``within`` None: the root's
+    affinity)."""
     from ..rank import place_rank as place
     from ..topology import discover
 
@@ -162,8 +160,7 @@ def place_rank(args: argparse.Namespace, within: frozenset[int] | None = None) -
 
 
 def _cmd_plan_rank(args: argparse.Namespace) -> int:
-    """``numabind plan --gpu-from-rank [--json]``: the rank's plan, not applied; exit 1 when it was not placed
-    (also without a rank in the environment: no plan, as ``numabind run --gpu-from-rank`` says)."""
+    """``numabind plan --gpu-from-rank``: the rank's plan, not applied; exit 1 when it was not placed."""
     try:
         placed = place_rank(args)
     except UsageError:

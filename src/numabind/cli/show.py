@@ -41,12 +41,8 @@ def _mask(ids: Iterable[int]) -> str:
 
 def show_lines(b: Binding, node_cpus: dict[int, frozenset[int]], memory_nodes: frozenset[int],
                interleave_next: int | None = None) -> list[str]:
-    """``numactl --show``'s lines for the binding ``b``: policy, preferred node, (interleave mask and next
-    node), physcpubind, cpubind, nodebind, membind, preferred. numactl 2.0.16 prints no line end after
-    ``preferred node:`` under the local policy (its physcpubind line is glued to it) and a number such as
-    ``[8194]`` for a policy with mode flags; numabind prints ``current`` and the policy's name instead.
-    numactl 2.0.19 does the same under weighted interleave (``policy: [6]``, glued line); numabind prints
-    the policy's name and the interleave lines with the system's weights (tests/test_show_oracle.py)."""
+    """``numactl --show``'s lines for the binding ``b``, without numactl's glued lines and numbered policies
+    (numabind prints the policy's name; tests/test_show_oracle.py)."""
     policy = b.mem_policy or "unknown"
     nodes = sorted(b.mem_nodes)
     first = nodes[0] if nodes else None
@@ -75,8 +71,7 @@ def show_lines(b: Binding, node_cpus: dict[int, frozenset[int]], memory_nodes: f
 
 
 def _balancing_on() -> bool | None:
-    """Whether the calling thread's memory policy carries MPOL_F_NUMA_BALANCING (numactl's -b); None when
-    the backend cannot read the mode word."""
+    """Whether the calling thread's memory policy carries MPOL_F_NUMA_BALANCING; None when unreadable."""
     from ..backends import MPOL_F_NUMA_BALANCING
 
     try:

@@ -1,7 +1,5 @@
 """``numabind stat PID|PATTERN... [--all-children PID] [--json] [--watch S [--count N]]``: where processes' pages
-are; ``numabind stat --system`` (or a bare ``numabind stat``, as a bare ``numastat``): the whole machine's memory per
-node (like ``numastat -m -n``). What each line says, the exit statuses and how what another process controls is
-printed: docs/cli.rst, "Where a process's pages are".
+are; ``numabind stat [--system]``: every node's memory, like ``numastat -m -n`` (docs/cli.rst).
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ _CLEAR = "\x1b[H\x1b[2J"       # cursor home, clear the screen: a refresh in pla
 
 
 def _target(text: str) -> int | str:
-    """A process as ``numastat`` takes one: a process id when it is all digits, else a pattern (a name, or any
-    part of a command line: :func:`numabind._proc.processes_matching`)."""
+    """A process id when ``text`` is all digits, else a pattern (:func:`numabind._proc.processes_matching`)."""
     if text.isascii() and text.isdigit():
         return pid_arg(text)
     if not text:
@@ -79,24 +76,18 @@ def add_parser(sub: Any) -> None:
 def _targets(args: argparse.Namespace) -> list[int]:
     from .. import _proc
 
-    pids: list[int] = []
+    pids: dict[int, None] = {}      # in order, once each
     for target in args.pids:
         found = [target] if isinstance(target, int) else [pid for pid, _ in _proc.processes_matching(target)]
-        for pid in found:
-            if pid not in pids:
-                pids.append(pid)
-
+        pids.update(dict.fromkeys(found))
     for root in args.all_children:
-        for pid in _proc.process_tree(root):
-            if pid not in pids:
-                pids.append(pid)
-    return pids
+        pids.update(dict.fromkeys(_proc.process_tree(root)))
+    return list(pids)
 
 
 def _still_in_tree(locs: list[Any], listed: list[int], args: argparse.Namespace) -> list[Any]:
-    """``locs`` without the descendants of ``--all-children`` that left the tree between its listing
-    (``listed``) and their reading: a pid whose parent is not one of the tree's now names another process (the
-    first left and its pid was reused); ``numabind move`` checks the same."""
+    """``locs`` without the descendants of ``--all-children`` whose parent is no longer in the tree ``listed``
+    (their pid was reused)."""
     if not args.all_children:
         return locs
     from .. import _proc
@@ -117,10 +108,8 @@ def _mib(pages: int, page_size: int) -> str:
 
 
 def binding_changed(loc: Any) -> dict[str, Any] | None:
-    """How the threads of ``loc`` (a :class:`numabind.residency.Locality`) left the CPUs numabind bound the
-    process to (its record: the applied plan's CPUs, else the requested ones): ``{"was_cpus": "2-3", "threads":
-    [{"tid": 7, "cpus": "0-3"}, ...], "unchanged_threads": 1}``; None when nothing changed, when numabind's
-    record is unverified or bound no CPUs, or when the threads could not be read."""
+    """The threads of ``loc`` (a :class:`numabind.residency.Locality`) off the CPUs numabind's verified record
+    bound: ``{"was_cpus": "2-3", "threads": [{"tid": 7, "cpus": "0-3"}], "unchanged_threads": 1}``, else None."""
     b = loc.bound
     if b is None or not b.verified or b.requested.cpus is None or not loc.threads:
         return None
@@ -156,8 +145,8 @@ def _block(loc: Any, nodes: list[int]) -> list[str]:
     elif loc.bound is not None:
         b = loc.bound
         head += f"  bound by numabind: {b.requested.describe()} [{b.source}]"
-        if b.applied is not None and (b.applied.cpus != b.requested.cpus or
-                                      (b.requested.mem_policy is not None and b.applied.mem_policy != b.requested.mem_policy)):
+        if b.applied is not None and (b.applied.cpus != b.requested.cpus or (
+                b.requested.mem_policy is not None and b.applied.mem_policy != b.requested.mem_policy)):
             head += f"; applied then: {b.applied.describe()}"
     lines = [head]
     mems = format_cpulist(loc.mems_allowed) if loc.mems_allowed is not None else "?"
@@ -209,9 +198,8 @@ def _block(loc: Any, nodes: list[int]) -> list[str]:
 
 
 def _locality(pid: int) -> Any:
-    """:func:`numabind.residency.locality` of ``pid``; for a process that cannot be read (it raises
-    NoSuchProcess or AccessDenied), a Locality whose ``error`` says why, so that the others are still shown.
-    One that may not be read (another user's) still shows its threads' CPUs, which anyone may read."""
+    """:func:`numabind.residency.locality` of ``pid``, else a Locality whose ``error`` says why (another user's
+    process still with its threads' CPUs, which anyone may read)."""
     from ..errors import AccessDenied, NoSuchProcess
     from ..residency import Locality, ThreadPlacement, locality
 
@@ -231,28 +219,21 @@ def _locality(pid: int) -> Any:
             for tid in sorted(tasks.cpus, key=lambda t: (t != pid, t))]   # the main thread first
         cpus = frozenset().union(*(t.cpus for t in threads))
         try:
-            mems = parse_cpulist((_proc.status_fields(pid) or {}).get("Mems_allowed_list", ""), what="Mems_allowed_list")
+            mems = parse_cpulist((_proc.status_fields(pid) or {}).get("Mems_allowed_list", ""),
+                                 what="Mems_allowed_list")
         except ValueError:
             mems = None
         return Locality(pid, name=e.name or "?", error=e.reason, cpus=cpus, threads=tuple(threads),
                         cpu_nodes=frozenset(n for n, c in node_cpus.items() if c & cpus), mems_allowed=mems or None)
 
 
-def _snapshot(pids: list[int]) -> list[Any]:
-    return [_locality(pid) for pid in pids]
-
-
-def _nodes() -> list[int]:
-    from .. import live
-
-    return sorted(live.machine().nodes)
-
-
 def _show(locs: list[Any], args: argparse.Namespace, refresh: bool) -> None:
     if args.json:
         sys.stdout.write(_json([dict(loc.to_dict(), binding_changed=binding_changed(loc)) for loc in locs], args))
     else:
-        nodes = _nodes()
+        from .. import live
+
+        nodes = sorted(live.machine().nodes)
         out = [_heading("numabind stat", args, refresh)] if args.watch else []
         for loc in locs:
             out += [printable(line) for line in _block(loc, nodes)]   # every line: names and plans are the process's
@@ -278,9 +259,8 @@ def _json(value: Any, args: argparse.Namespace) -> str:
 
 
 def _rounds(args: argparse.Namespace, step: Callable[[int], tuple[bool, bool]]) -> int:
-    """``step(round)`` once, or every ``--watch`` seconds until ``--count`` rounds, an interrupt, or a round whose
-    processes are all gone (exit 1). ``step`` returns (whether the round read everything, whether all is gone); the
-    exit status is 0 when the last round read everything, else 1."""
+    """``step(round)`` once, or every ``--watch`` seconds until ``--count`` rounds, an interrupt, or all is gone
+    (exit 1). ``step`` returns (read everything, all gone); exit 0 when the last round read everything."""
     rounds, ok = 0, True
     try:
         while True:
@@ -380,7 +360,7 @@ def cmd_stat(args: argparse.Namespace) -> int:
 
     def step(rounds: int) -> tuple[bool, bool]:
         pids = _targets(args)      # a tree is listed again each round: workers come and go
-        locs = _still_in_tree(_snapshot(pids), pids, args)
+        locs = _still_in_tree([_locality(pid) for pid in pids], pids, args)
         _show(locs, args, refresh=refresh)
         return all(loc.ok for loc in locs), all(
             loc.error and (loc.error.startswith("no such process") or loc.error.startswith("exited")) for loc in locs)

@@ -1,12 +1,6 @@
-"""What numabind's drop-ins for other projects' NUMA helpers share (the adapters' common floor).
-
-* :mod:`numabind.compat.vllm` — ``vllm.utils.numa_utils``
-* :mod:`numabind.compat.sglang` — ``sglang.srt.utils.numa_utils``
-
-One discovery per process (:func:`current_topology`, :func:`refresh_topology`), numabind's warnings shown
-through the host's logger (:func:`forward_warnings`), the probe made in the parent (:func:`probe_plan`,
-:func:`cannot_apply`) and the environment-driven wrapper: ``docs/howto/compat.rst`` says how each behaves.
-A drop-in's private parts sit beside it as ``_<name>_*.py``.
+"""What numabind's drop-ins for ``vllm.utils.numa_utils`` (:mod:`numabind.compat.vllm`) and
+``sglang.srt.utils.numa_utils`` (:mod:`numabind.compat.sglang`) share: one discovery per process, warnings through
+the host's logger, the probe made in the parent and the wrapper (``docs/howto/compat.rst``).
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._numactl import policy_of
-from .._vendors import DISCOVERY_VARIABLES
+from .._vendors import DISCOVERY_VARIABLES as VISIBILITY_VARS   # the variables that change which GPUs discovery numbers
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
 from ..types import Strictness
@@ -39,10 +33,8 @@ __all__ = [
     "current_topology",
     "forward_warnings",
     "mem_policy",
-    "numactl_probe",
     "on_live_machine",
     "open_libnuma",
-    "plan_from_numactl_args",
     "probe_plan",
     "refresh_topology",
     "strip_memory_args",
@@ -51,9 +43,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Environment variables that change which GPUs discovery numbers, and how (the vendors' table's).
-VISIBILITY_VARS = DISCOVERY_VARIABLES
 
 
 class NumaBindingUnavailable(NumabindError, RuntimeError):
@@ -82,10 +71,6 @@ def _root(env: Mapping[str, str]) -> str:
     return env.get("NUMABIND_FSROOT") or "/"
 
 
-def _affinity() -> frozenset[int]:
-    return frozenset(os.sched_getaffinity(0))
-
-
 @dataclasses.dataclass
 class _Entry:
     topology: Any
@@ -100,7 +85,6 @@ class _Cache:
         self.pid = os.getpid()
         self.entries: dict[tuple[Any, ...], _Entry] = {}
         self.pinned: _Entry | None = None
-        self.discoveries = 0          # full discoveries in this process (tests and logs)
 
     def get(self) -> Any:
         env = os.environ
@@ -109,13 +93,12 @@ class _Cache:
             if self.pid != os.getpid():        # a forked child: the parent's entries are not ours
                 self.pid = os.getpid()
                 self.entries.clear()
-                self.discoveries = 0
             if self.pinned is not None:
                 key: tuple[Any, ...] = ("pinned", vis)
                 bases = [self.pinned]
             else:
                 root = _root(env)
-                place = (root, _affinity() if root == "/" else None)
+                place = (root, frozenset(os.sched_getaffinity(0)) if root == "/" else None)
                 key = (place, vis)
                 bases = [e for k, e in self.entries.items() if k[0] == place]
             hit = self.entries.get(key)
@@ -134,25 +117,15 @@ class _Cache:
             from ..topology import discover
 
             topology = discover()
-            self.discoveries += 1
             self.entries[key] = _Entry(topology, vis)
-            log.debug("discovered %s for pid %d (discovery %d of this process): %d nodes, %d GPUs",
-                      topology.root, os.getpid(), self.discoveries, len(topology.nodes), len(topology.gpus))
+            log.debug("discovered %s for pid %d: %d nodes, %d GPUs", topology.root, os.getpid(), len(topology.nodes),
+                      len(topology.gpus))
             return topology
 
 
-def _canonical_index(token: str) -> int | None:
-    return int(token) if token.isdigit() and str(int(token)) == token else None
-
-
 def _renumber(base: _Entry, vis: tuple[tuple[str, str | None], ...]) -> Any | None:
-    """``base.topology`` with its GPUs renumbered for a new CUDA_VISIBLE_DEVICES, or None.
-
-    Only exact identities are used: an entry equal to an entry of the old value
-    is the same device; with no old value, a canonical index is the device of
-    that index; a full GPU or MIG UUID is the device that has it. Anything
-    else (other variables changed, a prefix, a duplicate) returns None.
-    """
+    """``base.topology`` with its GPUs renumbered for a new CUDA_VISIBLE_DEVICES, or None when an entry is
+    not an exact identity (an entry of the old value, a canonical index when it was unset, a full UUID)."""
     old, new = dict(base.visibility), dict(vis)
     if any(old[k] != new[k] for k in old if k != "CUDA_VISIBLE_DEVICES"):
         return None
@@ -171,8 +144,8 @@ def _renumber(base: _Entry, vis: tuple[tuple[str, str | None], ...]) -> Any | No
         if old_tokens is not None and token in old_tokens:
             pos = old_tokens.index(token)
             found = gpus[pos] if pos < len(gpus) else None
-        elif old_tokens is None and _canonical_index(token) is not None:
-            found = next((g for g in gpus if g.index == _canonical_index(token)), None)
+        elif old_tokens is None and token.isdigit() and str(int(token)) == token:   # a canonical index
+            found = next((g for g in gpus if g.index == int(token)), None)
         else:
             found = next((g for g in gpus if token in (g.uuid, g.mig_uuid) and token), None)
         if found is None:
@@ -190,16 +163,9 @@ def current_topology() -> Any:
 
 
 def refresh_topology(topology: Any = None) -> None:
-    """Forget the cached discovery; with ``topology``, use it from now on (in this process and its forks).
-
-    Call it after the machine or this process's cpuset changed (CPU hotplug, a
-    container resize). A pinned topology is taken as seen under the current
-    GPU-visibility variables; a later change of ``CUDA_VISIBLE_DEVICES`` is
-    renumbered from it, or discovered when it cannot be.
-    """
+    """Forget the cached discovery; with ``topology``, use it from now on (in this process and its forks)."""
     with _cache.lock:
         _cache.entries.clear()
-        _cache.discoveries = 0
         _cache.pinned = None if topology is None else _Entry(topology, _visibility(os.environ))
     for hook in list(REFRESH_HOOKS):
         hook()
@@ -209,22 +175,10 @@ def refresh_topology(topology: Any = None) -> None:
 REFRESH_HOOKS: list[Callable[[], Any]] = []
 
 
-# ----------------------------------------------------------------------------- numactl-syntax plans
-def plan_from_numactl_args(args: str, topology: Any) -> Plan:
-    """A plan from numactl options, refusing what numactl itself refuses.
-
-    :meth:`Plan.from_numactl_args` resolves ``all``, ``!list`` and ``+list``
-    against ``topology`` as numactl does, and refuses the ``N-M:step`` stride
-    form numactl has not.
-    """
-    return Plan.from_numactl_args(args, topology=topology)
-
-
+# ----------------------------------------------------------------------------- probing
 def probe_plan(plan: Plan, topology: Any) -> str | None:
     """None when ``plan`` can be applied in this process as it is, else why not: checked against ``topology``,
-    then, with an in-process backend, applied strictly in a thread that exits right after (a seccomp profile
-    refusing ``set_mempolicy`` or a cpuset refusing the CPUs is found before a child starts). With the numactl
-    backend the memory policy is applied only when a child is exec'd, so only the check is made."""
+    then (not with the numactl backend) applied strictly in a thread that exits right after."""
     try:
         plan.validate(topology)
     except PlanError as e:
@@ -270,9 +224,7 @@ class _Forward(logging.Handler):
         self.target, self.thread = target, thread
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.thread != self.thread:
-            return
-        if not self.target.isEnabledFor(record.levelno):
+        if record.thread != self.thread or not self.target.isEnabledFor(record.levelno):
             return
         shown = _reachable(logging.getLogger(record.name))
         wanted = _reachable(self.target)
@@ -283,13 +235,8 @@ class _Forward(logging.Handler):
 
 @contextlib.contextmanager
 def forward_warnings(target: logging.Logger) -> Iterator[None]:
-    """Inside the block, numabind's WARNING records from this thread are also logged through ``target``.
-
-    numabind's loggers are left as they are (no level, no handler of the
-    application's is changed); a record that would reach the host's handlers
-    anyway (an application that configured the root logger) is not repeated.
-    A child forked inside the block inherits the forwarding for its birth.
-    """
+    """Inside the block, numabind's WARNING records from this thread are also logged through ``target``, unless
+    they reach the host's handlers anyway; no logger's level or handlers change."""
     handler = _Forward(target, threading.get_ident())
     source = logging.getLogger("numabind")
     source.addHandler(handler)
@@ -318,17 +265,13 @@ WRAPPER_PYTHON_ENV = "_VLLM_INTERNAL_NUMACTL_PYTHON_EXECUTABLE"
 
 
 def wrapper_executable() -> str:
-    """numabind's environment-driven wrapper (``numa_wrapper.sh`` beside this module): used as multiprocessing's
-    spawn executable, it checks ``WRAPPER_ARGS_ENV`` and ``WRAPPER_PYTHON_ENV`` and runs ``numabind run OPTIONS --
-    python ARGS``, started isolated as :func:`numabind.process.commands.numabind_command` starts it; anything else
-    is refused (exit 127), nothing is evaluated. ``docs/howto/compat.rst`` says what it accepts."""
+    """numabind's spawn executable (``numa_wrapper.sh`` beside this module), driven by the wrapper variables."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "numa_wrapper.sh")
 
 
 @contextlib.contextmanager
 def wrapper_environment(numactl_args: str, python_executable: str) -> Iterator[None]:
-    """Inside the block the wrapper's two variables hold ``numactl_args`` and ``python_executable``;
-    on exit each is restored to its earlier value, or removed when it had none."""
+    """The wrapper's two variables hold ``numactl_args`` and ``python_executable`` inside the block."""
     saved = {name: os.environ.get(name) for name in (WRAPPER_ARGS_ENV, WRAPPER_PYTHON_ENV)}
     os.environ[WRAPPER_ARGS_ENV] = numactl_args
     os.environ[WRAPPER_PYTHON_ENV] = python_executable
@@ -342,28 +285,9 @@ def wrapper_environment(numactl_args: str, python_executable: str) -> Iterator[N
                 os.environ[name] = value
 
 
-# ----------------------------------------------------------------------------- probing with numactl
 def on_live_machine() -> bool:
     """Whether the cached topology is this machine as it runs (no ``NUMABIND_FSROOT``, nothing pinned)."""
     return _cache.pinned is None and _root(os.environ) == "/"
-
-
-def numactl_probe(numactl_args: str) -> tuple[bool, str] | None:
-    """``numactl ARGS true`` run in a child, as vLLM and SGLang probe: ``(accepted, numactl's stderr
-    or the error)``; None when numactl is not used here (not on PATH, or a topology that is not this
-    machine's), and the caller probes in-process instead."""
-    if shutil.which("numactl") is None or not on_live_machine():
-        return None
-    try:
-        result = subprocess.run(["numactl", *numactl_args.split(), "true"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, timeout=10)
-    except (OSError, subprocess.SubprocessError) as e:
-        return False, f"numactl could not be run: {e}"
-    raw = getattr(result, "stderr", b"") or b""
-    err = (raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)).strip()
-    if result.returncode != 0 and not err:
-        err = f"numactl exited with status {result.returncode}"
-    return result.returncode == 0, err if result.returncode != 0 else ""
 
 
 def cannot_apply(numactl_args: str, logger: logging.Logger | None = None) -> str | None:
@@ -372,29 +296,36 @@ def cannot_apply(numactl_args: str, logger: logging.Logger | None = None) -> str
     probe; else the plan is checked against the machine and tried in a short-lived thread (:func:`probe_plan`)."""
     if not numactl_args:
         return None
-    probed = numactl_probe(numactl_args)
-    if probed is not None:
-        ok, err = probed
-        if not ok and logger is not None:
-            logger.debug("numactl probe for %r rejected: %r", numactl_args, err)
-        return None if ok else (err or "numactl refused it")
-    topology = current_topology()
+    if shutil.which("numactl") is None or not on_live_machine():
+        topology = current_topology()
+        try:
+            plan = Plan.from_numactl_args(numactl_args, topology=topology)
+        except PlanError as e:
+            return str(e)
+        return probe_plan(plan, topology)
     try:
-        plan = plan_from_numactl_args(numactl_args, topology)
-    except PlanError as e:
-        return str(e)
-    return probe_plan(plan, topology)
+        result = subprocess.run(["numactl", *numactl_args.split(), "true"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        err = f"numactl could not be run: {e}"
+    else:
+        if result.returncode == 0:
+            return None
+        raw = getattr(result, "stderr", b"") or b""
+        err = (raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)).strip()
+        err = err or f"numactl exited with status {result.returncode}"
+    if logger is not None:
+        logger.debug("numactl probe for %r rejected: %r", numactl_args, err)
+    return err
 
 
 def strip_memory_args(numactl_args: str) -> str:
-    """``numactl_args`` (long options, as the adapters write them) without the memory policy, keeping the CPU
-    binding."""
+    """``numactl_args`` (long options, as the adapters write them) without the memory policy."""
     return " ".join(t for t in numactl_args.split() if not policy_of(t.partition("=")[0].removeprefix("--")))
 
 
 def mem_policy(logger: logging.Logger) -> str | None:
-    """The calling thread's memory policy (``"default"``, ``"bind"``, ...), or None when it cannot be read
-    (no usable backend, or the kernel refused the read: logged at DEBUG through ``logger``)."""
+    """The calling thread's memory policy (``"bind"``, ...), or None when unreadable (logged at DEBUG)."""
     from ..verify import current_binding
 
     try:

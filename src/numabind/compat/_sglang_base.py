@@ -1,13 +1,9 @@
-"""What every part of the SGLang drop-in shares: SGLang's logger, its boolean variables, its failure rule.
-
-:mod:`numabind.compat.sglang` is the face; its parts (``_sglang_*.py`` beside it) import these from here.
-"""
+"""What every part of the SGLang drop-in shares: SGLang's logger, its boolean variables, its failure rule."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from ..errors import PlanError
@@ -28,10 +24,10 @@ class NumaListError(PlanError, IndexError):
     """A per-GPU list (``--numa-node``, ``SGLANG_CPU_OMP_THREADS_BIND``) has no entry for a GPU or rank."""
 
 
-def env_bool(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
+def env_bool(name: str, default: bool) -> bool:
     """One of SGLang's boolean environment variables: true/1/yes/y or false/0/no/n, any case; unset: ``default``.
     Anything else is a PlanError naming the variable (a typo must not silently mean the default)."""
-    raw = (os.environ if env is None else env).get(name)
+    raw = os.environ.get(name)
     if raw is None:
         return default
     value = raw.lower()

@@ -1,27 +1,13 @@
-"""SGLang's memory helpers (``sglang.srt.utils.numa_utils``), restated over :func:`numabind.bind_memory`.
-
-Other SGLang modules import these from ``numa_utils``: a shared-memory buffer interleaved over the nodes
-(``numa_interleave_memory``), a host pool whose pages are faulted in under a temporary bind
-(``temp_membind`` and ``get_shm_numa_distribution``), and a pinned host table spread over every node
-(``InterleavedPinnedBuffer``, ``allocate_interleaved_pinned_table``, ``numa_memory_nodes``,
-``numa_page_counts``). The same names, arguments and results; what differs:
-
-* no libnuma through ctypes: the policy of a range is ``mbind(2)`` through numabind's compiled core, read back
-  per page with ``move_pages(2)``;
-* ``numa_page_counts`` counts the pages of exactly ``[ptr, ptr + nbytes)`` (``move_pages``), where SGLang
-  sums the ``numa_maps`` lines of the mappings that start inside it (a range inside a larger mapping counted
-  nothing there);
-* ``numa_memory_nodes`` is read from sysfs and ``Mems_allowed`` (the memory nodes this process may use), with
-  no libnuma needed.
-
-Failures are SGLang's: a WARNING on the ``sglang.srt.utils.numa_utils`` logger, raised as RuntimeError when
-``SGLANG_CRASH_ON_NUMA_BIND_FAILURE`` is set. ``compat.sglang`` re-exports everything here.
+"""SGLang's memory helpers (``sglang.srt.utils.numa_utils``): its names, arguments and results, restated over
+:func:`numabind.bind_memory` (``mbind(2)`` through numabind's core, read back with ``move_pages(2)``; no libnuma).
+Failures are SGLang's (``_sglang_base.fail``). ``compat.sglang`` re-exports everything here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -67,8 +53,8 @@ def numa_memory_nodes() -> list[int]:
 
 
 def numa_page_counts(ptr: int, nbytes: int) -> dict[int, int]:
-    """Pages of ``[ptr, ptr + nbytes)`` per NUMA node (pages not faulted in yet are not counted); ``{}`` when
-    the kernel cannot say."""
+    """Pages of exactly ``[ptr, ptr + nbytes)`` per NUMA node (``move_pages``: pages not faulted in yet are not
+    counted); ``{}`` when the kernel cannot say."""
     try:
         return dict(page_placement((int(ptr), int(nbytes))).by_node)
     except (NumabindError, OSError) as e:
@@ -121,21 +107,15 @@ def temp_membind(numa_node: int) -> Iterator[None]:
     SGLANG_CRASH_ON_NUMA_BIND_FAILURE) and the block runs unbound."""
     node = int(numa_node)
     _, why = narrow_nodes(frozenset({node}), live.limits(), "bind")
-    if why:
-        fail(f"cannot bind memory allocations to NUMA node {node}: {why}")
+    with contextlib.ExitStack() as stack:
+        try:
+            if not why:
+                stack.enter_context(bind_thread(Plan(mem_policy="bind", mem_nodes=frozenset({node})), strict=True))
+        except (NumabindError, OSError) as e:
+            why = str(e) or type(e).__name__
+        if why:
+            fail(f"cannot bind memory allocations to NUMA node {node}: {why}")
         yield
-        return
-    try:
-        binding = bind_thread(Plan(mem_policy="bind", mem_nodes=frozenset({node})), strict=True)
-        binding.__enter__()
-    except (NumabindError, OSError) as e:
-        fail(f"cannot bind memory allocations to NUMA node {node}: {e}")
-        yield
-        return
-    try:
-        yield
-    finally:
-        binding.__exit__(None, None, None)
 
 
 # ----------------------------------------------------------------------------- pinned host memory
@@ -158,27 +138,10 @@ def _host_register(ptr: int, nbytes: int) -> int:
     return int(cuda.cudart().cudaHostRegister(ptr, nbytes, 0))
 
 
-def _host_unregister(ptr: int) -> int:
-    import torch
-
-    cuda: Any = torch.cuda
-    return int(cuda.cudart().cudaHostUnregister(ptr))
-
-
-def _synchronize() -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
 class InterleavedPinnedBuffer:
-    """Anonymous memory whose pages are interleaved over every memory node, then page-locked for the GPU.
-
-    The interleave policy is set on the fresh mapping (:func:`numabind.bind_memory`) before any page exists;
-    this thread then touches every page, so each lands where the policy says (a node that has no room left
-    gives its share to another: the split is uneven rather than the allocation failing); then
-    ``cudaHostRegister`` locks them, like ``pin_memory=True`` storage. ``report`` is what bind_memory said.
-    Needs at least two memory nodes (RuntimeError otherwise); a refused policy is an OSError.
+    """Anonymous memory whose pages are interleaved over every memory node, faulted in by this thread, then
+    page-locked for the GPU (``cudaHostRegister``, like ``pin_memory=True``). ``report`` is what bind_memory
+    said. Needs at least two memory nodes (RuntimeError otherwise); a refused policy is an OSError.
     """
 
     def __init__(self, nbytes: int) -> None:
@@ -231,10 +194,11 @@ class InterleavedPinnedBuffer:
         if ptr is None:
             return
         if self._registered:
-            if synchronize:
-                _synchronize()
+            torch: Any = sys.modules.get("torch")    # imported by the registration
+            if synchronize and torch is not None and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
             try:
-                rc = _host_unregister(ptr)
+                rc = int(torch.cuda.cudart().cudaHostUnregister(ptr))
             except Exception as e:   # noqa: BLE001 - the runtime may be torn down already
                 logger.debug(f"cudaHostUnregister failed during release: {e}")
                 return
@@ -252,22 +216,16 @@ class InterleavedPinnedBuffer:
 
         if self.ptr is None:
             raise RuntimeError("the buffer was released")
-        numel = 1
-        for dim in shape:
-            numel *= int(dim)
+        numel = math.prod(int(dim) for dim in shape)
         raw = (ctypes.c_uint8 * self.nbytes).from_address(self.ptr)
         return torch.frombuffer(raw, dtype=torch.uint8).view(dtype)[:numel].view(*shape)
 
 
 def allocate_interleaved_pinned_table(shape: Sequence[int], dtype: Any, *,
                                       interleave: bool = True) -> tuple[Any, InterleavedPinnedBuffer | None]:
-    """A pinned host tensor whose pages are spread over every memory node: ``(tensor, buffer)``.
-
-    ``buffer`` owns the memory (keep it as long as the tensor is used); it is None, and the tensor plain
-    ``pin_memory=True`` storage, when ``interleave`` is False, ``SGLANG_PLE_OFFLOAD_NUMA_INTERLEAVE`` is off,
-    the machine has fewer than two memory nodes, or the policy cannot be used or applied (a failure then: a
-    WARNING, RuntimeError under SGLANG_CRASH_ON_NUMA_BIND_FAILURE). Pages that did not spread over two nodes
-    or more are a failure too, with the table kept.
+    """A pinned host tensor whose pages are spread over every memory node: ``(tensor, buffer)``; ``buffer`` owns
+    the memory. Plain ``pin_memory=True`` storage and None when interleaving is off, there are fewer than two
+    memory nodes or the policy cannot be applied (a failure then); pages not spread over two nodes are a failure.
     """
     import torch
 
@@ -281,10 +239,7 @@ def allocate_interleaved_pinned_table(shape: Sequence[int], dtype: Any, *,
         fail("NUMA interleave is unavailable because the process cannot query its memory policy; "
                         "using regular pinned memory.")
         return plain()
-    numel = 1
-    for dim in shape:
-        numel *= int(dim)
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(int(dim) for dim in shape) * torch.empty((), dtype=dtype).element_size()
     try:
         buffer = InterleavedPinnedBuffer(nbytes)
     except (OSError, RuntimeError) as error:

@@ -1,8 +1,5 @@
-"""Huawei Ascend NPUs as SGLang's NPU path sees them: physical ids, the NPU topology, each scheduler's CPUs.
-
-The leaves of :mod:`numabind.compat.sglang`'s NPU path (it re-exports every name here and looks the NPU's
-node up through its own module, so what the host patches there is what runs); ``docs/howto/sglang.rst``
-says how each step follows SGLang.
+"""Huawei Ascend NPUs as SGLang's NPU path sees them: physical ids, the NPU topology, each scheduler's CPUs
+(re-exported by :mod:`numabind.compat.sglang`; ``docs/howto/sglang.rst`` says how each step follows SGLang).
 """
 
 from __future__ import annotations
@@ -24,12 +21,8 @@ from ._sglang_base import logger, process_cpus
 __all__ = ["NpuAffinityAssignment", "NpuAffinityError", "NpuTopology", "NpuTopologyEntry", "query_npu_smi_topology",
            "resolve_npu_affinity_assignment", "resolve_physical_npu_id"]
 
-#: The variables SGLang reads, in its order, for the physical id of a runtime NPU id (the runtime's, then the
-#: container runtime's).
+#: The variables SGLang reads, in its order, for the physical id of a runtime NPU id.
 _ASCEND_VISIBILITY = VISIBILITY_VARIABLES["ascend"] + ORDER_VARIABLES["ascend"]
-#: Where the live NPU lookup finds Huawei's tool, and the seconds it may take.
-_NPU_SMI = "npu-smi"
-_NPU_SMI_TIMEOUT = 10
 
 
 class NpuAffinityError(NumabindError, RuntimeError):
@@ -99,14 +92,9 @@ def _npu_visibility() -> tuple[str | None, str | None]:
 
 
 def resolve_physical_npu_id(logical_npu_id: int) -> int:
-    """The physical id (N of ``/dev/davinci<N>``) of runtime NPU ``logical_npu_id``.
-
-    As SGLang: a negative id, a visibility variable (``ASCEND_RT_VISIBLE_DEVICES``,
-    else ``ASCEND_VISIBLE_DEVICES``) that is not distinct comma-separated ids, or
-    an id past its end raise :class:`NpuAffinityError`. The answer is then
-    numabind's discovery's (the NPU's ``minor``), which also knows a container's
-    own numbering; where discovery does not know the NPU, SGLang's: the
-    variable's entry, or the id itself.
+    """The physical id (N of ``/dev/davinci<N>``) of runtime NPU ``logical_npu_id``: discovery's (the NPU's
+    ``minor``), else the visibility variable's entry, else the id. A negative id, or one the variable (checked
+    as SGLang checks it) does not list, raises :class:`NpuAffinityError`.
     """
     if logical_npu_id < 0:
         raise NpuAffinityError(f"NPU id {logical_npu_id} is negative; runtime NPU ids start at 0",
@@ -129,12 +117,6 @@ def resolve_physical_npu_id(logical_npu_id: int) -> int:
     return listed[logical_npu_id] if listed is not None else logical_npu_id
 
 
-def _unique_node(cpus: frozenset[int], topology: Any) -> int | None:
-    """The one NUMA node whose CPUs include all of ``cpus``, else None."""
-    hits = [nid for nid, node in topology.nodes.items() if cpus and cpus <= node.cpus]
-    return hits[0] if len(hits) == 1 else None
-
-
 def _parse_npu_smi_topology(text: str, topology: Any) -> dict[int, NpuTopologyEntry]:
     """The rows of ``npu-smi info -t topo``: ``NPU<id> <link kinds...> <cpulist>``; the header row ends in
     ``CPU Affinity``. A row whose last field is not a cpulist, or a repeated id, raises NpuAffinityError."""
@@ -155,27 +137,23 @@ def _parse_npu_smi_topology(text: str, topology: Any) -> dict[int, NpuTopologyEn
         if npu_id in entries:
             raise NpuAffinityError(f"npu-smi lists NPU{npu_id} twice", stage="parse_npu_smi_row",
                                    physical_npu_id=npu_id)
-        entries[npu_id] = NpuTopologyEntry(npu_id, fields[-1], cpus, _unique_node(cpus, topology))
+        hits = [nid for nid, node in topology.nodes.items() if cpus and cpus <= node.cpus]   # its one node
+        entries[npu_id] = NpuTopologyEntry(npu_id, fields[-1], cpus, hits[0] if len(hits) == 1 else None)
     if not entries:
         raise NpuAffinityError("npu-smi info -t topo printed no NPU row", stage="parse_npu_smi_output")
     return entries
 
 
 def query_npu_smi_topology() -> NpuTopology:
-    """Each physical NPU's CPU affinity and NUMA node.
-
-    On the live machine with ``npu-smi`` on PATH, from ``npu-smi info -t topo``
-    (SGLang's source); when it fails, with a warning, and elsewhere, from
-    numabind's discovery (each Ascend NPU's ``local_cpulist``, or its node's
-    CPUs), keyed by physical id.
-    """
+    """Each physical NPU's CPU affinity and NUMA node: from ``npu-smi info -t topo`` on the live machine (SGLang's
+    source), else (or when it fails, with a warning) from numabind's discovery."""
     topology = current_topology()
     online = frozenset(topology.online_cpus)
-    tool = shutil.which(_NPU_SMI) if on_live_machine() else None
+    tool = shutil.which("npu-smi") if on_live_machine() else None
     if tool is not None:
         try:
             done = subprocess.run([tool, "info", "-t", "topo"], capture_output=True, text=True,
-                                  timeout=_NPU_SMI_TIMEOUT, check=False)
+                                  timeout=10, check=False)
             if done.returncode != 0:
                 raise NpuAffinityError(f"npu-smi info -t topo exited with {done.returncode}: "
                                        f"{(done.stderr or '').strip()[:300]}", stage="query_npu_smi")
@@ -208,13 +186,9 @@ def resolve_npu_affinity_assignment(*, logical_npu_id: int, emit_topology_log: b
                                     ) -> NpuAffinityAssignment:
     """The CPUs the scheduler of runtime NPU ``logical_npu_id`` owns, as SGLang's NPU affinity gives them.
 
-    The NPUs with the same node and CPU affinity split that affinity's whole
-    cores (each with all its online SMT siblings) into fixed, disjoint shares in
-    physical-id order, independent of this process's CPUs; of its share the
-    scheduler keeps the cores whose every sibling this process may use, at most
-    ``SGLANG_NPU_AFFINITY_PCORES_PER_PROC`` of them (0: all; a larger number is
-    clipped with a warning). An NPU with no usable core raises
-    :class:`NpuAffinityError`.
+    The NPUs with the same node and CPU affinity split its whole cores into fixed, disjoint shares in physical-id
+    order; the scheduler keeps the cores of its share whose every sibling this process may use, at most
+    ``SGLANG_NPU_AFFINITY_PCORES_PER_PROC`` (0: all). An NPU with no usable core raises :class:`NpuAffinityError`.
     """
     requested = _npu_pcores_requested()
     physical, topo = resolve_physical_npu_id(logical_npu_id), query_npu_smi_topology()

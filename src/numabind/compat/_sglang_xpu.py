@@ -1,8 +1,5 @@
-"""SGLang's Intel GPU (XPU) lookup on the live machine: the render nodes, Level Zero's order and mask.
-
-The leaves of :mod:`numabind.compat.sglang`'s XPU path (it re-exports them under SGLang's names, and its
-``_xpu_pci_address`` calls them through its own module, so what the host patches there is what runs).
-"""
+"""SGLang's Intel GPU (XPU) lookup on the live machine: the render nodes, Level Zero's order and mask
+(re-exported by :mod:`numabind.compat.sglang` under SGLang's names)."""
 
 from __future__ import annotations
 
@@ -37,13 +34,8 @@ def integrated(key: tuple[int, int, int, int]) -> bool:
 
 
 def list_xpu_pci_addresses() -> list[str]:
-    """The PCI addresses of the Intel GPUs this process can open, in Level Zero's device order.
-
-    Each DRM render node (``/dev/dri/renderD*``) this process may read and write
-    whose PCI device has Intel's vendor id (0x8086), sorted by domain, bus, device and
-    function, integrated GPUs (domain 0000, bus 00) last unless ``ZE_ENABLE_PCI_ID_DEVICE_ORDER``
-    is true. A node that cannot be opened or whose vendor cannot be read is not one.
-    """
+    """The PCI addresses of the Intel GPUs whose render node this process can open, in Level Zero's order (PCI
+    order, integrated GPUs last unless ``ZE_ENABLE_PCI_ID_DEVICE_ORDER`` is true)."""
     found: list[tuple[tuple[int, int, int, int], str]] = []
     for render in glob.glob(DRI_RENDER_GLOB):
         name = os.path.basename(render)
@@ -67,12 +59,8 @@ def list_xpu_pci_addresses() -> list[str]:
 
 
 def xpu_visible_device_indices(num_devices: int) -> list[int]:
-    """The indices among ``num_devices`` Intel GPUs that ``ZE_AFFINITY_MASK`` exposes, ascending.
-
-    Level Zero filters, it does not reorder: ``3,0`` exposes devices 0 and 3 as
-    ``xpu:0`` and ``xpu:1``. Unset, empty or ``default`` exposes all; a sub-device
-    entry (``1.0``) selects its root device; duplicates, out-of-range and
-    unparsable entries are dropped.
+    """The indices among ``num_devices`` Intel GPUs that ``ZE_AFFINITY_MASK`` exposes, ascending (Level Zero
+    filters, it does not reorder); a sub-device entry (``1.0``) selects its root device, bad entries are dropped.
     """
     mask = os.environ.get("ZE_AFFINITY_MASK")
     if mask is None or mask.strip() in ("", "default"):

@@ -1,9 +1,6 @@
-"""vLLM's Priority Core Turbo (PCT) gate: the SKU table, the two gates and each node's priority CPUs.
-
-A part of :mod:`numabind.compat.vllm`, which re-exports every name here under vLLM's (``_pct_sku_config``,
-``_maybe_get_pct_cpu_binding``, ...). On the live machine the gates read vLLM's paths with ``open()`` and the
-node CPU lists with ``Path.read_text`` (vLLM's tests patch those); under ``NUMABIND_FSROOT`` or a pinned
-topology numabind's discovery answers instead.
+"""vLLM's Priority Core Turbo (PCT) gate: the SKU table, the two gates and each node's priority CPUs
+(re-exported by :mod:`numabind.compat.vllm` under vLLM's names). On the live machine vLLM's paths are read with
+``open()`` and ``Path.read_text`` (vLLM's tests patch those); elsewhere numabind's discovery answers.
 """
 
 from __future__ import annotations
@@ -53,14 +50,9 @@ def _sku_named_in(model: str) -> PctSku | None:
 
 
 def pct_sku_from_cpuinfo() -> PctSku | None:
-    """The PCT entry whose SKU the CPU model name names (the first gate only), or None.
-
-    On the live machine ``PROC_CPUINFO_PATH`` is read with ``open()``; else the
-    discovered model name is used.
-    """
+    """The PCT entry whose SKU the CPU model name names (the first gate only), or None."""
     if not on_live_machine():
-        model = current_topology().model_name or ""
-        return _sku_named_in(model)
+        return _sku_named_in(current_topology().model_name or "")
     try:
         with open(PROC_CPUINFO_PATH) as f:
             for line in f:
@@ -100,11 +92,7 @@ REFRESH_HOOKS.append(pct_sku_config.cache_clear)
 
 
 def _node_priority_cpus(node: int, stride: int) -> set[int]:
-    """The CPUs of ``node`` with ``cpu % stride in (0, 1)``, read from sysfs (``Path.read_text``).
-
-    A process whose CPUs are constrained (its allowed CPUs are not all online
-    CPUs) keeps only the ones it may use.
-    """
+    """The CPUs of ``node`` with ``cpu % stride in (0, 1)`` (``Path.read_text``), those this process may use."""
     path = Path(NODE_CPULIST_PATH.format(node))
     try:
         cpus = parse_cpulist(path.read_text().strip())
@@ -130,9 +118,8 @@ def maybe_get_pct_cpu_binding(numa_nodes: list[int]) -> list[int] | None:
         else:
             found, _ = pct_priority_cpus(current_topology(), [node])
             cpus = set(found or ())
-        if not cpus:
-            continue
-        union |= cpus
-        logger.info("Priority Core Turbo (CPU stride %d): priority CPUs of NUMA node %d are %s",
-                    sku.priority_stride, node, ",".join(map(str, sorted(cpus))))
+        if cpus:
+            union |= cpus
+            logger.info("Priority Core Turbo (CPU stride %d): priority CPUs of NUMA node %d are %s",
+                        sku.priority_stride, node, ",".join(map(str, sorted(cpus))))
     return sorted(union) or None

@@ -1,10 +1,6 @@
-"""A drop-in for SGLang's ``sglang.srt.utils.numa_utils``, bound in-process by numabind.
-
-The functions SGLang's launcher, scheduler and CPU model runner call, with SGLang's signatures, environment
-(``SGLANG_NUMA_BIND_V2``, ``SGLANG_AUTO_NUMA_BIND``, ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE``, ...) and logger;
-``docs/howto/sglang.rst`` says what each does and how it differs from SGLang's. What the host patches on this
-module is what runs: the functions here call each other through it. Its parts sit beside it
-(``_sglang_*.py``: the Intel XPU and Ascend NPU lookups, the CPU backend, the memory helpers).
+"""A drop-in for SGLang's ``sglang.srt.utils.numa_utils``, bound in-process by numabind, with SGLang's
+signatures, environment and logger (``docs/howto/sglang.rst``). The functions here call each other through this
+module, so what the host patches on it is what runs; its parts sit beside it (``_sglang_*.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ from . import (
     mem_policy,
     on_live_machine,
     open_libnuma,
-    plan_from_numactl_args,
     refresh_topology,
     wrapper_environment,
     wrapper_executable,
@@ -101,9 +96,8 @@ _PCI_NUMA_NODE = "/sys/bus/pci/devices/{}/numa_node"
 # ----------------------------------------------------------------------------- failures
 def _handle_numa_bind_failure(node: int | None = None, allowed_cpus: Iterable[int] | None = None,
                               gpu_id: int | None = None, *, reason: str | None = None) -> None:
-    """Log a NUMA binding that could not be applied at all, and raise it under
-    ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE``. Without ``reason`` the failure is a node with no CPU in ``allowed_cpus``.
-    """
+    """SGLang's failure (:func:`fail`) of a binding that could not be applied at all; without ``reason``, a node
+    with no CPU in ``allowed_cpus``."""
     if reason is None:
         on = f" for GPU {gpu_id}" if gpu_id is not None else ""
         reason = (f"NUMA node {node} has none of the CPUs this process may use "
@@ -114,10 +108,7 @@ def _handle_numa_bind_failure(node: int | None = None, allowed_cpus: Iterable[in
 # ----------------------------------------------------------------------------- libnuma and availability
 @functools.cache
 def get_libnuma() -> ctypes.CDLL | None:
-    """libnuma opened with ctypes (``libnuma.so``, then ``libnuma.so.1``), or None.
-
-    For code that imports it from here; numabind binds through its own backends.
-    """
+    """libnuma opened with ctypes (``libnuma.so``, then ``libnuma.so.1``), or None (numabind does not use it)."""
     return open_libnuma(logger)
 
 
@@ -146,9 +137,8 @@ def _on_xpu() -> bool:
 
 
 def _is_numa_available() -> bool:
-    """Whether SGLang's automatic NUMA binding applies here: SGLang's CUDA or XPU platform (NVIDIA or
-    Intel GPUs visible, ``_is_cuda`` / ``_is_xpu``), a second NUMA node (``os.path.isdir`` of node1),
-    and memory-policy calls permitted (``_can_set_mempolicy``). numactl is not required."""
+    """Whether SGLang's automatic NUMA binding applies here: SGLang's CUDA or XPU platform, a second NUMA node
+    and memory-policy calls permitted (numactl is not required)."""
     if not (_platform(_is_cuda, "nvidia") or _platform(_is_xpu, "intel")):
         return False
     if not (os.path.isdir(_NODE1_PATH) if on_live_machine() else _replayed_isdir(_NODE1_PATH)):
@@ -161,9 +151,8 @@ def _is_numa_available() -> bool:
 
 
 def _replayed_isdir(path: str) -> bool:
-    """Whether ``path`` is a directory of the replayed machine under the current topology's root, read as
-    discovery reads it (:class:`numabind._fs.FsReader`: a link is followed inside the root only, a dump
-    tarball or an hwloc XML file read as its tree); False when the root cannot be read."""
+    """Whether ``path`` is a directory of the replayed machine, read as discovery reads the current topology's
+    root (:class:`numabind._fs.FsReader`); False when the root cannot be read."""
     try:
         return FsReader(current_topology().root).isdir(path.lstrip("/"))
     except NumabindError:
@@ -175,13 +164,8 @@ def _gpu(device_id: int) -> Any | None:
 
 
 def _query_numa_node_for_gpu(device_id: int) -> list[int]:
-    """The NUMA nodes GPU ``device_id`` (CUDA numbering under the current ``CUDA_VISIBLE_DEVICES``) has
-    memory affinity with, sorted; ``[]`` when unknown. Several nodes stay several.
-
-    With ``pynvml`` importable, NVML's memory affinity (node scope) is read as
-    SGLang does; else numabind's discovery gives the GPU's node. On SGLang's XPU
-    platform (:func:`_on_xpu`) ``device_id`` is an XPU id: :func:`_query_numa_node_for_xpu`.
-    """
+    """The NUMA nodes GPU ``device_id`` has memory affinity with, sorted; ``[]`` when unknown. NVML's answer
+    where ``pynvml`` imports (as SGLang), else numabind's discovery; an XPU id on SGLang's XPU platform."""
     if _on_xpu():
         return _query_numa_node_for_xpu(device_id)
     try:
@@ -232,13 +216,9 @@ def _get_nvml_device_index(device_id: int) -> int:
 
 # ----------------------------------------------------------------------------- Intel GPUs (XPU)
 def _xpu_pci_address(device_id: int) -> str | None:
-    """The PCI address of ``xpu:<device_id>``, or None when it cannot be known for sure.
-
-    The Intel GPUs of :func:`_list_xpu_pci_addresses` that ``ZE_AFFINITY_MASK``
-    exposes must be as many as the runtime counts (``torch.xpu.device_count()``);
-    when only the integrated GPUs make the difference (a runtime that does not
-    enumerate them) they are left out. Any other disagreement, or no count, is None.
-    """
+    """The PCI address of ``xpu:<device_id>``, or None when it cannot be known for sure: the Intel GPUs
+    ``ZE_AFFINITY_MASK`` exposes must be as many as ``torch.xpu.device_count()`` (or, without the integrated
+    ones, as many)."""
     addresses = _list_xpu_pci_addresses()
     if not addresses:
         return None
@@ -259,10 +239,8 @@ def _xpu_pci_address(device_id: int) -> str | None:
 
 
 def _query_numa_node_for_xpu(device_id: int) -> list[int]:
-    """The NUMA node of ``xpu:<device_id>`` as a one-element list; ``[]`` when unknown (the firmware
-    reports -1, the device cannot be matched or its node cannot be read). On the live machine SGLang's
-    lookup (:func:`_xpu_pci_address`, then the PCI device's ``numa_node``); under
-    ``NUMABIND_FSROOT`` or a pinned topology numabind's discovery answers."""
+    """The NUMA node of ``xpu:<device_id>`` as a one-element list, ``[]`` when unknown: SGLang's lookup on the
+    live machine, numabind's discovery under ``NUMABIND_FSROOT`` or a pinned topology."""
     if not on_live_machine():
         return _discovered_numa_nodes(device_id)
     address = _xpu_pci_address(device_id)
@@ -282,11 +260,8 @@ def _query_numa_node_for_xpu(device_id: int) -> list[int]:
 
 
 def _server_gpu_id(gpu_id: int) -> int:
-    """The GPU id in the launcher's numbering, undoing ``SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS``.
-
-    The launcher narrows ``CUDA_VISIBLE_DEVICES`` to one entry of its own value
-    (or to the id itself when it had none) and passes 0.
-    """
+    """The GPU id in the launcher's numbering, undoing ``SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS`` (which
+    narrows ``CUDA_VISIBLE_DEVICES`` to one entry and passes 0)."""
     if gpu_id != 0 or not env_bool("SGLANG_ONE_VISIBLE_DEVICE_PER_PROCESS", False):
         return gpu_id
     now = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -307,8 +282,7 @@ def _server_gpu_id(gpu_id: int) -> int:
 
 
 def get_numa_node_if_available(server_args: Any, gpu_id: int) -> int | None:
-    """The NUMA node for GPU ``gpu_id``: from ``server_args.numa_node``, else detected
-    (``SGLANG_AUTO_NUMA_BIND``), else None."""
+    """GPU ``gpu_id``'s NUMA node: from ``--numa-node``, else detected (``SGLANG_AUTO_NUMA_BIND``), else None."""
     numa_nodes = server_args.numa_node
     if numa_nodes is not None:
         index = _server_gpu_id(gpu_id)
@@ -316,9 +290,7 @@ def get_numa_node_if_available(server_args: Any, gpu_id: int) -> int | None:
             raise NumaListError(f"GPU {index} has no entry in --numa-node {list(numa_nodes)}; "
                                 f"give one NUMA node per GPU")
         return int(numa_nodes[index])
-    if not env_bool("SGLANG_AUTO_NUMA_BIND", True):
-        return None
-    if not _is_numa_available():
+    if not env_bool("SGLANG_AUTO_NUMA_BIND", True) or not _is_numa_available():
         return None
     nodes = _query_numa_node_for_gpu(gpu_id)
     if not nodes:
@@ -422,7 +394,7 @@ def _npu_preferred_plan(gpu_id: int) -> tuple[Plan | None, str]:
         logger.warning("Memory preference %r for NPU %d could not be applied%s; its scheduler starts without one",
                        preferred, gpu_id, f": {why}" if why else "")
         return None, ""
-    return plan_from_numactl_args(resolved, current_topology()), resolved
+    return Plan.from_numactl_args(resolved, topology=current_topology()), resolved
 
 
 # ----------------------------------------------------------------------------- starting children
@@ -430,12 +402,10 @@ def _npu_preferred_plan(gpu_id: int) -> tuple[Plan | None, str]:
 def configure_subprocess(server_args: Any, gpu_id: int) -> Iterator[None]:
     """Scheduler children started inside are bound at birth to GPU ``gpu_id``'s NUMA node.
 
-    Under ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE`` a binding of which nothing can
-    be applied raises :class:`RuntimeError` here, before any child starts. On
-    an NPU (``server_args.device == "npu"``) an explicit ``--numa-node`` that
-    contradicts the NPU's node raises :class:`NpuAffinityError` first, and
-    ``SGLANG_NPU_MEMORY_PREFERRED_BIND`` gives a child that would start
-    unbound a memory preference for its NPU's node.
+    Under ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE`` a binding of which nothing can be applied raises
+    :class:`RuntimeError` here, before any child starts. On an NPU a ``--numa-node`` that contradicts the
+    NPU's node raises :class:`NpuAffinityError`; ``SGLANG_NPU_MEMORY_PREFERRED_BIND`` gives a child that
+    would start unbound a memory preference for its NPU's node.
     """
     npu = getattr(server_args, "device", None) == "npu"
     if npu:
@@ -468,21 +438,15 @@ def _child_plan(server_args: Any, gpu_id: int) -> tuple[Plan | None, str]:
             f"profile refusing set_mempolicy/sched_setaffinity, or a cpuset refusing the policy)"
             f"{': ' + why if why else ''}; skipping NUMA binding for GPU {gpu_id}."))
         return None, ""
-    return plan_from_numactl_args(resolved, current_topology()), resolved
+    return Plan.from_numactl_args(resolved, topology=current_topology()), resolved
 
 
 _created = threading.local()
 
 
 def _create_numactl_executable(numactl_args: str) -> tuple[str, str]:
-    """An executable that starts a spawned child bound to ``numactl_args``, and a line describing it.
-
-    SGLang writes a script per call; numabind returns its one fixed,
-    environment-driven wrapper (:func:`numabind.compat.wrapper_executable`) and
-    remembers ``numactl_args`` for this thread: :func:`_mp_set_executable`
-    entered next puts them in the wrapper's variables. Nothing is written.
-    :func:`configure_subprocess` does not need either.
-    """
+    """numabind's fixed wrapper (:func:`numabind.compat.wrapper_executable`), where SGLang writes a script, and
+    a line describing it; ``numactl_args`` are kept for this thread's next :func:`_mp_set_executable`."""
     _created.args = numactl_args
     path = wrapper_executable()
     return path, f"{path} with {numactl_args!r} (numabind binds the child, no numactl needed)"
@@ -514,13 +478,11 @@ def _mp_set_executable(executable: str, debug_str: str) -> Iterator[None]:
 
 # ----------------------------------------------------------------------------- binding this process
 def numa_bind_to_node(node: int) -> BindReport | None:
-    """Bind this whole process to NUMA ``node``: every thread that is not pinned elsewhere runs on
-    the node's CPUs this process may use, and memory prefers the node. Returns the BindReport.
+    """Bind this whole process to NUMA ``node``: every thread not pinned elsewhere runs on the node's CPUs this
+    process may use (a memory-only node leaves them), and memory prefers the node. Returns the BindReport.
 
-    A memory-only node leaves the CPUs as they are. A node with no allowed CPU
-    is a failure (a warning, or RuntimeError under
-    ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE``); so is a binding of which nothing
-    can be applied (numabind's ``strict="partial"``).
+    A node with no allowed CPU, or a binding of which nothing can be applied, is a failure (a warning, or
+    RuntimeError under ``SGLANG_CRASH_ON_NUMA_BIND_FAILURE``).
     """
     from ..bind import bind_current
 

@@ -1,10 +1,8 @@
 """A module drop-in for vLLM's ``vllm.utils.numa_utils``, bound in-process by numabind.
 
-Every function of vLLM's module that vLLM itself imports, or that its tests patch, is here with vLLM's
-signature, return type and exceptions; the numactl option strings come out exactly as vLLM computes them.
-Children are bound at birth by numabind instead of numactl: :doc:`/howto/compat` says what is kept and what
-differs. vLLM is never imported: only attributes of the config objects are read. The PCT gate is a part
-beside this module (``_vllm_pct.py``), re-exported here under vLLM's names.
+Every function of vLLM's module that vLLM imports or its tests patch is here with vLLM's signature, return type
+and exceptions, its numactl option strings exactly as vLLM computes them; children are bound at birth by numabind
+instead of numactl (:doc:`/howto/compat`). vLLM is never imported.
 """
 
 from __future__ import annotations
@@ -37,7 +35,6 @@ from . import (
     current_topology,
     mem_policy,
     open_libnuma,
-    plan_from_numactl_args,
     refresh_topology,
     strip_memory_args,
     wrapper_environment,
@@ -77,19 +74,16 @@ __all__ = [
 #: vLLM's logger name for this module: a child of ``vllm``, so vLLM's logging configuration applies.
 logger = logging.getLogger("vllm.utils.numa_utils")
 
-#: The variables vLLM's wrapper reads its numactl options and Python interpreter from; numabind's
-#: wrapper (:func:`_get_numactl_executable`) reads the same ones.
+#: The variables vLLM's wrapper (and numabind's) reads its numactl options and Python interpreter from.
 _NUMACTL_ARGS_ENV = WRAPPER_ARGS_ENV
 _NUMACTL_PYTHON_EXECUTABLE_ENV = WRAPPER_PYTHON_ENV
-#: vLLM's worker start method when VLLM_WORKER_MULTIPROC_METHOD is unset.
-_VLLM_DEFAULT_METHOD = "fork"
 
 
 class _Envs:
     """vLLM's ``envs`` as far as this module reads it: each attribute is the variable's value now
     (``VLLM_WORKER_MULTIPROC_METHOD`` defaults to vLLM's ``fork``); tests may set attributes."""
 
-    _DEFAULTS = {"VLLM_WORKER_MULTIPROC_METHOD": _VLLM_DEFAULT_METHOD}
+    _DEFAULTS = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}     # vLLM's default start method
 
     def __getattr__(self, name: str) -> str:
         if name not in self._DEFAULTS:
@@ -103,11 +97,7 @@ envs: Any = _Envs()
 # ----------------------------------------------------------------------------- libnuma and the memory policy
 @functools.cache
 def get_libnuma() -> ctypes.CDLL | None:
-    """libnuma opened with ctypes (``libnuma.so``, then ``libnuma.so.1``), or None when absent.
-
-    For code that imports it from here; numabind itself binds through its
-    own backends and never uses this handle.
-    """
+    """libnuma opened with ctypes (``libnuma.so``, then ``libnuma.so.1``), or None; numabind does not use it."""
     return open_libnuma(logger)
 
 
@@ -140,14 +130,8 @@ def _auto_numa_problem(require_unbound_process: bool) -> str | None:
 
 
 def _is_auto_numa_available(verbose: bool = True, *, require_unbound_process: bool = False) -> bool:
-    """Whether automatic GPU-to-NUMA detection should be attempted (never raises).
-
-    Needs a visible GPU, more than one NUMA node with CPUs, a process whose
-    CPU affinity covers every online CPU, and a NUMA node for every visible
-    GPU. ``require_unbound_process`` (automatic binding) also needs NVIDIA or
-    AMD GPUs and the default memory policy. The reason for a "no" is logged
-    at WARNING when ``verbose`` (the user asked for binding), else at DEBUG.
-    """
+    """Whether automatic GPU-to-NUMA detection should be attempted (never raises); the reason for a "no" is
+    logged at WARNING when ``verbose`` (the user asked for binding), else at DEBUG."""
     problem = _auto_numa_problem(require_unbound_process)
     if problem is not None:
         (logger.warning if verbose else logger.debug)("NUMA nodes of the GPUs are not detected: %s", problem)
@@ -246,10 +230,19 @@ def _get_enginecore_numa_nodes(parallel_config: Any, dp_local_rank: int | None =
 
 
 # ----------------------------------------------------------------------------- numactl option strings
-def _memory_flag(parallel_config: Any, nodes: list[int]) -> str:
-    if not getattr(parallel_config, "_numa_bind_auto", False):
-        return "membind"
-    return "preferred" if len(nodes) == 1 else "preferred-many"
+def _numactl_options(parallel_config: Any, who: str, cpus: str | None, nodes: list[int], where: str) -> str:
+    """numactl options binding ``who`` to ``cpus`` (None: the CPUs of ``nodes``) and memory to ``nodes``
+    (preferred under automatic binding); logged at INFO as vLLM logs them."""
+    node_list = ",".join(map(str, nodes))
+    if cpus is not None:
+        logger.info("Binding %s to CPUs %s and %s %s", who, cpus, where, node_list)
+        cpu_arg = f"--physcpubind={cpus}"
+    else:
+        logger.info("Binding %s to %s %s", who, where, node_list)
+        cpu_arg = f"--cpunodebind={node_list}"
+    auto = getattr(parallel_config, "_numa_bind_auto", False)
+    memory = ("preferred" if len(nodes) == 1 else "preferred-many") if auto else "membind"
+    return f"{cpu_arg} --{memory}={node_list}"
 
 
 def _get_numactl_worker_args(parallel_config: Any, local_rank: int, dp_local_rank: int | None = None) -> str:
@@ -257,37 +250,19 @@ def _get_numactl_worker_args(parallel_config: Any, local_rank: int, dp_local_ran
     gpu_index = _get_gpu_index(parallel_config, local_rank, dp_local_rank)
     node = _get_numa_node(parallel_config, gpu_index)
     cpus = _get_cpu_binding(parallel_config, gpu_index, [node])
-    if cpus is not None:
-        logger.info("Binding worker subprocess (local_rank=%s, gpu_index=%s) to CPUs %s and NUMA node %s",
-                    local_rank, gpu_index, cpus, node)
-        cpu_arg = f"--physcpubind={cpus}"
-    else:
-        logger.info("Binding worker subprocess (local_rank=%s, gpu_index=%s) to NUMA node %s",
-                    local_rank, gpu_index, node)
-        cpu_arg = f"--cpunodebind={node}"
-    return f"{cpu_arg} --{_memory_flag(parallel_config, [node])}={node}"
+    who = f"worker subprocess (local_rank={local_rank}, gpu_index={gpu_index})"
+    return _numactl_options(parallel_config, who, cpus, [node], "NUMA node")
 
 
 def _get_numactl_enginecore_args(parallel_config: Any, local_rank: int,
                                  dp_local_rank: int | None = None) -> str:
-    """numactl options for an EngineCore: every node of its shard.
-
-    Per-worker ``--numa-bind-cpus`` lists are not used: the EngineCore's CPUs
-    must contain each worker's, which the shard's nodes (or the union of their
-    PCT priority CPUs, when no list is given) always do.
-    """
+    """numactl options for an EngineCore: every node of its shard, or the union of their PCT priority CPUs
+    (per-worker ``--numa-bind-cpus`` lists are not used: the shard's nodes contain them all)."""
     nodes = _get_enginecore_numa_nodes(parallel_config, dp_local_rank)
-    node_list = ",".join(map(str, nodes))
     pct = None if parallel_config.numa_bind_cpus is not None else _maybe_get_pct_cpu_binding(nodes)
-    if pct is not None:
-        cpus = ",".join(map(str, pct))
-        logger.info("Binding EngineCore subprocess (local_rank=%s) to CPUs %s and NUMA nodes %s",
-                    local_rank, cpus, node_list)
-        cpu_arg = f"--physcpubind={cpus}"
-    else:
-        logger.info("Binding EngineCore subprocess (local_rank=%s) to NUMA nodes %s", local_rank, node_list)
-        cpu_arg = f"--cpunodebind={node_list}"
-    return f"{cpu_arg} --{_memory_flag(parallel_config, nodes)}={node_list}"
+    cpus = None if pct is None else ",".join(map(str, pct))
+    return _numactl_options(parallel_config, f"EngineCore subprocess (local_rank={local_rank})", cpus, nodes,
+                            "NUMA nodes")
 
 
 def _get_numactl_args(vllm_config: Any, local_rank: int, dp_local_rank: int | None = None,
@@ -304,8 +279,7 @@ def _get_numactl_args(vllm_config: Any, local_rank: int, dp_local_rank: int | No
 
 
 def _probe_numactl_args(numactl_args: str) -> bool:
-    """Whether ``numactl_args`` can be applied in this process (:func:`numabind.compat.cannot_apply`:
-    ``numactl ARGS true`` through this module's ``subprocess`` where vLLM would run it, else in-process)."""
+    """Whether ``numactl_args`` can be applied in this process (:func:`numabind.compat.cannot_apply`)."""
     problem = cannot_apply(numactl_args)
     if problem is not None:
         logger.debug("NUMA binding %r cannot be applied here: %s", numactl_args, problem)
@@ -313,13 +287,8 @@ def _probe_numactl_args(numactl_args: str) -> bool:
 
 
 def _resolve_numactl_args(numactl_args: str) -> str:
-    """``numactl_args``, or without its memory policy, or ``""``: the first that can be applied.
-
-    A step down is ONE WARNING naming what was refused, why, what is used
-    instead and the container hint (``--cap-add SYS_NICE``). An EngineCore over
-    several nodes whose memory policy is refused keeps its CPUs and loses the
-    policy rather than having it narrowed onto one node.
-    """
+    """``numactl_args``, or without its memory policy, or ``""``: the first that can be applied (a step down
+    is one WARNING naming what was refused, why, and what is used instead)."""
     first = cannot_apply(numactl_args)
     if first is None:
         return numactl_args
@@ -336,13 +305,9 @@ def _resolve_numactl_args(numactl_args: str) -> str:
 # ----------------------------------------------------------------------------- the automatic gate
 def auto_bind_decision(parallel_config: Any, local_rank: int,
                        dp_local_rank: int | None = None) -> tuple[bool, str]:
-    """Whether vLLM's automatic binding should happen here, and why; stores the detected nodes.
-
-    vLLM's conditions (spawn start method, local mp/uni launchers, no
-    ``--device-ids`` remapping, an unbound process with the default memory
-    policy, a NUMA node with CPUs for every visible GPU, every local worker's
-    GPU covered), except that numactl need not be installed. Never raises.
-    """
+    """Whether vLLM's automatic binding should happen here, and why; stores the detected nodes. vLLM's
+    conditions (spawn start method, local mp/uni launchers, no ``--device-ids``, an unbound process with the
+    default memory policy, a node with CPUs for every visible GPU), without needing numactl. Never raises."""
     pc = parallel_config
     method = envs.VLLM_WORKER_MULTIPROC_METHOD
     if method != "spawn":
@@ -377,10 +342,7 @@ def auto_bind_decision(parallel_config: Any, local_rank: int,
 
 
 def can_auto_bind(parallel_config: Any, local_rank: int, dp_local_rank: int | None = None) -> bool:
-    """vLLM's ``_can_auto_bind``: True when automatic binding should happen (reason at DEBUG).
-
-    :func:`auto_bind_decision` returns the reason too.
-    """
+    """vLLM's ``_can_auto_bind``: True when automatic binding should happen (the reason at DEBUG)."""
     ok, why = auto_bind_decision(parallel_config, local_rank, dp_local_rank)
     logger.debug("automatic NUMA binding %s: %s", "possible" if ok else "not possible", why)
     return ok
@@ -395,12 +357,9 @@ def configure_subprocess(vllm_config: Any, local_rank: int, dp_local_rank: int |
                          process_kind: str = "worker") -> Iterator[None]:
     """Children started inside are bound at birth to the NUMA binding vLLM computes for them.
 
-    ``numa_bind=None`` decides automatic binding once, here in the launcher
-    (children get the answer through their pickled config). A binding that
-    cannot be applied loses its memory policy, then its CPU binding (WARNINGs);
-    when nothing is left the child starts unbound and, for automatic binding,
-    ``numa_bind``, ``numa_bind_nodes`` and ``_numa_bind_auto`` are reset. An
-    unknown ``process_kind`` is a ValueError when binding is on.
+    ``numa_bind=None`` decides automatic binding once, here in the launcher. A binding that cannot be applied
+    loses its memory policy, then its CPUs (WARNINGs); an unknown ``process_kind`` is a ValueError when
+    binding is on.
     """
     pc = vllm_config.parallel_config
     if pc.numa_bind is None:
@@ -412,12 +371,7 @@ def configure_subprocess(vllm_config: Any, local_rank: int, dp_local_rank: int |
     if not pc.numa_bind:
         yield
         return
-    if process_kind == "EngineCore":
-        numactl_args = _get_numactl_enginecore_args(pc, local_rank, dp_local_rank)
-    elif process_kind == "worker":
-        numactl_args = _get_numactl_worker_args(pc, local_rank, dp_local_rank)
-    else:
-        raise PlanError(f"Unknown process_kind {process_kind!r}; expected 'worker' or 'EngineCore'.")
+    numactl_args = _get_numactl_args(vllm_config, local_rank, dp_local_rank, process_kind) or ""
     numactl_args = _resolve_numactl_args(numactl_args)
     if not numactl_args:
         if getattr(pc, "_numa_bind_auto", False):
@@ -428,7 +382,7 @@ def configure_subprocess(vllm_config: Any, local_rank: int, dp_local_rank: int |
         return
     _note_start_method()
     try:
-        plan = plan_from_numactl_args(numactl_args, current_topology())
+        plan = Plan.from_numactl_args(numactl_args, topology=current_topology())
     except PlanError as e:   # the probe accepted it, the machine changed since (affinity, CPUs offline)
         logger.warning("NUMA binding %r was accepted by the probe but cannot be bound now (%s); the %s "
                        "subprocess (local_rank=%s) starts unbound", numactl_args, e, process_kind, local_rank)
@@ -455,14 +409,14 @@ def _note_start_method() -> None:
 
 def worker_plan(parallel_config: Any, local_rank: int, dp_local_rank: int | None = None) -> Plan:
     """The :class:`numabind.Plan` of one worker (its numactl options resolved on this machine)."""
-    return plan_from_numactl_args(_get_numactl_worker_args(parallel_config, local_rank, dp_local_rank),
-                                  current_topology())
+    args = _get_numactl_worker_args(parallel_config, local_rank, dp_local_rank)
+    return Plan.from_numactl_args(args, topology=current_topology())
 
 
 def enginecore_plan(parallel_config: Any, local_rank: int, dp_local_rank: int | None = None) -> Plan:
     """The :class:`numabind.Plan` of an EngineCore (its numactl options resolved on this machine)."""
-    return plan_from_numactl_args(_get_numactl_enginecore_args(parallel_config, local_rank, dp_local_rank),
-                                  current_topology())
+    args = _get_numactl_enginecore_args(parallel_config, local_rank, dp_local_rank)
+    return Plan.from_numactl_args(args, topology=current_topology())
 
 
 # ----------------------------------------------------------------------------- what a process got
@@ -477,12 +431,8 @@ def _show(binding: Any) -> list[str]:
 
 
 def _log_numactl_show(label: str) -> bool:
-    """Log (DEBUG) this process's CPU affinity and memory policy as ``numactl --show`` prints them;
-    False when they cannot be read.
-
-    ``numactl --show`` is run through this module's ``subprocess`` (vLLM's way);
-    without numactl numabind reads the same fields itself.
-    """
+    """Log (DEBUG) this process's CPU affinity and memory policy as ``numactl --show`` prints them (numabind
+    reads them itself without numactl); False when they cannot be read."""
     try:
         result = subprocess.run(["numactl", "--show"], check=True, capture_output=True, text=True)
     except FileNotFoundError:
@@ -513,14 +463,7 @@ def log_current_affinity_state(label: str) -> None:
 
 # ----------------------------------------------------------------------------- vLLM's numactl plumbing
 def _get_numactl_executable() -> tuple[str, str]:
-    """numabind's environment-driven wrapper and a line describing it.
-
-    With :func:`_set_numa_wrapper_env` around it and the wrapper as
-    multiprocessing's spawn executable (:func:`_mp_set_executable`), a spawned
-    child starts bound to the options in ``_VLLM_INTERNAL_NUMACTL_ARGS``, by
-    ``numabind run``, started isolated (no numactl needed; see
-    :func:`numabind.compat.wrapper_executable` for what it accepts).
-    """
+    """numabind's wrapper (:func:`numabind.compat.wrapper_executable`) and a line describing it."""
     path = wrapper_executable()
     return path, (f"{path} via {_NUMACTL_ARGS_ENV} and {_NUMACTL_PYTHON_EXECUTABLE_ENV} "
                   f"(numabind binds the child, no numactl needed)")
@@ -528,21 +471,15 @@ def _get_numactl_executable() -> tuple[str, str]:
 
 @contextlib.contextmanager
 def _set_numa_wrapper_env(numactl_args: str, python_executable: str) -> Iterator[None]:
-    """Inside the block ``_VLLM_INTERNAL_NUMACTL_ARGS`` is ``numactl_args`` and
-    ``_VLLM_INTERNAL_NUMACTL_PYTHON_EXECUTABLE`` is ``python_executable``; both are restored on exit
-    (removed when they were unset). The wrapper reads them."""
+    """The wrapper's two variables set for the block (:func:`numabind.compat.wrapper_environment`)."""
     with wrapper_environment(numactl_args, python_executable):
         yield
 
 
 @contextlib.contextmanager
 def _mp_set_executable(executable: str, debug_str: str) -> Iterator[None]:
-    """Inside the block multiprocessing spawns children through ``executable`` (restored on exit).
-
-    As in vLLM this only matters for the spawn start method: under another
-    ``VLLM_WORKER_MULTIPROC_METHOD`` it warns and changes nothing
-    (:func:`configure_subprocess` binds such children at birth instead).
-    """
+    """Inside the block multiprocessing spawns children through ``executable`` (restored on exit); under
+    another ``VLLM_WORKER_MULTIPROC_METHOD`` than spawn it warns and changes nothing, as vLLM does."""
     method = envs.VLLM_WORKER_MULTIPROC_METHOD
     if method != "spawn":
         logger.warning("multiprocessing's executable is not replaced by %s: VLLM_WORKER_MULTIPROC_METHOD=%s, and "

@@ -1,8 +1,5 @@
-"""Integrations with frameworks that start worker processes themselves (``numabind.integrations.ray``).
-
-Each integration imports its framework only when it is used, so
-``import numabind`` never imports Ray (or torch).
-"""
+"""Integrations with frameworks that start worker processes themselves; each imports its framework only when
+used."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """Ray: every worker bound to the NUMA node of the GPUs Ray assigned it (``pip install numabind[ray]``).
 
-Two ways, usable together: :func:`runtime_env` (its ``worker_process_setup_hook`` is :func:`setup_hook`)
-binds every worker of a job, and :func:`bind_actor` gives an actor class its own plan, bound in its
-``__init__``. ``docs/howto/ray.rst`` says how each follows Ray's GPU assignments and how plans are made.
-
-The Ray hooks numabind depends on: two public ones, the ``worker_process_setup_hook`` field of a runtime
-environment and ``ray.get_gpu_ids()``, and one private one, ``ray._private.utils.set_visible_accelerator_ids``,
-which :func:`setup_hook` wraps because Ray (checked up to 2.60) has no public callback for "this worker was
-just given these accelerators"; :func:`bind_actor` uses the public hooks only. Under ``NOSET_VAR``
-(``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES``) Ray's GPU ids are physical (:func:`physical_gpus`). Ray is
-imported only when a function here runs, never by ``import numabind``.
+:func:`runtime_env` (its ``worker_process_setup_hook`` is :func:`setup_hook`) binds every worker of a job;
+:func:`bind_actor` gives an actor class its own plan, bound in its ``__init__``, through public hooks only.
+Ray has no public callback for a worker's new accelerators, so :func:`setup_hook` wraps Ray's private
+``ray._private.utils.set_visible_accelerator_ids``. Under ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` Ray's
+GPU ids are physical. Ray is imported only when a function here runs (``docs/howto/ray.rst``).
 """
 
 from __future__ import annotations
@@ -68,10 +63,8 @@ def runtime_env(mode: Mode = "node", policy: NodePolicy | None = "bind", *, stri
                 **extra: Any) -> dict[str, Any]:
     """A Ray ``runtime_env`` whose workers bind themselves (see :func:`setup_hook`).
 
-    ``env_vars`` are passed on (e.g. ``NUMABIND_FSROOT``); ``strict`` sets
-    ``NUMABIND_STRICT`` in the workers; ``within_affinity=True`` keeps each
-    worker inside the affinity it was started with (default: the cpuset is the
-    limit); other keywords are more runtime_env fields (``pip``, ``working_dir``, ...).
+    ``env_vars`` are passed on; ``strict`` sets ``NUMABIND_STRICT`` in the workers; ``within_affinity=True``
+    keeps each worker inside the affinity it was started with; other keywords are more runtime_env fields.
     """
     _check(mode, policy)
     if "worker_process_setup_hook" in extra:
@@ -91,14 +84,10 @@ def plan_for_worker(mode: Mode = "node", policy: NodePolicy | None = "bind", top
                     within: Any = None, strict: Strictness | None = None, within_affinity: bool = False) -> Plan:
     """The plan of this Ray worker for the GPUs Ray assigned it (``gpu_ids``, default ``ray.get_gpu_ids()``).
 
-    The GPUs are the visible ones (Ray has set ``CUDA_VISIBLE_DEVICES`` to
-    them), or under ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` the visible
-    GPUs whose physical index or UUID they are (see the module docstring);
-    ``topology`` defaults to a discovery under ``$NUMABIND_FSROOT``
-    with ``env`` (default ``os.environ``). A worker with no GPU is a PlanError.
-    ``within`` is the affinity the worker was started with (default: the
-    topology's); the plan replaces it unless ``within_affinity=True`` keeps the
-    worker inside it (:func:`numabind.rank.rank_limit`).
+    The GPUs are the visible ones, or under ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` those whose
+    physical index or UUID they are; ``topology`` defaults to a discovery with ``env``. A worker with no GPU
+    is a PlanError. ``within`` is the affinity the worker was started with (default: the topology's); the plan
+    replaces it unless ``within_affinity=True`` (:func:`numabind.rank.rank_limit`).
     """
     from ..rank import discover_for_env, plan_owned_gpus
 
@@ -131,8 +120,7 @@ def plan_for_worker(mode: Mode = "node", policy: NodePolicy | None = "bind", top
 
 
 def noset(env: Mapping[str, str]) -> bool:
-    """Whether Ray leaves ``CUDA_VISIBLE_DEVICES`` alone (``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` is ``1``
-    or ``true``, any case, as Ray reads it)."""
+    """Whether Ray leaves ``CUDA_VISIBLE_DEVICES`` alone (``NOSET_VAR`` is 1 or true, any case, as Ray reads it)."""
     return env.get(NOSET_VAR, "").strip().lower() in ("1", "true")
 
 
@@ -231,11 +219,8 @@ def _wrap_assignment(binder: _WorkerBinder) -> bool:
 
 
 def setup_hook() -> None:
-    """Ray ``worker_process_setup_hook``: bind this worker to its GPUs' node each time Ray assigns them.
-
-    Mode, policy and ``within_affinity`` come from :func:`runtime_env` (default
-    ``node``, ``bind``, False); ``NUMABIND_STRICT`` makes failures raise (the task fails).
-    """
+    """Ray ``worker_process_setup_hook``: bind this worker to its GPUs' node each time Ray assigns them (mode,
+    policy and ``within_affinity`` from :func:`runtime_env`; ``NUMABIND_STRICT`` makes failures raise)."""
     global _binder
     policy_text = os.environ.get(POLICY_VAR) or "bind"
     mode, policy = _check(os.environ.get(MODE_VAR) or "node", None if policy_text == "none" else policy_text)
@@ -276,13 +261,9 @@ def bind_this_actor(name: str, mode: Mode, policy: NodePolicy | None, strict: St
 
 def bind_actor(cls: T | None = None, *, mode: Mode = "node", policy: NodePolicy | None = "bind",
                strict: Strictness | None = None, within_affinity: bool = False) -> Any:
-    """Class decorator: the actor binds itself to its GPUs' node(s) first thing in ``__init__``
-    (``within_affinity=True``: inside the affinity its worker was started with).
-
-    Put it under ``@ray.remote(num_gpus=...)``. The actor gains
-    ``numabind_report()``, the :class:`~numabind.BindReport` (None when it was
-    left unbound in lenient mode, with a WARNING).
-    """
+    """Class decorator, under ``@ray.remote(num_gpus=...)``: the actor binds itself to its GPUs' node(s) first
+    thing in ``__init__`` and gains ``numabind_report()``, the :class:`~numabind.BindReport` (None when left
+    unbound in lenient mode, with a WARNING)."""
     _check(mode, policy)
 
     def decorate(klass: T) -> T:

@@ -1,23 +1,9 @@
-"""vLLM's general plugin: numabind implements ``vllm.utils.numa_utils`` in every vLLM process.
+"""vLLM's general plugin (``vllm.general_plugins``): numabind implements ``vllm.utils.numa_utils`` in every vLLM
+process (``docs/howto/vllm.rst``).
 
-numabind declares :func:`register` under vLLM's ``vllm.general_plugins`` entry-point group (install
-``numabind[vllm]`` into vLLM's environment). vLLM's ``load_general_plugins()`` runs it once in each of
-its processes (the front end, each EngineCore, each worker); ``VLLM_PLUGINS`` (a comma-separated list
-of plugin names) that does not name ``numabind`` leaves it out. It replaces the implementation only:
-children are bound where vLLM's own ``--numa-bind`` options (``numa_bind``, ``numa_bind_nodes``,
-``numa_bind_cpus``) ask for it, by :mod:`numabind.compat.vllm` instead of numactl. One INFO line on
-vLLM's ``vllm.utils.numa_utils`` logger says numabind is in charge.
-
-What :func:`register` does, in a process where vLLM's module is
-
-* not imported yet: a finder first on ``sys.meta_path`` answers its import with
-  :mod:`numabind.compat.vllm` (the same module object under both names, as ``numabind instrument``
-  does: :mod:`numabind.compat.bootstrap.sitecustomize`);
-* already imported (vLLM's executor and engine modules say ``from vllm.utils import numa_utils`` and
-  call ``numa_utils.configure_subprocess(...)`` later): the compat module takes its place in
-  ``sys.modules`` and on ``vllm.utils``, and each function and class of vLLM's module that numabind
-  also defines is replaced on that module object by numabind's, so the modules that already hold it
-  call numabind. Names numabind does not define stay vLLM's.
+Where vLLM's module is not imported yet, a finder answers its import with :mod:`numabind.compat.vllm`; where it
+is, the compat module takes its place in ``sys.modules`` and on ``vllm.utils``, and each function and class of
+the old module that numabind also defines is replaced on it, so modules that already hold it call numabind.
 """
 
 from __future__ import annotations
@@ -36,8 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def _own_names(compat: ModuleType) -> dict[str, object]:
-    """The functions and classes ``compat`` defines, itself or in its parts beside it (``_vllm_*.py``), not
-    those it imports from the rest of numabind."""
+    """The functions and classes ``compat`` or its ``_vllm_*`` parts define (not those it imports)."""
     package, _, name = compat.__name__.rpartition(".")
     parts = f"{package}._{name}_"
     return {key: value for key, value in vars(compat).items()
@@ -61,8 +46,7 @@ def _adopt(old: ModuleType, compat: ModuleType) -> list[str]:
 
 
 def register() -> None:
-    """The ``vllm.general_plugins`` entry point: route ``vllm.utils.numa_utils`` to numabind in this
-    process (safe to call again: vLLM may load plugins more than once)."""
+    """The ``vllm.general_plugins`` entry point: route ``vllm.utils.numa_utils`` to numabind (idempotent)."""
     from ..compat import vllm as compat   # the drop-in: loaded only in processes vLLM runs the plugin in
 
     how = "vLLM plugin numabind, VLLM_PLUGINS may leave it out"

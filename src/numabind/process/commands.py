@@ -55,10 +55,8 @@ def bound(plan: Plan, fn: Callable[..., Any], *, strict: Strictness | None = Non
     return BoundCall(plan, fn, strict, backend, threads)
 
 
-# Every start of numabind's own code in a child runs ``python -I -c <code> <numabind's parent dir> ARGS``:
-# isolated (neither the working directory nor PYTHON* variables reach sys.path, no sitecustomize of the
-# working directory, no PYTHONSTARTUP), so the interim Python imports exactly the numabind copy of the
-# parent, from the directory its code takes out of argv[1]. The code is fixed text: ARGS are only data.
+# numabind's own code in a child starts as ``python -I -c <fixed code> <numabind's parent dir> ARGS``: isolated,
+# it imports the parent's numabind copy from argv[1]; ARGS are only data.
 _ISOLATED = "import sys; sys.path.insert(0, sys.argv.pop(1)); "
 _EXEC_CODE = _ISOLATED + "from numabind.process.commands import _exec_main; _exec_main(sys.argv[1:])"
 #: The code of :func:`numabind_command`: ``python -m numabind ARGS``, started isolated. The compat spawn
@@ -67,27 +65,20 @@ MAIN_CODE = _ISOLATED + 'import runpy; runpy.run_module("numabind", run_name="__
 
 
 def numabind_command(args: Sequence[str], python: str | None = None) -> list[str]:
-    """The argv of ``python -m numabind ARGS`` that neither the working directory nor ``PYTHONPATH`` (or
-    ``PYTHONSTARTUP``, ``PYTHONHOME``, a ``sitecustomize`` there) can hijack: ``python`` (default this
-    interpreter) in isolated mode imports this very copy of numabind. A command it execs (``numabind run
-    ... -- CMD``) still gets the environment unchanged: only numabind's own start is isolated."""
+    """The argv of ``python -m numabind ARGS`` started isolated (``python``, default this interpreter, imports
+    this very copy of numabind, whatever the working directory or ``PYTHON*`` hold); a command it execs still
+    gets the environment unchanged."""
     return [sys.executable if python is None else python, "-I", "-c", MAIN_CODE, _PKG_PARENT, *args]
 
 
 def wrap_command(plan: Plan, argv: Sequence[str], *, strict: Strictness | None = None,
                  backend: BackendName | None = None) -> list[str]:
-    """An argv that runs ``argv`` bound to ``plan`` (give it to subprocess without a shell).
+    """An argv that runs ``argv`` bound to ``plan`` (give it to subprocess without a shell; no numactl needed).
 
-    With an in-process backend:
-    ``[python, -I, -c, <fixed code>, <numabind's parent dir>, <plan text>, <strict>, --, *argv]``
-    — an isolated Python that imports this very copy of numabind (never one in
-    its working directory or on its PYTHONPATH), binds itself and execs the
-    command with the environment unchanged but for one variable added,
-    ``_NUMABIND_BOUND`` (the binding, for ``numabind stat``; see
-    :func:`numabind.bind.bound_environ`). No numactl is needed; the plan travels
-    as validated text, never as code. With only the numactl backend: the
-    numactl wrapper's argv. ``migrate`` is dropped: a new process has no pages
-    to move.
+    An isolated Python (``python -I``) that imports this very copy of numabind binds itself and execs the
+    command, the environment unchanged but for ``_NUMABIND_BOUND`` (:func:`numabind.bind.bound_environ`); the
+    plan travels as validated text, never as code. With only the numactl backend: the numactl wrapper's argv.
+    ``migrate`` is dropped: a new process has no pages to move.
     """
     check_plan(plan, "wrap_command")
     live.check_present(plan, "wrap_command")    # here, not in the child the argv starts
@@ -112,8 +103,7 @@ _STRICT_WORDS: dict[str, Strictness] = {"strict": True, "lenient": False, "parti
 
 
 def _bind_saying_here(plan: Plan, **how: Any) -> Any:
-    """:func:`numabind.bind_current`, whose warnings the caller prints itself on stderr (a child about to exec:
-    once each, in numabind's words), so not also as :class:`~numabind.errors.BindWarning`."""
+    """bind_current without :class:`~numabind.errors.BindWarning` (the caller prints the warnings itself)."""
     import warnings
 
     from ..errors import BindWarning
@@ -127,10 +117,8 @@ def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None 
                backend: BackendName | None = None, verbose: bool = False) -> None:
     """Bind this process to ``plan``, print each warning on stderr, then exec ``command``. Never returns.
 
-    The last step of :func:`wrap_command`'s argv: a refused binding raises (the caller reports it); a
-    command that cannot be executed exits as from ``numabind run`` and a shell, 127 when it is not found,
-    126 when it is found but cannot be executed. The command's environment gets ``_NUMABIND_BOUND``
-    (:func:`numabind.bind.bound_environ`).
+    A refused binding raises; a command that cannot be executed exits 126, one not found 127 (as from a
+    shell). The command's environment gets ``_NUMABIND_BOUND`` (:func:`numabind.bind.bound_environ`).
     """
     report = _bind_saying_here(plan, strict=strict, backend=backend)
     if verbose:
@@ -143,11 +131,8 @@ def exec_bound(plan: Plan, command: Sequence[str], *, strict: Strictness | None 
 
 
 def _exec_main(argv: Sequence[str] | None = None) -> None:
-    """Entry of :func:`wrap_command`'s argv: validate, bind, exec. Never returns.
-
-    Exit statuses before the command runs are ``numabind run``'s (and numactl's): 2 for arguments that are
-    not a plan text and flags (a usage error), 1 when the binding cannot be applied (the command does not
-    run), 126 and 127 when the command cannot be executed or is not found."""
+    """Entry of :func:`wrap_command`'s argv: validate, bind, exec. Never returns; before the command runs it
+    exits as ``numabind run`` does: 2 for malformed arguments, 1 when the binding cannot be applied."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if len(argv) < 4 or argv[2] != "--":
@@ -186,12 +171,9 @@ class _PreexecBind:
 def popen_kwargs(plan: Plan, *, strict: Strictness | None = None, backend: BackendName | None = None) -> dict[str, Any]:
     """``subprocess.Popen`` keyword arguments that bind the child after fork, before exec.
 
-    ``subprocess.Popen(argv, **popen_kwargs(plan))``. Memory policy and affinity
-    survive ``execve``. It uses ``preexec_fn``, which Python documents as unsafe
-    when the parent runs threads; a threaded parent should rather use
-    ``Popen(wrap_command(plan, argv))``, which also combines with
-    ``process_group=``/``start_new_session=``. With only the numactl backend the
-    same applies: use :func:`wrap_command`.
+    ``subprocess.Popen(argv, **popen_kwargs(plan))`` uses ``preexec_fn``, which Python calls unsafe when the
+    parent runs threads: a threaded parent, or one with only the numactl backend (a NumabindError here), should
+    use ``Popen(wrap_command(plan, argv))``.
     """
     check_plan(plan, "popen_kwargs")
     live.check_present(plan, "popen_kwargs")

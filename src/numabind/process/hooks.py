@@ -20,7 +20,7 @@ from ..bind import bind_current, bind_thread, strict_default, strict_label
 from ..errors import PlanError
 from ..plan import Plan, check_plan
 from . import reports
-from .payload import _BIND_KEY, _ENV_KEY, _PATH_KEY, _BindPayload, _binding_env, _check_args, _Entry, _PathHint
+from .payload import _BIND_KEY, _ENV_KEY, _PATH_HINT, _PATH_KEY, _bind_payload, _binding_env, _check_args, _Entry
 from .reports import ChildBindings, ChildReport
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,13 +37,6 @@ _installed = 0
 _orig_prep: Callable[[str], dict[str, Any]] | None = None
 _orig_spawnv: Callable[[bytes, Sequence[str], Sequence[int]], int] | None = None
 _fork_hook_registered = False
-
-
-def _stack() -> list[_Entry]:
-    st: list[_Entry] | None = getattr(_local, "stack", None)
-    if st is None:
-        st = _local.stack = []
-    return st
 
 
 def _top() -> _Entry | None:
@@ -87,17 +80,14 @@ def _get_preparation_data(name: str) -> dict[str, Any]:
         if env:
             data[_ENV_KEY] = env
         return data  # bound by inheritance from the launching thread (_spawnv_passfds)
-    data[_PATH_KEY] = _PathHint()
-    data[_BIND_KEY] = _BindPayload(entry, method)
+    data[_PATH_KEY] = _PATH_HINT
+    data[_BIND_KEY] = _bind_payload(entry, method)
     return data
 
 
 def _spawnv_passfds(path: bytes, args: Sequence[str], passfds: Sequence[int]) -> int:
-    """Start a spawn child bound: by inheritance from this thread, or through the numactl wrapper.
-
-    Only spawn children (their command line ends with ``--multiprocessing-fork``)
-    are touched; the forkserver and the resource tracker start unbound.
-    """
+    """Start a spawn child bound, by inheritance from this thread or through the numactl wrapper; the
+    forkserver and the resource tracker (no ``--multiprocessing-fork``) start unbound."""
     assert _orig_spawnv is not None   # installed before this replaces multiprocessing's
     entry = _top()
     if entry is None or not args or args[-1] != "--multiprocessing-fork":
@@ -131,17 +121,17 @@ def _before_fork() -> None:
         _local.holds_lock = True
 
 
-def _after_fork_parent() -> None:
-    if getattr(_local, "holds_lock", False):
-        _local.holds_lock = False
-        _backends.unlock_after_fork()
-
-
-def _after_fork_child() -> None:
-    held = getattr(_local, "holds_lock", False)
+def _release_fork_lock() -> bool:
+    """Release the registry lock :func:`_before_fork` took; whether it held it (a fork inside a block)."""
+    held: bool = getattr(_local, "holds_lock", False)
     if held:
         _local.holds_lock = False
         _backends.unlock_after_fork()
+    return held
+
+
+def _after_fork_child() -> None:
+    held = _release_fork_lock()
     st = getattr(_local, "stack", None)
     if not held or not st:
         return
@@ -150,14 +140,14 @@ def _after_fork_child() -> None:
     try:
         report = bind_current(entry.plan, strict=entry.strict, threads=entry.threads, backend=entry.backend)
     except BaseException as e:  # noqa: BLE001 - an at-fork hook cannot raise: fail the child loudly
-        reports._write_report(entry.report_dir, reports._record(pid, "fork", None, f"{type(e).__name__}: {e}"))
+        reports._write_report(entry.report_dir, ChildReport(pid, "fork", None, f"{type(e).__name__}: {e}"))
         text = (f"numabind: fork child {pid} could not be bound at birth to {entry.plan.describe()}"
                 f" ({strict_label(entry.strict)}); exiting with status 1\n" + traceback.format_exc())
         with contextlib.suppress(OSError):
             os.write(2, text.encode(errors="replace"))
         os._exit(1)
     birth = reports._set_birth(ChildReport(pid, "fork", report))   # with its runtime record
-    reports._write_report(entry.report_dir, birth.to_dict())
+    reports._write_report(entry.report_dir, birth)
     for outer in st:  # the child is bound now; its own children are born from it
         outer.pid = -1
 
@@ -177,7 +167,7 @@ def _install() -> None:
                 mp_util.spawnv_passfds = _spawnv_passfds
         _installed += 1
         if not _fork_hook_registered:  # at-fork hooks cannot be unregistered: registered once, idle when unused
-            os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
+            os.register_at_fork(before=_before_fork, after_in_parent=_release_fork_lock,
                                 after_in_child=_after_fork_child)
             _fork_hook_registered = True
 
@@ -204,29 +194,17 @@ def _uninstall() -> None:
 def configure_subprocess(plan: Plan, *, strict: Strictness | None = None, backend: BackendName | None = None,
                          threads: ThreadMode = "matching", report: bool = True,
                          spawn: str = "inherit") -> Iterator[ChildBindings]:
-    """Bind every multiprocessing child this thread starts inside the block, at birth.
+    """Bind every multiprocessing child this thread starts inside the block, at birth (spawn, forkserver, fork).
 
-    Works for the ``spawn``, ``forkserver`` and ``fork`` start methods (see the
-    module docstring for how). Yields a :class:`ChildBindings` whose
-    ``report(pid)`` returns what each child applied (``report=False`` skips
-    writing reports). ``strict`` (default ``NUMABIND_STRICT``) is applied in the
-    child: a child that cannot be bound dies at once with a Python traceback
-    naming the cause (:class:`BirthBindError` chained to the ``PlanError`` or
-    ``BindError``), and its report carries the error; without strict it starts
-    degraded, with the warnings in its report (and on its stderr where logging
-    shows nothing). A plan that names CPUs or nodes this machine does not have
-    raises :class:`PlanError` here, in the parent, in every mode: no child starts.
+    Yields a :class:`ChildBindings` whose ``report(pid)`` says what each child applied (``report=False`` writes
+    no reports). ``strict`` (default ``NUMABIND_STRICT``) applies in the child: one that cannot be bound dies at
+    once with a :class:`BirthBindError` traceback naming the cause, and its report carries the error; lenient,
+    it starts degraded with the warnings in its report. A plan naming CPUs or nodes this machine lacks raises
+    :class:`PlanError` here, before any child starts.
 
-    Thread safety: the plan belongs to the calling thread. Several threads may
-    each hold their own ``configure_subprocess`` with different plans and start
-    children concurrently; each child gets the plan of the thread that started
-    it. Children started by other threads (e.g. a Pool's worker-handler thread
-    replacing workers) are not bound: give pools ``initializer=bind_current``
-    or :func:`pool_plans`. Nesting is allowed; the innermost plan wins.
-
-    On exit everything is restored (also on exceptions): multiprocessing's
-    functions are put back when the last active block in the process ends, and
-    the parent's own affinity and memory policy are never changed.
+    The plan belongs to the calling thread (nested blocks: the innermost wins); children that other threads
+    start, such as a Pool's replacement workers, are not bound: give pools ``initializer=bind_current`` or
+    :func:`pool_plans`. On exit multiprocessing is restored; the parent's own binding never changes.
     """
     check_plan(plan, "configure_subprocess")
     live.check_present(plan, "configure_subprocess")   # here, in the parent: no child starts unbound for it
@@ -246,7 +224,9 @@ def configure_subprocess(plan: Plan, *, strict: Strictness | None = None, backen
              threading.current_thread().name, plan.describe(), mode, be.name, why)
     keep_binding_env(dict(os.environ))   # said here, once (INFO, or WARNING for the user's 1); the children set it
     _install()
-    st = _stack()
+    if not hasattr(_local, "stack"):
+        _local.stack = []
+    st: list[_Entry] = _local.stack
     st.append(entry)
     try:
         yield handle

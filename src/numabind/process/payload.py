@@ -37,9 +37,8 @@ class _Entry:
                  report_dir: str | None, prefix: list[str] | None, spawn: str = "inherit",
                  known: dict[int, reports.ChildReport] | None = None) -> None:
         self.plan, self.text, self.strict, self.backend, self.threads = plan, text, strict, backend, threads
-        self.report_dir = report_dir
+        self.report_dir, self.spawn = report_dir, spawn   # spawn: "inherit" | "in-child"
         self.prefix = prefix              # numactl wrapper prefix, when no in-process backend
-        self.spawn = spawn                # how spawn children are bound: "inherit" | "in-child"
         self.known = known                # ChildBindings.known, for reports made in this process
         self.pid = os.getpid()
 
@@ -65,11 +64,8 @@ def _bind_or_verify(plan: Plan, strict: Strictness, backend: BackendName | None,
 
 def _child_bind(text: str, strict: Strictness, backend: BackendName | None, threads: ThreadMode, report_dir: str | None,
                 method: str, verify: bool) -> str:
-    """Run inside a spawn/forkserver child while it unpickles its preparation data.
-
-    Every argument is checked: ``text`` goes through the strict
-    :meth:`Plan.from_text`, nothing is evaluated.
-    """
+    """Run inside a spawn/forkserver child while it unpickles its preparation data; every argument is
+    checked (``text`` by the strict :meth:`Plan.from_text`), nothing is evaluated."""
     plan = Plan.from_text(text)
     _check_args(backend, strict, threads)
     if not (report_dir is None or isinstance(report_dir, str)) or method not in ("spawn", "forkserver", "unknown"):
@@ -78,73 +74,44 @@ def _child_bind(text: str, strict: Strictness, backend: BackendName | None, thre
     try:
         report = _bind_or_verify(plan, strict, backend, threads, bool(verify))
     except NumabindError as e:
-        reports._write_report(report_dir, reports._record(pid, method, None, f"{type(e).__name__}: {e}"))
+        reports._write_report(report_dir, reports.ChildReport(pid, method, None, f"{type(e).__name__}: {e}"))
         raise BirthBindError(f"{method} child {pid} could not be bound at birth to "
                              f"{plan.describe()} ({strict_label(strict)}): {e}") from e
     birth = reports._set_birth(reports.ChildReport(pid, method, report))   # with its runtime record
-    reports._write_report(report_dir, birth.to_dict())
+    reports._write_report(report_dir, birth)
     return "bound"
 
 
-class _Import:
-    """Unpickles as ``__import__(name)``: a builtin, so it needs no sys.path."""
+class _Call:
+    """Unpickles as ``fn(*args)``; with builtins and ``operator`` functions the child imports nothing for it."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (__import__, (self.name,))
-
-
-class _Attr:
-    def __init__(self, obj: object, name: str) -> None:
-        self.obj, self.name = obj, name
+    def __init__(self, fn: Any, *args: object) -> None:
+        self.fn, self.args = fn, args
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (getattr, (self.obj, self.name))
+        return (self.fn, self.args)
 
 
-class _PathHint:
-    """Unpickles as ``sys.path.insert(0, <numabind's parent dir>)`` in the child.
-
-    The child imports numabind before ``prepare()`` installs the parent's
-    sys.path; putting the directory numabind was loaded from first makes it
-    import exactly the parent's copy (not a ``numabind/`` in its working
-    directory, which a ``python -c`` child has first on its path), also when
-    the parent found numabind through a path of its own. ``prepare()``
-    replaces sys.path right after, so nothing is left behind.
-    """
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (list.insert, (_Attr(_Import("sys"), "path"), 0, _PKG_PARENT))
+def _module_attr(module: str, name: str) -> _Call:
+    return _Call(getattr, _Call(__import__, module), name)
 
 
-class _SetEnv:
-    """Unpickles as ``os.environ[name] = value`` in the child (no numabind import)."""
-
-    def __init__(self, name: str, value: str) -> None:
-        self.name, self.value = name, value
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (operator.setitem, (_Attr(_Import("os"), "environ"), self.name, self.value))
+#: Unpickles as ``sys.path.insert(0, <numabind's parent dir>)`` in the child, which imports numabind before
+#: ``prepare()`` installs the parent's sys.path: it gets the parent's copy, never a ``numabind/`` in its working
+#: directory. ``prepare()`` replaces sys.path right after.
+_PATH_HINT = _Call(list.insert, _module_attr("sys", "path"), 0, _PKG_PARENT)
 
 
-def _binding_env() -> tuple[_SetEnv, ...]:
-    """What :func:`numabind._base.keep_binding_env` would set in this process's environment, as entries of
-    a spawn child's preparation data: a child bound by inheritance runs no numabind code, so it gets them
-    while it unpickles that data, before its ``__main__`` runs (it inherited this environment)."""
+def _binding_env() -> tuple[_Call, ...]:
+    """What keep_binding_env would set here, as preparation data for a spawn child bound by inheritance: each
+    unpickles as ``os.environ[name] = value``."""
     env = dict(os.environ)
     keep_binding_env(env, say=False)
-    return tuple(_SetEnv(k, v) for k, v in env.items() if os.environ.get(k) != v)
+    return tuple(_Call(operator.setitem, _module_attr("os", "environ"), k, v)
+                 for k, v in env.items() if os.environ.get(k) != v)
 
 
-class _BindPayload:
-    def __init__(self, entry: _Entry, method: str) -> None:
-        self.entry, self.method = entry, method
-
-    def __reduce__(self) -> tuple[object, ...]:
-        e = self.entry
-        verify = self.method == "spawn" and e.prefix is not None
-        return (_child_bind, (e.text, e.strict, e.backend, e.threads, e.report_dir, self.method, verify))
-
-
+def _bind_payload(entry: _Entry, method: str) -> _Call:
+    """Unpickles as :func:`_child_bind` of ``entry`` (a spawn child of the numactl wrapper only verifies)."""
+    verify = method == "spawn" and entry.prefix is not None
+    return _Call(_child_bind, entry.text, entry.strict, entry.backend, entry.threads, entry.report_dir, method, verify)

@@ -30,11 +30,8 @@ _TABLE_MAX = 1 << 20     # bytes of a slot table: ~25 per slot
 
 
 class _SlotTable:
-    """A file of pool slots claimed by worker pids (fcntl-locked); slot k gets plans[k % len(plans)].
-
-    A worker claims the lowest slot whose owner is gone, so a replacement (after
-    ``maxtasksperchild``) gets the plan of the worker it replaces.
-    """
+    """A file of pool slots claimed by worker pids (fcntl-locked); slot k gets plans[k % len(plans)]. A worker
+    claims the lowest slot whose owner is gone: a replacement gets the plan of the worker it replaces."""
 
     def __init__(self, plans: Sequence[Plan], slots: int, strict: Strictness | None,
                  backend: BackendName | None) -> None:
@@ -49,9 +46,8 @@ class _SlotTable:
         self._owner = os.getpid()
         weakref.finalize(self, _remove_file, self.path, self._owner)
 
-    #: A replacement can start while the worker it replaces is still exiting
-    #: (ProcessPoolExecutor starts it as soon as the old one reported its last
-    #: result): wait this long for a slot to free before taking an extra one.
+    #: How long a replacement waits for the worker it replaces to exit (ProcessPoolExecutor starts it as soon as
+    #: the old one reported its last result) before it takes an extra slot.
     CLAIM_WAIT_S = 2.0
 
     def claim(self) -> int:
@@ -134,11 +130,9 @@ def pool_plans(plans: Sequence[Plan], processes: int | None = None, *, strict: S
                backend: BackendName | None = None) -> dict[str, Any]:
     """``initializer``/``initargs`` giving each pool worker its own plan, round robin.
 
-    ``Pool(n, **pool_plans(plans, n))`` or ``ProcessPoolExecutor(n, **pool_plans(plans, n))``:
-    the pool's workers take slots 0..n-1, slot k binds to ``plans[k % len(plans)]``.
-    A worker that replaces an exited one (``maxtasksperchild``) takes the freed
-    slot, so the plans stay evenly used. ``processes`` defaults to ``len(plans)``.
-    Inside a worker, :func:`worker_slot` says which slot and plan it got.
+    ``Pool(n, **pool_plans(plans, n))`` or ``ProcessPoolExecutor(n, **pool_plans(plans, n))``: the workers take
+    slots 0..n-1 (``processes`` defaults to ``len(plans)``), slot k binds to ``plans[k % len(plans)]``, and a
+    worker that replaces an exited one takes its slot. :func:`worker_slot` says which slot and plan it got.
     """
     plans = list(plans)
     if not plans or not all(isinstance(p, Plan) for p in plans):

@@ -60,25 +60,15 @@ class ChildReport(Value):
         return cls(pid=pid, start_method=method, report=report, error=error)
 
 
-def _record(pid: int, method: str, report: BindReport | None, error: str | None) -> dict[str, Any]:
-    return ChildReport(pid, method, report, error).to_dict()
-
-
-def _write_report(directory: str | None, rec: dict[str, Any]) -> None:
-    """Child side: write ``<dir>/<pid>.json`` atomically; a failure only logs.
-
-    The directory is opened as the parent made it (this user's, mode 0700, not a symlink:
-    :func:`numabind.records.open_private_dir`) and the file is created in it with ``O_EXCL|O_NOFOLLOW``,
-    so a directory another user recreated after the parent removed it is refused, and nothing planted
-    in it is followed.
-    """
+def _write_report(directory: str | None, child: ChildReport) -> None:
+    """Child side: write ``<dir>/<pid>.json`` into the parent's private directory; a failure only logs."""
     if not directory:
         return
-    pid = rec["pid"]
+    pid = child.pid
     try:
         fd = records.open_private_dir(directory, os.geteuid())
         try:
-            records.write_private_file(fd, f"{pid}.json", json.dumps(rec).encode(), str(pid))
+            records.write_private_file(fd, f"{pid}.json", json.dumps(child.to_dict()).encode(), str(pid))
         finally:
             os.close(fd)
     except records.UnsafeDirError as e:
@@ -96,9 +86,8 @@ def birth_report() -> ChildReport | None:
 
 
 def _set_birth(report: ChildReport) -> ChildReport:
-    """Keep what this child was bound to at birth (:func:`birth_report`) and write its runtime record
-    (:mod:`numabind.records`), so that ``numabind stat`` in other processes sees it too. Returns the
-    report, with a note when the record could not be written (the binding stands)."""
+    """Keep what this child was bound to at birth (:func:`birth_report`) and write its runtime record for
+    ``numabind stat``; the report, with a note when the record could not be written."""
     global _birth
     kept = keep_binding_env(say=False)   # this child's own environment: TensorRT-LLM must not undo its binding
     if kept is not None and report.report is not None:
@@ -111,8 +100,7 @@ def _set_birth(report: ChildReport) -> ChildReport:
 
 
 def _with_record(report: ChildReport) -> ChildReport:
-    """Write the runtime record of ``report`` (of process ``report.pid``); a failure is a note in the
-    returned report, never an error."""
+    """Write the runtime record of ``report``'s process; a failure is a note in the returned report."""
     bind = report.report
     if bind is None:
         return report
@@ -125,14 +113,9 @@ def _with_record(report: ChildReport) -> ChildReport:
 class ChildBindings:
     """The handle ``configure_subprocess`` yields: the plan, and the children's reports.
 
-    A child that binds itself (fork, forkserver, ``spawn="in-child"``, the
-    numactl wrapper) writes its report into a private directory (mode 0700,
-    ``births-<pid>.<start>.<random>`` in this user's runtime directory, see
-    :mod:`numabind.records`) that lives until :meth:`close` or until this
-    handle is garbage collected, so reports can be read after the ``with``
-    block; a spawn child bound by inheritance gets its report from the parent,
-    kept in memory. The directory is read through a descriptor held from its
-    creation on: only regular files of this user are read, never through a link.
+    A child that binds itself writes its report into a private directory of this user's runtime directory
+    (:mod:`numabind.records`), read through a descriptor held from its creation, that lives until
+    :meth:`close` or garbage collection; a spawn child bound by inheritance has its report kept in memory.
     """
 
     def __init__(self, plan: Plan, mode: str, backend: str, report: bool) -> None:
@@ -184,8 +167,6 @@ class ChildBindings:
 
     def report(self, pid: int, timeout: float = 30.0) -> ChildReport:
         """The report of child ``pid``, waiting up to ``timeout`` seconds for it."""
-        if not self.directory:
-            raise NumabindError("this configure_subprocess was entered with report=False")
         deadline = time.monotonic() + timeout
         delay = 0.001
         while True:
@@ -212,8 +193,7 @@ _BIRTHS_PRUNE = 16      # stale report directories (of parents that are gone) re
 
 
 def _make_report_dir() -> tuple[str, int]:
-    """(path, descriptor) of a new private directory for birth reports, in this user's runtime
-    directory (:func:`numabind.records.open_runtime_dir`); a few left by parents that are gone are removed."""
+    """(path, descriptor) of a new private birth-report directory in this user's runtime directory."""
     try:
         base, run_fd = records.open_runtime_dir()
     except OSError as e:
@@ -234,8 +214,7 @@ def _make_report_dir() -> tuple[str, int]:
 
 
 def _prune_report_dirs(base: str, run_fd: int) -> None:
-    """Remove up to _BIRTHS_PRUNE report directories whose parent process is gone (killed before its
-    handle was closed)."""
+    """Remove up to _BIRTHS_PRUNE report directories whose parent process is gone."""
     removed = 0
     for name in os.listdir(run_fd):
         if not name.startswith(_BIRTHS):

@@ -1,16 +1,13 @@
 """Move a process that is already running: :func:`move` (``taskset -a -p`` and ``migratepages`` in one call), and
-:func:`recorded_plan`, what numabind recorded when it bound a process at birth (``numabind move --restore``).
-
-Every thread's CPUs are set (threads born meanwhile too), then the pages already there are migrated, then both
-are read back into a frozen :class:`MoveReport`. How threads and pids that are reused are told apart, what
-strictness does and the permissions needed: docs/move.rst.
+:func:`recorded_plan` (``numabind move --restore``). Reused thread ids and pids, strictness and permissions:
+docs/move.rst.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .. import _proc, live
 from .._base import getLogger, printable
@@ -20,7 +17,7 @@ from ..bind import ThreadResult, strict_default, strict_label
 from ..cpulist import format_cpulist
 from ..errors import AccessDenied, BindError, NoSuchProcess, NumabindError, PlanError
 from ..plan import Plan, check_plan
-from ..residency import BoundBy, Locality, locality, mems_allowed
+from ..residency import Locality, locality, mems_allowed
 from .report import MEMORY_POLICY_KEPT_NOTE, MEMORY_POLICY_NOTE, MoveReport, ProcessMove, policy_note
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..types import BackendName
 
 __all__ = ["MEMORY_POLICY_KEPT_NOTE", "MEMORY_POLICY_NOTE", "MoveReport", "ProcessMove", "memory_nodes", "move",
-           "recorded_binding", "recorded_plan"]
+           "recorded_plan"]
 
 log = getLogger(__name__)   # logging is imported only by a program that uses it (the CLI's -v)
 
@@ -60,14 +57,8 @@ def _where(pid: int) -> tuple[Locality | None, str | None]:
 
 
 def _alive(pid: int, started: int, pin: int | None = None) -> bool:
-    """Whether ``pid`` is still the process that started at ``started`` (not exited, not reused); ``pin``: its
-    pidfd, which must not have seen it end either."""
+    """Whether ``pid`` is still the process that started at ``started`` (and its pidfd ``pin`` saw no end)."""
     return not process_ended(pin) and _proc.start_time(pid) == started
-
-
-def _tids(pid: int) -> list[int]:
-    """The threads of ``pid``, its main thread first (empty when /proc/PID/task cannot be listed)."""
-    return _proc.task_ids(pid)
 
 
 def _started(pid: int) -> int:
@@ -88,64 +79,44 @@ VANISHED = ("its id ended, or came to name another thread, while its CPUs were s
             "/proc/PID/task changed): not counted as bound")
 
 
-class _Walk:
-    """The threads of one process as they were set: per thread its status, its CPUs before and after, its start
-    time when it was listed, and whether it vanished (not the same thread after the call)."""
+class _Set(NamedTuple):
+    """One thread as it was set: its walk status, CPUs before and after, start time when listed, and whether it
+    vanished (not the same thread after the call)."""
 
-    __slots__ = ("tids", "status", "before", "after", "starts", "vanished")
+    tid: int
+    status: int
+    before: frozenset[int]
+    after: frozenset[int]
+    start: int
+    vanished: bool
 
-    def __init__(self) -> None:
-        self.tids: list[int] = []
-        self.status: list[int] = []
-        self.before: list[frozenset[int]] = []
-        self.after: list[frozenset[int]] = []
-        self.starts: list[int] = []
-        self.vanished: list[bool] = []
 
-    def add(self, walk: AffinityWalk, starts: dict[int, int], same: list[bool]) -> None:
-        for i in range(walk.processed):
-            self.tids.append(walk.tids[i])
-            self.status.append(walk.status[i])
-            self.before.append(walk.before(i))
-            self.after.append(walk.after(i) if walk.status[i] in (WALK_BOUND, WALK_DIFFERS) else walk.before(i))
-            self.starts.append(starts[walk.tids[i]])
-            self.vanished.append(walk.status[i] != WALK_EXITED and not same[i])
+def _walked(walk: AffinityWalk, starts: dict[int, int], same: list[bool]) -> list[_Set]:
+    return [_Set(walk.tids[i], walk.status[i], walk.before(i),
+                 walk.after(i) if walk.status[i] in (WALK_BOUND, WALK_DIFFERS) else walk.before(i),
+                 starts[walk.tids[i]], walk.status[i] != WALK_EXITED and not same[i]) for i in range(walk.processed)]
 
-    def add_exited(self, tids: list[int]) -> None:
-        """Threads listed that had exited before their CPUs were read: nothing was set."""
-        for tid in tids:
-            self.tids.append(tid)
-            self.status.append(WALK_EXITED)
-            self.before.append(frozenset())
-            self.after.append(frozenset())
-            self.starts.append(0)
-            self.vanished.append(False)
 
-    def counted(self) -> list[tuple[int, int, frozenset[int], int]]:
-        """(tid, status, after, start) of the threads that did not vanish."""
-        return [(t, st, a, s) for t, st, a, s, v in zip(self.tids, self.status, self.after, self.starts, self.vanished)
-                if not v]
-
-    def results(self, pid: int) -> tuple[ThreadResult, ...]:
-        out = []
-        for tid, st, before, after, gone in zip(self.tids, self.status, self.before, self.after, self.vanished):
-            name = _proc.thread_name(pid, tid)
-            if gone:
-                out.append(ThreadResult(tid, name, before, None, "vanished", VANISHED))
-            elif st == WALK_EXITED:
-                out.append(ThreadResult(tid, name, before, None, "exited"))
-            elif st in (WALK_BOUND, WALK_DIFFERS):
-                out.append(ThreadResult(tid, name, before, after, "bound"))
-            elif st < 0:
-                out.append(ThreadResult(tid, name, before, before, "failed", str(_affinity_refused(pid, -st, tid))))
-            else:
-                out.append(ThreadResult(tid, name, before, before, "unchanged"))
-        return tuple(out)
+def _results(pid: int, walk: list[_Set]) -> tuple[ThreadResult, ...]:
+    out = []
+    for t in walk:
+        name = _proc.thread_name(pid, t.tid)
+        if t.vanished:
+            out.append(ThreadResult(t.tid, name, t.before, None, "vanished", VANISHED))
+        elif t.status == WALK_EXITED:
+            out.append(ThreadResult(t.tid, name, t.before, None, "exited"))
+        elif t.status in (WALK_BOUND, WALK_DIFFERS):
+            out.append(ThreadResult(t.tid, name, t.before, t.after, "bound"))
+        elif t.status < 0:
+            error = str(_affinity_refused(pid, -t.status, t.tid))
+            out.append(ThreadResult(t.tid, name, t.before, t.before, "failed", error))
+        else:
+            out.append(ThreadResult(t.tid, name, t.before, t.before, "unchanged"))
+    return tuple(out)
 
 
 def _affinity_refused(pid: int, err: int, tid: int) -> BindError:
-    """The error of a refused sched_setaffinity on thread ``tid`` of ``pid``, ending with numabind move's fix
-    (not the one for binding the calling process), once."""
+    """The error of a refused sched_setaffinity on thread ``tid`` of ``pid``, with numabind move's fix."""
     fix = AFFINITY_FIX if err == errno.EPERM else (
         "the CPUs are outside the process's cpuset (see its /proc/PID/status Cpus_allowed_list)"
         if err == errno.EINVAL else None)
@@ -157,13 +128,12 @@ class _Mover:
 
     def __init__(self, plan: Plan, strict: Strictness, be: Backend) -> None:
         self.plan, self.strict, self.be = plan, strict, be
-        self.walks: list[tuple[int, _Walk]] = []     # what was set, per process: the undo log of strict
+        self.walks: list[tuple[int, list[_Set]]] = []     # what was set, per process: the undo log of strict
         self.pin: int | None = None                  # the pidfd of the process being moved (None: none)
 
     def _same_threads(self, pid: int, walk: AffinityWalk, starts: dict[int, int], warnings: list[str]) -> list[bool]:
-        """Per thread of ``walk``: whether its id still names the thread listed (same start time under
-        ``/proc/PID/task``). One whose CPUs were set and whose id now names another process's thread: a warning
-        (the call may have reached that thread instead, and it cannot be put back safely)."""
+        """Per thread of ``walk``: whether its id still names the thread listed (same start time); a warning for
+        one whose CPUs were set and whose id now names another process's thread."""
         cpus = self.plan.cpus
         same = []
         for i in range(walk.processed):
@@ -185,16 +155,15 @@ class _Mover:
             raise error from None
         warnings.append(said)
 
-    # -- CPUs ------------------------------------------------------------------
-    def set_cpus(self, pid: int, started: int, warnings: list[str]) -> _Walk:
+    def set_cpus(self, pid: int, started: int, warnings: list[str]) -> list[_Set]:
         """Every thread of ``pid`` set to the plan's CPUs, the list read again until it settles."""
         cpus, be = self.plan.cpus, self.be
         flags = WALK_STOP_ON_ERROR if self.strict is True else 0
-        walk = _Walk()
+        walk: list[_Set] = []
         self.walks.append((pid, walk))
         seen: set[int] = set()
         for rounds in range(SETTLE_ROUNDS + 2):
-            listed = _tids(pid)
+            listed = _proc.task_ids(pid)
             if not listed and not seen and _alive(pid, started):
                 message = (f"pid {pid}: /proc/{pid}/task cannot be listed, so its threads cannot be found; their "
                            f"CPUs were not changed")
@@ -212,12 +181,12 @@ class _Mover:
                 break
             seen.update(new)
             starts = {t: _proc.thread_start_time(pid, t) for t in new}   # who each id names now
-            walk.add_exited([t for t in new if not starts[t]])
+            walk += [_Set(t, WALK_EXITED, frozenset(), frozenset(), 0, False) for t in new if not starts[t]]
             new = [t for t in new if starts[t]]
             while new:    # a walk stops at a refusal of its first thread: the rest are tried in a walk of their own
                 one = be.affinity_many(new, cpus, flags)
                 same = self._same_threads(pid, one, starts, warnings)
-                walk.add(one, starts, same)
+                walk += _walked(one, starts, same)
                 refused = [i for i in range(one.processed) if one.status[i] < 0 and same[i]]
                 if refused and self.strict is True:
                     i = refused[0]
@@ -227,17 +196,19 @@ class _Mover:
                 break
         return walk
 
-    def check_cpus(self, pid: int, walk: _Walk, warnings: list[str]) -> None:
+    def check_cpus(self, pid: int, walk: list[_Set], warnings: list[str]) -> None:
         """Refused threads and threads the kernel gave other CPUs (its cpuset): warnings, or raised when strict."""
         cpus = self.plan.cpus
         assert cpus is not None
         refused: dict[int, list[int]] = {}
         other: dict[frozenset[int], list[int]] = {}
-        for tid, st, after, _start in walk.counted():
-            if st < 0:
-                refused.setdefault(-st, []).append(tid)
-            elif st in (WALK_BOUND, WALK_DIFFERS) and after != cpus:
-                other.setdefault(after, []).append(tid)
+        for t in walk:
+            if t.vanished:
+                continue
+            if t.status < 0:
+                refused.setdefault(-t.status, []).append(t.tid)
+            elif t.status in (WALK_BOUND, WALK_DIFFERS) and t.after != cpus:
+                other.setdefault(t.after, []).append(t.tid)
         for err, tids in sorted(refused.items()):
             e = _affinity_refused(pid, err, tids[0])
             warnings.append(f"{e}" + (f" (and {len(tids) - 1} more thread(s) of pid {pid}, refused alike)"
@@ -249,11 +220,11 @@ class _Mover:
             self.degrade(BindError(errno.EINVAL, "sched_setaffinity", message), warnings, message)
 
     def verify_cpus(self, pid: int, started: int, warnings: list[str], refused: frozenset[int]) -> None:
-        """Read every thread's CPUs again at the end: a thread that holds others now (it re-pinned itself, or
-        started unseen) is a warning (strict: raised); ``refused``: threads whose refusal was said already."""
+        """Read every thread's CPUs again: one that holds others now is a degradation; ``refused``: threads whose
+        refusal was said already."""
         cpus = self.plan.cpus
         assert cpus is not None
-        starts = {t: _proc.thread_start_time(pid, t) for t in _tids(pid)}
+        starts = {t: _proc.thread_start_time(pid, t) for t in _proc.task_ids(pid)}
         tids = [t for t, s in starts.items() if s]
         if not tids or not _alive(pid, started, self.pin):
             return
@@ -274,7 +245,7 @@ class _Mover:
         """Put back the CPUs this call set (strict failures); what could not be put back, said."""
         stayed = []
         for pid, walk in self.walks:
-            for tid, st, before, start, gone in zip(walk.tids, walk.status, walk.before, walk.starts, walk.vanished):
+            for tid, st, before, _after, start, gone in walk:
                 if gone or st not in (WALK_BOUND, WALK_DIFFERS) or _proc.thread_start_time(pid, tid) != start:
                     continue     # not set, or not the thread that was set any more (it exited): nothing to put back
                 try:
@@ -292,7 +263,6 @@ class _Mover:
         self.walks.clear()
         return stayed
 
-    # -- pages -----------------------------------------------------------------
     def migrate(self, pid: int, started: int, warnings: list[str],
                 notes: list[str]) -> tuple[int | None, int | None, int | None, int | None, Locality | None]:
         """Pages of ``pid`` moved onto the plan's nodes: (moved, left, left shared, refused by the kernel,
@@ -344,10 +314,9 @@ class _Mover:
                             f"(other processes map them: moving them needs CAP_SYS_NICE)")
         return moved, left, shared, refused, after
 
-    # -- the whole process -----------------------------------------------------
     def one(self, pid: int, root: bool, tree: set[int] | frozenset[int] = frozenset()) -> ProcessMove:
-        """Move process ``pid``; ``root``: the process named by the caller (its exit is an error); else a
-        descendant listed earlier, moved only while its parent is one of ``tree`` (the pid was not reused)."""
+        """Move process ``pid``; ``root``: the one named by the caller (its exit is an error), else a descendant,
+        moved only while its parent is in ``tree``."""
         try:
             started = _started(pid)
         except NumabindError as e:
@@ -382,8 +351,7 @@ class _Mover:
         try:
             if self.plan.cpus is not None:
                 walk = self.set_cpus(pid, started, warnings)
-            if not _alive(pid, started, self.pin) or (walk is not None and walk.status and
-                                                      all(s == WALK_EXITED for s in walk.status)):
+            if not _alive(pid, started, self.pin) or (walk and all(t.status == WALK_EXITED for t in walk)):
                 raise _Exited(pid)
             if walk is not None:
                 self.check_cpus(pid, walk, warnings)
@@ -392,7 +360,7 @@ class _Mover:
             if self.plan.mem_nodes:
                 moved, left, shared, refused, after = self.migrate(pid, started, warnings, notes)
             if self.plan.cpus is not None:
-                refusals = frozenset(t for t, st in zip(walk.tids, walk.status) if st < 0) if walk else frozenset()
+                refusals = frozenset(t.tid for t in walk or () if t.status < 0)
                 self.verify_cpus(pid, started, warnings, refusals)
             if not _alive(pid, started, self.pin):
                 raise _Exited(pid)
@@ -402,8 +370,8 @@ class _Mover:
             message = f"process {pid} ({printable(name)}) exited while it was being moved"
             if root:
                 raise NumabindError(f"numabind move: {message}; nothing is left to move") from None
-            return ProcessMove(pid, name, () if walk is None else walk.results(pid), error=message)
-        threads = () if walk is None else walk.results(pid)
+            return ProcessMove(pid, name, () if walk is None else _results(pid, walk), error=message)
+        threads = () if walk is None else _results(pid, walk)
         return ProcessMove(pid, name, tuple(threads), moved, left, shared, refused, after, None, tuple(warnings),
                            tuple(notes))
 
@@ -414,21 +382,13 @@ class _Exited(Exception):
 
 def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children: bool = False,
          backend: BackendName | None = None) -> MoveReport:
-    """Move a running process (``taskset -a -p`` + ``migratepages``): every thread's CPUs, then its pages.
+    """Move a running process (``taskset -a -p`` + ``migratepages``): every thread of ``pid`` gets ``plan.cpus``
+    (threads started meanwhile too), then its pages are migrated onto ``plan.mem_nodes``; both are read back. Its
+    memory policy cannot be set from outside (``notes`` says so). ``all_children=True``: every descendant too.
 
-    * Every thread of ``pid`` gets ``plan.cpus`` (None: the CPUs are left as they are), threads started while
-      it runs included: ``/proc/PID/task`` is listed again until no unseen thread appears (at most
-      :data:`~numabind.backends.SETTLE_ROUNDS` more times).
-    * The pages the process has are migrated onto ``plan.mem_nodes`` from every other node it may use
-      (``migrate_pages``); a plan without nodes (no policy, ``local``, ``default``) moves no page.
-    * Both are read back: each thread's CPUs, and where the pages are (``/proc/PID/numa_maps``).
-    * The process's memory policy cannot be set from outside: its later allocations follow its own policy
-      (``notes`` says so once).
-    * ``all_children=True``: the process and every descendant (``/proc/PID/task/*/children``).
-    * ``strict`` (default ``$NUMABIND_STRICT``): True raises BindError/PlanError naming the pid and the fix,
-      after putting back the CPUs it set; otherwise every degradation is in ``warnings``, logged as one WARNING.
-
-    A ``pid`` that does not exist, or exits before it is moved, raises :class:`~numabind.errors.NumabindError`.
+    ``strict`` (default ``$NUMABIND_STRICT``): True raises BindError/PlanError naming the pid and the fix, after
+    putting back the CPUs it set; otherwise every degradation is in ``warnings``. A ``pid`` that does not exist,
+    or exits before it is moved, raises :class:`~numabind.errors.NumabindError` (docs/move.rst).
     """
     pid = _pid(pid)
     check_plan(plan, "numabind.move")
@@ -438,7 +398,6 @@ def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children
     _proc.check_procfs("numabind move", acting=True)
     _check_fits(plan)
     be, why = get_backend(backend)
-    _started(pid)
     mover = _Mover(plan, strict, be)
     processes: list[ProcessMove] = []
     try:
@@ -455,9 +414,9 @@ def move(pid: int, plan: Plan, *, strict: Strictness | None = None, all_children
     except NumabindError as exc:
         stayed = mover.undo() if strict is True else []
         if strict is True and isinstance(exc, (BindError, PlanError)):
-            done_pages = bool(plan.mem_nodes)     # a migrate_pages that failed may have moved some: it does not say
+            # a migrate_pages that failed may have moved some: it does not say
             stay = f", but pages already moved (if any) stay on nodes {format_cpulist(plan.mem_nodes or ())}"
-            tail = "; the CPUs it set were put back" + (stay if done_pages else "")
+            tail = "; the CPUs it set were put back" + (stay if plan.mem_nodes else "")
             if stayed:
                 tail += "; not put back: " + "; ".join(stayed)
             if isinstance(exc, BindError):
@@ -487,9 +446,7 @@ def memory_nodes() -> frozenset[int]:
 
 
 def _check_fits(plan: Plan) -> None:
-    """A PlanError unless the plan's CPUs and nodes are this machine's (:func:`numabind.live.check_present`, the
-    one check of every entry point) and its nodes have memory (the target's cpuset is the kernel's to apply:
-    what it narrows is reported)."""
+    """A PlanError unless the plan's CPUs and nodes are this machine's and its nodes have memory."""
     live.check_present(plan, "numabind move")
     if plan.mem_nodes:
         memory = memory_nodes()
@@ -500,19 +457,13 @@ def _check_fits(plan: Plan) -> None:
 
 
 # ----------------------------------------------------------------------------- restore
-def recorded_binding(pid: int) -> BoundBy | None:
-    """What numabind recorded when it bound ``pid`` at birth (:attr:`numabind.residency.Locality.bound`: the exec
-    marker of ``numabind run``, or a runtime record); None when it recorded nothing."""
-    pid = _pid(pid)
-    _proc.check_procfs("numabind move --restore", acting=True)
-    _started(pid)
-    return locality(pid).bound
-
-
 def recorded_plan(pid: int) -> Plan:
     """The plan to put ``pid`` back to: what the kernel held right after numabind bound it at birth (else what
     was asked). A NumabindError when numabind recorded nothing for it, or only an unverified marker."""
-    bound = recorded_binding(pid)
+    pid = _pid(pid)
+    _proc.check_procfs("numabind move --restore", acting=True)
+    _started(pid)
+    bound = locality(pid).bound
     if bound is None:
         raise NumabindError(f"numabind move --restore: numabind recorded no binding for process {pid} (it was not "
                             f"started by numabind run, wrap_command or configure_subprocess, or its record is gone): "

@@ -1,26 +1,13 @@
-"""Placement strategies: which CPUs and memory nodes a GPU worker, a shard or a rank should use (pure).
+"""Placement strategies: which CPUs and memory nodes a GPU worker, a shard or a rank should use (pure: each takes
+a :class:`~numabind.topology.Topology` and returns values). The rooms: :mod:`.gpus` (one GPU, a shard),
+:mod:`.table` (every GPU, the gate), :mod:`.ranks` (a launcher's ranks), :mod:`.spread` (interleave weights,
+threads), :mod:`.common` (what they all read).
 
-Every function here takes a :class:`~numabind.topology.Topology` and returns values; nothing calls the kernel
-(``topology=None`` only means "call :func:`numabind.topology.discover` first"; listing every GPU or NIC of the
-machine for a rank reads it). The automatic-binding gate's one live input, the process's current binding, is read
-by :func:`numabind.auto.auto_plan_available`, which then calls :func:`auto_gate`. The rooms: :mod:`.gpus` (one GPU,
-a shard), :mod:`.table` (every GPU, the gate), :mod:`.ranks` (a launcher's ranks), :mod:`.spread` (interleave
-weights, threads), :mod:`.common` (what they all read).
-
-Placement of one GPU:
-
-1. its node: an explicit per-GPU node list, else ``gpu.numa_node``;
-2. the CPU node: that node if it has CPUs, else the nearest node (SLIT distance, then id) that has CPUs the
-   process may use;
-3. the memory node(s): the CPU node if it has memory, else the nearest node with memory the process may use
-   (memory-only and CPU-only layouts);
-4. the mode picks CPUs of the CPU node (``node``, ``exclusive``, ``core-complex``, ``pct``) or of its whole
-   package (``socket``);
-5. CPUs are intersected with ``topology.allowed_cpus`` (the cpuset: never the affinity the process inherited,
-   unless ``within_affinity=True`` asks for it) and memory nodes with ``topology.allowed_nodes``; an empty result
-   is a :class:`PlanError`. A plan that leaves the inherited affinity says so in its reason;
-6. on a hybrid CPU (:attr:`~numabind.topology.Topology.performance_cpus`) the mode keeps the allowed performance
-   cores of the node or package, and the reason says so (explicit ``cpus`` are kept as given).
+Placement of one GPU: its node (an explicit per-GPU list, else ``gpu.numa_node``); the CPU node (that node if it
+has CPUs, else the nearest by SLIT distance, then id, with CPUs the process may use); the memory node(s) (the CPU
+node if it has memory, else the nearest with memory); the mode's CPUs of the CPU node or (``socket``) its package,
+a hybrid CPU's performance cores kept; all within ``allowed_cpus`` and ``allowed_nodes``, an empty result a
+:class:`PlanError`.
 """
 
 from .common import narrowed_to_affinity, prefer_performance, topology_or_discover

@@ -27,16 +27,13 @@ def topology_or_discover(topology: Topology | None) -> Topology:
 
 
 def planned_on(topology: Topology | None, within_affinity: bool) -> Topology:
-    """The machine a plan is made on: ``topology`` (or the live one), whose limit is its cpuset
-    (``allowed_cpus``); with ``within_affinity``, narrowed to the affinity the process inherited (the explicit
-    choice, :meth:`numabind.plan.Allowed.within_affinity`)."""
+    """``topology`` (or the live one), narrowed to the inherited affinity with ``within_affinity``."""
     topology = topology_or_discover(topology)
     return narrowed_to_affinity(topology) if within_affinity else topology
 
 
 def narrowed_to_affinity(topology: Topology) -> Topology:
-    """``topology`` with its allowed CPUs narrowed to the affinity the process inherited (``within_affinity``,
-    ``--within-affinity``); a :class:`PlanError` when that affinity is unknown or outside the cpuset."""
+    """``topology`` narrowed to the inherited affinity (a :class:`PlanError` when unknown)."""
     narrowed = topology.allowed.within_affinity()
     return topology.replace(allowed_cpus=narrowed.allowed_cpus, allowed_source=narrowed.cpus_source)
 
@@ -97,8 +94,7 @@ def nodes_of(topology: Topology, cpus: Iterable[int]) -> frozenset[int]:
 
 
 def prefer_performance(topology: Topology, cpus: frozenset[int], what: str, reasons: list[str]) -> frozenset[int]:
-    """The performance cores of ``cpus`` on a hybrid CPU (:attr:`Topology.performance_cpus`), said in
-    ``reasons``; ``cpus`` itself when it holds cores of one kind only (or none of the performance kind)."""
+    """The performance cores of ``cpus`` on a hybrid CPU, said in ``reasons``; else ``cpus`` itself."""
     fast = cpus & topology.performance_cpus
     if not fast or fast == cpus:
         return cpus

@@ -41,20 +41,14 @@ POLICIES = (*NODE_POLICIES, None)
 
 @dataclass(frozen=True)
 class PctSku:
-    """Granite Rapids SKU facts for the Priority Core Turbo heuristic.
-
-    ``highest_perf`` is the CPPC ``highest_perf`` cpu0 reports when PCT is on
-    (the SKU's maximum PCT core frequency in 100 MHz units); ``stride`` is the
-    number of logical CPUs per priority group (total threads / 8 priority
-    cores): priority CPUs of a node are those with ``cpu % stride in (0, 1)``.
-    """
+    """Granite Rapids SKU facts for Priority Core Turbo: ``highest_perf``, cpu0's CPPC ``highest_perf`` when PCT is
+    on (100 MHz units); ``stride``, logical CPUs per priority group (priority CPUs: ``cpu % stride in (0, 1)``)."""
 
     highest_perf: int
     stride: int
 
 
-#: Known PCT-capable Xeon 6 (Granite Rapids) SKUs, from Intel's published
-#: frequencies; 6776P was measured on a DGX B300, the others are not measured.
+#: Known PCT-capable Xeon 6 SKUs, from Intel's published frequencies (6776P measured on a DGX B300).
 PCT_SKUS = {
     "6776P": PctSku(highest_perf=46, stride=16),   # 64C/128T, 4.6 GHz
     "6774P": PctSku(highest_perf=46, stride=16),   # 64C/128T, 4.6 GHz
@@ -64,11 +58,7 @@ PCT_SKUS = {
 
 # ------------------------------------------------------------------- PCT
 def pct_config(topology: Topology) -> tuple[PctSku | None, str]:
-    """The PCT SKU entry if this machine passes both gates, else ``(None, why)``.
-
-    Gates (fail closed): the CPU model name names a known SKU, and cpu0's CPPC
-    ``highest_perf`` equals that SKU's value (PCT enabled in firmware).
-    """
+    """``(the PCT SKU entry, why)`` when the model and cpu0's CPPC ``highest_perf`` match one, else ``(None, why)``."""
     model = topology.model_name
     if not model:
         return None, "the CPU model name is unknown (no 'model name' in /proc/cpuinfo)"
@@ -80,9 +70,7 @@ def pct_config(topology: Topology) -> tuple[PctSku | None, str]:
     if perf is None:
         return None, f"{hits[0]}: cpu0 acpi_cppc/highest_perf is unreadable"
     if perf != sku.highest_perf:
-        return None, (
-            f"{hits[0]}: cpu0 CPPC highest_perf is {perf}, not {sku.highest_perf}; PCT looks disabled"
-        )
+        return None, f"{hits[0]}: cpu0 CPPC highest_perf is {perf}, not {sku.highest_perf}; PCT looks disabled"
     return sku, f"{hits[0]} with CPPC highest_perf {perf}: priority CPUs are cpu % {sku.stride} in (0, 1)"
 
 
@@ -114,10 +102,6 @@ class _Placement:
     reasons: tuple[str, ...]
 
 
-def _find_gpu(topology: Topology, index: int) -> Gpu | None:
-    return next((g for g in topology.gpus if g.index == index), None)
-
-
 def _gpu_label(index: int, gpu: Gpu | None) -> str:
     return f"GPU {index} ({gpu.vendor} {gpu.pci_address})" if gpu is not None else f"GPU {index}"
 
@@ -125,24 +109,20 @@ def _gpu_label(index: int, gpu: Gpu | None) -> str:
 def _place(topology: Topology, index: int, nodes: Sequence[int] | None) -> _Placement:
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
         raise PlanError(f"GPU index must be a non-negative int, got {index!r}")
-    gpu = _find_gpu(topology, index)
+    gpu = next((g for g in topology.gpus if g.index == index), None)
     label = _gpu_label(index, gpu)
     reasons: list[str] = []
     if nodes is not None:
         if index >= len(nodes):
-            raise PlanError(
-                f"GPU index {index} is not covered by the per-GPU node list of {len(nodes)} entries "
-                f"({list(nodes)}); give one node per visible GPU"
-            )
+            raise PlanError(f"GPU index {index} is not covered by the per-GPU node list of {len(nodes)} entries "
+                            f"({list(nodes)}); give one node per visible GPU")
         node = nodes[index]
         reasons.append(f"{label}: node {node} from the explicit per-GPU node list")
     else:
         if gpu is None:
             visible = ", ".join(str(g.index) for g in topology.gpus) or "none"
-            raise PlanError(
-                f"GPU {index} is not visible (visible GPUs: {visible}); check CUDA_VISIBLE_DEVICES / "
-                f"HIP_VISIBLE_DEVICES or pass an explicit per-GPU node list"
-            )
+            raise PlanError(f"GPU {index} is not visible (visible GPUs: {visible}); check CUDA_VISIBLE_DEVICES / "
+                            f"HIP_VISIBLE_DEVICES or pass an explicit per-GPU node list")
         if gpu.numa_node is None:
             raise PlanError(
                 f"{label}: cannot place it, its NUMA node is unknown ({gpu.numa_note or 'firmware reports -1'}); "
@@ -159,21 +139,16 @@ def _place(topology: Topology, index: int, nodes: Sequence[int] | None) -> _Plac
         usable = [n for n, nd in topology.nodes.items() if nd.cpus & topology.allowed_cpus]
         if not topology.nodes[node].cpus:
             if not usable:
-                raise PlanError(
-                    f"{label}: node {node} has no CPUs and no node has CPUs in the allowed set "
-                    f"{fmt(topology.allowed_cpus)} (from {allowed_source(topology)}); {widen_fix(topology)}"
-                )
+                raise PlanError(f"{label}: node {node} has no CPUs and no node has CPUs in the allowed set "
+                                f"{fmt(topology.allowed_cpus)} (from {allowed_source(topology)}); "
+                                f"{widen_fix(topology)}")
             cpu_node = nearest(topology, node, usable)
-            reasons.append(
-                f"node {node} has no CPUs; CPUs from node {cpu_node}, the nearest node with CPUs "
-                f"(distance {distance(topology, node, cpu_node)})"
-            )
+            reasons.append(f"node {node} has no CPUs; CPUs from node {cpu_node}, the nearest node with CPUs "
+                           f"(distance {distance(topology, node, cpu_node)})")
         else:
-            raise PlanError(
-                f"{label}: node {node} has CPUs {fmt(topology.nodes[node].cpus)} but none of them is in "
-                f"the allowed CPUs {fmt(topology.allowed_cpus)} (from {allowed_source(topology)}); "
-                f"{widen_fix(topology)} or choose another GPU/node"
-            )
+            raise PlanError(f"{label}: node {node} has CPUs {fmt(topology.nodes[node].cpus)} but none of them is in "
+                            f"the allowed CPUs {fmt(topology.allowed_cpus)} (from {allowed_source(topology)}); "
+                            f"{widen_fix(topology)} or choose another GPU/node")
 
     mem_node = cpu_node
     cn = topology.nodes[cpu_node]
@@ -182,30 +157,22 @@ def _place(topology: Topology, index: int, nodes: Sequence[int] | None) -> _Plac
         if not usable:
             raise PlanError(f"{label}: no allowed node has memory (allowed nodes {fmt(topology.allowed_nodes)})")
         mem_node = nearest(topology, cpu_node, usable)
-        reasons.append(
-            f"node {cpu_node} has no memory; memory on node {mem_node}, the nearest node with memory "
-            f"(distance {distance(topology, cpu_node, mem_node)})"
-        )
+        reasons.append(f"node {cpu_node} has no memory; memory on node {mem_node}, the nearest node with memory "
+                       f"(distance {distance(topology, cpu_node, mem_node)})")
     elif cpu_node not in topology.allowed_nodes:
-        raise PlanError(
-            f"{label}: memory node {cpu_node} is outside the allowed memory nodes "
-            f"{fmt(topology.allowed_nodes)} (from {allowed_source(topology)})"
-        )
+        raise PlanError(f"{label}: memory node {cpu_node} is outside the allowed memory nodes "
+                        f"{fmt(topology.allowed_nodes)} (from {allowed_source(topology)})")
     return _Placement(index, gpu, node, cpu_node, mem_node, tuple(reasons))
 
 
 def _trim(topology: Topology, cpus: frozenset[int], what: str, reasons: list[str], label: str, node: int) -> frozenset[int]:
     allowed = cpus & topology.allowed_cpus
     if not allowed:
-        raise PlanError(
-            f"{label}: {what} {fmt(cpus)} (node {node}) are all outside the allowed CPUs "
-            f"{fmt(topology.allowed_cpus)} (from {allowed_source(topology)}); {widen_fix(topology)}"
-        )
+        raise PlanError(f"{label}: {what} {fmt(cpus)} (node {node}) are all outside the allowed CPUs "
+                        f"{fmt(topology.allowed_cpus)} (from {allowed_source(topology)}); {widen_fix(topology)}")
     if allowed != cpus:
-        reasons.append(
-            f"{what} {fmt(cpus)} trimmed to {fmt(allowed)} by the allowed CPUs "
-            f"{fmt(topology.allowed_cpus)} (from {allowed_source(topology)})"
-        )
+        reasons.append(f"{what} {fmt(cpus)} trimmed to {fmt(allowed)} by the allowed CPUs "
+                       f"{fmt(topology.allowed_cpus)} (from {allowed_source(topology)})")
     return allowed
 
 
@@ -259,10 +226,8 @@ def _mode_socket(topology: Topology, p: _Placement, label: str, nodes: Sequence[
     with_memory = [n for n in pkg_nodes if topology.nodes[n].has_memory]
     mem_nodes = frozenset(n for n in with_memory if n in topology.allowed_nodes)
     if len(mem_nodes) < len(with_memory):
-        reasons.append(
-            f"memory nodes {fmt(set(with_memory) - mem_nodes)} of package {pkg} are outside the allowed "
-            f"memory nodes {fmt(topology.allowed_nodes)}"
-        )
+        reasons.append(f"memory nodes {fmt(set(with_memory) - mem_nodes)} of package {pkg} are outside the allowed "
+                       f"memory nodes {fmt(topology.allowed_nodes)}")
     return cpus, (mem_nodes or mem)
 
 
@@ -271,19 +236,15 @@ def _mode_exclusive(topology: Topology, p: _Placement, label: str, nodes: Sequen
     cores = whole_cores(topology, cpus)
     peers = _peers(topology, p, nodes)
     if len(cores) < len(peers):
-        raise PlanError(
-            f"{label}: exclusive mode needs at least one core per GPU, but node {p.cpu_node} has "
-            f"{len(cores)} allowed cores ({fmt(cpus)}) for {len(peers)} GPUs ({fmt(peers)})"
-        )
+        raise PlanError(f"{label}: exclusive mode needs at least one core per GPU, but node {p.cpu_node} has "
+                        f"{len(cores)} allowed cores ({fmt(cpus)}) for {len(peers)} GPUs ({fmt(peers)})")
     base, extra = divmod(len(cores), len(peers))
     pos = peers.index(p.index)
     start = pos * base + min(pos, extra)
     mine = cores[start:start + base + (1 if pos < extra else 0)]
     out = frozenset().union(*mine)
-    reasons.append(
-        f"exclusive: {len(cores)} cores of node {p.cpu_node} split among GPUs {fmt(peers)}; "
-        f"this GPU gets cores {start}-{start + len(mine) - 1} (CPUs {fmt(out)})"
-    )
+    reasons.append(f"exclusive: {len(cores)} cores of node {p.cpu_node} split among GPUs {fmt(peers)}; "
+                   f"this GPU gets cores {start}-{start + len(mine) - 1} (CPUs {fmt(out)})")
     return out, frozenset({p.mem_node})
 
 
@@ -320,10 +281,8 @@ def _mode_core_complex(topology: Topology, p: _Placement, label: str, nodes: Seq
     pos = peers.index(p.index)
     group = groups[pos % len(groups)]
     shared = " (shared: fewer groups than GPUs)" if len(groups) < len(peers) else ""
-    reasons.append(
-        f"core-complex: node {p.cpu_node} has {len(groups)} {what} for GPUs {fmt(peers)}; "
-        f"this GPU gets group {pos % len(groups)} (CPUs {fmt(group)}){shared}"
-    )
+    reasons.append(f"core-complex: node {p.cpu_node} has {len(groups)} {what} for GPUs {fmt(peers)}; "
+                   f"this GPU gets group {pos % len(groups)} (CPUs {fmt(group)}){shared}")
     return group, mem
 
 
@@ -346,14 +305,6 @@ _MODE_FUNCTIONS = {
 assert tuple(_MODE_FUNCTIONS) == MODES
 
 
-def _mode_cpus(topology: Topology, p: _Placement, mode: str, nodes: Sequence[int] | None, reasons: list[str]) -> _ModeResult:
-    """``(cpus, memory nodes)`` for one placed GPU in ``mode``."""
-    fn = _MODE_FUNCTIONS.get(mode)
-    if fn is None:
-        raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    return fn(topology, p, _gpu_label(p.index, p.gpu), nodes, reasons)
-
-
 def _mem_plan(policy: NodePolicy | None, mem_nodes: frozenset[int],
               reasons: list[str]) -> tuple[NodePolicy | None, frozenset[int] | None]:
     if policy not in POLICIES:
@@ -374,10 +325,8 @@ def _explicit_cpus(topology: Topology, cpus: object, index: int, label: str, rea
     if isinstance(cpus, (str, bytes, bytearray)) or not isinstance(cpus, Sequence):
         raise PlanError(f"cpus must be a sequence of {_CPUS_SHAPE}; got {type(cpus).__name__}: {cpus!r}"[:400])
     if index >= len(cpus):
-        raise PlanError(
-            f"GPU index {index} is not covered by the per-GPU CPU list of {len(cpus)} entries; "
-            f"give one CPU list per visible GPU"
-        )
+        raise PlanError(f"GPU index {index} is not covered by the per-GPU CPU list of {len(cpus)} entries; "
+                        f"give one CPU list per visible GPU")
     entry = cpus[index]
     if isinstance(entry, (int, bytes, bytearray)) or not isinstance(entry, (str, Iterable)):
         raise PlanError(f"cpus[{index}] is {type(entry).__name__} {entry!r}; cpus takes {_CPUS_SHAPE}"[:400])
@@ -422,16 +371,14 @@ def _plan_one(topology: Topology, index: int, mode: Mode, policy: NodePolicy | N
         chosen = _explicit_cpus(topology, cpus, index, _gpu_label(index, p.gpu), reasons, p.cpu_node)
         mem_nodes = frozenset({p.mem_node})
     else:
-        chosen, mem_nodes = _mode_cpus(topology, p, mode, nodes, reasons)
+        chosen, mem_nodes = _MODE_FUNCTIONS[mode](topology, p, _gpu_label(index, p.gpu), nodes, reasons)
     said = inherited(topology, chosen, f"node {p.cpu_node}'s CPUs" if mode == "node" and cpus is None else "CPUs")
     if said:
         reasons.append(said)
     mem_policy, mem = _mem_plan(policy, mem_nodes, reasons)
     if mem is not None:
-        reasons.append(
-            f"memory {mem_policy} {fmt(mem)} (distance {max(distance(topology, p.node, n) for n in mem)} "
-            f"from node {p.node})"
-        )
+        reasons.append(f"memory {mem_policy} {fmt(mem)} (distance {max(distance(topology, p.node, n) for n in mem)} "
+                       f"from node {p.node})")
     plan = Plan(cpus=chosen, mem_policy=mem_policy, mem_nodes=mem, migrate=migrate and mem is not None,
                 reason=f"{mode}: " + "; ".join(reasons))
     return plan, p, tuple(reasons)
@@ -444,22 +391,12 @@ def plan_for_gpu(gpu_index: int, mode: Mode = "node", topology: Topology | None 
                  within_affinity: bool = False) -> Plan:
     """The plan for a worker that drives visible GPU ``gpu_index``.
 
-    ``mode`` is one of :data:`MODES`; ``policy`` the memory policy (``bind``,
-    ``preferred`` — becoming ``preferred-many`` over several nodes —,
-    ``preferred-many``, ``interleave``, or None to leave memory alone).
-    ``nodes`` / ``cpus`` are explicit per-GPU lists indexed by visible GPU
-    index (like vLLM's ``--numa-bind-nodes`` / ``--numa-bind-cpus``): a node
-    id per GPU, and a cpulist string or id set per GPU; ``cpus`` overrides the
-    mode's CPU choice. Raises :class:`PlanError` when the GPU cannot be placed.
-    A GPU whose identity is uncertain (``gpu.identity``) is planned with that
-    said in the plan's reason, or refused when ``strict`` is True (default
-    ``NUMABIND_STRICT``; ``"partial"`` plans with the note); explicit ``nodes``
-    do not depend on it.
-
-    The limit is the cpuset (``topology.allowed_cpus``), never the affinity the process inherited: a
-    worker whose parent was bound to node 0 is planned on its GPU's node all the same, and the plan's
-    reason says so ("inherited CPUs 0-1 from the parent; binding node 1's CPUs 2-3").
-    ``within_affinity=True`` plans within the inherited affinity instead (the explicit choice).
+    ``mode`` is one of :data:`MODES`; ``policy`` the memory policy (``preferred`` over several nodes becomes
+    ``preferred-many``; None leaves memory alone). ``nodes`` / ``cpus`` are explicit per-GPU lists indexed by
+    visible GPU (a node id, a cpulist or id set), as vLLM's ``--numa-bind-nodes`` / ``--numa-bind-cpus``.
+    A GPU whose identity is uncertain is refused when ``strict`` is True (default ``NUMABIND_STRICT``), else
+    planned with a note. The limit is the cpuset, not the inherited affinity (the reason says when the plan
+    leaves it), unless ``within_affinity=True``. Raises :class:`PlanError` when the GPU cannot be placed.
     """
     topology = planned_on(topology, within_affinity)
     plan, _, _ = _plan_one(topology, gpu_index, mode, policy, nodes, cpus, migrate, strict)
@@ -471,13 +408,9 @@ def plan_for_gpus(indices: Iterable[int], topology: Topology | None = None, *, m
                   policy: NodePolicy | None = "bind", nodes: Sequence[int] | None = None,
                   cpus: Sequence[object] | None = None, migrate: bool = False, strict: Strictness | None = None,
                   within_affinity: bool = False) -> Plan:
-    """The plan for a process driving a shard of GPUs (EngineCore, DP rank, torchrun agent).
-
-    CPUs are the allowed CPUs of the members' CPU nodes (for ``pct``, the
-    members' priority CPUs), united with each member's own CPUs, so the plan
-    is always a superset of every member's plan and members spawned from it
-    can narrow their affinity. Memory is the union of the members' nodes. ``within_affinity``: as
-    :func:`plan_for_gpu`.
+    """The plan for a process driving a shard of GPUs (EngineCore, DP rank, torchrun agent): the allowed CPUs of
+    the members' CPU nodes (``pct``: their priority CPUs) and every member's own, so it is a superset of each
+    member's plan; memory on the union of their nodes. Arguments as :func:`plan_for_gpu`.
     """
     topology = planned_on(topology, within_affinity)
     indices = list(indices)

@@ -1,10 +1,5 @@
-"""Planning for the processes a launcher started (pure but for listing the machine's GPUs and NICs).
-
-:mod:`numabind.rank` reads the launcher's variables and maps a rank to its GPU or to its share of a machine
-without GPUs; everything decided after that is decided here: the limit (:func:`rank_limit`: the cpuset, or the
-launcher's affinity when asked), how the ranks that share a node split it (``exclusive``, ``core-complex``), a
-CPU rank's share (:func:`plan_cpu_rank`), the narrowing to the limit and where memory then goes, and the NICs
-(``--nic``). The rules in words: ``docs/howto/ranks.rst``.
+"""Planning for the processes a launcher started, after :mod:`numabind.rank` mapped a rank to its GPU or CPU share
+(pure but for listing the machine's GPUs and NICs). The rules in words: ``docs/howto/ranks.rst``.
 """
 
 from __future__ import annotations
@@ -59,13 +54,9 @@ class RankPlacement:
 
 
 def rank_limit(topology: Any, within: Iterable[int] | None = None, within_affinity: bool = False) -> RankLimit:
-    """``(the CPUs a rank's plan may use, where that limit comes from, the launcher's CPUs, the rule in words)``.
-
-    The one rule for a launcher's binding: the cpuset (``topology.allowed_cpus``) is the limit. The affinity
-    the launcher set (``within``; by default ``topology.affinity``: the live process's, or a replayed
-    machine's ``Cpus_allowed``, never this process's for another root) is where the process starts, and the
-    plan replaces it, as numactl does. ``within_affinity=True`` keeps the plan inside it (a
-    :class:`PlanError` when it is unknown, as :meth:`numabind.plan.Allowed.within_affinity` says)."""
+    """``(the CPUs a rank's plan may use, where that limit comes from, the launcher's CPUs, the rule in words)``:
+    the cpuset; the launcher's affinity (``within``, default ``topology.affinity``) only with ``within_affinity``
+    (a :class:`PlanError` when it is unknown)."""
     cpuset = frozenset(topology.allowed_cpus)
     source = f"the cpuset's CPUs, from {topology.allowed_source or 'the cpuset'}"
     affinity = topology.affinity if within is None else frozenset(within)
@@ -82,15 +73,8 @@ def rank_limit(topology: Any, within: Iterable[int] | None = None, within_affini
     return RankLimit(cpuset, source, launcher, rule)
 
 
-def _shared_limit(topology: Any) -> frozenset[int]:
-    """The CPUs every rank of this machine may use: the cpuset (``topology.allowed_cpus``, on any root),
-    never the affinity the launcher gave this one, so the shares of ``exclusive`` are cut from the cpuset."""
-    return frozenset(topology.allowed_cpus)
-
-
 def _machine_gpus(topology: Any, unfiltered_env: Mapping[str, str]) -> tuple[Any, ...]:
-    """Every GPU of the machine, listed under ``unfiltered_env`` (the environment without the visibility
-    variables): numbered as if no visibility variable were set; () when they cannot be listed."""
+    """Every GPU of the machine, numbered as under ``unfiltered_env`` (no visibility variable); () on failure."""
     from .._fs import FsReader
     from ..devices import discover_gpus
 
@@ -109,14 +93,9 @@ def _topology_with(topology: Any, **changes: Any) -> Any:
 
 def _peer_topology(topology: Any, indices: list[int], own_devices: bool, size: int | None, size_source: str,
                    mode: Mode, unfiltered_env: Mapping[str, str], reasons: list[str]) -> tuple[Any, dict[int, int]]:
-    """``(topology whose GPUs are the peers, visible index -> index in it)``.
-
-    Only ``exclusive`` and ``core-complex`` depend on the peers: they share a
-    node among the GPUs of ``topology.gpus`` that are on it. Ranks that index
-    the visible GPUs share with the local ranks ``0 .. size - 1``; a process
-    that owns its devices (one visible GPU per rank, a Ray worker) shares with
-    every GPU of the machine, each owned by someone else.
-    """
+    """``(topology whose GPUs are the peers, visible index -> index in it)`` for the modes that share a node
+    (:data:`SHARED_MODES`): the local ranks ``0 .. size - 1``, or every GPU of the machine for a process that owns
+    its devices."""
     same = {i: i for i in indices}
     if mode not in SHARED_MODES:
         return topology, same
@@ -138,10 +117,9 @@ def _peer_topology(topology: Any, indices: list[int], own_devices: bool, size: i
                        f"visible GPUs only")
         return topology, same
     if mode == "exclusive" and size is not None and size > len(every):
-        raise PlanError(
-            f"exclusive mode: {size} local ranks ({size_source}) share the machine's {len(every)} GPUs, so "
-            f"some ranks share a GPU and cannot each get their own cores; use --mode node (or core-complex)"
-        )
+        raise PlanError(f"exclusive mode: {size} local ranks ({size_source}) share the machine's {len(every)} GPUs, "
+                        f"so some ranks share a GPU and cannot each get their own cores; use --mode node (or "
+                        f"core-complex)")
     shown = ", ".join(str(mapping[i]) for i in indices)
     reasons.append(f"{mode}: this process has its own GPU(s); the node is shared among the machine's GPUs on it "
                    f"(GPU {shown} of {len(every)} with no visibility variable)")
@@ -150,9 +128,7 @@ def _peer_topology(topology: Any, indices: list[int], own_devices: bool, size: i
 
 def _memory_where_it_runs(plan: Plan, runs_on: frozenset[int], topology: Any, warnings: list[str],
                           label: str) -> Plan:
-    """``plan`` with its memory never on a node whose CPUs the process cannot run on (``runs_on``): such nodes
-    are dropped; with none of its nodes left, memory is preferred on the nodes of ``runs_on`` (said in
-    ``warnings``). Memory-only nodes are no node's CPUs, so they stay."""
+    """``plan`` with its memory moved off nodes whose CPUs are not in ``runs_on`` (said in ``warnings``)."""
     if not plan.mem_nodes:
         return plan
     nodes = topology.nodes
@@ -180,9 +156,8 @@ def _memory_where_it_runs(plan: Plan, runs_on: frozenset[int], topology: Any, wa
 
 def _narrow(plan: Plan, limit: RankLimit, strict: Strictness, warnings: list[str], label: str, topology: Any,
             within_affinity: bool) -> Plan:
-    """``plan`` within ``limit`` (:func:`rank_limit`); strict: an error when it does not fit (``"partial"``: when
-    none of its CPUs is left). Lenient: the CPUs narrowed, or the launcher's affinity kept when none is left,
-    and memory never on a node the process cannot run on (:func:`_memory_where_it_runs`)."""
+    """``plan`` within ``limit``: strict, a :class:`PlanError` when it does not fit (``"partial"``: no CPU left);
+    lenient, the CPUs narrowed (or left as the launcher set them) and memory moved to where they are."""
     if plan.cpus is None:
         return plan
     outside = plan.cpus - limit.cpus
@@ -209,17 +184,10 @@ def plan_gpu_share(topology: Any, indices: Iterable[int], *, label: str, mode: M
                    within: Iterable[int] | None = None, strict: Strictness = False, migrate: bool = False,
                    reasons: list[str] | None = None, warnings: list[str] | None = None,
                    within_affinity: bool = False) -> Plan:
-    """The plan of a process that drives the visible GPUs ``indices`` (a rank, a Ray worker).
-
-    One GPU: :func:`numabind.plan_for_gpu`; several: the union of each one's CPUs, memory as
-    :func:`numabind.plan_for_gpus`. Planned within the cpuset (every process of the machine may use it), by
-    :func:`rank_limit`'s rule: ``within`` is the affinity the launcher set (default ``topology.affinity``),
-    which the plan replaces unless ``within_affinity`` keeps it inside (narrowed; strict: a PlanError). The
-    modes that split a node (:data:`SHARED_MODES`) split it among the local ranks ``0 .. size - 1`` or, when
-    each process owns its devices (``own_devices``), among every GPU of the machine, listed under
-    ``unfiltered_env`` (the environment without the visibility variables). GPUs with no NUMA node are left
-    out (strict: a PlanError); with none left the plan is empty (binds nothing). ``reasons`` and
-    ``warnings`` collect what was done.
+    """The plan of a process that drives the visible GPUs ``indices`` (a rank, a Ray worker): one GPU's plan, or
+    the union of each one's CPUs with memory as :func:`numabind.plan_for_gpus`, narrowed by :func:`rank_limit`.
+    GPUs with no NUMA node are left out (strict: a PlanError); with none left the plan binds nothing.
+    ``reasons`` and ``warnings`` collect what was done.
     """
     reasons = [] if reasons is None else reasons
     warnings = [] if warnings is None else warnings
@@ -244,7 +212,7 @@ def plan_gpu_share(topology: Any, indices: Iterable[int], *, label: str, mode: M
     limit = rank_limit(topology, within, within_affinity)
     peers, mapping = _peer_topology(topology, placed, own_devices, size, size_source, mode, unfiltered_env or {},
                                     reasons)
-    wide = _topology_with(peers, allowed_cpus=_shared_limit(topology))
+    wide = _topology_with(peers, allowed_cpus=frozenset(topology.allowed_cpus))
     members = [plan_for_gpu(mapping[i], mode=mode, topology=wide, policy=policy, migrate=migrate) for i in placed]
     if len(members) == 1:
         ideal = members[0]
@@ -261,8 +229,7 @@ def plan_gpu_share(topology: Any, indices: Iterable[int], *, label: str, mode: M
 
 
 def _rank_nodes(topology: Any, limit: frozenset[int]) -> list[int]:
-    """The nodes with CPUs in ``limit``, by package (of their lowest CPU), then id: neighbours in a package
-    (SNC/NPS nodes) next to each other."""
+    """The nodes with CPUs in ``limit``, by package (of their lowest CPU), then id."""
     def package(n: int) -> int:
         info = topology.cpus.get(min(topology.nodes[n].cpus & limit))
         return -1 if info is None else info.package
@@ -274,24 +241,13 @@ def _rank_nodes(topology: Any, limit: frozenset[int]) -> list[int]:
 def plan_cpu_rank(topology: Any, rank: int, size: int | None, *, size_source: str = "",
                   policy: NodePolicy | None = "bind", label: str | None = None, reasons: list[str] | None = None,
                   size_fix: str = "give the number of ranks on this machine") -> tuple[Plan, tuple[int, ...]]:
-    """``(plan, its nodes)`` of local rank ``rank`` of ``size`` ranks that have no GPU, within the cpuset
-    (``topology.allowed_cpus``; the launcher's affinity is the narrowing of :func:`plan_rank`, after).
-
-    * ranks <= nodes (the nodes with CPUs in the cpuset, by package then id): each rank gets whole nodes,
-      rank r the r-th of ``size`` contiguous groups (4 SNC nodes and 2 ranks: one package each; 3 ranks on
-      4 nodes: 1, 1, 2 nodes);
-    * ranks > nodes: the cores of those nodes (SMT siblings together, in node order) are split into ``size``
-      equal blocks of ``cores // size``, rank r the r-th; the ``cores % size`` cores left over go to no rank
-      (the reasons name them). No core for a rank is a PlanError.
-
-    On a hybrid CPU the ranks keep the performance cores (:func:`prefer_performance`): a node's share is its
-    performance CPUs, and the cores split among more ranks than nodes are the performance cores when there is
-    one for each rank. Memory (``policy``; ``preferred`` over several nodes becomes ``preferred-many``) goes on
-    every node the rank's CPUs span that has memory in ``topology.allowed_nodes``. An unknown ``size`` plans
-    one rank per node and is a PlanError (ending with ``size_fix``) for a rank past the nodes."""
+    """``(plan, its nodes)`` of local rank ``rank`` of ``size`` ranks without a GPU, within the cpuset: whole nodes
+    when there are as many nodes as ranks or more, else equal blocks of whole cores (performance cores first on
+    a hybrid CPU); memory on every node its CPUs span (``docs/howto/slurm.rst``, "Ranks without GPUs"). An
+    unknown ``size`` is one rank per node; a rank past the nodes is a PlanError ending with ``size_fix``."""
     label = label or f"local rank {rank}"
     reasons = [] if reasons is None else reasons
-    limit = _shared_limit(topology)
+    limit = frozenset(topology.allowed_cpus)
     nodes = _rank_nodes(topology, limit)
     if not nodes:
         raise PlanError(f"{label}: no NUMA node has a CPU this process may use ({format_cpulist(limit) or 'none'}); "
@@ -385,9 +341,7 @@ def _exports(choice: Any, env: Mapping[str, str], reasons: list[str]) -> tuple[F
 def _gpu_rank_nics(topology: Any, index: int, own_devices: bool, size: int | None, env: Mapping[str, str],
                    unfiltered_env: Mapping[str, str], strict: Strictness, reasons: list[str],
                    warnings: list[str]) -> tuple[FrozenMap[str, str], tuple[str, ...]]:
-    """``(variables to export, NIC names)`` for the rank on visible GPU ``index``: ties are split among the GPUs of
-    the ranks that share the NICs (every GPU of the machine when each rank has its own, the same split on every
-    rank; else the visible GPUs ``0 .. size - 1``). NICs that cannot be read are a warning (strict: an error)."""
+    """``(variables to export, NIC names)`` for the rank on GPU ``index`` (strict: an error on failure)."""
     from ..iodevices import gpu_nics
 
     if own_devices:
@@ -403,11 +357,10 @@ def _gpu_rank_nics(topology: Any, index: int, own_devices: bool, size: int | Non
 
 def _cpu_rank_nics(topology: Any, rank: int, size: int | None, env: Mapping[str, str], strict: Strictness,
                    reasons: list[str], warnings: list[str]) -> tuple[FrozenMap[str, str], tuple[str, ...]]:
-    """``--nic`` for a CPU rank: the NICs on its (first) node, else the nearest by node; ties split among the
-    local ranks whose first node it is (every rank's share computed as :func:`plan_cpu_rank` does)."""
+    """``--nic`` for a CPU rank: the NICs nearest its first node, ties split among the ranks on that node."""
     from ..iodevices import PciPlace, choose_nics, scan_nics
 
-    count = size if size is not None else len(_rank_nodes(topology, _shared_limit(topology)))
+    count = size if size is not None else len(_rank_nodes(topology, frozenset(topology.allowed_cpus)))
     try:
         places = [PciPlace(f"local rank {r:06d}", (f"local rank {r:06d}",),
                            plan_cpu_rank(topology, r, count, policy=None)[1][0]) for r in range(max(count, rank + 1))]
@@ -426,10 +379,9 @@ def plan_rank(topology: Any, rank: int, size: int | None, index: int | None, *, 
               policy: NodePolicy | None = "bind", env: Mapping[str, str] | None = None,
               within: Iterable[int] | None = None, strict: Strictness = False, migrate: bool = False,
               nics: bool = False, within_affinity: bool = False) -> RankPlacement:
-    """Local rank ``rank`` of ``size``, as :mod:`numabind.rank` mapped it: on visible GPU ``index``
-    (:func:`plan_gpu_share`), or with ``index`` None a CPU rank (its share, :func:`plan_cpu_rank`, then narrowed
-    to :func:`rank_limit`); with ``nics``, its nearest NICs, whose variables are those ``env`` does not already
-    set. ``reasons`` starts with how the rank was mapped."""
+    """Local rank ``rank`` of ``size`` on visible GPU ``index`` (:func:`plan_gpu_share`), or a CPU rank with
+    ``index`` None (:func:`plan_cpu_rank`, narrowed to :func:`rank_limit`); with ``nics``, its nearest NICs'
+    variables that ``env`` does not set. ``reasons`` starts with how the rank was mapped."""
     warnings: list[str] = []
     env = env or {}
     if index is None:

@@ -23,13 +23,9 @@ __all__ = ["THREAD_ORDERS", "bandwidth_weights", "thread_placement", "weights_fr
 # ----------------------------------------------------------------------------- weighted interleave
 def weights_from_bandwidth(bandwidths: Mapping[int, float], *, tolerance: float = 0.02,
                            max_weight: int = MAX_WEIGHT) -> dict[int, int]:
-    """Weighted-interleave weights proportional to each node's memory bandwidth (pure).
-
-    ``bandwidths`` maps node -> bandwidth in any one unit (HMAT's ``read_bandwidth`` is MB/s). The
-    weights are the smallest whole numbers whose ratios are within ``tolerance`` (relative) of the
-    bandwidths' ratios, with no common factor, each from 1 to ``max_weight`` (the kernel's 255);
-    when no such numbers exist, the closest ones that fit. ``{0: 30000, 2: 10000}`` gives
-    ``{0: 3, 2: 1}``: three pages on node 0 for every page on node 2.
+    """Weighted-interleave weights proportional to each node's memory bandwidth (any one unit): the smallest whole
+    numbers from 1 to ``max_weight`` whose ratios are within ``tolerance`` of the bandwidths', else the closest
+    that fit. ``{0: 30000, 2: 10000}`` gives ``{0: 3, 2: 1}``.
     """
     if not isinstance(bandwidths, Mapping) or not bandwidths:
         raise PlanError("weights_from_bandwidth needs a non-empty mapping node -> bandwidth")
@@ -61,10 +57,8 @@ def weights_from_bandwidth(bandwidths: Mapping[int, float], *, tolerance: float 
 
 
 def bandwidth_weights(nodes: Iterable[int], topology: Topology | None = None, *, tolerance: float = 0.02) -> dict[int, int]:
-    """Weights for interleaving over ``nodes`` by their memory bandwidth, from the firmware's HMAT figures
-    (``nodeN/access0/initiators/read_bandwidth``, as :attr:`numabind.topology.Node.access` holds them):
-    "interleave by bandwidth" without knowing the numbers. A node without the figures (no HMAT, as on
-    most machines without CXL memory) is a :class:`PlanError` naming it.
+    """Weights for interleaving over ``nodes`` by their HMAT read bandwidth (:attr:`numabind.topology.Node.access`);
+    a node without the figures is a :class:`PlanError` naming it.
     """
     topology = topology_or_discover(topology)
     wanted = sorted(set(nodes))
@@ -91,9 +85,8 @@ def bandwidth_weights(nodes: Iterable[int], topology: Topology | None = None, *,
 
 
 # ------------------------------------------------------------- one thread per core
-#: How :func:`thread_placement` orders a plan's cores: ``compact`` fills a node's cores in order before the
-#: next node's (``KMP_AFFINITY=compact``, ``OMP_PROC_BIND=close``); ``scatter`` takes one core of each node in
-#: turn, and inside a node one of each last-level cache group in turn (``scatter``, ``OMP_PROC_BIND=spread``).
+#: How :func:`thread_placement` orders a plan's cores: ``compact`` fills a node before the next; ``scatter`` takes
+#: one core of each node in turn, and inside a node one of each last-level cache group in turn.
 THREAD_ORDERS = ("compact", "scatter")
 
 
@@ -110,15 +103,9 @@ def _round_robin(lists: Sequence[Sequence[_Item]]) -> list[_Item]:
 
 def thread_placement(plan: Plan, threads: int, topology: Topology, *, order: str = "compact",
                      strict: bool = False) -> tuple[frozenset[int], ...]:
-    """The CPUs of each of ``threads`` threads, one thread per core of ``plan`` (pure: what
-    :func:`numabind.pin_threads` applies).
-
-    The plan's CPUs are taken as ``topology``'s whole cores (hyperthread siblings together,
-    :func:`numabind.plan.core_groups`), ordered by ``order`` (:data:`THREAD_ORDERS`). With no more threads
-    than cores, thread ``i`` gets the ``i``-th core: all of its CPUs in the plan, none shared with another
-    thread. With more threads than cores, ``strict`` raises :class:`PlanError`; otherwise each thread gets one
-    CPU, every core's first hyperthread before any core's second, wrapping around to the first CPU once every
-    CPU of the plan has a thread.
+    """The CPUs of each of ``threads`` threads (what :func:`numabind.pin_threads` applies): thread ``i`` gets the
+    ``i``-th whole core of ``plan`` in ``order``. With more threads than cores, ``strict`` raises
+    :class:`PlanError`; otherwise each thread gets one CPU, every core's first hyperthread first, wrapping around.
     """
     check_plan(plan, "thread_placement")
     if order not in THREAD_ORDERS:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import PlanError
 from ..plan import Plan
 from .common import distance, fmt, ids_or_none, plan_fields, planned_on
-from .gpus import MODES, POLICIES, _find_gpu, _plan_one
+from .gpus import MODES, POLICIES, _plan_one
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..topology import Topology
@@ -50,11 +50,8 @@ def plan_table(topology: Topology | None = None, mode: Mode = "node", policy: No
                gpus: Iterable[int] | None = None, nodes: Sequence[int] | None = None,
                cpus: Sequence[object] | None = None, strict: Strictness | None = None,
                within_affinity: bool = False) -> tuple[PlanRow, ...]:
-    """One :class:`PlanRow` per GPU (``gpus``, default every visible GPU); never raises PlanError per GPU.
-
-    A GPU that cannot be placed gets a row with ``plan=None`` and ``error``
-    set. An unknown ``mode`` or ``policy`` still raises, since no row can
-    help with that.
+    """One :class:`PlanRow` per GPU (``gpus``, default every visible GPU): a GPU that cannot be placed gets
+    ``plan=None`` and ``error``. Only an unknown ``mode`` or ``policy`` raises PlanError.
     """
     if mode not in MODES:
         raise PlanError(f"mode {mode!r} is not one of {', '.join(MODES)}")
@@ -64,7 +61,7 @@ def plan_table(topology: Topology | None = None, mode: Mode = "node", policy: No
     wanted = sorted({g.index for g in topology.gpus}) if gpus is None else list(gpus)
     rows = []
     for i in wanted:
-        gpu = _find_gpu(topology, i)
+        gpu = next((g for g in topology.gpus if g.index == i), None)
         base: dict[str, Any] = dict(gpu=i, pci_address=gpu.pci_address if gpu else None, vendor=gpu.vendor if gpu else None,
                     numa_node=gpu.numa_node if gpu else None, numa_source=gpu.numa_source if gpu else None)
         try:
@@ -93,11 +90,8 @@ def plan_table(topology: Topology | None = None, mode: Mode = "node", policy: No
 def auto_gate(topology: Topology, *, affinity: Iterable[int] | None = None, mem_policy: str | None = None,
               gpus: Iterable[int] | None = None, mode: Mode = "node", unbound_cpus: Iterable[int] | None = None,
               live: Any = None) -> tuple[bool, str]:
-    """The pure automatic-binding gate (see :func:`numabind.auto.auto_plan_available`); never raises.
-
-    ``live`` is what the kernel says about the process (``.cpus``, ``.mem_policy``)
-    when ``topology`` is the live machine, read by the caller; None when unreadable.
-    """
+    """The pure automatic-binding gate (see :func:`numabind.auto.auto_plan_available`); never raises. ``live``:
+    the live process's binding (``.cpus``, ``.mem_policy``) the caller read, or None."""
     try:
         cpu_nodes = sorted(n for n, nd in topology.nodes.items() if nd.cpus)
         if len(cpu_nodes) < 2:
@@ -115,10 +109,8 @@ def auto_gate(topology: Topology, *, affinity: Iterable[int] | None = None, mem_
         affinity = frozenset(affinity)
         reference = topology.online_cpus if unbound_cpus is None else frozenset(unbound_cpus)
         if not reference <= affinity:
-            return False, (
-                f"CPU affinity {fmt(affinity)} does not cover {fmt(reference)}: the launcher already bound "
-                f"this process; pass explicit nodes to override"
-            )
+            return False, (f"CPU affinity {fmt(affinity)} does not cover {fmt(reference)}: the launcher already bound "
+                           f"this process; pass explicit nodes to override")
         if mem_policy is None:
             mem_policy = "default" if not is_live else getattr(current, "mem_policy", None)
             if mem_policy is None:

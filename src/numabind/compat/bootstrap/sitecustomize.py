@@ -1,30 +1,11 @@
 """Route the host projects' NUMA modules to numabind's drop-ins (``numabind instrument``, the vLLM plugin).
 
-Python's ``site`` imports this file as the top-level module ``sitecustomize`` in every interpreter
-whose ``PYTHONPATH`` starts with its directory (``numabind instrument`` puts it there; spawn and
-forkserver children inherit the environment, forked ones the finder). It then:
-
-1. checks that no other user can change what it would run (:func:`path_problem`): this file, the
-   ``numabind`` package it would import and every directory above them belong to root or to this user
-   and are writable by no one else (a sticky world-writable directory such as ``/tmp`` is accepted
-   above an entry of root's or the user's). Otherwise one line on stderr says why, and nothing is
-   routed;
-2. puts :class:`HostModuleFinder` first on ``sys.meta_path``: an import of a module named in
-   :data:`ROUTES` is answered with numabind's drop-in, the same module object under both names, so
-   what the host (or its tests) patch on ``numa_utils`` is what runs. numabind is imported only then,
-   never at start-up; one INFO line through the drop-in's logger says numabind is in charge. When the
-   interpreter has no ``numabind`` (a child running another environment's Python), the host's own
-   module is used and one line on stderr says so.
-
-   The numabind imported is the installation this file belongs to (``numabind/compat/bootstrap/`` of
-   it, :func:`package_dir`), loaded from its own directory (:func:`import_own`), never whatever
-   ``sys.path`` finds first: the program's working directory, its script's directory and
-   ``PYTHONPATH`` come before site-packages there, so a ``numabind/`` of the user's would run in its
-   place. The program's ``sys.path`` is left as it is;
-3. runs the ``sitecustomize`` it shadows (the next one on ``sys.path``), if any, under that name.
-
-Nothing is written anywhere. Only the standard library is imported at start-up: this runs in every
-Python process the program starts. A Python started with ``-S``, ``-E`` or ``-I`` does not read it.
+Python's ``site`` imports this file as ``sitecustomize`` in every interpreter whose ``PYTHONPATH`` starts with
+its directory. When no other user can change what it would run (:func:`path_problem`) it puts
+:class:`HostModuleFinder` first on ``sys.meta_path``, which answers an import named in :data:`ROUTES` with
+numabind's drop-in (the same module object under both names), imported then from the installation this file
+belongs to (:func:`package_dir`, :func:`import_own`), never from whatever ``sys.path`` finds first. Then it
+runs the ``sitecustomize`` it shadows. Only the standard library is imported at start-up; nothing is written.
 """
 
 from __future__ import annotations
@@ -33,7 +14,7 @@ import os
 import stat
 import sys
 
-TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (every process pays for this module)
+TYPE_CHECKING = False   # without importing typing: every process pays for this module
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping, Sequence
     from importlib.machinery import ModuleSpec
@@ -86,13 +67,9 @@ def _chain_problem(path: str, uid: int) -> str | None:
 
 
 def path_problem(path: str, uid: int | None = None) -> str | None:
-    """Why another user than ``uid`` (default: this process's effective user) or root could change
-    what ``path`` names, or None when no one else can.
-
-    Both the path as given (made absolute; a symbolic link in it must belong to root or the user) and
-    the path it resolves to are checked, each component up to ``/``: it must belong to root or the
-    user and be writable by neither group nor others, except a sticky directory above an entry of
-    root's or the user's (``/tmp``)."""
+    """Why another user than ``uid`` (default: the effective user) or root could change what ``path`` names, or
+    None. The path as given and as resolved are checked up to ``/``: each component must belong to root or the
+    user and be writable by neither group nor others, except a sticky directory (``/tmp``) above an owned one."""
     uid = os.geteuid() if uid is None else uid
     for candidate in (os.path.abspath(path), os.path.realpath(path)):
         problem = _chain_problem(candidate, uid)
@@ -102,8 +79,7 @@ def path_problem(path: str, uid: int | None = None) -> str | None:
 
 
 def _own_package() -> str | None:
-    """The directory of the ``numabind`` package this file belongs to (it is
-    ``<parent>/numabind/compat/bootstrap/sitecustomize.py``), or None for a copy of it elsewhere."""
+    """This file's ``numabind`` package directory (``<it>/compat/bootstrap/sitecustomize.py``), or None."""
     here = os.path.abspath(__file__)
     package = os.path.dirname(os.path.dirname(os.path.dirname(here)))
     if os.path.basename(package) != _PACKAGE or not os.path.isfile(os.path.join(package, "__init__.py")):
@@ -112,15 +88,9 @@ def _own_package() -> str | None:
 
 
 def package_dir() -> str | None:
-    """The directory of the ``numabind`` package the drop-ins are imported from, when this interpreter has it;
-    None when it has none.
-
-    It is the installation this file belongs to, and this interpreter has it when that installation's parent
-    directory is on ``sys.path`` (site-packages, an editable install's ``.pth`` line) or when ``numabind`` is
-    found there (an import hook) at that very place: never a ``numabind`` the program's working directory,
-    its script's directory or ``PYTHONPATH`` puts first. A copy of this file outside a ``numabind`` package
-    (no installation of its own) takes the ``numabind`` found on ``sys.path`` (found, not imported:
-    ``importlib.util.find_spec``)."""
+    """The directory of the ``numabind`` package the drop-ins are imported from, or None when this interpreter
+    has none: the installation this file belongs to, when its parent is on ``sys.path`` or ``numabind`` is found
+    at that very place; a copy of this file outside a package takes the ``numabind`` found (not imported)."""
     from importlib.util import find_spec
 
     own = _own_package()
@@ -142,10 +112,9 @@ def package_problem() -> str | None:
 
 
 def import_own(name: str, package: str) -> ModuleType:
-    """Import the module ``name`` of numabind (``numabind.compat.vllm``) from the ``numabind`` package in the
-    directory ``package``, whatever ``sys.path`` holds and without changing it: the package itself is loaded
-    from its file (``importlib.util.spec_from_file_location``), its modules then from its own ``__path__``.
-    A ``numabind`` already imported from elsewhere is a :class:`ImportError` naming both places."""
+    """Import numabind's module ``name`` from the ``numabind`` package in the directory ``package``, whatever
+    ``sys.path`` holds and without changing it. A ``numabind`` already imported from elsewhere is an
+    :class:`ImportError` naming both places."""
     import importlib
     import importlib.util
 
@@ -171,8 +140,7 @@ def import_own(name: str, package: str) -> ModuleType:
 
 
 def announce(host: str, module: ModuleType, how: str) -> None:
-    """Log once per process, at INFO through the drop-in's logger (the host's logger name), that
-    numabind implements ``host`` here."""
+    """Log once per process, at INFO through the drop-in's logger, that numabind implements ``host`` here."""
     if host in _announced:
         return
     _announced.add(host)
@@ -201,10 +169,9 @@ class _Alias:
 
 
 class HostModuleFinder:
-    """A ``sys.meta_path`` finder that answers each import named in ``routes`` (host module -> numabind
-    module) with numabind's module; ``how`` says in the INFO line who installed it. With ``check_path``
-    (the bootstrap's case: numabind is not imported yet) the ``numabind`` package is first checked with
-    :func:`package_problem`; the vLLM plugin, numabind's own code already running, has no need to."""
+    """A ``sys.meta_path`` finder that answers each import named in ``routes`` (host module -> numabind module)
+    with numabind's module; ``how`` says in the INFO line who installed it. ``check_path`` (numabind is not
+    imported yet) checks the package first, as :func:`package_problem` does."""
 
     def __init__(self, routes: Mapping[str, str], how: str, check_path: bool = True) -> None:
         self.routes = dict(routes)
@@ -243,8 +210,7 @@ class HostModuleFinder:
 
 
 def install(routes: Mapping[str, str], how: str, check_path: bool = True) -> None:
-    """Put a :class:`HostModuleFinder` for ``routes`` first on ``sys.meta_path``, once per process: a
-    finder already there (from either name of this module) takes the new routes and keeps its checks."""
+    """Put a :class:`HostModuleFinder` for ``routes`` first on ``sys.meta_path`` (once; later calls add routes)."""
     for finder in sys.meta_path:
         known = getattr(finder, "routes", None)
         if type(finder).__name__ == "HostModuleFinder" and isinstance(known, dict):
