@@ -57,7 +57,8 @@ def test_parse_stops_at_the_first_word_that_is_not_an_option():
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["--bogus"], "unrecognized option '--bogus'"), (["-Z"], "invalid option -- 'Z'"),
+    (["--bogus"], "unrecognized option '--bogus'"), (["--=x"], "unrecognized option '--=x'"),
+    (["-Z"], "invalid option -- 'Z'"),
     (["--cpu", "0"], "'--cpu' is ambiguous"), (["--pref=0"], "'--pref' is ambiguous"),
     (["--localalloc=1"], "doesn't allow an argument"), (["-C"], "requires an argument"),
     (["--membind"], "requires an argument"),
@@ -89,7 +90,8 @@ def test_order_that_numactl_takes():
 
 def test_which_command_lines_are_numactls():
     subs = ("run", "show", "hardware", "topology", "plan", "stat")
-    for args in (["-H"], ["--hardware"], ["-s"], ["--show"], ["-C", "0", "x"], ["ls"], ["--", "ls"], ["-t", "x"]):
+    for args in (["-H"], ["--hardware"], ["-s"], ["--show"], ["-C", "0", "x"], ["ls"], ["--", "ls"], ["-t", "x"],
+                 ["--=x"]):
         assert is_numactl_form(args, subs), args
     for args in ([], ["run"], ["show"], ["-v", "run"], ["--root", "/", "hardware"], ["--json"], ["-h"],
                  ["--version"], ["--verbose", "plan"]):

@@ -1,9 +1,5 @@
-"""numactl's own command line: ``numabind [numactl options] command ...`` and a ``numactl`` link to numabind.
-
-numactl 2.0.19's ``main`` is the reference: its options (:mod:`numabind._numactl`) are read as getopt_long reads
-them and applied in the order given; the shared-memory options set a segment's policy (:func:`segment_main`). Every
-refusal exits 1, as numactl does; once the command runs the status is its own. The binding itself is ``numabind
-run``'s. The order rules, the segment options and numactl's quirks that are kept: docs/numactl.rst.
+"""numactl's own command line: ``numabind [numactl options] command ...`` and a ``numactl`` link to numabind, read
+as numactl 2.0.19's getopt_long reads it; every refusal exits 1, as numactl does (docs/numactl.rst).
 """
 
 from __future__ import annotations
@@ -11,9 +7,12 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import Any
 
 from .._numactl import ALIASES, CPU, MODIFIER, OPTIONS, POLICIES, POLICY, SEGMENT, SHORT, expand, policy_of
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING without importing typing (off the looks' start)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 __all__ = ["numactl_main", "is_numactl_form", "NumactlUsage", "NumactlFailure", "segment_main", "memsize"]
 
@@ -38,9 +37,8 @@ class NumactlUsage(Exception):
 
 
 def is_numactl_form(args: list[str], subcommands: tuple[str, ...]) -> bool:
-    """Whether ``numabind ARGS`` is numactl's command line rather than a subcommand: it starts with a numactl
-    option (not one of numabind's own: ``-h``, ``-v``, ``--root``, ``--json``, ``--version``) or with a word that
-    is not a subcommand (the command, which numactl runs)."""
+    """Whether ``numabind ARGS`` is numactl's command line: it starts with a numactl option (not one of
+    numabind's own) or with a word that is not a subcommand."""
     if not args:
         return False
     first = args[0]
@@ -49,8 +47,8 @@ def is_numactl_form(args: list[str], subcommands: tuple[str, ...]) -> bool:
     if first == "--":
         return True
     if first.startswith("--"):
-        name = first.partition("=")[0]
-        return not any(g.startswith(name) for g in _NUMABIND_GLOBALS if g.startswith("--")) and name != "--"
+        name = first.partition("=")[0]      # "--=x" names no option of numabind's: numactl's usage error
+        return name == "--" or not any(g.startswith(name) for g in _NUMABIND_GLOBALS if g.startswith("--"))
     return first[1] not in ("h", "v")
 
 
@@ -59,7 +57,7 @@ def _long(tok: str) -> tuple[str, str | None]:
     name, eq, value = tok[2:].partition("=")
     found = [name] if name in OWN else expand(name)
     if not found:
-        raise NumactlUsage(f"unrecognized option '--{name}'")
+        raise NumactlUsage(f"unrecognized option '{'--' + name if name else tok}'")
     if len(found) > 1:
         raise NumactlUsage(f"option '--{name}' is ambiguous; possibilities: " + " ".join(f"'--{o}'" for o in found))
     return found[0], (value if eq else None)
@@ -113,11 +111,6 @@ def parse(args: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
     return opts, []
 
 
-def _takes_list(name: str) -> bool:
-    """A CPU or memory policy option with a list (every one but ``--localalloc``)."""
-    return _kind(name) in (CPU, POLICY) and OPTIONS[name][1]
-
-
 def check_order(opts: list[tuple[str, str | None]]) -> None:
     """What numactl refuses because of the order or the repetition of its options."""
     lists = policy = None
@@ -132,7 +125,7 @@ def check_order(opts: list[tuple[str, str | None]]) -> None:
                 raise NumactlUsage(f"Conflicting policies: --{policy} and --{name} (a process has one memory "
                                    f"policy: give one of them)")
             policy = name
-        if _takes_list(name):
+        if _kind(name) in (CPU, POLICY) and OPTIONS[name][1]:     # a list: every one but --localalloc
             lists = name
 
 
@@ -150,8 +143,7 @@ def run_args(opts: list[tuple[str, str | None]]) -> list[str]:
 
 
 def _numactl_status(rc: int) -> int:
-    """numactl's exit status for numabind run's: 1 for everything refused (usage 2, not executable 126,
-    not found 127), else the status as it is."""
+    """numactl's exit status for numabind run's: 1 for usage, 126 and 127, else the status as it is."""
     from . import NOT_EXECUTABLE, NOT_FOUND, USAGE
 
     return 1 if rc in (USAGE, NOT_EXECUTABLE, NOT_FOUND) else rc
@@ -189,9 +181,7 @@ def _hardware(cpu_compress: bool) -> int:
 
 
 def numactl_main(args: list[str]) -> int:
-    """numactl's command line (see the module docstring); the exit status. A numabind error the look or the show
-    raises (a ``NUMABIND_FSROOT`` that is no machine, a ``NUMABIND_BACKEND`` that is no backend or cannot be
-    used) is printed as the full command line prints it, with numactl's status 1."""
+    """numactl's command line; the exit status (1 for a numabind error, printed as the full command line does)."""
     from ..errors import NumabindError
 
     try:
@@ -300,7 +290,6 @@ class _Segments:
         self.status = 0
         self._be: Any = None
 
-    # numactl's order rules ---------------------------------------------------------------------
     def no_policy(self, what: str) -> None:
         if self.policy is not None:
             raise NumactlUsage(f"specify policy after --shm/--file (--{what} after --{self.policy})")
@@ -319,7 +308,6 @@ class _Segments:
         if self.offset >= self.length:
             raise NumactlFailure(f"region offset {self.offset:#x} beyond its length {self.length:#x} at {opt}")
 
-    # the pieces ----------------------------------------------------------------------------------
     def backend(self) -> Any:
         if self._be is None:
             from ..backends.segment import segment_backend
@@ -352,11 +340,6 @@ class _Segments:
         except (NumabindError, ValueError) as e:
             write_out(f"<{value}> is invalid\n")   # numactl's line, the value's bytes as given
             raise NumactlUsage(f"--{name}={value}: {e}") from None
-
-    def check_list(self, name: str, value: str) -> None:
-        """A CPU or node list of -C/-N given on this line: checked (numactl binds numactl itself with it, and
-        then refuses to run a command beside a segment, so nothing else comes of it)."""
-        self.plan_of(name, value if name == "physcpubind" else self.same(value))
 
     def attach(self, name: str, path: str) -> None:
         from ..backends import segment as door
@@ -485,7 +468,6 @@ class _Segments:
                 warn(at, f"unexpected node {node}")
                 print("expected: " + "".join(f"{n} " for n in sorted(nodes)))
 
-    # the loop ---------------------------------------------------------------------------------------
     def run(self, opts: list[tuple[str, str | None]], command: list[str]) -> int:
         from ..backends.segment import touch
 
@@ -507,7 +489,8 @@ class _Segments:
                 if self.option:
                     short = "-C/--physcpubind" if name == "physcpubind" else "-c/--cpubind/--cpunodebind"
                     raise NumactlUsage(f"{self.option} shm option is not allowed before {short}")
-                self.check_list(name, value or "")
+                value = value or ""     # checked only: numactl refuses to run a command beside a segment
+                self.plan_of(name, value if name == "physcpubind" else self.same(value))
                 self.cpubind = self.node_cpu = True
             elif _kind(name) == POLICY:
                 self.set_policy(name, value)
@@ -565,8 +548,6 @@ class _Segments:
 def _show(before: list[str]) -> int:
     """numactl's --show of the binding the options ``before`` it make."""
     if before:     # numactl shows what the options before -s set: show from a bound child
-        # Started isolated (python -I, this very copy of numabind): a numabind/ in the working directory or on
-        # PYTHONPATH never runs in its place. process is a lower floor; imported here, only on this path.
         from ..process.commands import numabind_command
 
         return _run(before, numabind_command(["show"]))
