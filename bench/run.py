@@ -13,7 +13,7 @@ the same process or pair by pair, never an absolute time compared with a budget:
   folder holding py-libnuma, e.g. ``pip install --target DIR py-libnuma``).
 * P2: the same plan with 32 live threads / a per-thread ``os.sched_setaffinity`` loop over
   ``/proc/self/task`` (what ``torch.numa`` does), while numabind also sets the memory policy and
-  reads every thread back.
+  reads every thread back (once, before its set, when it held the plan's CPUs already: the set leaves them).
 * P3: spawn start-to-ready, bound at birth / unbound, and bound / through a numactl wrapper
   (bench/bench_spawn.py).
 * P4: ``discover()`` / ``lstopo-no-graphics --input DIR --of xml -`` at 4 / 512 / 4096 CPUs and the

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -569,13 +570,14 @@ static long affinity_many(nb_aff_fn set, nb_aff_fn get, const int *tids, size_t 
                 return (long)i + 1;
             continue;
         }
-        r = get_mask(get, tids[i], words, a);
-        if (r == -ESRCH) {
+        if (memcmp(b, mask, bytes) == 0) {    /* it held these CPUs: the set left them, its read is the read-back */
+            memcpy(a, b, bytes);
+        } else if ((r = get_mask(get, tids[i], words, a)) == -ESRCH) {
             status[i] = NB_EXITED;
             continue;
-        }
-        if (r < 0)                      /* set, but unreadable: an empty after[] shows it */
+        } else if (r < 0) {                   /* set, but unreadable: an empty after[] shows it */
             memset(a, 0, bytes);
+        }
         status[i] = (i > 0 && status[0] == NB_BOUND && memcmp(a, after, bytes) != 0) ? NB_DIFFERS : NB_BOUND;
         if (i == 0 && (flags & NB_CHECK_FIRST) && memcmp(a, mask, bytes) != 0)
             return 1;
@@ -897,4 +899,127 @@ long nb_touch_range(void *addr, size_t len, size_t step)
     for (size_t off = 0; off < len; off += step, pages++)
         __atomic_fetch_or((volatile char *)addr + off, (char)0, __ATOMIC_RELAXED);
     return pages;
+}
+
+
+/* ---- Measuring memory (see numabind.h) ---- */
+/* Results land here so the compiler keeps the loads that make them. */
+static volatile uintptr_t nb_sink;
+
+#define NB_CHASE_BATCH 256            /* loads between two reads of the clock */
+#define NB_STREAM_CHUNK (1UL << 20)   /* bytes between two reads of the clock */
+
+static unsigned long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+
+/* splitmix64: a small, good generator for the shuffle (not for anything secret) */
+static unsigned long long next_random(unsigned long long *state)
+{
+    unsigned long long z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+long nb_chase_link(void *buf, size_t len, size_t stride, unsigned long long seed)
+{
+    if (buf == NULL || stride < sizeof(void *) || stride % sizeof(void *) != 0 || len / stride < 2)
+        return -EINVAL;
+    size_t lines = len / stride;
+    char *base = buf;
+    for (size_t i = 0; i < lines; i++)             /* the identity, as indexes in each line's first word */
+        *(size_t *)(base + i * stride) = i;
+    for (size_t i = lines - 1; i > 0; i--) {       /* Sattolo: j < i, so the result is a single cycle */
+        size_t j = (size_t)(next_random(&seed) % i);
+        size_t *a = (size_t *)(base + i * stride), *b = (size_t *)(base + j * stride);
+        size_t t = *a;
+        *a = *b;
+        *b = t;
+    }
+    for (size_t i = 0; i < lines; i++) {           /* indexes to addresses */
+        size_t *word = (size_t *)(base + i * stride);
+        *(void **)word = base + *word * stride;
+    }
+    return (long)lines;
+}
+
+long nb_chase(const void *buf, unsigned long long budget_ns, double *ns_per_load, unsigned long long *loads)
+{
+    if (buf == NULL || ns_per_load == NULL || loads == NULL)
+        return -EINVAL;
+    void *const *p = buf;
+    unsigned long long count = 0, start = now_ns(), elapsed;
+    do {
+        for (int i = 0; i < NB_CHASE_BATCH; i += 4) {
+            p = *p;
+            p = *p;
+            p = *p;
+            p = *p;
+        }
+        count += NB_CHASE_BATCH;
+        elapsed = now_ns() - start;
+    } while (elapsed < budget_ns);
+    nb_sink = (uintptr_t)p;
+    *loads = count;
+    *ns_per_load = (double)elapsed / (double)count;
+    return 0;
+}
+
+static uint64_t sum_words(const uint64_t *w, size_t n)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += w[i];
+    return s;
+}
+
+long nb_stream_read(const void *buf, size_t len, unsigned long long budget_ns, double *bytes_per_s,
+                    unsigned long long *bytes)
+{
+    if (buf == NULL || len < sizeof(uint64_t) || bytes_per_s == NULL || bytes == NULL)
+        return -EINVAL;
+    size_t words = len / sizeof(uint64_t), at = 0;
+    uint64_t sum = 0;
+    unsigned long long done = 0, start = now_ns(), elapsed;
+    do {
+        size_t n = NB_STREAM_CHUNK / sizeof(uint64_t);
+        if (n > words - at)
+            n = words - at;
+        sum += sum_words((const uint64_t *)buf + at, n);
+        done += n * sizeof(uint64_t);
+        at = (at + n == words) ? 0 : at + n;
+        elapsed = now_ns() - start;
+    } while (elapsed < budget_ns);
+    nb_sink = (uintptr_t)sum;
+    *bytes = done;
+    *bytes_per_s = elapsed ? (double)done * 1e9 / (double)elapsed : 0.0;
+    return 0;
+}
+
+long nb_stream_copy(void *dst, const void *src, size_t len, unsigned long long budget_ns, double *bytes_per_s,
+                    unsigned long long *bytes)
+{
+    const char *s = src;
+    char *d = dst;
+    if (d == NULL || s == NULL || len == 0 || bytes_per_s == NULL || bytes == NULL || (d < s + len && s < d + len))
+        return -EINVAL;
+    size_t at = 0;
+    unsigned long long done = 0, start = now_ns(), elapsed;
+    do {
+        size_t n = NB_STREAM_CHUNK;
+        if (n > len - at)
+            n = len - at;
+        memcpy(d + at, s + at, n);
+        done += 2ULL * n;
+        at = (at + n == len) ? 0 : at + n;
+        elapsed = now_ns() - start;
+    } while (elapsed < budget_ns);
+    nb_sink = (uintptr_t)d[0];
+    *bytes = done;
+    *bytes_per_s = elapsed ? (double)done * 1e9 / (double)elapsed : 0.0;
+    return 0;
 }

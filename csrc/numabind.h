@@ -102,7 +102,7 @@ long nb_task_list(int first, int *tids, size_t cap);
 
 /* Per-thread outcome of nb_*_affinity_many. */
 enum nb_thread_status {
-    NB_BOUND = 0,          /* set, then read back into after[] */
+    NB_BOUND = 0,          /* set, then read back into after[] (see below) */
     NB_LEFT_ALONE = 1,     /* NB_MATCHING: its affinity differed from tids[0]'s before; not touched */
     NB_EXITED = 2,         /* ESRCH: the thread is gone */
     NB_UNCHANGED = 3,      /* mask == NULL: only read */
@@ -117,7 +117,8 @@ enum nb_affinity_flags {
 };
 
 /* For each of the n threads: read its affinity into before[i*words..], set it to `mask` (NULL: only read),
- * read it back into after[i*words..]; status[i] is one of NB_* above or -errno (the set failed).
+ * read it back into after[i*words..], unless it held `mask` exactly (the set leaves CPUs a thread holds: its read
+ * is its read-back, copied); status[i] is one of NB_* above or -errno (the set failed).
  * `words` 64-bit words per mask (mask_bytes = 8 * words).  Returns how many threads were processed
  * (n unless stopped), or -errno when an argument is invalid.  The _sys_ form calls the system calls,
  * the _numa_ form libnuma's numa_sched_{set,get}affinity (-ENOSYS until nb_numa_load). */
@@ -257,5 +258,26 @@ long nb_shmdt(void *addr);
  * changes nothing, safe beside other writers of a shared segment): each page is allocated under its range's
  * policy.  Returns the pages touched, or -EINVAL for a step of 0. */
 long nb_touch_range(void *addr, size_t len, size_t step);
+
+/* ---- Measuring memory (numabind check --measure: numabind.preflight.measure).  Primitives only: the caller
+ * allocates, binds and verifies the memory, and decides what the figures mean.  Each loop reads CLOCK_MONOTONIC
+ * between small batches and stops once `budget_ns` has passed (after at least one batch). ---- */
+/* Links the `len / stride` lines of `buf` (each `stride` bytes, a multiple of sizeof(void *), at least 2 lines)
+ * into one random cycle (Sattolo's shuffle, seeded by `seed`): the first word of each line points at the next,
+ * so a chase visits every line once per lap in an order no prefetcher predicts.  Writes (faults in) every line.
+ * Returns the lines linked, or -EINVAL. */
+long nb_chase_link(void *buf, size_t len, size_t stride, unsigned long long seed);
+/* Dependent loads along the cycle nb_chase_link made, from `buf`, for `budget_ns`: the loads made into *loads and
+ * the nanoseconds per load into *ns_per_load.  0, or -EINVAL. */
+long nb_chase(const void *buf, unsigned long long budget_ns, double *ns_per_load, unsigned long long *loads);
+/* Streaming read of [buf, buf + len) (64-bit words, summed), pass after pass, for `budget_ns`: the bytes read
+ * into *bytes and bytes per second into *bytes_per_s.  0, or -EINVAL (len under 8 bytes). */
+long nb_stream_read(const void *buf, size_t len, unsigned long long budget_ns, double *bytes_per_s,
+                    unsigned long long *bytes);
+/* Copy of [src, src + len) to [dst, dst + len) (memcpy, in chunks), pass after pass, for `budget_ns`: the bytes
+ * moved (read plus written, as STREAM counts a copy) into *bytes and bytes per second into *bytes_per_s.  0, or
+ * -EINVAL (len 0, or the ranges overlap). */
+long nb_stream_copy(void *dst, const void *src, size_t len, unsigned long long budget_ns, double *bytes_per_s,
+                    unsigned long long *bytes);
 
 #endif

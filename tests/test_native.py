@@ -454,6 +454,8 @@ def test_affinity_many_sets_reads_back_and_reports_each_thread(prefix):
         if before_me != {CPU_A}:
             assert status[2] == lib.NB_LEFT_ALONE and os.sched_getaffinity(pinned) == {CPU_A} == after[2]
         assert status[3] == lib.NB_EXITED
+        done, status, before, after = _walk(prefix, [me, free], {CPU_B})   # held already: set, its read the read-back
+        assert status == [lib.NB_BOUND] * 2 and before == after == [{CPU_B}] * 2 == [os.sched_getaffinity(free)] * 2
         os.sched_setaffinity(0, before_me)
         done, status, before, after = _walk(prefix, [me, free], None)   # only read
         assert status == [lib.NB_UNCHANGED] * 2 and after == before == [before_me, {CPU_B}]

@@ -67,12 +67,8 @@ SETTLE_ROUNDS = 8
 
 # ----------------------------------------------------------------------------- what the calls return
 class MemPolicyState(Value):
-    """A thread's memory policy exactly as ``get_mempolicy`` returned it, to be put back as it was.
-
-    ``mode`` is the whole mode word: the ``MPOL_*`` mode with its ``MPOL_F_STATIC_NODES`` /
-    ``MPOL_F_RELATIVE_NODES`` / ``MPOL_F_NUMA_BALANCING`` flags; ``nodes`` the node mask the kernel
-    returned with it (for static and relative nodes, the mask the policy was set with).
-    """
+    """A thread's memory policy exactly as ``get_mempolicy`` returned it, to be put back as it was: ``mode`` the
+    whole mode word (``MPOL_*`` with its ``MPOL_F_*`` flags), ``nodes`` the node mask returned with it."""
 
     __slots__ = ("mode", "nodes")
     mode: int
@@ -111,8 +107,7 @@ def policy_of(mode: int, nodes: frozenset[int]) -> tuple[str, frozenset[int]]:
 
 
 class MemPolicySwap:
-    """What :meth:`Backend.swap_mempolicy` did: the policy before (or why it could not be read), the
-    refusal of the new one if any, and the policy read back after it was set (or why not)."""
+    """What :meth:`Backend.swap_mempolicy` did: the policy before, the refusal if any, the policy read back after."""
 
     __slots__ = ("old", "old_error", "set_error", "now", "now_error")
 
@@ -137,11 +132,8 @@ def decode(words: "Any") -> frozenset[int]:
 
 
 class AffinityWalk:
-    """One pass of :meth:`Backend.affinity_many`: per thread its status and its CPUs before and after.
-
-    ``status[i]`` is one of the ``WALK_*`` values or ``-errno``; masks are decoded only when asked for
-    (a native walk keeps the kernel's words).
-    """
+    """One pass of :meth:`Backend.affinity_many`: per thread its status (a ``WALK_*`` value or ``-errno``) and its
+    CPUs before and after, decoded only when asked for (a native walk keeps the kernel's words)."""
 
     __slots__ = ("tids", "status", "processed", "_before", "_after", "_words", "_owners", "_first")
 
@@ -177,12 +169,9 @@ class AffinityWalk:
 
 
 class BindCall:
-    """What :meth:`Backend.apply_all` did in one call. ``clean``: every step succeeded and the kernel read back
-    exactly what was asked (the backend's verdict, from the facts the call returned). ``walk`` is the affinity walk
-    (None when it did not run: the policy was refused, or under ``need_old`` the old one unreadable), ``processed``
-    its thread count, ``exited`` how many of them (the caller aside) exited meanwhile. :meth:`swap` is the
-    memory-policy swap (None when no policy was asked for), :meth:`now` the policy read when none was (or why it
-    could not be). A native call builds the walk and decodes policies only when asked."""
+    """What :meth:`Backend.apply_all` did in one call. ``clean``: every step succeeded and read back as asked.
+    ``walk`` is None when it did not run (policy refused, or under ``need_old`` the old one unreadable);
+    :meth:`swap` is None when no policy was asked for, :meth:`now` the policy read then (or why it could not be)."""
 
     __slots__ = ()
 
@@ -209,10 +198,7 @@ class BindCall:
         raise NotImplementedError
 
     def settle(self) -> "list[int] | BindError | None":
-        """How listing the threads again after the walk ended (the call binds the threads started meanwhile,
-        appended to the walk, as :func:`settle` does): ``[]`` settled (or nothing to look for), a list of the
-        thread ids that still appeared at the last listing, the BindError of a listing that failed, or None when
-        the call did not look (the caller settles with :func:`settle`)."""
+        """What the call's own :func:`settle` returned, or None when it did not look (the caller settles)."""
         return None
 
     def swap(self) -> MemPolicySwap | None:
@@ -243,11 +229,8 @@ os.register_at_fork(after_in_child=_fresh_serial)
 
 # ----------------------------------------------------------------------------- the interface
 class Backend(ABC):
-    """One mechanism for applying a plan.
-
-    Memory-policy calls act on the *calling thread* (the kernel offers no way
-    to set another thread's policy); affinity calls take a thread id.
-    """
+    """One mechanism for applying a plan. Memory-policy calls act on the *calling thread* (the kernel offers no
+    way to set another thread's policy); affinity calls take a thread id."""
 
     #: "libnuma" | "syscall" | "numactl" | "none"
     name: str = ""
@@ -263,14 +246,11 @@ class Backend(ABC):
         """sched_getaffinity of one thread. Raises BindError."""
 
     def affinity_many(self, tids: "Sequence[int]", cpus: frozenset[int] | None, flags: int = 0) -> AffinityWalk:
-        """For each thread: read its CPUs, set them to ``cpus`` (None: only read), read them back.
-
-        ``WALK_MATCHING`` leaves alone a thread whose CPUs differ from ``tids[0]``'s;
-        ``WALK_STOP_ON_ERROR`` stops at the first refusal; ``WALK_CHECK_FIRST`` stops after
-        ``tids[0]`` unless it holds exactly ``cpus``. A failure of ``tids[0]`` always stops. A thread
-        that was set but reads back other CPUs than ``tids[0]`` is ``WALK_DIFFERS``.
-        Native backends do this in one C call; this is the same in Python.
-        """
+        """For each thread: read its CPUs, set them to ``cpus`` (None: only read), read them back (unless it held
+        ``cpus``: the set left them, its read is the read-back). ``WALK_MATCHING`` leaves alone a thread whose CPUs
+        differ from ``tids[0]``'s; ``WALK_STOP_ON_ERROR`` stops at the first refusal; ``WALK_CHECK_FIRST`` stops after
+        ``tids[0]`` unless it holds exactly ``cpus``. A failure of ``tids[0]`` always stops. A thread that was set but
+        reads back other CPUs than ``tids[0]`` is ``WALK_DIFFERS``. Native backends do this in one C call."""
         import errno   # off the import path of a bind: errno alone costs about 1 % of numabind run
 
         n = len(tids)
@@ -297,8 +277,8 @@ class Backend(ABC):
                 if status[i] < 0 and (i == 0 or flags & WALK_STOP_ON_ERROR):
                     return AffinityWalk(tids, status, i + 1, before, after)
                 continue
-            try:
-                after[i] = self.get_affinity(tid)
+            try:   # CPUs the thread held are left by the set: its read is its read-back
+                after[i] = before[i] if before[i] == cpus else self.get_affinity(tid)
             except BindError as e:
                 if e.errno == errno.ESRCH:
                     status[i] = WALK_EXITED
@@ -310,17 +290,12 @@ class Backend(ABC):
 
     def apply_all(self, policy: str | None, nodes: frozenset[int], cpus: frozenset[int] | None, flags: int,
                   need_old: bool, pending: "list[Any] | None" = None, keep_lock: bool = False) -> BindCall | None:
-        """One call for a whole bind: list the threads, :meth:`swap_mempolicy` (``policy`` None: only read it),
-        :meth:`affinity_many` over them (``WALK_ONLY_CALLER``: the caller only), then bind the threads started
-        meanwhile (as :func:`settle`); it stops before the walk when the policy is refused, or under ``need_old``
-        when the old one is unreadable. None: no such call here (the caller does the steps one by one).
+        """One call for a whole bind: :meth:`swap_mempolicy` (``policy`` None: only read it), :meth:`affinity_many`
+        over the threads, then :func:`settle`. None: no such call here (the caller does the steps one by one).
 
-        It takes the process's bind lock (:meth:`hold`) and returns holding it, unless it bound the caller alone
-        exactly as asked (``clean``, one thread) and ``keep_lock`` is False: then it lets it go (``released``).
-        ``pending`` (a one-item list) receives, just before the native call, what the call will have done: an
-        exception that arrives before it returns (a signal handler's) can still undo it (:meth:`pending_call`) and
-        release the lock (:meth:`end_call`).
-        """
+        It returns holding the bind lock (:meth:`hold`) unless it bound the caller alone exactly as asked and not
+        ``keep_lock`` (``released``). ``pending`` (a one-item list) receives what the call will have done before
+        it runs, so a signal handler's exception can still undo it (:meth:`pending_call`, :meth:`end_call`)."""
         return None
 
     def pending_call(self, pending: "list[Any]") -> BindCall | None:
@@ -329,12 +304,9 @@ class Backend(ABC):
         return None
 
     def hold(self, pending: "list[Any]") -> bool:
-        """Take the process's bind lock (one bind, and its rollback, at a time: a rollback must never undo
-        another thread's bind), recorded in ``pending`` and released by :meth:`end_call`: for a bind that does
-        not go through :meth:`apply_all`, or again after an :meth:`apply_all` that released it. The native
-        core's lock when it is installed (every backend shares it, and a forked child starts with it free),
-        else a lock of this module. True unless another bind took the lock since the call in ``pending``
-        released it (the CPUs that call set may have been set again since: they are not its to undo)."""
+        """Take the process's bind lock (the native core's when installed), recorded in ``pending`` and released
+        by :meth:`end_call`. True unless another bind took it since the call in ``pending`` released it (the CPUs
+        that call set are then not its to undo)."""
         try:
             lib = live.native_lib()
         except ImportError:
@@ -370,11 +342,8 @@ class Backend(ABC):
         """(policy name, nodes) of the calling thread. Raises BindError."""
 
     def swap_mempolicy(self, policy: str, nodes: frozenset[int], need_old: bool = False) -> MemPolicySwap:
-        """Save the calling thread's policy, set ``policy`` on ``nodes``, read it back; errors are returned.
-
-        With ``need_old``, an unreadable old policy stops before anything is set. Native backends do
-        the three calls in one C call; this is the same in Python.
-        """
+        """Save the calling thread's policy, set ``policy`` on ``nodes``, read it back; errors are returned. With
+        ``need_old``, an unreadable old policy stops before anything is set."""
         out = MemPolicySwap()
         try:
             out.old = self.save_mempolicy()
@@ -394,10 +363,7 @@ class Backend(ABC):
         return out
 
     def save_mempolicy(self) -> MemPolicyState:
-        """The calling thread's whole memory policy (mode, flags, nodes), for :meth:`restore_mempolicy`.
-
-        Raises BindError when it cannot be read (then a change could not be undone).
-        """
+        """The calling thread's whole memory policy, for :meth:`restore_mempolicy`. Raises BindError."""
         import errno
 
         raise BindError(errno.ENOTSUP, "get_mempolicy",
@@ -443,8 +409,7 @@ class Backend(ABC):
             os.close(fd)
 
     def command_prefix(self, plan: "Plan") -> list[str] | None:
-        """argv prefix that starts a command bound to ``plan``, or None when the
-        backend binds in-process (then the caller binds and execs)."""
+        """argv prefix that starts a command bound to ``plan``, or None when the backend binds in-process."""
         return None
 
 
@@ -471,12 +436,9 @@ def walk_all(be: Backend, me: int) -> AffinityWalk:
 
 def settle(be: Backend, walk: AffinityWalk, cpus: frozenset[int], flags: int,
            held: "list[AffinityWalk]") -> "list[int] | BindError":
-    """Bind the threads started while ``walk`` (of this process, the caller first) set ``cpus``: a thread not bound
-    yet may start threads, which inherit its old CPUs. The list is read again and every thread not seen yet bound
-    as the walk would (``WALK_MATCHING`` leaves alone one started by a thread pinned elsewhere), up to
-    :data:`SETTLE_ROUNDS` more listings. Returns what :meth:`BindCall.settle` does (``[]`` also when a refusal
-    stopped it: its status says so); ``held[0]`` is then the walk with those threads, each added before it was
-    changed (an undo step that puts back ``held[0]`` covers it at once)."""
+    """Bind the threads started while ``walk`` set ``cpus``, listing them again up to :data:`SETTLE_ROUNDS` times.
+    Returns ``[]`` when settled (or a refusal stopped it), the thread ids still new at the last listing, or the
+    listing's BindError; ``held[0]`` is then the walk grown by those threads, each added before it was changed."""
     me = walk.tids[0]
     seen = set(walk.tids[0:walk.processed])
     grown: AffinityWalk | None = None
@@ -526,7 +488,7 @@ def _bind_new(be: Backend, walk: AffinityWalk, tids: list[int], cpus: frozenset[
         if st == WALK_BOUND:
             try:
                 be.set_affinity(tid, cpus)
-                after[-1] = be.get_affinity(tid)
+                after[-1] = was if was == cpus else be.get_affinity(tid)
             except BindError as e:
                 st = WALK_EXITED if e.errno == errno.ESRCH else -(e.errno or errno.EIO)
             else:
