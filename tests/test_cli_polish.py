@@ -68,7 +68,7 @@ def test_main_json(machine, capsys):
     rc, out, _ = run_main(capsys, "--root", machine, "--json")
     assert rc == 0
     d = json.loads(out)
-    assert set(d) == {"topology", "plans", "binding", "backends"}
+    assert set(d) == {"topology", "plans", "binding", "backends", "check"}
     assert d["topology"] == json.loads(json.dumps(discover(machine).to_dict()))
     assert [r["node"] for r in d["plans"]] == [0, 1]
     assert d["plans"][1]["plan"]["numactl"] == "--physcpubind=4-7 --membind=1"
@@ -297,3 +297,24 @@ def test_balancing_through_numactl_backend_is_refused_unless_lenient(tmp_path):
     assert cp.returncode == 1 and "--balancing" in cp.stderr and not marker.exists()
     cp = cli("run", "--backend", "numactl", "--lenient", "-b", "-m", mem, "--", "touch", str(marker))
     assert cp.returncode == 0 and "WARNING: --balancing left out" in cp.stderr and marker.exists()
+
+
+@pytest.mark.kernel
+def test_the_first_screen_says_what_check_would_refuse():
+    """Issue 44: the overview's first line is ``numabind check``'s fast verdict, so a container that refuses
+    ``set_mempolicy`` says so before anything else (the calls tried in a child, never in numabind itself)."""
+    import textwrap
+
+    from tests.kernel import SECCOMP, run_python
+
+    cp = run_python(SECCOMP + textwrap.dedent('''
+        import sys
+        deny("set_mempolicy")
+        from numabind.cli import main
+        sys.exit(main([]))
+    '''))
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.splitlines()[0] == ("check: memory policy: refused (EPERM): a seccomp profile that allows "
+                                         "set_mempolicy (numabind check: the details)")
+    free = run_python("import sys\nfrom numabind.cli import main\nsys.exit(main([]))\n")
+    assert free.returncode == 0 and free.stdout.splitlines()[0].startswith("check: ok: "), free.stdout

@@ -35,9 +35,8 @@ def _by_text(items: Iterable[tuple[int, str]]) -> list[tuple[str, str]]:
 
 
 def _plans_text(topo: Topology, rows: Sequence[PlanRow]) -> str:
-    """The first screen's plan table: one line per GPU worker, nothing but the plan in its cells; a GPU that
-    cannot be placed says so in its row and why below the table (GPUs with the same reason on one line).
-    ``numabind plan`` gives every reason of every GPU."""
+    """The first screen's plan table: one line per GPU worker; why a GPU cannot be placed below it (GPUs with
+    the same reason on one line)."""
     if not topo.gpus:
         return plans_text(topo)
     cells = [list(GPU_HEAD)]
@@ -57,9 +56,8 @@ def _plans_text(topo: Topology, rows: Sequence[PlanRow]) -> str:
 
 
 def alignment_warnings(topo: Topology, who: str = "this process") -> list[str]:
-    """One line per NUMA node holding GPUs whose CPUs or memory ``who`` may not use, by its cpuset
-    (``cpuset.cpus``/``cpuset.mems``, a Kubernetes pod's among them): those GPUs' workers would run on another
-    node's CPUs or memory, across the socket interconnect, or could not be placed. Empty when all are aligned."""
+    """One line per NUMA node holding GPUs whose CPUs or memory ``who``'s cpuset leaves out (their workers would
+    run off their node); empty when all are aligned."""
     out = []
     for node in sorted({g.numa_node for g in topo.gpus if g.numa_node is not None}):
         held = topo.nodes.get(node)
@@ -77,6 +75,7 @@ def alignment_warnings(topo: Topology, who: str = "this process") -> list[str]:
 
 
 def cmd_main(args: argparse.Namespace) -> int:
+    from ..preflight import quick
     from ..topology import discover
     from ..verify import current_binding
 
@@ -85,12 +84,16 @@ def cmd_main(args: argparse.Namespace) -> int:
     replayed = args.root is not None and os.path.realpath(args.root) != "/"
     who = "the replayed process" if replayed else "this process"
     rows = plan_table(topo, mode="node", policy="bind") if topo.gpus else ()
+    check = quick()     # this host's calls, tried in a child (a replayed machine's cannot be tried from here)
     if args.json:
         print_json({"topology": topo.to_dict(), "plans": plans_json(topo, rows=rows or None),
-                    "binding": binding_json(current_binding()), "backends": info})
+                    "binding": binding_json(current_binding()), "backends": info, "check": check.to_dict()})
         return 0
     if replayed:
         print(f"#### the replayed machine, read from {printable(args.root)} (not the host this runs on) ####")
+        print()
+    else:
+        print(f"check: {printable_lines(check.verdict())} (numabind check: the details)")
         print()
     print("== topology ==")
     print(topology_text(topo, who))
@@ -106,6 +109,8 @@ def cmd_main(args: argparse.Namespace) -> int:
     if replayed:
         print("#### this host, live: the process running numabind (not the replayed machine) ####")
         print()
+    if replayed:
+        print(f"check: {printable_lines(check.verdict())} (numabind check: the details)")
     print("== current binding of this process ==")
     print(current_binding().describe())
     print()
