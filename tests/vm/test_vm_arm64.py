@@ -16,8 +16,9 @@ tests/vm/cases, called): preferred (with room, and falling back from a full node
 per node from ``move_pages(2)`` and ``numa_maps``), migration (``migrate=True``, ``bind_memory(move=True)`` and
 ``numabind move`` of a 32-thread process: pages touched on node 0 counted on node 1), birth binding of spawn,
 forkserver and fork children (each child's affinity and policy read back in the child), ``numabind run`` (a
-command bound, read back in it), ``numabind stat`` of bound processes, a bind to the memory-only node, and
-weighted interleave where the guest kernel has it (Debian's arm64 6.1 has not: the test says so from sysfs, and
+command bound, read back in it), ``numabind stat`` of bound processes, a bind to the memory-only node,
+``numabind check``, a ``numabind gather`` that the host replays (tests/vm/test_vm_gather.py), and weighted
+interleave where the guest kernel has it (Debian's arm64 6.1 has not: the test says so from sysfs, and
 the plan's degradation to plain interleave is proven instead).
 
 Marker ``arm64_vm`` selects them (``pytest -m arm64_vm``). All of them share one guest (one topology, one
@@ -38,6 +39,7 @@ import pytest
 
 from . import harness, probe
 # the x86 guest's checks (tests/vm/cases/: each test_vm_* module runs its own the same way)
+from .cases import gather as gathering
 from .cases import memory, move, nodes, placement, process, stat, weighted
 
 TOPOLOGY = "mem-only"
@@ -226,3 +228,25 @@ def test_arm64_bind_to_the_memory_only_node_puts_the_pages_there(vm_topology):
 
 def test_arm64_bind_memory_to_the_memory_only_node(vm_topology):
     memory.bind_puts_the_pages_on_the_node(vm_topology, 2)
+
+
+# ----------------------------------------------------------------------------- numabind check (issue 44)
+def test_arm64_numabind_check_proves_placement_per_node(vm_topology):
+    """``numabind check --json`` on the arm64 kernel: every call allowed, and each node's plan (nodes 0 and 1: the
+    memory-only node has no CPUs, so no worker) holds all its pages and those of a thread started after the bind."""
+    proc = subprocess.run([sys.executable, "-m", "numabind", "check", "--json", "--mib", "8"], capture_output=True,
+                          text=True, cwd=harness.REPO_ROOT, timeout=480)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    placed = {int(p["nodes"]): p for p in out["placement"]}
+    print(f"arm64 numabind check: {out['seconds']} s, backend {out['backend']}; "
+          + "; ".join(f"node {n}: {p['share']} of {p['pages']} pages" for n, p in placed.items()))
+    assert sorted(placed) == sorted(vm_topology.cpu_nodes)
+    assert all(t["ok"] for t in out["trials"]) and out["exit_status"] == 0
+    for p in placed.values():
+        assert p["share"] == 1.0 and p["late_thread"] == {"share": 1.0, "cpus_held": True}, p
+
+
+# ----------------------------------------------------------------------------- numabind gather (issue 44)
+def test_arm64_gather_writes_an_archive_the_host_replays(vm_topology):
+    gathering.guest_gathers("gather-arm64", vm_topology)
