@@ -2,6 +2,7 @@
 
     numabind move PID... [numactl options | --gpu GPU [--mode M] [--policy P] | --node N | --plan TEXT | --restore]
                   [--all-children] [--strict | --lenient] [--backend B] [--dry-run] [--json] [-v]
+                  [--thread PATTERN=SPEC ... [--watch SECONDS]]
 
 The move itself is :func:`numabind.move`; what each option does, the exit statuses and what is printed as the
 process wrote it: docs/move.rst.
@@ -17,10 +18,11 @@ from typing import Any
 from .. import _proc, live
 from .._base import EXIT_NOT_APPLIED, EXIT_USAGE, Strictness, printable
 from .._numactl import BINDING, OPTIONS, spellings
+from ..cpulist import format_cpulist
 from ..errors import NumabindError, PlanError
 from ..plan import Plan
-from . import device_node, gpu_index, gpu_spec, list_syntax_problem, printable_lines, run_strictness
-from ._parser import VERBOSE_HELP, ArgumentParser, pid_arg, print_json
+from . import configure_logging, device_node, gpu_index, gpu_spec, list_syntax_problem, printable_lines, run_strictness
+from ._parser import VERBOSE_HELP, ArgumentParser, UsageError, pid_arg, print_json
 
 __all__ = ["add_parser", "build_parser", "cmd_move", "main", "move_plan"]
 
@@ -35,10 +37,6 @@ _NUMACTL_HELP = {
     "weighted-interleave": ("NODES", "migrate the pages onto these nodes"),
     "localalloc": (None, "no page is moved (a policy without nodes)"),
 }
-
-
-class _Usage(NumabindError):
-    """A command line ``numabind move`` cannot take (exit 2)."""
 
 
 class _Once(argparse.Action):
@@ -57,16 +55,14 @@ DESCRIPTION = ("Move running processes: every thread gets the binding's CPUs (th
                "cpuset. The process keeps its own memory policy (no kernel call sets another process's): what it "
                "allocates later follows that policy. Exit: 0 moved; 1 not moved (no such process, refused, "
                "--strict degradations, no record for --restore); 2 usage.")
-#: The name argparse puts before its errors (``numabind: error: ...``, as every other error of the command line says);
-#: the usage line names the subcommand itself.
+#: The name argparse puts before its errors (``numabind: error: ...``).
 PROG = "numabind"
 USAGE = ("numabind move PID... [numactl options | --gpu GPU | --node N | --plan TEXT | --restore] [--all-children] "
-         "[--strict | --lenient] [--dry-run] [--json]")
+         "[--strict | --lenient] [--dry-run] [--json] [--thread PATTERN=SPEC ... [--watch SECONDS]]")
 
 
 def build_parser(sub: Any = None) -> argparse.ArgumentParser:
-    """``numabind move``'s parser: its own (:func:`main`, which starts without the rest of the CLI), or, given the
-    CLI's subparsers ``sub``, registered there as ``move`` (``numabind --help``, ``numabind -v move ...``)."""
+    """``numabind move``'s own parser (:func:`main`), or, given the CLI's subparsers ``sub``, registered there."""
     shape: dict[str, Any] = {"prog": PROG, "usage": USAGE, "description": DESCRIPTION, "allow_abbrev": False}
     m = ArgumentParser(**shape) if sub is None else sub.add_parser(
         "move", help="move running processes: every thread's CPUs and their pages (taskset -a -p + migratepages)",
@@ -96,10 +92,28 @@ def build_parser(sub: Any = None) -> argparse.ArgumentParser:
                    help="force a backend (default: $NUMABIND_BACKEND, else the first usable)")
     m.add_argument("--dry-run", action="store_true",
                    help="print the plan and the equivalent taskset and migratepages commands; move nothing")
+    m.add_argument("--thread", action="append", metavar="PATTERN=SPEC", default=None,
+                   help="after the move, give the threads whose name (comm) matches the glob PATTERN a share of the "
+                        "binding's CPUs: SPEC is N (whole cores, in order), cpus:LIST (inside the binding) or rest "
+                        "(what no other share took); repeat it; the first pattern a name matches wins "
+                        "(docs/named-threads.rst)")
+    m.add_argument("--watch", type=_seconds, metavar="SECONDS", default=None, action=_Once,
+                   help="with --thread: keep placing the threads that appear or rename themselves for SECONDS "
+                        "(stops early when the process ends)")
     m.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                    help="one JSON list: each process's MoveReport.to_dict(), or its error")
     m.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     return m
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more), e.g. --watch 30")
+    return value
 
 
 #: The CLI's name for registering ``move`` on its subparsers (``add_parser(sub)``): the same one parser.
@@ -110,11 +124,11 @@ def _strictness(args: argparse.Namespace) -> Strictness:
     try:
         return run_strictness(args.strict, args.lenient)
     except ValueError as e:
-        raise _Usage(str(e)) from None
+        raise UsageError(str(e)) from None
 
 
 def move_plan(args: argparse.Namespace) -> Plan | None:
-    """The plan the options ask for (None for ``--restore``: each process's own); usage errors as _Usage, the rest
+    """The plan the options ask for (None for ``--restore``: each process's own); usage errors as UsageError, the rest
     as PlanError."""
     given = {name: getattr(args, name.replace("-", "_")) for name in BINDING}
     given = {name: value for name, value in given.items() if value is not None and value is not False}
@@ -122,12 +136,12 @@ def move_plan(args: argparse.Namespace) -> Plan | None:
                                      ("--node", args.node is not None), ("--plan", args.plan is not None),
                                      ("--restore", args.restore)) if on]
     if len(sources) > 1:
-        raise _Usage(f"{' and '.join(sources)} each give the binding: give one of them")
+        raise UsageError(f"{' and '.join(sources)} each give the binding: give one of them")
     if not sources:
-        raise _Usage("give the binding to move to: numactl options (-N 1 -m 1, -C 2-3, ...), --gpu N, --node N, "
+        raise UsageError("give the binding to move to: numactl options (-N 1 -m 1, -C 2-3, ...), --gpu N, --node N, "
                      "--plan TEXT, or --restore")
     if (args.mode is not None or args.policy is not None) and args.gpu is None:
-        raise _Usage("--mode and --policy shape the plan of --gpu N; give --gpu")
+        raise UsageError("--mode and --policy shape the plan of --gpu N; give --gpu")
     if args.restore:
         return None
     if args.plan is not None:
@@ -143,11 +157,11 @@ def move_plan(args: argparse.Namespace) -> Plan | None:
     for name, value in given.items():
         problem = None if value is True else list_syntax_problem(f"--{name}", value)   # numactl's forms only
         if problem is not None:
-            raise _Usage(problem)
+            raise UsageError(problem)
         argv.append(f"--{name}" if value is True else f"--{name}={value}")
     if args.node is not None:
         if args.node < 0:
-            raise _Usage(f"--node {args.node} is not a node id")
+            raise UsageError(f"--node {args.node} is not a node id")
         argv = [f"--cpunodebind={args.node}", f"--membind={args.node}"]
     # the whole machine, as numactl's -a: the process moved has its own cpuset, which the kernel applies
     return Plan.from_numactl_args([*argv, "--all"], topology=live.machine(), device_node=device_node,
@@ -157,26 +171,13 @@ def move_plan(args: argparse.Namespace) -> Plan | None:
 def _live_root() -> None:
     root = os.environ.get("NUMABIND_FSROOT")
     if root and os.path.realpath(root) != "/":
-        raise _Usage(f"numabind move moves processes of this machine, but NUMABIND_FSROOT={root!r} is another "
+        raise UsageError(f"numabind move moves processes of this machine, but NUMABIND_FSROOT={root!r} is another "
                      f"discovery root (a replayed machine): unset NUMABIND_FSROOT")
 
 
 def _message(e: BaseException) -> str:
     """An error's text without numabind move's own prefix, printable (it may quote the process's name)."""
-    text = str(e)
-    for prefix in ("numabind move --restore: ", "numabind move: "):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-            break
-    return printable(text)
-
-
-def _pids(args: argparse.Namespace) -> list[int]:
-    out: list[int] = []
-    for pid in args.pids:
-        if pid not in out:
-            out.append(pid)
-    return out
+    return printable(str(e).removeprefix("numabind move --restore: ").removeprefix("numabind move: "))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,12 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     status."""
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    verbose = getattr(args, "verbose", 0)
-    if verbose:   # else logging stays unimported (it costs the start of every numabind move): warnings are printed
-        import logging
-
-        level = logging.INFO if verbose == 1 else logging.DEBUG
-        logging.basicConfig(level=level, format="%(name)s: %(levelname)s: %(message)s", stream=sys.stderr)
+    if getattr(args, "verbose", 0):   # else logging stays unimported (off numabind move's start)
+        configure_logging(args.verbose)
     return cmd_move(args, parser)
 
 
@@ -199,17 +196,17 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
 
     as_json = getattr(args, "json", False)
     if "logging" not in sys.modules:   # a library WARNING (a bad runtime record) is printed, never lost
-        from . import configure_logging
         from .._base import warn_through
 
         warn_through(configure_logging)
     try:
         _live_root()
         if not args.pids:
-            raise _Usage("give at least one PID")
+            raise UsageError("give at least one PID")
         strict = _strictness(args)
         plan = move_plan(args)
-    except _Usage as e:
+        layout = _layout(args, plan)
+    except UsageError as e:
         (parser or build_parser()).print_usage(sys.stderr)
         print(f"numabind: error: {_message(e)}", file=sys.stderr)
         return EXIT_USAGE
@@ -217,13 +214,14 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
         print(f"numabind: error: {_message(e)}", file=sys.stderr)
         return EXIT_NOT_APPLIED
     if getattr(args, "dry_run", False):
-        return _dry_run(args, plan, as_json)
+        return _dry_run(args, plan, as_json, layout)
     rc = 0
     out: list[dict[str, Any]] = []
-    for pid in _pids(args):
+    for pid in dict.fromkeys(args.pids):
         try:
             target = recorded_plan(pid) if plan is None else plan
             report = move(pid, target, strict=strict, all_children=args.all_children, backend=args.backend)
+            named = None if layout is None else _place_threads(args, layout, target, pid)
         except (NumabindError, PlanError) as e:
             rc = EXIT_NOT_APPLIED
             print(f"numabind: error: {_message(e)}", file=sys.stderr)
@@ -231,17 +229,55 @@ def cmd_move(args: argparse.Namespace, parser: argparse.ArgumentParser | None = 
             continue
         if report.warnings and "logging" not in sys.modules:   # what the WARNING the library logs says
             sys.stderr.write(printable(f"numabind.move: WARNING: pid {pid}: " + "; ".join(report.warnings)) + "\n")
+        if named is not None and not named.ok:
+            rc = rc if strict is False else EXIT_NOT_APPLIED    # --lenient: said, exit 0
+            if "logging" not in sys.modules:
+                sys.stderr.write(printable(f"numabind.move: WARNING: pid {pid}: " + "; ".join(named.warnings)) + "\n")
         if as_json:
-            out.append(dict(report.to_dict(), pid=pid))
+            out.append(dict(report.to_dict(), pid=pid, **({} if named is None else {"threads": named.to_dict()})))
         else:
-            print(printable_lines(report.describe()))
+            print(printable_lines(report.describe() + ("" if named is None else "\n" + named.describe())))
     if as_json:
         print_json(out)
     sys.stdout.flush()
     return rc
 
 
-def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
+def _layout(args: argparse.Namespace, plan: Plan | None) -> list[tuple[str, str]] | None:
+    """``--thread``'s layout (None without it), checked against ``plan`` before anything moves: a UsageError for
+    what the options forbid, a PlanError for a share that does not fit."""
+    if args.thread is None:
+        if args.watch is not None:
+            raise UsageError("--watch places named threads as they appear: give --thread PATTERN=SPEC with it")
+        return None
+    if plan is None:
+        raise UsageError("--thread shares the CPUs of the binding given; --restore puts back a recorded one: "
+                         "give a binding (-C, -N, --gpu, --node, --plan) with --thread")
+    if args.all_children:
+        raise UsageError("--thread places the named threads of the PIDs given, not of their descendants: drop "
+                         "--all-children, or give each PID")
+    from ..named import layout_shares, parse_layout_item
+    from ..strategies import topology_or_discover
+
+    layout = [parse_layout_item(text) for text in args.thread]
+    layout_shares(layout, plan, topology_or_discover(None))
+    return layout
+
+
+def _place_threads(args: argparse.Namespace, layout: list[tuple[str, str]], plan: Plan, pid: int) -> Any:
+    """The named threads of ``pid`` placed by ``layout``, and watched for ``--watch`` seconds."""
+    from ..named import pin_named_threads, watch_named_threads
+
+    report = pin_named_threads(layout, plan, pid=pid, backend=args.backend)
+    if not args.watch:
+        return report
+    later = watch_named_threads(layout, plan, pid=pid, seconds=args.watch, backend=args.backend,
+                                known=[t.tid for t in report.threads])
+    return report.then(later)
+
+
+def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool,
+             layout: list[tuple[str, str]] | None = None) -> int:
     """``--dry-run``: each process's plan (``--restore``: its record) and the commands that would move it."""
     from ..relocate import memory_nodes, recorded_plan   # as in cmd_move
     from .launch import move_lines, render
@@ -252,9 +288,15 @@ def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
         print(f"numabind: error: {_message(e)}", file=sys.stderr)
         return EXIT_NOT_APPLIED
     memory = memory_nodes()
+    shares = None
+    if layout is not None and plan is not None:
+        from ..named import layout_shares
+        from ..strategies import topology_or_discover
+
+        shares = layout_shares(layout, plan, topology_or_discover(None))
     rc = 0
     out: list[str] = []
-    for pid in _pids(args):
+    for pid in dict.fromkeys(args.pids):
         try:
             target = recorded_plan(pid) if plan is None else plan
         except (NumabindError, PlanError) as e:
@@ -266,9 +308,12 @@ def _dry_run(args: argparse.Namespace, plan: Plan | None, as_json: bool) -> int:
     if as_json:
         import json   # as in cmd_move
 
-        print_json({"dry_run": True, "processes": [json.loads(o) for o in out]})
+        extra = {} if shares is None else {"threads": [s.to_dict() for s in shares]}
+        print_json({"dry_run": True, "processes": [json.loads(o) for o in out], **extra})
     elif out:
-        print(printable_lines("\n".join(out)))
+        lines = [] if shares is None else [f"thread share {s.pattern}={s.spec}: CPUs {format_cpulist(s.cpus)}"
+                                           for s in shares]
+        print(printable_lines("\n".join([*out, *lines])))
     sys.stdout.flush()
     return rc
 

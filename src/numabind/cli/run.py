@@ -1,7 +1,5 @@
-"""``numabind run``: bind this process, then exec the command. A plain numactl option list takes the fast path
-(:func:`numabind.cli.fast_run`) first; this module is the rest: ``--help``, the GPU plans (``--gpu``, ``--gpus``,
-``--gpu-from-rank``), ``--dry-run`` and every usage error, message and exit status. Both read one table of the
-options, :data:`numabind.cli.RUN_OPTIONS`; the exit statuses are docs/_include/exit-status.rst's."""
+"""``numabind run`` beyond the fast path (:func:`numabind.cli.fast_run`): ``--help``, the GPU plans, ``--dry-run``
+and every usage error; both read :data:`numabind.cli.RUN_OPTIONS`."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["add_parser", "check_run_options", "check_run_syntax", "cmd_run"]
 
-#: What ``run --help`` says of each option of :data:`numabind.cli.RUN_OPTIONS` (spelled by
-#: :func:`numabind.cli.run_spellings`), and its other argparse settings.
+#: The argparse settings of each option of :data:`numabind.cli.RUN_OPTIONS`.
 _ARGUMENTS: dict[str, dict[str, Any]] = {
     "physcpubind": {"metavar": "CPUS", "help": "run on these CPUs"},
     "cpunodebind": {"metavar": "NODES", "help": "run on the CPUs of these nodes (--cpubind: numactl's old spelling)"},
@@ -77,7 +74,15 @@ _ARGUMENTS: dict[str, dict[str, Any]] = {
                 "(--gpu-from-rank's default)"},
     "backend": {"choices": BACKEND_NAMES,
                 "help": "force a backend (default: $NUMABIND_BACKEND, else the first usable)"},
+    "thread": {"metavar": "PATTERN=SPEC", "default": None,
+               "help": "give the command's threads whose name (comm) matches the glob PATTERN a share of the "
+                       "binding's CPUs: SPEC is N (whole cores, in order), cpus:LIST (inside the binding) or rest "
+                       "(what no other share took); repeat it; the first pattern a name matches wins. numabind then "
+                       "starts the command as its child and places each thread as it appears or renames itself, "
+                       "for the command's whole life (docs/named-threads.rst)"},
 }
+#: Options given more than once, each adding to a list (the others may be given once).
+_REPEATED = ("thread",)
 
 
 def add_parser(sub: Any) -> None:
@@ -91,7 +96,8 @@ def add_parser(sub: Any) -> None:
                                    "executable; 127 not found.")
     for name in RUN_OPTIONS:
         flags, takes = run_spellings(name)
-        r.add_argument(*flags, action=Once if takes else "store_true", **_ARGUMENTS[name])
+        action = "append" if name in _REPEATED else Once if takes else "store_true"
+        r.add_argument(*flags, action=action, **_ARGUMENTS[name])
     r.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
 
 
@@ -128,9 +134,7 @@ def check_run_options(args: argparse.Namespace) -> None:
 
 
 def check_run_syntax(args: argparse.Namespace) -> None:
-    """What is wrong with the explicit options whatever the machine: a usage error (exit 2) naming it.
-    What depends on the machine (a node it lacks, CPUs outside the cpuset, a device without a node) is
-    left to planning, and is exit 1."""
+    """A UsageError for what is wrong with the explicit options whatever the machine (the rest is planning's)."""
     from ..cpulist import parse_cpulist
 
     if _given(args, "physcpubind") and _given(args, "cpunodebind"):
@@ -199,9 +203,8 @@ def _live_root(args: argparse.Namespace) -> None:
 
 
 def _rank_run_plan(args: argparse.Namespace) -> Plan:
-    """``numabind run --gpu-from-rank``: the plan ``numabind plan --gpu-from-rank`` prints. Only a run that binds
-    this process on a replayed root (--bind-replayed-root, whose CPU ids are this machine's) takes the
-    launcher's affinity from this process; a dry run's comes from the root it plans on."""
+    """``numabind run --gpu-from-rank``'s plan; the launcher's affinity is this process's only when binding here
+    on a replayed root (--bind-replayed-root)."""
     within = None
     if getattr(args, "bind_replayed_root", False) and not getattr(args, "dry_run", False):
         from ..verify import current_binding
@@ -214,8 +217,7 @@ def _rank_run_plan(args: argparse.Namespace) -> Plan:
         os.environ[var] = value
         if args.verbose:
             print(f"numabind: {var}={value}", file=sys.stderr)
-    plan: Plan = placed.plan
-    return plan
+    return placed.plan
 
 
 def _run_plan(args: argparse.Namespace) -> Plan:
@@ -245,8 +247,6 @@ def _run_plan(args: argparse.Namespace) -> Plan:
         argv.append(f"--weights={weights}")
     if not argv:
         raise UsageError("give a binding (--physcpubind, --membind, --gpu, ...) before '--'")
-    if by_bandwidth and getattr(args, "weighted_interleave", None) is None:
-        raise NumabindError("numabind run: --weights goes with --weighted-interleave (-w)")
     if args.all:
         argv.append("--all")
     plan = Plan.from_numactl_args(argv, topology=topo, migrate=args.migrate, device_node=device_node,
@@ -269,8 +269,8 @@ _BALANCING_POLICIES = ("bind", "preferred-many")
 
 
 def _balance(be: Backend, strict: Strictness | None, warnings: list[str]) -> None:
-    """Add MPOL_F_NUMA_BALANCING to the calling thread's memory policy (numactl's -b): what the command
-    execs with. Refused: an error when strict, else a warning and the policy is left without it."""
+    """Add MPOL_F_NUMA_BALANCING to the calling thread's memory policy (numactl's -b); refused: an error when
+    strict, else a warning."""
     from ..backends import MPOL_F_NUMA_BALANCING, MemPolicyState
 
     try:
@@ -325,6 +325,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             launch = gpu_launch(args, discover(args.root if dry or replayed_gpus else "/"))
         plan = launch.plan if launch is not None else _run_plan(args)
+        shares = _thread_shares(args, plan)
         if dry:
             from .launch import run_dry
 
@@ -344,6 +345,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             logging.getLogger("numabind").info("starting %s through %s (%s)", command[0], be.name, why)
             env = dict(os.environ, **(launch.environ if launch is not None else {}))
             keep_binding_env(env)    # TensorRT-LLM must not undo the binding (INFO / WARNING through logging)
+            if shares is not None:
+                return _run_watched(prefix + command, env, shares, plan, args)
             os.execve(prefix[0], prefix + command, env)
         from ..bind import bind_current, bound_environ
 
@@ -366,4 +369,61 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(dict(report.to_dict(), balancing=bool(args.balancing and not extra),
                               requested_plan=plan_json(report.requested), applied_plan=plan_json(report.applied)),
                          sort_keys=True), file=sys.stderr)
+    if shares is not None:
+        return _run_watched(command, env, shares, plan, args)
     return exec_command(command, env)
+
+
+def _thread_shares(args: argparse.Namespace, plan: Plan) -> tuple[list[tuple[str, str]], Any] | None:
+    """``--thread``'s layout and the machine it is shared on (None without it), checked against ``plan`` before
+    anything is bound: a UsageError for a malformed PATTERN=SPEC, a PlanError for a share that does not fit."""
+    given = getattr(args, "thread", None)
+    if not given:
+        return None
+    from ..named import layout_shares, parse_layout_item
+    from ..topology import discover
+
+    try:
+        layout = [parse_layout_item(text) for text in given]
+    except PlanError as e:
+        raise UsageError(str(e)) from None
+    topo = discover(args.root if getattr(args, "dry_run", False) else "/")   # a dry run plans on any root
+    layout_shares(layout, plan, topo)
+    return layout, topo
+
+
+def _run_watched(command: list[str], env: dict[str, str], shares: tuple[list[tuple[str, str]], Any], plan: Plan,
+                 args: argparse.Namespace) -> int:
+    """``--thread``: start ``command`` as a child (bound as this process is), place its named threads as they
+    appear until it ends, and return its status (128 + N when signal N ended it). SIGTERM, SIGHUP, SIGUSR1 and
+    SIGUSR2 are passed on to it; SIGINT and SIGQUIT, which a terminal sends to both, are left to it."""
+    import signal
+    import subprocess
+
+    from ..named import watch_named_threads
+    from . import NOT_EXECUTABLE, NOT_FOUND
+
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as e:
+        missing = isinstance(e, FileNotFoundError)
+        print(f"numabind: error: cannot execute {command[0]!r}: "
+              f"{'command not found' if missing and '/' not in command[0] else e.strerror}", file=sys.stderr)
+        return NOT_FOUND if missing else NOT_EXECUTABLE
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, lambda number, _frame: child.send_signal(number))
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, lambda _number, _frame: None)
+    layout, topo = shares
+    try:
+        report = watch_named_threads(layout, plan, pid=child.pid, seconds=None, topology=topo,
+                                     backend=args.backend, stop=lambda: child.poll() is not None)
+    except NumabindError as e:     # the child ended before it could be watched: its status says how
+        logging.getLogger("numabind.named").warning("the threads of %s were not placed: %s", command[0], e)
+        report = None
+    status = child.wait()
+    if report is not None and args.verbose:
+        print(printable_lines(report.describe()), file=sys.stderr)
+    if report is not None and args.json:
+        print(json.dumps({"threads": report.to_dict()}, sort_keys=True), file=sys.stderr)
+    return 128 - status if status < 0 else status
