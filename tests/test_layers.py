@@ -27,10 +27,10 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("planning", ("strategies", "rank")),
     ("the kernel door", ("backends",)),
     ("apply / verify", ("records", "residency", "weights", "_transaction", "bind", "verify", "auto", "memory", "relocate",
-                        "threads")),
+                        "threads", "preflight", "irq", "named")),
     ("process integration", ("process",)),
     ("adapters", ("compat", "integrations")),
-    ("CLI", ("cli", "__main__")),
+    ("CLI", ("cli", "__main__", "gather")),
     ("public API", ("",)),
 )
 
@@ -225,14 +225,14 @@ def test_the_checks_catch_what_they_forbid(monkeypatch):
         test_the_import_graph_has_no_cycle()
 
 
-# --------------------------------------------------------------------------- speed idioms only on the run path
+# --------------------------------------------------------------------------- speed idioms only on the start-up paths
 #: A start-up path no subprocess here measures: Python's ``site`` imports this file in every interpreter that
 #: ``numabind instrument`` starts, before the program runs (it keeps ``typing`` off that start).
 EVERY_INTERPRETER = frozenset({"numabind.compat.bootstrap.sitecustomize"})
 #: The run path (STYLE.md "Speed where it pays", issue 43), listed: what ``numabind run``'s fast path, ``bind_current``
 #: with each backend and a child bound at birth load (``test_the_run_path_is_what_it_loads`` measures it), and
-#: :data:`EVERY_INTERPRETER`. These modules keep the start-up idioms; every other module is plain Python. The looks
-#: and ``numabind move`` are not the run path.
+#: :data:`EVERY_INTERPRETER`. These modules keep the start-up idioms, as do the :data:`LOOK_PATH`'s; every other module
+#: is plain Python.
 RUN_PATH = frozenset({
     "numabind", "numabind.cli", "numabind._version", "numabind._base", "numabind._numactl", "numabind.errors",
     "numabind.cpulist", "numabind.plan", "numabind._native", "numabind.live", "numabind._fs", "numabind._cgroup",
@@ -241,6 +241,21 @@ RUN_PATH = frozenset({
     "numabind.bind", "numabind.records", "numabind.verify", "numabind.process", "numabind.process.commands",
     "numabind.process.hooks", "numabind.process.payload", "numabind.process.pools", "numabind.process.reports",
 }) | EVERY_INTERPRETER
+#: The look path (issue 43), listed: what a first ``numabind.discover()`` and the looks' plain forms (``numabind
+#: hardware``, ``numabind topology [--of xml]``, numactl's ``-H``) load on this machine, start-up measured commands
+#: guarded at 2.0x ``python -c pass`` (``python bench/bench_look.py``, P9; ``test_the_look_path_is_what_it_loads``
+#: measures the list). These modules may keep the start-up idioms too; ``numabind move`` is plain Python.
+LOOK_PATH = frozenset({
+    "numabind", "numabind.cli", "numabind._version", "numabind._base", "numabind._numactl", "numabind.errors",
+    "numabind.cpulist", "numabind.plan", "numabind._native", "numabind._fs", "numabind._cgroup", "numabind._util",
+    "numabind._vendors", "numabind._facts", "numabind.cli.look", "numabind.cli.numactl", "numabind.cli.tree",
+    "numabind.iodevices", "numabind.topology", "numabind.topology.build", "numabind.topology.sysfs",
+    "numabind.topology.values", "numabind.devices", "numabind.devices.amd", "numabind.devices.ascend",
+    "numabind.devices.intel", "numabind.devices.nvidia", "numabind.devices.sysfs", "numabind.devices.values",
+    "numabind.devices.visibility",
+})
+#: Where the start-up idioms may be.
+START_UP = RUN_PATH | LOOK_PATH
 
 
 def continuation_backslashes(module: str) -> list[str]:
@@ -284,11 +299,12 @@ def off_the_run_path_with_speed_idioms(run_path: set[str] | frozenset[str]) -> l
             for line in (speed_idioms(module) if module not in run_path else continuation_backslashes(module))]
 
 
-def test_speed_idioms_only_on_the_run_path():
-    """STYLE.md "Speed where it pays": the modules of :data:`RUN_PATH` keep ``typing`` and ``dataclasses`` off
-    their start; every other module is plain Python. And no module continues a line with a backslash."""
-    found = off_the_run_path_with_speed_idioms(RUN_PATH)
-    assert not found, "speed idioms off the run path, or backslash continuations:\n" + "\n".join(found)
+def test_speed_idioms_only_on_the_start_up_paths():
+    """STYLE.md "Speed where it pays": the modules of :data:`RUN_PATH` and :data:`LOOK_PATH` keep ``typing`` and
+    ``dataclasses`` off their start; every other module is plain Python. And no module continues a line with a
+    backslash."""
+    found = off_the_run_path_with_speed_idioms(START_UP)
+    assert not found, "speed idioms off the start-up paths, or backslash continuations:\n" + "\n".join(found)
 
 
 @pytest.mark.kernel
@@ -304,6 +320,17 @@ def test_the_run_path_is_what_it_loads():
     listed = RUN_PATH - EVERY_INTERPRETER
     assert loaded == listed, (f"loaded, not listed in RUN_PATH: {sorted(loaded - listed)}; "
                               f"listed, not loaded: {sorted(listed - loaded)}")
+
+
+def test_the_look_path_is_what_it_loads():
+    """:data:`LOOK_PATH` is what a first ``discover()`` and the looks load on this machine, measured in a fresh
+    interpreter (tests/run_path.py): a module listed and not loaded, or loaded and not listed, fails."""
+    from tests.run_path import look_modules
+
+    loaded = (set(MODULES) | {"numabind._native"}) & look_modules()
+    assert {"numabind.topology", "numabind.cli.look", "numabind.cli.tree"} <= loaded   # the measurement saw a look
+    assert loaded == LOOK_PATH, (f"loaded, not listed in LOOK_PATH: {sorted(loaded - LOOK_PATH)}; "
+                                 f"listed, not loaded: {sorted(LOOK_PATH - loaded)}")
 
 
 def test_the_idiom_check_sees_both_idioms_and_backslashes(tmp_path, monkeypatch):

@@ -1,13 +1,8 @@
 """numabind: put processes where their hardware is.
 
-Binds CPU affinity and NUMA memory policy for GPU workers (and any process)
-from Python, through a cffi layer over libnuma and the kernel's own system
-calls; no ``numactl`` binary needed. Data flows one way:
-discover → plan → apply → verify.
-
-``import numabind`` loads nothing but this file: each public name below is
-imported from its module on first use (PEP 562), so a program that only
-binds never pays for discovery, multiprocessing hooks or the CLI.
+Binds CPU affinity and NUMA memory policy for GPU workers (and any process) from Python, through a cffi layer
+over libnuma and the kernel's own system calls; no ``numactl`` binary needed. Data flows one way:
+discover → plan → apply → verify. Each public name is imported from its module on first use (PEP 562).
 """
 
 from sys import modules as _modules
@@ -37,12 +32,16 @@ _LAYERS: dict[str, tuple[str, ...]] = {
     "verify": ("verify_current", "current_binding", "Binding"),
     # one thread per core inside this process
     "threads": ("pin_threads", "PinReport", "PinnedThread"),
+    # named threads inside a worker's slice
+    "named": ("pin_named_threads", "watch_named_threads", "NamedReport", "NamedThread"),
     # the memory policy of one buffer (mbind), read back per page
     "memory": ("bind_memory", "page_placement", "MemoryReport", "PagePlacement"),
     # processes that are already running (taskset -a -p + migratepages)
     "relocate": ("move", "MoveReport", "ProcessMove"),
     # where a process's memory is (numabind stat)
     "residency": ("locality", "Locality"),
+    # will the plans hold here (numabind check)
+    "preflight": ("check", "CheckReport"),
     "backends": ("backend_info",),
     # processes bound at birth
     "process": ("configure_subprocess", "bound", "wrap_command", "popen_kwargs", "pool_plans", "worker_slot",
@@ -51,8 +50,6 @@ _LAYERS: dict[str, tuple[str, ...]] = {
 _WHERE = {name: module for module, names in _LAYERS.items() for name in names}
 
 __all__ = [name for names in _LAYERS.values() for name in names]
-
-_null_handler_added = False
 
 
 def __getattr__(name: str) -> object:
@@ -103,10 +100,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the same nam
                           pool_plans as pool_plans, popen_kwargs as popen_kwargs, wrap_command as wrap_command,
                           worker_slot as worker_slot)
     from .rank import local_rank as local_rank, plan_for_rank as plan_for_rank
+    from .preflight import CheckReport as CheckReport, check as check
     from .residency import Locality as Locality, locality as locality
     from .strategies import (MODES as MODES, PlanRow as PlanRow, bandwidth_weights as bandwidth_weights,
                              plan_for_gpu as plan_for_gpu, plan_for_gpus as plan_for_gpus, plan_table as plan_table,
                              weights_from_bandwidth as weights_from_bandwidth)
+    from .named import (NamedReport as NamedReport, NamedThread as NamedThread, pin_named_threads as pin_named_threads,
+                        watch_named_threads as watch_named_threads)
     from .threads import PinnedThread as PinnedThread, PinReport as PinReport, pin_threads as pin_threads
     from .topology import Cache as Cache, Cpu as Cpu, Node as Node, Topology as Topology, discover as discover
     from .verify import Binding as Binding, current_binding as current_binding, verify_current as verify_current

@@ -1,11 +1,7 @@
 """Command line: ``numabind`` (also ``python -m numabind``): :func:`main` sends each command line where it is
-read, and ``numabind run``'s fast path (:func:`fast_run`) binds and execs here. Which path takes which command
-line, the fast path's forms and the exit statuses: docs/cli.rst, "How a command line is read". The library never
-prints; this package does.
-
-This module is on ``numabind run``'s start (``python -m bench``, P7; tests/run_path.py lists what the path loads):
-no ``from __future__ import annotations`` (importing ``__future__`` alone costs 2 %), no ``typing``, argparse or
-logging at import, so an annotation that names what is imported only for type checkers is a string.
+read; ``numabind run``'s fast path (:func:`fast_run`) binds and execs here (docs/cli.rst, "How a command line is
+read"). On ``numabind run``'s start (P7): no ``__future__``, ``typing``, argparse or logging at import, so
+annotations naming type-checking imports are strings.
 """
 
 import os
@@ -32,24 +28,21 @@ __all__ = ["main", "fast_run", "command_environ", "command_problem", "completion
 #: Exit statuses of ``numabind run`` before the command runs (docs/_include/exit-status.rst).
 NOT_APPLIED, USAGE, NOT_EXECUTABLE, NOT_FOUND = EXIT_NOT_APPLIED, EXIT_USAGE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND
 
-#: ``numabind run``'s options in ``--help``'s order: name -> kind. Kinds: ``cpus``, ``memory`` (one memory policy)
-#: and ``weights`` give the binding, ``all`` widens its lists (these four are handed to
-#: :meth:`Plan.from_numactl_args`), ``numactl`` are numactl's other options run takes; ``gpu``/``gpus`` choose the
-#: GPU(s) whose plan gives the binding, ``shape`` shapes that plan, ``own`` are numabind's settings and ``full``
-#: numabind's other options. The fast path takes ``own`` and the four handed kinds; a command line with any other
-#: option is the full command line's.
+#: ``numabind run``'s options in ``--help``'s order: name -> kind (:data:`HANDED` kinds go to
+#: :meth:`Plan.from_numactl_args`). The fast path takes ``own`` and the handed kinds; any other option is the full
+#: command line's.
 RUN_OPTIONS = {
     "physcpubind": "cpus", "cpunodebind": "cpus", "membind": "memory", "preferred": "memory",
     "preferred-many": "memory", "interleave": "memory", "weighted-interleave": "memory", "weights": "weights",
     "set-weights": "own", "localalloc": "memory", "all": "all", "within-affinity": "numactl", "balancing": "numactl",
     "gpu": "gpu", "gpus": "gpus", "dry-run": "full", "gpu-from-rank": "gpu", "nic": "full",
     "bind-replayed-root": "full", "mode": "shape", "policy": "shape", "migrate": "own", "strict": "own",
-    "lenient": "own", "backend": "own",
+    "lenient": "own", "backend": "own", "thread": "full",
 }
 #: The kinds :meth:`Plan.from_numactl_args` reads.
 HANDED = ("cpus", "memory", "weights", "all")
 #: ``numabind run``'s own options (not of numactl's vocabulary) that take a value.
-RUN_VALUED = ("gpu", "gpus", "mode", "policy", "backend")
+RUN_VALUED = ("gpu", "gpus", "mode", "policy", "backend", "thread")
 
 
 def run_spellings(name: str) -> "tuple[tuple[str, ...], bool]":
@@ -110,9 +103,8 @@ def _parse(args: list[str]) -> tuple[list[str], dict[str, str], list[str]] | Non
 
 
 def run_strictness(strict: bool, lenient: bool) -> "Strictness":
-    """How ``numabind run`` treats a binding it cannot apply in full: ``--strict`` True, ``--lenient`` False,
-    else ``NUMABIND_STRICT`` when it is set, else True (scripts are safe by default: the command does not
-    run with less than it asked for). Both flags at once is a usage error (ValueError)."""
+    """``--strict`` True, ``--lenient`` False, else ``NUMABIND_STRICT`` when set, else True; both flags at once
+    raise ValueError."""
     if strict and lenient:
         raise ValueError("--strict and --lenient contradict each other: give one of them")
     if strict or lenient:
@@ -132,23 +124,20 @@ def device_node(spec: str) -> int:
 
 
 def printable_lines(text: str) -> str:
-    """``text`` for the terminal, each line through :func:`numabind._base.printable` (line ends kept): what the
-    command line prints of a plan, a note or an error may quote a replayed machine's files or a process's name."""
+    """``text`` with each line through :func:`numabind._base.printable` (line ends kept)."""
     from .._base import printable
 
     return "\n".join(printable(line) for line in text.split("\n"))
 
 
-#: How numabind's command line writes a CPU or node list: what :func:`list_syntax_problem` and its errors offer
-#: (numactl's list syntax, :data:`numabind.cpulist.NUMACTL_FORMS`, and its set forms).
+#: The CPU or node list forms :func:`list_syntax_problem`'s errors offer.
 LIST_FORMS = ("N or N-M separated by commas (e.g. '0-3,8'), 'all', '!LIST' (all but) or '+LIST' (relative to "
               "the cpuset)")
 
 
 def list_body(value: str) -> "str | None":
-    """The list of a numactl CPU or node list ``value``, after its ``!`` (all but) and ``+`` (relative to the
-    cpuset); None for ``all`` and a device (``pci:``, ``netdev:``, ``block:``, ``file:``, ``ip:``), which planning
-    reads against the machine."""
+    """The list of a numactl CPU or node list ``value`` after its ``!`` and ``+``; None for ``all`` and a device,
+    which planning reads."""
     from ..plan import DEVICE_SPECIFIERS   # where used, as this module's other imports (the fast path's start)
 
     text = value[1:] if value.startswith("!") else value
@@ -157,11 +146,8 @@ def list_body(value: str) -> "str | None":
 
 
 def list_syntax_problem(flag: str, value: str) -> "str | None":
-    """What is wrong with ``value`` as a numactl CPU or node list whatever the machine, or None: the groups of its
-    :func:`list_body` are ``N`` or ``N-M`` (numactl's syntax: not the kernel's ``N-M:used/group`` strides, which
-    :func:`numabind.cpulist.parse_cpulist` also reads); ``all`` and a device are left to planning. Checked before the
-    list is parsed, so that an error offers only the forms the command line takes (:data:`LIST_FORMS`); the rule is
-    :func:`numabind.cpulist.syntax_problem`'s without strides, the one ``Plan.from_numactl_args`` parses by."""
+    """What is wrong with ``value`` as a numactl CPU or node list whatever the machine (numactl's syntax: no
+    strides), or None."""
     from ..cpulist import syntax_problem
 
     text = list_body(value)
@@ -169,9 +155,8 @@ def list_syntax_problem(flag: str, value: str) -> "str | None":
 
 
 def gpu_spec(text: str) -> "int | str":
-    """``--gpu``'s value (argparse's ``type``, for ``run``, ``plan`` and ``move``): one GPU, named as ``--gpus``
-    names GPUs (:func:`numabind.devices.gpu_list_entries`: a visible index, a UUID or a PCI address). Anything
-    else is argparse's usage error (exit 2) saying what ``--gpu`` takes; several GPUs point to ``--gpus``."""
+    """``--gpu``'s argparse ``type``: one GPU as ``--gpus`` names them (visible index, UUID or PCI address);
+    anything else is an ArgumentTypeError."""
     import argparse
 
     from .._base import excerpt
@@ -191,9 +176,8 @@ def gpu_spec(text: str) -> "int | str":
 
 
 def gpu_index(spec: "int | str", gpus: "Sequence[Gpu]") -> int:
-    """The visible index of ``--gpu``'s GPU (:func:`gpu_spec`) among ``gpus`` (:attr:`Topology.gpus`): an index as
-    given (planning says when none has it), a UUID or PCI address looked up as ``--gpus`` looks it up
-    (:func:`numabind.devices.pick_gpus`, a PlanError naming the entry when no visible GPU has it)."""
+    """The visible index of ``--gpu``'s GPU among ``gpus``: an index as given, a UUID or PCI address looked up
+    (a PlanError when no visible GPU has it)."""
     if isinstance(spec, int):
         return spec
     from ..devices import pick_gpus
@@ -203,9 +187,8 @@ def gpu_index(spec: "int | str", gpus: "Sequence[Gpu]") -> int:
 
 
 def command_environ(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with :func:`numabind._base.keep_binding_env` applied (the command is bound: TensorRT-LLM must
-    not undo it); its WARNING (the user's ``TLLM_NUMA_AWARE_WORKER_AFFINITY=1``) on stderr as the full
-    CLI's logging shows it, since the fast path has no logging. Returns ``env``."""
+    """``env`` with :func:`numabind._base.keep_binding_env` applied, its WARNING written to stderr (the fast path
+    has no logging)."""
     found = keep_binding_env(env, say=False)
     if found is not None and found[0] >= WARNING:
         sys.stderr.write(f"numabind.bind: WARNING: {found[1]}\n")
@@ -213,9 +196,7 @@ def command_environ(env: dict[str, str]) -> dict[str, str]:
 
 
 def command_problem(command: list[str]) -> str | None:
-    """What makes ``command`` impossible to exec whatever the machine, or None: an empty command name (an
-    unset shell variable, ``numabind run -- "$CMD"``) or a NUL byte, which ``execve(2)`` cannot pass (Python
-    raises ValueError for both, not OSError). Callers refuse it as a usage error before binding anything."""
+    """What makes ``command`` impossible to exec (an empty name, a NUL byte), or None: a usage error."""
     if not command[0]:
         return ("the command name is empty (''): give the program to run, by name or path, after the options "
                 "(an unset shell variable gives an empty word)")
@@ -227,9 +208,8 @@ def command_problem(command: list[str]) -> str | None:
 
 
 def exec_command(command: list[str], env: dict[str, str]) -> int:
-    """exec ``command`` (searched on PATH); on failure the error is printed and the shell's status returned:
-    127 when it is not found, 126 when it is found but cannot be executed (:func:`numabind.backends.exec_command`),
-    2 (usage) for a command :func:`command_problem` refuses."""
+    """exec ``command`` (searched on PATH); on failure print the error and return 127 (not found), 126 (not
+    executable) or 2 (:func:`command_problem`)."""
     problem = command_problem(command)
     if problem is not None:
         sys.stderr.write(f"numabind: error: {problem}\n")
@@ -276,8 +256,7 @@ def fast_run(args: list[str]) -> int | None:
         from .._base import warn_through
 
         warn_through(configure_logging)   # a degradation is logged as the full CLI shows it, once (not a BindWarning)
-        report = bind_current(plan, strict=strict, backend=backend,
-                              set_weights="set-weights" in own)
+        report = bind_current(plan, strict=strict, backend=backend, set_weights="set-weights" in own)
     except NumabindError as e:
         sys.stderr.write(f"numabind: error: {e}\n")
         return NOT_APPLIED
@@ -298,9 +277,8 @@ SIGPIPE_STATUS = 128 + 13
 
 
 def stdout_gone() -> int:
-    """After a ``BrokenPipeError`` on stdout (``numabind ... | head``): stop quietly, as other command-line tools
-    do, with the status of a process ended by SIGPIPE; stdout is pointed at /dev/null so that the interpreter's
-    final flush cannot raise again."""
+    """After a ``BrokenPipeError`` on stdout: point stdout at /dev/null (the final flush cannot raise) and return
+    :data:`SIGPIPE_STATUS`."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -311,12 +289,8 @@ def stdout_gone() -> int:
 
 
 def write_out(text: str) -> int:
-    """Write ``text`` to stdout and flush it: 0, or :func:`stdout_gone`'s status when the reader went away.
-
-    A word of the command line that was not in the locale's encoding reaches Python as surrogates
-    (``numabind run --dry-run -- $'\\xff'``), which a stdout with strict errors (any locale but C/POSIX) refuses
-    with a UnicodeEncodeError: such text is written as the bytes that were given (and what the encoding cannot
-    hold at all, backslash-escaped)."""
+    """Write ``text`` to stdout and flush it: 0, or :func:`stdout_gone`'s status. Surrogates (command-line words
+    outside the locale's encoding) are written as the bytes given, else backslash-escaped."""
     try:
         try:
             sys.stdout.write(text)
@@ -339,12 +313,8 @@ def write_out(text: str) -> int:
 
 
 def _without_collector(step: "Callable[[list[str]], _R]", args: list[str]) -> "_R":
-    """``step(args)`` with the cyclic garbage collector off, on again (if it was on) before anything else runs.
-
-    The fast paths (``run``, a plain look, numactl's command line) import their modules and build a few thousand
-    objects that all live until the process execs or exits: the collector has nothing to find there, and its
-    passes over the objects being created cost about 6 % of ``numabind run``'s start and ~4 % of a look's
-    (issue 34 §3)."""
+    """``step(args)`` with the cyclic garbage collector off (on again after, if it was on): a fast path's objects
+    live until exec or exit, and the collector's passes cost ~6 % of ``numabind run``'s start."""
     import gc
 
     enabled = gc.isenabled()
@@ -356,29 +326,21 @@ def _without_collector(step: "Callable[[list[str]], _R]", args: list[str]) -> "_
             gc.enable()
 
 
-def _look(args: list[str]) -> "int | None":
-    from .look import fast_look
-
-    return fast_look(args)
-
-
-#: numabind's subcommands (:data:`numabind.cli.commands.COMMANDS` registers each): any other first word (or a
-#: numactl option) is numactl's command line.
-SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat", "instrument", "move", "completion")
+#: numabind's subcommands: any other first word (or a numactl option) is numactl's command line.
+SUBCOMMANDS = ("run", "show", "hardware", "topology", "plan", "stat", "check", "instrument", "move", "irq",
+               "gather", "completion")
 
 
 def completion_main(argv: list[str]) -> int:
-    """``numabind completion SHELL`` (:mod:`numabind.cli.completion`, which imports :mod:`numabind.cli.commands`'s
-    parser: the full command line reaches it through here)."""
+    """``numabind completion SHELL``: :mod:`numabind.cli.commands` reaches it here (completion imports commands)."""
     from .completion import main as completion
 
     return completion(argv)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """``numabind ARGS`` (``argv`` default ``sys.argv[1:]``). Invoked as ``numactl`` (``prog``, default the
-    name in ``sys.argv[0]``: a link named numactl), or with a numactl option or a command first, it is
-    numactl's command line (:mod:`numabind.cli.numactl`)."""
+    """``numabind ARGS`` (default ``sys.argv[1:]``). Invoked as ``numactl`` (``prog``, default from
+    ``sys.argv[0]``), or with a numactl option or a command first: numactl's command line."""
     args = sys.argv[1:] if argv is None else list(argv)
     if prog is None:
         prog = os.path.basename(sys.argv[0]) if argv is None and sys.argv else "numabind"
@@ -391,7 +353,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
         return instrument_main(args[1:])
     elif args and args[0] in ("hardware", "topology") and prog != "numactl":
-        rc = _without_collector(_look, args)   # a plain look, without argparse (issue 34 §3)
+        from .look import fast_look
+
+        rc = _without_collector(fast_look, args)   # a plain look, without argparse
         if rc is not None:
             return rc
     elif args and args[0] == "completion" and prog != "numactl":

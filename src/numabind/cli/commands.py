@@ -1,10 +1,6 @@
-"""The full command line (argparse): :func:`build_parser` registers each subcommand's parser, :func:`main` runs its
-handler. A subcommand lives in a module of its own (:data:`COMMANDS` says which); ``numabind.cli.main`` hands the
-command lines a fast path takes to it first (docs/cli.rst, "How a command line is read").
-
-Global options (``-v``, ``--root``, ``--json``) go before or after the subcommand; every subcommand takes
-``--json``. A subcommand exits 2 for a usage error or an error it reports, 1 where it says so (``plan``: a GPU that
-cannot be placed); ``numabind run``'s statuses are docs/_include/exit-status.rst's.
+"""The full command line (argparse): :func:`build_parser` registers each subcommand's parser (:data:`COMMANDS`),
+:func:`main` runs its handler. Global options go before or after the subcommand; an error exits 2 unless it
+carries its own status.
 """
 
 from __future__ import annotations
@@ -15,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import NumabindError
-from . import (USAGE, completion_main, configure_logging, look, move, overview, plan, printable_lines, run,
-               show, stat, stdout_gone)
+from . import (USAGE, check, completion_main, configure_logging, gather, irq, look, move, overview, plan,
+               printable_lines, run, show, stat, stdout_gone)
 from ._parser import ROOT_HELP, VERBOSE_HELP, ArgumentParser, CliError, UsageError, keep_global_options
 from .show import cmd_show   # numactl's -s (numabind.cli.numactl) shows through it
 
@@ -34,14 +30,12 @@ numabind -s (a link named numactl runs existing scripts unchanged).
 
 Shell completion: numabind completion bash|zsh."""
 
-#: The shells ``numabind completion`` prints a script for (shtab writes them, numabind.cli.completion; tcsh is left
-#: out: numabind's docs name two).
+#: The shells ``numabind completion`` prints a script for.
 COMPLETION_SHELLS = ("bash", "zsh")
 
 
 def _add_instrument(sub: Any) -> None:
-    """``instrument`` in ``numabind --help``; ``numabind instrument ...`` itself is read by its own small parser
-    (:mod:`numabind.cli.instrument`: the words after it are the command's, not numabind's)."""
+    """``instrument`` in ``numabind --help`` (:mod:`numabind.cli.instrument` reads its own command line)."""
     ins = sub.add_parser("instrument", help="run a Python program with numabind in place of vLLM's and SGLang's "
                                             "numa_utils, in every process (no source edit)")
     ins.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
@@ -62,11 +56,10 @@ def _add_completion(sub: Any) -> None:
 
 
 def _cmd_completion(args: argparse.Namespace) -> int:
-    return completion_main([args.shell])    # numabind.cli.completion imports this module: reached through the package
+    return completion_main([args.shell])    # through the package: numabind.cli.completion imports this module
 
 
-#: numabind's subcommands (:data:`numabind.cli.SUBCOMMANDS`, which the dispatch reads) in ``numabind --help``'s
-#: order: name -> (registers its parser on the subparsers, runs it).
+#: numabind's subcommands in ``numabind --help``'s order: name -> (registers its parser, runs it).
 COMMANDS: dict[str, tuple[Callable[[Any], object], Callable[[argparse.Namespace], int]]] = {
     "hardware": (look.add_hardware, look.cmd_hardware),
     "show": (show.add_parser, show.cmd_show),
@@ -74,7 +67,10 @@ COMMANDS: dict[str, tuple[Callable[[Any], object], Callable[[argparse.Namespace]
     "plan": (plan.add_parser, plan.cmd_plan),
     "run": (run.add_parser, run.cmd_run),
     "stat": (stat.add_parser, stat.cmd_stat),
+    "check": (check.add_parser, check.cmd_check),
     "move": (move.add_parser, move.cmd_move),
+    "irq": (irq.add_parser, irq.cmd_irq),
+    "gather": (gather.add_parser, gather.cmd_gather),
     "instrument": (_add_instrument, _cmd_instrument),
     "completion": (_add_completion, _cmd_completion),
 }
@@ -106,8 +102,7 @@ def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 
 
 def _message(e: BaseException) -> str:
-    """The error's text without a leading ``numabind ...:`` (main prints ``numabind: error:`` before it), each line
-    printable: it may quote a replayed machine's files (a GPU's model, a cgroup path)."""
+    """The error's text without a leading ``numabind ...:``, each line printable."""
     text = str(e)
     for prefix in ("numabind run: ", "numabind show: ", "numabind plan: ", "numabind: "):
         if text.startswith(prefix):
