@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..cpulist import format_cpulist
-from .probes import child_env, last_line
+from .probes import run_module
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..topology import Topology
@@ -289,25 +288,8 @@ def measure(topology: Topology, *, seconds: float = DEFAULT_SECONDS, backend: st
 
 
 def _run(request: Mapping[str, Any], timeout: float, progress: bool) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "numabind.preflight.measure"]
-    try:
-        done = subprocess.run(argv, input=pickle.dumps(dict(request)), stdout=subprocess.PIPE,
-                              stderr=None if progress else subprocess.PIPE, timeout=timeout, check=False,
-                              env=child_env())
-    except subprocess.TimeoutExpired:
-        return {"error": f"the measuring child did not finish within {timeout:g} s and was killed (give fewer "
-                         f"--seconds, or run it on a less loaded machine)"}
-    except OSError as e:
-        return {"error": f"the measuring child could not start ({sys.executable}): {e}"}
-    try:
-        out = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        out = None
-    if done.returncode != 0 or not isinstance(out, dict):
-        last = last_line(done.stderr or b"")
-        return {"error": f"the measuring child exited with status {done.returncode} without an answer"
-                         + (f": {last}" if last else "")}
-    return out
+    return run_module("numabind.preflight.measure", request, timeout=timeout, who="the measuring child",
+                      hint="give fewer --seconds, or run it on a less loaded machine", show_stderr=progress)
 
 
 def _cell(raw: Mapping[str, Any]) -> Cell:

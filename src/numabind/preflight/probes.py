@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..backends import NativeBackend
     from ..plan import Plan
 
-__all__ = ["CAP_SYS_NICE", "CAUSES", "MODE_KERNELS", "Refusal", "child_env", "child_main", "classify", "last_line",
+__all__ = ["CAP_SYS_NICE", "CAUSES", "MODE_KERNELS", "Refusal", "child_env", "child_main", "classify", "last_line", "run_module",
            "run_child", "status_facts"]
 
 #: The capability bit of CAP_SYS_NICE in ``CapEff`` (<linux/capability.h>).
@@ -63,17 +63,27 @@ def run_child(plans: Sequence[Plan], *, placement: bool, mib: int, timeout: floa
     """Run the trials (and, with ``placement``, the placement proof) in a child; its JSON answer, or
     ``{"error": ...}`` when it died, hung past ``timeout`` seconds (then killed) or answered nothing readable.
     Never raises for the child's sake."""
-    request = pickle.dumps({"plans": list(plans), "placement": placement, "mib": mib, "backend": backend})
-    argv = [sys.executable, "-m", "numabind.preflight.probes"]
+    return run_module("numabind.preflight.probes",
+                      {"plans": list(plans), "placement": placement, "mib": mib, "backend": backend},
+                      timeout=timeout, who="the check's child",
+                      hint="raise the timeout, or --no-placement / a smaller --mib on a slow machine")
+
+
+def run_module(module: str, request: Mapping[str, Any], *, timeout: float, who: str, hint: str,
+               show_stderr: bool = False) -> dict[str, Any]:
+    """``python -m module`` with ``request`` pickled on its stdin: its JSON answer (its last line on stdout), or
+    ``{"error": ...}`` naming ``who`` when it could not start, ran past ``timeout`` seconds (then killed, the error
+    ending with ``hint``), died or answered nothing readable. ``show_stderr``: the child's stderr (a progress line)
+    goes to this process's."""
     try:
-        done = subprocess.run(argv, input=request, capture_output=True, timeout=timeout, check=False,
-                              env=child_env())
+        done = subprocess.run([sys.executable, "-m", module], input=pickle.dumps(dict(request)),
+                              stdout=subprocess.PIPE, stderr=None if show_stderr else subprocess.PIPE,
+                              timeout=timeout, check=False, env=child_env())
     except subprocess.TimeoutExpired:
-        return {"error": f"the check's child did not finish within {timeout:g} s and was killed (raise the "
-                         f"timeout, or --no-placement / a smaller --mib on a slow machine)"}
+        return {"error": f"{who} did not finish within {timeout:g} s and was killed ({hint})"}
     except OSError as e:
-        return {"error": f"the check's child could not start ({sys.executable}): {e}"}
-    return _answer(done.returncode, done.stdout, done.stderr)
+        return {"error": f"{who} could not start ({sys.executable}): {e}"}
+    return _answer(done.returncode, done.stdout, done.stderr or b"", who)
 
 
 def child_env() -> dict[str, str]:
@@ -89,21 +99,21 @@ def last_line(stderr: bytes) -> str:
     return (stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1][:300]
 
 
-def _answer(returncode: int, stdout: bytes, stderr: bytes) -> dict[str, Any]:
-    """The child's JSON object, or an ``error`` that says how it ended and the last line it wrote on stderr."""
+def _answer(returncode: int, stdout: bytes, stderr: bytes, who: str = "the check's child") -> dict[str, Any]:
+    """The child's JSON object, or an ``error`` that says how ``who`` ended and the last line it wrote on stderr."""
     last = last_line(stderr)
     if returncode < 0:
         try:
             how = signal.Signals(-returncode).name
         except ValueError:
             how = f"signal {-returncode}"
-        return {"error": f"the check's child was killed by {how}" + (f": {last}" if last else "")}
+        return {"error": f"{who} was killed by {how}" + (f": {last}" if last else "")}
     try:
         out = json.loads(stdout.decode("utf-8", "replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
         out = None
     if returncode != 0 or not isinstance(out, dict):
-        return {"error": f"the check's child exited with status {returncode} without an answer"
+        return {"error": f"{who} exited with status {returncode} without an answer"
                          + (f": {last}" if last else "")}
     return out
 
