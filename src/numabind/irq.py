@@ -490,7 +490,12 @@ def _open_dir(record_dir: str | None) -> int:
 def _load(fd: int) -> dict[str, Any]:
     from . import records
 
-    data = records.read_private_file(fd, RECORD_NAME, os.geteuid(), _RECORD_MAX)
+    try:
+        data = records.read_private_file(fd, RECORD_NAME, os.geteuid(), _RECORD_MAX)
+    except records.UnsafeFileError as e:
+        raise NumabindError(f"numabind irq: the record {RECORD_NAME} is not one numabind wrote ({e.strerror}: a "
+                            f"link, another user's file or too large); remove it and set the interrupts by "
+                            f"hand") from None
     if data is None:
         return {}
     try:
@@ -535,11 +540,12 @@ def apply_irqs(targets: Sequence[tuple[DeviceIrqs, frozenset[int]]], *,
     if moved and not dry_run:
         try:
             _record(reader, moved, record_dir)
-        except OSError as e:
+        except (OSError, NumabindError) as e:   # NumabindError: a record numabind did not write is in the way
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             back = "; ".join(f"echo {format_cpulist(c.was or frozenset())} > /proc/irq/{c.irq}/smp_affinity_list"
                              for c in moved)
             raise NumabindError(f"numabind irq: interrupts {', '.join(str(c.irq) for c in moved)} were moved, but "
-                                f"what they had before could not be recorded ({e.strerror or e}), so --restore will "
+                                f"what they had before could not be recorded ({why}), so --restore will "
                                 f"not know it; put them back by hand: {back}") from None
     return changes
 
@@ -552,12 +558,19 @@ def _record(reader: FsReader, moved: Sequence[IrqChange], record_dir: str | None
             rec = _load(fd)
             boot = _boot_id(reader)
             kept = rec.get("irqs", {}) if rec.get("boot_id", boot) == boot else {}
+            kept = {k: v for k, v in kept.items() if isinstance(v, dict)}   # an entry that is no object is unusable
             for c in moved:   # a second apply keeps the first one's "was": restore goes back to before numabind
                 kept.setdefault(str(c.irq), {"was": format_cpulist(c.was or frozenset()), "device": c.device})
                 kept[str(c.irq)]["set"] = format_cpulist(c.asked)
             _save(fd, boot, kept)
         finally:
             os.close(fd)
+
+
+def _record_order(item: tuple[str, Any]) -> int:
+    """A record entry's interrupt number, for sorting (-1 for a key that is none)."""
+    number = ascii_int(item[0], max_digits=9)
+    return -1 if number is None else number
 
 
 def restore_irqs(*, root: str | os.PathLike[str] | FsReader | None = None, dry_run: bool = False,
@@ -578,7 +591,7 @@ def restore_irqs(*, root: str | os.PathLike[str] | FsReader | None = None, dry_r
                                 "this boot set them, nothing to restore (the stale record is removed)")
         changes = []
         left: dict[str, Any] = {}
-        for key, entry in sorted(rec["irqs"].items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else -1):
+        for key, entry in sorted(rec["irqs"].items(), key=_record_order):
             number = ascii_int(key, max_digits=9)
             try:
                 was = parse_cpulist(str(entry.get("was", "")))

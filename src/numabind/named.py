@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import itertools
 import logging
 import os
 import time
@@ -24,8 +25,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Union
 
 from . import _proc
+from ._base import printable
 from .backends import get_backend
-from .cpulist import format_cpulist, parse_cpulist
+from .cpulist import MAX_ID, format_cpulist, parse_cpulist
 from .errors import BindError, NumabindError, PlanError
 from .plan import Plan, check_plan, core_groups
 from .strategies import topology_or_discover
@@ -137,12 +139,12 @@ class NamedReport:
         placed``."""
         lines = [f"pid {self.pid}: {len(self.threads)} threads, backend {self.backend}"
                  + (f", watched {self.watched:g} s" if self.watched else "")]
-        lines += [f"share {s.pattern}={s.spec}: CPUs {format_cpulist(s.cpus)}" for s in self.shares]
-        for t in self.threads:
+        lines += [printable(f"share {s.pattern}={s.spec}: CPUs {format_cpulist(s.cpus)}") for s in self.shares]
+        for t in self.threads:   # a thread's name is its process's choice: shown as ps shows it
             before = "-" if t.before is None else format_cpulist(t.before)
             after = "-" if t.after is None else format_cpulist(t.after)
-            lines.append(f"thread {t.tid} ({t.name}) {t.pattern or '(no pattern)'}: CPUs {before} -> {after} "
-                         f"{t.status}" + (f": {t.detail}" if t.detail else ""))
+            lines.append(printable(f"thread {t.tid} ({t.name}) {t.pattern or '(no pattern)'}: CPUs {before} -> "
+                                   f"{after} {t.status}" + (f": {t.detail}" if t.detail else "")))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -176,21 +178,35 @@ def _items(layout: Layout) -> list[tuple[str, ShareSpec]]:
     return items
 
 
+def _cpu_ids(where: str, share: Iterable[Any]) -> str:
+    """An iterable share's CPU ids as a list's text; PlanError unless each is a CPU id (an int from 0)."""
+    ids = list(itertools.islice(share, MAX_ID + 2))
+    if len(ids) > MAX_ID + 1 or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_ID
+                                        for c in ids):
+        raise PlanError(f"{where}: {ids[:8]!r} is not a set of CPU ids (ints from 0 to {MAX_ID}); give "
+                        f"N (cores), 'cpus:LIST' or 'rest'"[:400])
+    return format_cpulist(frozenset(ids))
+
+
 def _spec(pattern: str, share: ShareSpec, plan_cpus: frozenset[int]) -> tuple[str, int | frozenset[int] | None]:
     """(the spec's text, a number of cores, explicit CPUs or None for rest) of one entry."""
     where = f"layout {pattern!r}"
     if isinstance(share, bool):
         raise PlanError(f"{where}: {share!r} is not a share; give N (cores), 'cpus:LIST' or 'rest'")
     if isinstance(share, int):
+        if not -10 ** 9 < share < 10 ** 9:
+            raise PlanError(f"{where}: a number of cores of {share.bit_length()} bits is no share; give a number "
+                            f"of cores the plan has, 'cpus:LIST' or 'rest'")
         text = str(share)
     elif isinstance(share, str):
         text = share.strip()
+    elif isinstance(share, Iterable) and not isinstance(share, (bytes, Mapping)):
+        text = "cpus:" + _cpu_ids(where, share)
     else:
-        cpus = frozenset(share)
-        text = "cpus:" + format_cpulist(cpus)
+        raise PlanError(f"{where}: {share!r} is not a share; give N (cores), 'cpus:LIST' or 'rest'"[:400])
     if text in REST:
         return text, None
-    if text.isascii() and text.isdigit():
+    if text.isascii() and text.isdigit() and len(text) <= 9:
         if int(text) < 1:
             raise PlanError(f"{where}: {text} cores is no share; give 1 or more cores, 'cpus:LIST' or 'rest'")
         return text, int(text)

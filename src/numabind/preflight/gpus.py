@@ -24,7 +24,6 @@ tools would describe this host. torch is asked only when another source found a 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -64,6 +63,8 @@ TOOL_TIMEOUT = 10.0
 TORCH_TIMEOUT = 60.0
 #: Most bytes of a tool's output read.
 _OUTPUT_LIMIT = 1 << 20
+#: The deepest nesting a tool's JSON may have (theirs nest three or four levels).
+_JSON_DEPTH = 16
 #: The sources that list every GPU of their vendor, visibility variables aside.
 _LISTING = ("sysfs", "nvml", "nvidia-smi", "amd-smi", "rocm-smi", "xpu-smi", "npu-smi")
 #: The sources that number the GPUs a process sees under the visibility variables.
@@ -185,27 +186,74 @@ def _cpus(cpus: frozenset[int] | None) -> str | None:
 
 # ------------------------------------------------------------------------------------------------ commands
 def _run(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> str:
-    """The standard output of ``argv`` (no shell); :class:`_Unavailable` naming why when it cannot answer."""
+    """The standard output of ``argv`` (no shell); :class:`_Unavailable` naming why when it cannot answer: not on
+    PATH, no answer in ``timeout`` seconds, more than ``_OUTPUT_LIMIT`` bytes printed, or a failure."""
     exe = shutil.which(argv[0], path=env.get("PATH", os.defpath))
     if exe is None:
         raise _Unavailable(f"{argv[0]} is not on PATH")
     shown = " ".join(argv)
     try:
-        done = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, errors="replace", env=dict(env),
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise _Unavailable(f"{shown} did not answer in {timeout:g} s") from None
+        child = subprocess.Popen([exe, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env),
+                                 stdin=subprocess.DEVNULL)
     except OSError as e:
         raise _Unavailable(f"{shown} could not start: {e}") from None
-    if done.returncode != 0:
-        raise _Unavailable(f"{shown} exited with status {done.returncode}: "
-                           f"{excerpt(done.stderr or done.stdout or 'no output')}")
-    return done.stdout[:_OUTPUT_LIMIT]
+    try:
+        out, err, why = _read_capped(child, timeout)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        for pipe in (child.stdout, child.stderr):
+            if pipe is not None:
+                pipe.close()
+    if why:
+        raise _Unavailable(f"{shown} {why}")
+    stdout, stderr = (b.decode("utf-8", errors="replace") for b in (out, err))
+    if child.returncode != 0:
+        raise _Unavailable(f"{shown} exited with status {child.returncode}: "
+                           f"{excerpt(stderr or stdout or 'no output')}")
+    return stdout
+
+
+def _read_capped(child: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes, str]:
+    """``child``'s stdout and stderr until both close, and why it was cut short ("" when it was not): no answer
+    in ``timeout`` seconds, or more than ``_OUTPUT_LIMIT`` bytes on either (the rest is never read)."""
+    import selectors
+    import time
+
+    got: dict[int, bytearray] = {}
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        for pipe in (child.stdout, child.stderr):
+            if pipe is not None:
+                sel.register(pipe, selectors.EVENT_READ)
+                got[pipe.fileno()] = bytearray()
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b"", b"", f"did not answer in {timeout:g} s"
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                got[key.fd] += chunk
+                if len(got[key.fd]) > _OUTPUT_LIMIT:
+                    return b"", b"", f"printed more than {_OUTPUT_LIMIT >> 20} MiB: not a device list"
+    try:
+        child.wait(max(deadline - time.monotonic(), 0.01))   # both pipes closed: it is ending, or it closed them
+    except subprocess.TimeoutExpired:
+        return b"", b"", f"did not answer in {timeout:g} s"
+    out = got.get(child.stdout.fileno() if child.stdout is not None else -1, bytearray())
+    err = got.get(child.stderr.fileno() if child.stderr is not None else -1, bytearray())
+    return bytes(out), bytes(err), ""
 
 
 def _json(text: str, what: str) -> Any:
+    from ..records import load_json   # bounded: nesting, number length
+
     try:
-        return json.loads(text)
+        return load_json(text.encode("utf-8", errors="replace"), depth=_JSON_DEPTH)
     except ValueError:
         raise _Unavailable(f"{what} printed no JSON: {excerpt(text or 'nothing')}") from None
 
@@ -347,7 +395,7 @@ def _xpu_smi(env: Mapping[str, str]) -> _Said:
     data = _json(_run(["xpu-smi", "discovery", "-j"], env, TOOL_TIMEOUT), "xpu-smi")
     devices = data.get("device_list") if isinstance(data, dict) else None
     sightings = [Sighting("xpu-smi", "intel", normal_bdf(str(d.get("pci_bdf_address", ""))))
-                 for d in devices or () if isinstance(d, dict) and normal_bdf(str(d.get("pci_bdf_address", "")))]
+                 for d in (devices if isinstance(devices, list) else ()) if isinstance(d, dict) and normal_bdf(str(d.get("pci_bdf_address", "")))]
     return _Said(tuple(sightings), frozenset({"intel"}), count=len(sightings))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._base import printable
 from .._fs import FsReader
 from ..cpulist import format_cpulist
 
@@ -39,7 +40,7 @@ class PodAlignment:
         return not self.problems
 
     def describe(self) -> str:
-        where = f"cgroup {self.cgroup}" if self.cgroup else "cgroup unknown"
+        where = f"cgroup {printable(self.cgroup)}" if self.cgroup else "cgroup unknown"   # another user may name it
         pod = f"Kubernetes {self.qos} pod" if self.qos else "not a Kubernetes pod (or its cgroup path is hidden)"
         cpus = "exclusive CPUs" if self.exclusive_cpus else "every online CPU"
         head = f"{pod}, {where}, {cpus}"

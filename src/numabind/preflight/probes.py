@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._fs import ascii_int
 from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import MEMORY_CALLS, NumabindError, refusal_fix
 
@@ -110,7 +111,7 @@ def _answer(returncode: int, stdout: bytes, stderr: bytes, who: str = "the check
         return {"error": f"{who} was killed by {how}" + (f": {last}" if last else "")}
     try:
         out = json.loads(stdout.decode("utf-8", "replace").strip().splitlines()[-1])
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, RecursionError):
         out = None
     if returncode != 0 or not isinstance(out, dict):
         return {"error": f"{who} exited with status {returncode} without an answer"
@@ -127,16 +128,32 @@ def status_facts(text: str) -> dict[str, Any]:
         key, sep, value = line.partition(":")
         if sep:
             fields.setdefault(key.strip(), value.strip())
-    cap = fields.get("CapEff")
-    seccomp = fields.get("Seccomp")
+    cap = _hex(fields.get("CapEff"))
+    seccomp = ascii_int(fields.get("Seccomp") or "", max_digits=3)
     out: dict[str, Any] = {
-        "cap_sys_nice": None if cap is None else bool(int(cap, 16) >> CAP_SYS_NICE & 1),
-        "seccomp": int(seccomp) if seccomp is not None and seccomp.isdigit() else None,
+        "cap_sys_nice": None if cap is None else bool(cap >> CAP_SYS_NICE & 1),
+        "seccomp": seccomp,
     }
     for name, key in (("Mems_allowed_list", "mems_allowed"), ("Cpus_allowed_list", "cpus_allowed")):
-        listed = fields.get(name)
-        out[key] = None if listed is None else sorted(parse_cpulist(listed, what=name))
+        out[key] = _id_list(fields.get(name), name)
     return out
+
+
+def _hex(text: str | None) -> int | None:
+    """A status line's hexadecimal mask (``CapEff``), None when absent or not 1 to 16 hex digits."""
+    if text is None or not 0 < len(text) <= 16 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        return None
+    return int(text, 16)
+
+
+def _id_list(text: str | None, name: str) -> list[int] | None:
+    """A status line's id list (``Mems_allowed_list``), None when absent or not a list."""
+    if text is None:
+        return None
+    try:
+        return sorted(parse_cpulist(text, what=name))
+    except (NumabindError, ValueError):
+        return None   # a status that is not the kernel's: the limit is unknown
 
 
 def classify(call: str, err: int, facts: Mapping[str, Any], *, policy: str | None = None,
