@@ -313,8 +313,47 @@ def subcommand_argv(draw) -> list[str]:
         value = draw(st.one_of(VALUES, CPU_VALUES))
         words += [f"{flag}={value}"] if flag.startswith("--") and draw(st.booleans()) else [flag, value]
     if sub == "run":
+        words += [f"--thread={draw(THREADS)}"] * draw(st.integers(0, 1))
         words += ["--", *draw(COMMANDS)]
     return words
+
+
+#: ``--thread PATTERN=SPEC`` values: odd patterns (empty, regex-looking, unbalanced) and specs of every kind
+THREADS = st.tuples(st.sampled_from(["", "*", "worker*", "[", "a=b", "\udcff", "x" * 300, "?", "**", "ncclProxy"]),
+                    st.sampled_from(["", "0", "node0", "node:0", "cpus:0", "-1", "!", "0-", "\udcff", "="]),
+                    st.booleans()).map(lambda t: f"{t[0]}={t[1]}" if t[2] else t[0] + t[1])
+
+
+@st.composite
+def check_argv(draw) -> list[str]:
+    """``numabind check --no-placement`` (one child Python each, ~0.2 s) with odd values of its own options and
+    run's; ``--measure`` only with a ``--seconds`` that is refused or tiny."""
+    words = ["check", "--no-placement"]
+    flags = ["--mib", "--timeout", "--gpu", "--gpus", "-C", "-N", "-m", "-p", "-i", "--backend", "--mode"]
+    for flag in draw(st.lists(st.sampled_from(flags + ["--json", "-l", "--migrate", "--measure"]), max_size=3)):
+        if flag == "--measure":
+            words += [flag, "--seconds", draw(st.sampled_from(["0", "-1", "abc", "0.05", "", "nan", "inf"]))]
+        elif flag in ("--json", "-l", "--migrate"):
+            words.append(flag)
+        else:
+            value = draw(st.one_of(VALUES, CPU_VALUES, st.sampled_from(["0.5", "-3", "1e9", "nan", "99999"])))
+            words += [f"{flag}={value}"] if flag.startswith("--") and draw(st.booleans()) else [flag, value]
+    return words
+
+
+@st.composite
+def irq_argv(draw) -> list[str]:
+    """``numabind irq``: a device, --reserve and --json; --apply and --restore only with --dry-run (this machine's
+    interrupts are never touched)."""
+    words = ["irq"]
+    for flag in draw(st.lists(st.sampled_from(["--gpu", "--nic", "--all", "--json", "--reserve"]), max_size=3)):
+        if flag in ("--all", "--json"):
+            words.append(flag)
+        else:
+            value = draw(st.one_of(VALUES, st.sampled_from(["mlx5_0", "eth0", "lo", "-2", "999", "1.5"])))
+            words += [f"{flag}={value}"] if draw(st.booleans()) else [flag, value]
+    change = draw(st.sampled_from([[], [], ["--apply"], ["--restore"], ["--apply", "--restore"]]))
+    return words + change + ["--dry-run"] if change else words
 
 
 DUMP = os.path.join(ROOT, "tests", "dumps", "vm-2n.tar.bz2")
@@ -389,3 +428,19 @@ def test_numactl_form_never_gives_a_traceback(argv, as_link, env, capsys, monkey
 def test_subcommands_never_give_a_traceback(argv, env, capsys, monkeypatch):
     """numabind's subcommands: 0, 1 where a subcommand says so, 2 for a usage error."""
     _never_a_traceback(argv, "numabind", env, (0, 1, 2), capsys, monkeypatch)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=st.one_of(check_argv(), irq_argv()))
+def test_check_and_irq_never_give_a_traceback(argv, capsys, monkeypatch):
+    """``check`` (without placement) and ``irq`` (changes only with --dry-run): 0, 1 or 2, never a traceback."""
+    assert "--dry-run" in argv or not {"--apply", "--restore"} & set(argv)
+    _never_a_traceback(argv, "numabind", {}, (0, 1, 2), capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "abc", ""])
+def test_check_measure_refuses_a_bad_seconds_with_exit_2(seconds, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["check", "--no-placement", "--measure", "--seconds", seconds])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "--seconds" in err and "Traceback" not in err, err

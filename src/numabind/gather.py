@@ -202,6 +202,10 @@ class _Budget:
         if rel not in self.sizes:
             self.left_out.setdefault(rel, why)
 
+    def cut(self, rel: str, why: str) -> None:
+        """``rel`` went in cut short (a prefix): listed with ``why`` although the archive holds part of it."""
+        self.left_out.setdefault(rel, why)
+
 
 class CopyingReader(FsReader):
     """An FsReader over a root that copies what it reads, lists and resolves into ``dest``, but for what
@@ -300,6 +304,8 @@ class CopyingReader(FsReader):
         why = self.budget.refuse(inside, len(data))
         if why is not None:
             self.budget.leave_out(inside, why)
+            if whole and out.exists():      # a prefix discovery read went in: say the archive holds only that
+                self.budget.cut(inside, f"{why}; the archive holds only its first {_size(out.stat().st_size)}")
             return
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
@@ -361,7 +367,7 @@ class CopyingReader(FsReader):
         :data:`EXTRA_DIRS`, :data:`EXTRA_FILES_IN`), and the host's name when it was asked for."""
         for rel in EXTRA + HOSTNAME_FILES:
             if self.hostname or rel not in HOSTNAME_FILES:
-                self.read(rel)
+                self._read_extra(rel)
             elif FsReader.exists(self, rel):
                 self.budget.leave_out(rel, _HOSTNAME_WHY)
         for rel in EXTRA_DIRS:
@@ -372,7 +378,20 @@ class CopyingReader(FsReader):
                 for name in sorted(os.listdir(folder)):
                     path = os.path.join(folder, name)
                     if os.path.isfile(path) and not os.path.islink(path):
-                        self.read(f"{rel}/{name}")
+                        self._read_extra(f"{rel}/{name}")
+
+    def _read_extra(self, rel: str) -> None:
+        """Copy ``rel``, which discovery does not need: one it refuses (a FIFO, a device, a file over the reader's
+        cap) is left out and said, not fatal."""
+        try:
+            self.read(rel)
+        except NumabindError as exc:
+            why = f"not copied: {getattr(exc, 'reason', None) or exc}"
+            copied = self.budget.sizes.get(rel)
+            if copied is None:
+                self.budget.leave_out(rel, why)
+            else:      # a prefix discovery read went in
+                self.budget.cut(rel, f"{why}; the archive holds only its first {_size(copied)}")
 
 
 # ----------------------------------------------------------------------------- names
@@ -533,6 +552,9 @@ def gather(out: str | os.PathLike[str] | None = None, *, root: str | os.PathLike
     if not os.path.isdir(folder):
         raise NumabindError(f"cannot write the archive {out!r}: the folder {folder!r} does not exist; "
                             f"create it or give -o a path in an existing folder")
+    if os.path.isdir(out) and not os.path.islink(out):
+        raise NumabindError(f"cannot write the archive {out!r}: it is a directory; give -o a file in it, e.g. "
+                            f"-o {os.path.join(out, default_name())}")
     visible = {k: env[k] for k in DISCOVERY_VARIABLES if k in env}
     with tempfile.TemporaryDirectory(prefix="numabind-gather-") as tmp:
         tree = Path(tmp) / name
