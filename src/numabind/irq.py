@@ -124,9 +124,11 @@ class Irqbalance:
 
 @dataclasses.dataclass(frozen=True)
 class IrqChange:
-    """What applying (or restoring) did to one interrupt: ``status`` is ``"moved"``, ``"unchanged"`` (already
-    there), ``"managed"`` (the kernel refused with EIO), ``"failed"`` (another error, ``reason`` says) or
-    ``"dry-run"``; ``was``/``asked`` the lists before and asked for, ``affinity``/``effective`` read back after."""
+    """What applying (or restoring) did to one interrupt: ``status`` is ``"moved"``, ``"pending"`` (set and read
+    back, but its effective CPU is still the old one: the kernel moves an interrupt when it next fires),
+    ``"unchanged"`` (already there), ``"managed"`` (the kernel refused with EIO), ``"failed"`` (another error,
+    ``reason`` says) or ``"dry-run"``; ``was``/``asked`` the lists before and asked for, ``affinity``/``effective``
+    read back after."""
 
     irq: int
     device: str
@@ -463,14 +465,15 @@ def _set_one(reader: FsReader, number: int, device: str, cpus: frozenset[int], d
         return IrqChange(irq=number, device=device, status=status, was=was, asked=cpus, affinity=was, reason=reason)
     after = _cpus_file(reader, rel)
     effective = _cpus_file(reader, f"proc/irq/{number}/effective_affinity_list")
-    reason = ""
+    status, reason = "moved", ""
     if after is not None and after != cpus:
-        reason = f"read back {format_cpulist(after)}, not {format_cpulist(cpus)}"
-    elif effective is not None and not effective <= cpus:
-        reason = f"effective affinity read back {format_cpulist(effective)}: off the CPUs asked for"
+        status, reason = "failed", f"read back {format_cpulist(after)}, not {format_cpulist(cpus)}"
+    elif effective is not None and not effective <= cpus:     # x86 moves a quiet interrupt when it next fires
+        status, reason = "pending", (f"effective CPU still {format_cpulist(effective)}: the kernel moves it when the "
+                                     f"interrupt next fires")
     log.info("IRQ %d (%s): %s -> %s, effective %s", number, device, _fmt(was), format_cpulist(cpus), _fmt(effective))
-    return IrqChange(irq=number, device=device, status="failed" if reason else "moved", was=was, asked=cpus,
-                     affinity=after, effective=effective, reason=reason)
+    return IrqChange(irq=number, device=device, status=status, was=was, asked=cpus, affinity=after,
+                     effective=effective, reason=reason)
 
 
 # -- the record --------------------------------------------------------------------------------------------------
@@ -536,7 +539,7 @@ def apply_irqs(targets: Sequence[tuple[DeviceIrqs, frozenset[int]]], *,
     reader = root if isinstance(root, FsReader) else FsReader(root)
     changes = [_set_one(reader, irq.number, dev.what, cpus, dry_run)
                for dev, cpus in targets for irq in dev.irqs]
-    moved = [c for c in changes if c.status == "moved" and c.was is not None]
+    moved = [c for c in changes if c.status in ("moved", "pending") and c.was is not None]
     if moved and not dry_run:
         try:
             _record(reader, moved, record_dir)
@@ -602,7 +605,7 @@ def restore_irqs(*, root: str | os.PathLike[str] | FsReader | None = None, dry_r
             if reader.read_strip(f"proc/irq/{number}/smp_affinity_list") is None:
                 continue      # the interrupt is gone (the device was removed, the driver unloaded)
             change = _set_one(reader, number, str(entry.get("device", "")), was, dry_run)
-            if change.status not in ("moved", "unchanged"):
+            if change.status not in ("moved", "pending", "unchanged"):
                 left[key] = entry
             changes.append(change)
         if not dry_run:

@@ -124,7 +124,7 @@ def run_guest(topology_name: str, script: str, *, run_dir: Path | None = None, a
             "-kernel", str(arts.kernel), "-initrd", str(arts.initramfs), "-append", cmdline,
             "-serial", f"file:{console}", "-display", "none", "-monitor", "none", "-no-reboot",
             "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
-            "-virtfs", f"local,path={run_dir},mount_tag=results,security_model=none"]
+            *_results_share(run_dir, spec, arm64)]
     guard = shutil.which("timeout")
     if guard:  # a second bound that holds even if this Python process dies
         argv = [guard, "-k", "5", str(int(timeout) + 15), *argv]
@@ -205,6 +205,19 @@ def hidden_in_guest(path: str | os.PathLike) -> str | None:
     if any(p == b or p.startswith(b + "/") for b in paths_to_bind()):
         return None
     return _under(p, GUEST_MOUNTS)
+
+
+def _results_share(run_dir: Path, spec: object, arm64: bool) -> list[str]:
+    """QEMU's arguments for the results share. On an x86 guest with a node 1, its virtio-9p device sits behind a PCI
+    expander bridge of node 1 (``pxb``, ACPI ``_PXM``), so the guest has a real PCI device with a NUMA node and
+    interrupts of its own (device-locality tests: ``numabind irq --apply`` moves them onto node 1's CPUs)."""
+    share = f"local,path={run_dir},mount_tag=results,security_model=none"
+    nodes = getattr(spec, "nodes", ())
+    if arm64 or len(nodes) < 2 or not nodes[1].cpus:
+        return ["-virtfs", share]
+    return ["-device", "pxb,id=node1bus,bus_nr=64,numa_node=1,bus=pci.0",
+            "-fsdev", f"local,id=results,path={run_dir},security_model=none",
+            "-device", "virtio-9p-pci,fsdev=results,mount_tag=results,bus=node1bus,addr=0x0"]
 
 
 def guest_script(argv: Sequence[str], *, cwd: Path | str = REPO_ROOT, env: Mapping[str, str] = {}) -> str:

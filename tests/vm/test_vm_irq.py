@@ -3,9 +3,12 @@ them onto node 1's CPUs and reads them back, and ``--restore`` puts them back; e
 (``/sys/bus/pci/devices/*/msi_irqs``, ``/proc/irq/N/*_list`` and ``/proc/interrupts`` read here).
 
 The guest's virtio devices are the two 9p shares (``virtio-9p-pci``, MSI-X, not kernel-managed: a 9p device asks
-for no spread affinity). QEMU gives them no NUMA node (``numa_node`` -1), so the test moves them with the library's
-``apply_irqs`` onto node 1's CPUs, and then drives 9p traffic (``os.stat`` of files on the host share) to see the
-interrupts arrive on the CPU the kernel chose. Topology ``mem-only``: node 0 CPUs 0-1, node 1 CPUs 2-3, node 2
+for no spread affinity). The host share sits on the root bus, where QEMU gives it no NUMA node (``numa_node`` -1);
+the results share sits behind a PCI expander bridge of node 1 (tests/vm/guest.py), so its function has node 1. The
+first test moves every virtio function's interrupts with the library's ``apply_irqs`` onto node 1's CPUs, then
+drives 9p traffic (``os.stat`` of files on the host share) to see them arrive on the CPU the kernel chose; the second
+runs ``numabind irq --apply --all`` as a user would: the node-1 function's interrupts move onto node 1's CPUs, the
+function without a node is left and said, and ``--restore`` puts everything back. Topology ``mem-only``: node 0 CPUs 0-1, node 1 CPUs 2-3, node 2
 memory only; the same guest as ``test_vm_move.py``.
 """
 
@@ -18,7 +21,6 @@ import pytest
 
 from numabind import irq
 from numabind.cli import commands
-from numabind.cli import irq as cli_irq
 from numabind.cpulist import parse_cpulist
 
 from .specs import REPO_ROOT
@@ -62,7 +64,6 @@ def _counts(numbers: list[int]) -> dict[int, dict[int, int]]:
 @pytest.mark.numa_vm(topology="mem-only")
 def test_irq_moves_a_virtio_devices_interrupts_to_node_1_reads_back_and_restores(vm_topology, monkeypatch, capsys):
     assert os.geteuid() == 0, "the guest runs its tests as root"
-    monkeypatch.setitem(commands.COMMANDS, "irq", (cli_irq.add_parser, cli_irq.cmd_irq))
     monkeypatch.delenv("NUMABIND_FSROOT", raising=False)
     found = _msi_irqs()
     assert found, "the guest has no virtio function with MSI interrupts"
@@ -106,3 +107,49 @@ def test_irq_moves_a_virtio_devices_interrupts_to_node_1_reads_back_and_restores
         assert _list(number, "smp_affinity_list") == was, out
     print(moved)
     print(f"irq --restore: {out.strip()}")
+
+
+@pytest.mark.numa_vm(topology="mem-only")
+def test_irq_apply_cli_moves_the_node_1_devices_interrupts_onto_node_1(vm_topology, capsys):
+    assert os.geteuid() == 0, "the guest runs its tests as root"
+    os.environ.pop("NUMABIND_FSROOT", None)
+    node1 = frozenset(vm_topology.node_cpus(1))
+    placed = {a: n for a, n in _msi_irqs().items()
+              if open(f"/sys/bus/pci/devices/{a}/numa_node").read().strip() == "1"}
+    assert placed, "no virtio function of node 1 (the results share behind the node-1 expander bridge)"
+    numbers = sorted(n for ns in placed.values() for n in ns)
+    original = {n: _list(n, "smp_affinity_list") for n in numbers}    # the kernel's: node 1's CPUs already
+    node0 = frozenset(vm_topology.node_cpus(0))
+    for n in numbers:     # off the device's node, as irqbalance or an operator leaves them on the other socket
+        with open(f"/proc/irq/{n}/smp_affinity_list", "w") as f:
+            f.write(",".join(map(str, sorted(node0))))
+    before = {n: _list(n, "smp_affinity_list") for n in numbers}
+    assert all(was == node0 for was in before.values()), before
+
+    assert commands.main(["irq", "--apply", "--all", "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    for n in numbers:
+        assert f"> /proc/irq/{n}/smp_affinity_list" in dry, dry
+    assert all(_list(n, "smp_affinity_list") == before[n] for n in numbers), "a dry run changed an affinity"
+
+    try:
+        assert commands.main(["irq", "--apply", "--all", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        changes = {c["irq"]: c for c in out["changes"]}
+        for n in numbers:
+            assert changes[n]["status"] == "moved", changes[n]
+            assert _list(n, "smp_affinity_list") == node1
+            assert _list(n, "effective_affinity_list") <= node1
+        print(f"irq --apply --all: node-1 function {sorted(placed)} interrupts {numbers} on CPUs "
+              f"{ {n: sorted(_list(n, 'effective_affinity_list')) for n in numbers} }; notes {out['notes']}")
+    finally:
+        assert commands.main(["irq", "--restore"]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    try:
+        for n in numbers:
+            assert _list(n, "smp_affinity_list") == before[n]      # --restore: back where --apply found them
+    finally:
+        for n in numbers:
+            with open(f"/proc/irq/{n}/smp_affinity_list", "w") as f:
+                f.write(",".join(map(str, sorted(original[n]))))
+

@@ -120,12 +120,13 @@ def _change_line(c: IrqChange) -> str:
         return c.command
     head = f"IRQ {c.irq} ({printable(c.device)}): "
     was = "?" if c.was is None else format_cpulist(c.was)
-    if c.status not in ("moved", "unchanged"):
+    if c.status not in ("moved", "pending", "unchanged"):
         return head + f"{c.status}: {printable(c.reason)} (stays on {was})"
     verb = "already on" if c.status == "unchanged" else f"{was} ->"
     back = "?" if c.affinity is None else format_cpulist(c.affinity)
     eff = "?" if c.effective is None else format_cpulist(c.effective)
-    return head + f"{verb} {format_cpulist(c.asked)}; read back {back}, effective {eff}"
+    pending = f" ({c.reason})" if c.status == "pending" else ""
+    return head + f"{verb} {format_cpulist(c.asked)}; read back {back}, effective {eff}{pending}"
 
 
 def _targets(args: argparse.Namespace, topo: Any, devices: Any) -> tuple[list[Any], list[str]]:
@@ -160,7 +161,7 @@ def _apply(args: argparse.Namespace, reader: Any, topo: Any, devices: Any, balan
     else:
         targets, notes = _targets(args, topo, devices)
         changes = apply_irqs(targets, root=reader, dry_run=args.dry_run)
-    moved = [c for c in changes if c.status in ("moved", "unchanged", "dry-run")]
+    moved = [c for c in changes if c.status in ("moved", "pending", "unchanged", "dry-run")]
     # the reserved slice is kept free of every other interrupt too; a node's CPUs are not banned, only these IRQs
     reserved = frozenset().union(*(c.asked for c in moved)) if moved and args.reserve else frozenset()
     wanted = balance.running and moved and not args.restore
