@@ -381,3 +381,18 @@ def test_run_thread_refuses_a_bad_share_before_running(tmp_path):
     cp = subprocess.run([sys.executable, "-m", "numabind", "run", "-C", "0", "--thread", "a", "--", "true"],
                         capture_output=True, text=True, timeout=60)
     assert cp.returncode == 2 and "PATTERN=SPEC" in cp.stderr, cp.stderr
+
+
+def test_run_thread_dry_run_shows_the_shares_and_runs_nothing(tmp_path):
+    """``run --thread ... --dry-run`` prints each pattern's CPUs (text and JSON) and says run stays the parent."""
+    marker = tmp_path / "ran"
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    argv = [sys.executable, "-m", "numabind", "run", "-C", str(cpu), "--thread", "main=1", "--dry-run"]
+    command = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    text = subprocess.run(argv + command, capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0, text.stderr
+    assert f"# threads named main (1): CPUs {cpu}" in text.stdout.splitlines()
+    assert "stays the command's parent" in text.stdout
+    out = json.loads(subprocess.run(argv + ["--json"] + command, capture_output=True, text=True, timeout=60).stdout)
+    assert out["threads"] == [{"pattern": "main", "spec": "1", "cpus": str(cpu)}]
+    assert not marker.exists()

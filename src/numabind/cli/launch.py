@@ -9,6 +9,7 @@ import shlex
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..cpulist import format_cpulist
+from .._base import printable
 from ..plan import format_weights
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -121,9 +122,11 @@ def weights_note(plan: Plan, set_weights: bool) -> list[str]:
             f"{format_weights(plan.weights)} (--set-weights writes them)"]
 
 
-def run_dry(args: argparse.Namespace, plan: Plan, command: Sequence[str], launch: GpuLaunch | None) -> int:
-    """``numabind run --dry-run``: print what the run would do, the variables it would add or change; on a
-    replayed root, ``--all`` follows that machine's affinity. Exit 0."""
+def run_dry(args: argparse.Namespace, plan: Plan, command: Sequence[str], launch: GpuLaunch | None,
+            threads: Sequence[Any] = ()) -> int:
+    """``numabind run --dry-run``: print what the run would do, the variables it would add or change, and
+    ``--thread``'s shares (``threads``: :class:`numabind.named.Share`); on a replayed root, ``--all`` follows that
+    machine's affinity. Exit 0."""
     from .._base import keep_binding_env
 
     root = getattr(args, "root", None) or os.environ.get("NUMABIND_FSROOT") or "/"
@@ -142,6 +145,11 @@ def run_dry(args: argparse.Namespace, plan: Plan, command: Sequence[str], launch
                       set_weights=set_weights)
     from . import write_out   # the command's words as given, whatever the locale's encoding
 
+    extra: dict[str, Any] = {"command": list(command)}
+    notes = weights_note(plan, set_weights)
+    if threads:    # not a numactl line: run stays the command's parent and places them as they are named
+        extra["threads"] = [s.to_dict() for s in threads]
+        notes += [f"threads named {printable(s.pattern)} ({s.spec}): CPUs {format_cpulist(s.cpus)}" for s in threads]
+        notes.append("--thread: numabind run stays the command's parent and places each thread as it is named")
     return write_out(render(plan, lines, environ=added, gpus=launch.gpus if launch is not None else (),
-                            as_json=bool(args.json), extra={"command": list(command)},
-                            notes=weights_note(plan, set_weights)) + "\n")
+                            as_json=bool(args.json), extra=extra, notes=notes) + "\n")

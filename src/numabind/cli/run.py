@@ -327,9 +327,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan = launch.plan if launch is not None else _run_plan(args)
         shares = _thread_shares(args, plan)
         if dry:
+            from ..named import layout_shares
             from .launch import run_dry
 
-            return run_dry(args, plan, command, launch)
+            return run_dry(args, plan, command, launch,
+                           threads=() if shares is None else layout_shares(shares[0], plan, shares[1]))
         if launch is not None:
             logging.getLogger("numabind").info("GPUs %s for %s: %s", ",".join(str(g.index) for g in launch.gpus),
                                                command[0], " ".join(f"{k}={v}" for k, v in launch.environ.items()))
