@@ -118,6 +118,26 @@ def test_a_gpu_box_replays_with_its_gpus_nics_and_disks(tmp_path, vendor):
     assert "ens1" in text and "nvme0n1" in text
 
 
+def test_a_boxs_interrupts_replay_as_numabind_irq_shows_them(tmp_path):
+    """Issue 45: numabind irq reads under the discovery root, and gather keeps its files (msi_irqs, the legacy irq,
+    /proc/interrupts, /proc/irq/N/*_list, debugfs' managed state), so ``numabind --root ARCHIVE irq`` shows the
+    machine's interrupts as the machine did; irqbalance is not gathered (it is read from other processes' files)."""
+    from .fakeirq import irq_box
+
+    root = tmp_path / "box"
+    irq_box(root)
+    archive = tmp_path / "irq.tar.bz2"
+    _replays(root, archive)
+
+    def shown(where):
+        cp = numabind_cli("--root", str(where), "irq", "--all", "--json")
+        assert cp.returncode == 0, cp.stderr
+        return json.loads(cp.stdout)["devices"]
+
+    source, replay = shown(root), shown(archive)
+    assert replay == source and sum(len(d["irqs"]) for d in replay) >= 10
+
+
 def test_an_ascend_box_replays(tmp_path):
     root = tmp_path / "box"
     two_sockets(root, cpus_per_socket=8)

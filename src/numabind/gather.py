@@ -40,6 +40,7 @@ from ._fs import FsReader
 from ._vendors import DISCOVERY_VARIABLES
 from .errors import NumabindError
 from .iodevices import scan_nics, scan_pci
+from .irq import device_irqs, select_devices
 from .topology import discover_from
 
 __all__ = ["MAX_BYTES", "MAX_FILE_BYTES", "MAX_SECONDS", "PRIVATE", "SUFFIX", "CopyingReader", "GatherResult",
@@ -567,7 +568,8 @@ def gather(out: str | os.PathLike[str] | None = None, *, root: str | os.PathLike
             discover_from(reader, env=visible)    # and the files of the view the caller's variables give
         scan_pci(reader)
         scan_nics(reader)
-        reader.read_extra()
+        device_irqs(topo, select_devices(topo, reader, every=True), reader)   # numabind irq's files (not irqbalance's:
+        reader.read_extra()                                                   # other processes' command lines)
         view = topo.to_dict()
         names = [] if hostname else _hostnames(reader, live)
         check_report, check_error = _check_report(root)
