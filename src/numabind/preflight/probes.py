@@ -382,7 +382,8 @@ def _answer_for(request: Mapping[str, Any]) -> dict[str, Any]:
     answer.update(backend=be.name, backend_reason=why)
     if not isinstance(be, NativeBackend):
         return dict(answer, backend_error=(f"the {be.name} backend makes no memory-policy call in this process "
-                                           f"({why}); install numabind's native core (gcc and python3-dev, then "
+                                           f"(the backends section of numabind's overview says why it was "
+                                           f"chosen); install numabind's native core (gcc and python3-dev, then "
                                            f"reinstall) or set NUMABIND_BACKEND to libnuma or syscall"))
     answer["trials"] = _trials(be, plans)
     if request.get("placement") and all(t["ok"] for t in answer["trials"]):
