@@ -112,6 +112,17 @@ def pyright_strict(tmp_path, name: str, text: str) -> subprocess.CompletedProces
                           text=True, timeout=600, env=env)
 
 
+# ----------------------------------------------------------------------------- the docs build
+def sphinx_build(source: Path, out: Path, builder: str) -> tuple[int, str]:
+    """Sphinx over ``source`` into ``out`` with warnings as errors (a skip without the docs extra), in a child:
+    autodoc writes the annotations it reads (those under ``if TYPE_CHECKING:`` too) into the classes it documents,
+    which would leak into the tests that run after it in this process. The exit status and what it printed."""
+    pytest.importorskip("sphinx", reason="the docs extra: pip install -e '.[docs]'")
+    cp = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-E", "-b", builder,
+                         str(source), str(out)], capture_output=True, text=True, timeout=600)
+    return cp.returncode, cp.stdout + cp.stderr
+
+
 # ----------------------------------------------------------------------------- numabind move in a child
 #: ``python -c MOVE HOW ARGS...``: ``numabind move ARGS`` run by a program (HOW ``logging``: one that configured
 #: logging first).

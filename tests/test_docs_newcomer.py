@@ -21,6 +21,7 @@ import pytest
 
 import numabind
 from numabind.strategies import MODES
+from tests.helpers import sphinx_build
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -217,28 +218,15 @@ def test_the_docs_have_none_of_those_faults(path: Path):
     assert [message for _, message in faults(doc)] == []
 
 
-def _sphinx(source: Path, out: Path, builder: str) -> tuple[int, str]:
-    """Sphinx with warnings as errors (as tests/test_packaging.py builds the docs), in a child: autodoc writes the
-    annotations it reads in the source (those under ``if TYPE_CHECKING:`` too) into the classes it documents, which
-    would leak into the tests that run after it in this process."""
-    pytest.importorskip("sphinx", reason="the docs extra: pip install -e '.[docs]'")
-    import subprocess
-    import sys
-
-    cp = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-E", "-b", builder,
-                         str(source), str(out)], capture_output=True, text=True, timeout=600)
-    return cp.returncode, cp.stderr
-
-
 def test_sphinx_with_the_extension_fails_on_a_split_literal(tmp_path: Path):
     """The check runs inside the docs build: ``-W`` turns its warning into a failed build, naming the file."""
     (tmp_path / "conf.py").write_text(f"import sys\nsys.path.insert(0, {str(DOCS / '_ext')!r})\n"
                                       "extensions = ['doccheck']\n")
     (tmp_path / "index.rst").write_text("Index\n=====\n" + SPLIT_LITERAL)
-    rc, err = _sphinx(tmp_path, tmp_path / "out", "html")
+    rc, err = sphinx_build(tmp_path, tmp_path / "out", "html")
     assert rc != 0 and "index.rst" in err and "split across lines of a table cell" in err, err
     (tmp_path / "index.rst").write_text("Index\n=====\n\nfine ``literal``\n")
-    rc, err = _sphinx(tmp_path, tmp_path / "out2", "html")
+    rc, err = sphinx_build(tmp_path, tmp_path / "out2", "html")
     assert rc == 0, err
     assert "doccheck" in (DOCS / "conf.py").read_text()
 
@@ -320,7 +308,7 @@ SUBCOMMANDS = ("hardware", "show", "topology", "plan", "run", "stat", "move", "i
 
 @pytest.mark.packaging
 def test_the_man_page_builds_from_the_docs_and_renders(tmp_path: Path):
-    rc, err = _sphinx(DOCS, tmp_path / "man", "man")
+    rc, err = sphinx_build(DOCS, tmp_path / "man", "man")
     assert rc == 0, err
     page = tmp_path / "man" / "numabind.1"
     text = page.read_text()
