@@ -194,7 +194,7 @@ def _run(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> str:
     shown = " ".join(argv)
     try:
         child = subprocess.Popen([exe, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env),
-                                 stdin=subprocess.DEVNULL)
+                                 stdin=subprocess.DEVNULL, bufsize=0)   # unbuffered: one read per ready pipe
     except OSError as e:
         raise _Unavailable(f"{shown} could not start: {e}") from None
     try:
@@ -226,14 +226,14 @@ def _read_capped(child: subprocess.Popen[bytes], timeout: float) -> tuple[bytes,
     with selectors.DefaultSelector() as sel:
         for pipe in (child.stdout, child.stderr):
             if pipe is not None:
-                sel.register(pipe, selectors.EVENT_READ)
+                sel.register(pipe, selectors.EVENT_READ, pipe)
                 got[pipe.fileno()] = bytearray()
         while sel.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
                 return b"", b"", f"did not answer in {timeout:g} s"
             for key, _ in sel.select(left):
-                chunk = os.read(key.fd, 1 << 16)
+                chunk = key.data.read(1 << 16)     # a raw pipe: one read(2), what is there, b"" at its end
                 if not chunk:
                     sel.unregister(key.fileobj)
                     continue
