@@ -56,7 +56,7 @@ REPO = os.path.dirname(HERE)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-TARGETS = {"P1": 5.0, "P2": 1.5, "P3": 1.03, "P3-numactl": 1.0, "P4": 0.5, "P6": 2.0, "P7": 1.3, "P8": 1.0}
+TARGETS = {"P1": 5.0, "P2": 1.15, "P3": 1.03, "P3-numactl": 1.0, "P4": 0.5, "P6": 2.0, "P7": 1.45, "P8": 1.0}
 
 
 # ----------------------------------------------------------------------------- timing

@@ -85,7 +85,7 @@ def test_run_start_gives_the_median_of_pair_ratios_and_its_floor():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [r for r in json.loads(proc.stdout)["rows"] if r["id"] == "P7"]
     (measured,) = [r for r in rows if r["target"] is not None]
-    assert measured["target"] == 1.3 and "/bin/true / python -c pass" in measured["what"], measured
+    assert measured["target"] == 1.45 and "/bin/true / python -c pass" in measured["what"], measured
     (floor,) = [r for r in rows if "floor" in r["what"]]
     assert floor["target"] is None and "ok" not in floor, floor
     for r in rows:
